@@ -1,0 +1,615 @@
+//! The journal runtime: appenders stage records into groups; one writer thread writes each group
+//! with one write and one flush, then completes every waiter of the group; a preparer thread
+//! keeps the next segment file ready so that rolling over costs a rename, not a zero-fill.
+//!
+//! Group commit, "flush when idle": the writer takes the oldest group as soon as it is free, so a
+//! lone append pays one write and one flush and nothing else, while appends that arrive during a
+//! flush gather into the next group and share its flush.
+//!
+//! Invariants:
+//! - Every record's segment and offset are fixed when it is staged; groups are written in
+//!   staging order, each at a block-aligned offset right after the previous group.
+//! - A waiter is completed only after its group's flush returned success (or with an error).
+//! - After a failed write or flush the journal is `Failed`: every pending and later append gets
+//!   the error. Nothing is retried.
+//! - The writer never writes into a segment that existed when the journal opened: after a crash
+//!   it starts a new segment, so stale bytes of an interrupted write can never follow new data.
+
+use crate::aligned::AlignedBuf;
+use crate::config::{JournalConfig, SyncMode};
+use crate::error::{is_out_of_space, JournalError};
+use crate::record::{
+    align_up, encode_record, header_gap, pad_to_block, segment_tag, verify_record, EndReason,
+    RecordHeader, Sink, HEADER_LEN,
+};
+use crate::scan::{scan_segment, torn_bytes_after, RecordLocation};
+use crate::storage::{read_exact_at, write_all_at, SegmentFile, Storage, WriteMode};
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// Called once when the record's group is durable (or failed). Runs on the writer thread:
+/// keep it short and never block in it.
+pub type Completion = Box<dyn FnOnce(Result<(), JournalError>) + Send>;
+
+/// What recovery found when the journal opened.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    /// Segments that hold records, ascending. All are sealed: new writes go to a new segment.
+    pub segments: Vec<u64>,
+    /// The segment written last before the restart, and where its valid records end.
+    pub tail: Option<(u64, u64)>,
+    /// Bytes of a torn or corrupt write found after the tail's last valid record and zeroed.
+    pub discarded_bytes: u64,
+    /// Why the scan of the tail stopped.
+    pub tail_end: Option<EndReason>,
+}
+
+/// A segment the writer has left for good, with the length of its written part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SealedSegment {
+    pub seq: u64,
+    pub len: u64,
+}
+
+/// Counters for benchmarks and metrics.
+#[derive(Debug, Default)]
+pub struct JournalStats {
+    pub groups: AtomicU64,
+    pub records: AtomicU64,
+    pub bytes: AtomicU64,
+}
+
+struct Group {
+    seq: u64,
+    offset: u64,
+    buf: AlignedBuf,
+    waiters: Vec<Completion>,
+    closed: bool,
+    opened_at: Instant,
+}
+
+enum State {
+    Open,
+    Failed(JournalError),
+    Closing,
+}
+
+struct Staging {
+    groups: VecDeque<Group>,
+    /// Where the next group opens (valid once the last group is closed).
+    next_seq: u64,
+    next_offset: u64,
+    state: State,
+    spare_buffers: Vec<AlignedBuf>,
+}
+
+#[derive(Default)]
+struct Prep {
+    requested: Option<u64>,
+    ready: Option<u64>,
+    failed: Option<(u64, JournalError)>,
+    recyclable: VecDeque<u64>,
+    shutdown: bool,
+}
+
+struct Shared {
+    config: JournalConfig,
+    storage: Arc<dyn Storage>,
+    staging: Mutex<Staging>,
+    data_ready: Condvar,
+    readers: RwLock<BTreeMap<u64, Arc<dyn SegmentFile>>>,
+    prep: Mutex<Prep>,
+    prep_changed: Condvar,
+    sealed: Mutex<mpsc::Sender<SealedSegment>>,
+    stats: JournalStats,
+}
+
+pub struct Journal {
+    shared: Arc<Shared>,
+    sealed_receiver: Mutex<Option<mpsc::Receiver<SealedSegment>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Journal {
+    /// Opens (or creates) the journal: finds the tail, zeroes a torn write after it, and starts
+    /// the writer on a fresh segment. Replaying records is the caller's business (`scan`).
+    pub fn open(
+        config: JournalConfig,
+        storage: Arc<dyn Storage>,
+    ) -> Result<(Journal, RecoveryReport), JournalError> {
+        config.validate()?;
+        storage.remove_temporaries().map_err(|e| JournalError::io("remove temporary files", e))?;
+        let seqs = storage.list_segments().map_err(|e| JournalError::io("list segments", e))?;
+        let mut report = RecoveryReport::default();
+        let mut readers = BTreeMap::new();
+        let mut tail_index = None;
+        for (index, &seq) in seqs.iter().enumerate().rev() {
+            let file = open_read(&*storage, seq)?;
+            let end = scan_segment(&*file, seq, |_, _, _| {})
+                .map_err(|e| JournalError::io(format!("scan segment {seq}"), e))?;
+            if end.records > 0 {
+                if end.reason == EndReason::Invalid {
+                    report.discarded_bytes = zero_torn_tail(&*storage, seq, end.valid_end)?;
+                }
+                report.tail = Some((seq, end.valid_end));
+                report.tail_end = Some(end.reason);
+                tail_index = Some(index);
+                break;
+            }
+        }
+        let mut prep = Prep::default();
+        for (index, &seq) in seqs.iter().enumerate() {
+            if tail_index.is_some_and(|tail| index <= tail) {
+                readers.insert(seq, open_read(&*storage, seq)?);
+                report.segments.push(seq);
+            } else {
+                prep.recyclable.push_back(seq);
+            }
+        }
+        let first_seq = seqs.last().map_or(1, |last| last + 1);
+        prep.requested = Some(first_seq);
+        let (sealed_sender, sealed_receiver) = mpsc::channel();
+        let shared = Arc::new(Shared {
+            staging: Mutex::new(Staging {
+                groups: VecDeque::new(),
+                next_seq: first_seq,
+                next_offset: 0,
+                state: State::Open,
+                spare_buffers: Vec::new(),
+            }),
+            config,
+            storage,
+            data_ready: Condvar::new(),
+            readers: RwLock::new(readers),
+            prep: Mutex::new(prep),
+            prep_changed: Condvar::new(),
+            sealed: Mutex::new(sealed_sender),
+            stats: JournalStats::default(),
+        });
+        let writer = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("journal-writer".into())
+                .spawn(move || writer_loop(&shared))
+                .map_err(|e| JournalError::io("spawn journal writer", e))?
+        };
+        let preparer = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("journal-preparer".into())
+                .spawn(move || preparer_loop(&shared))
+                .map_err(|e| JournalError::io("spawn journal preparer", e))?
+        };
+        let journal = Journal {
+            shared,
+            sealed_receiver: Mutex::new(Some(sealed_receiver)),
+            threads: Mutex::new(vec![writer, preparer]),
+        };
+        Ok((journal, report))
+    }
+
+    pub fn config(&self) -> &JournalConfig {
+        &self.shared.config
+    }
+
+    pub fn stats(&self) -> &JournalStats {
+        &self.shared.stats
+    }
+
+    /// The receiver of sealed-segment notifications (once).
+    pub fn take_sealed_receiver(&self) -> Option<mpsc::Receiver<SealedSegment>> {
+        self.sealed_receiver.lock().take()
+    }
+
+    /// Stages one record. Returns where it will live; `completion` runs once it is durable.
+    /// Records staged by one thread are written in the order they were staged.
+    pub fn append(
+        &self,
+        header: RecordHeader,
+        payload: &[u8],
+        completion: Completion,
+    ) -> Result<RecordLocation, JournalError> {
+        let config = &self.shared.config;
+        if payload.len() > config.max_payload_bytes() {
+            return Err(JournalError::RecordTooLarge {
+                size: payload.len(),
+                max: config.max_payload_bytes(),
+            });
+        }
+        let mut staging = self.shared.staging.lock();
+        match &staging.state {
+            State::Open => {}
+            State::Failed(error) => return Err(error.clone()),
+            State::Closing => return Err(JournalError::Closed),
+        }
+        let fits_in_back = staging.groups.back().is_some_and(|group| {
+            let start = group.buf.len() + header_gap(group.buf.len());
+            let end = start + HEADER_LEN + payload.len();
+            !group.closed
+                && end <= config.max_group_bytes
+                && group.offset + align_up(end) as u64 <= config.segment_size_bytes
+        });
+        let mut wake_writer = false;
+        if !fits_in_back {
+            if let Some(back) = staging.groups.back_mut().filter(|g| !g.closed) {
+                let (seq, end) = close_group(back);
+                (staging.next_seq, staging.next_offset) = (seq, end);
+            }
+            let needed = align_up(HEADER_LEN + payload.len()) as u64;
+            if staging.next_offset + needed > config.segment_size_bytes {
+                staging.next_seq += 1;
+                staging.next_offset = 0;
+            }
+            let buf = staging
+                .spare_buffers
+                .pop()
+                .unwrap_or_else(|| AlignedBuf::with_capacity(config.max_group_bytes.min(1 << 20)));
+            let group = Group {
+                seq: staging.next_seq,
+                offset: staging.next_offset,
+                buf,
+                waiters: Vec::new(),
+                closed: false,
+                opened_at: Instant::now(),
+            };
+            staging.groups.push_back(group);
+            wake_writer = true;
+        }
+        let group = staging.groups.back_mut().expect("a group is open");
+        let at = encode_record(&mut group.buf, segment_tag(group.seq), header, payload);
+        group.waiters.push(completion);
+        let location =
+            RecordLocation { segment: group.seq, offset: group.offset + at as u64, len: payload.len() as u32 };
+        drop(staging);
+        if wake_writer {
+            self.shared.data_ready.notify_one();
+        }
+        Ok(location)
+    }
+
+    /// Reads back one record's payload, verifying its checksum and identity.
+    pub fn read(&self, location: RecordLocation, expected: RecordHeader) -> Result<Bytes, JournalError> {
+        Ok(self.read_many(&[(location, expected)])?.pop().expect("one request, one answer"))
+    }
+
+    /// Reads many records, coalescing nearby ones in a segment into one read (read-ahead for
+    /// catch-up readers: entries of one ledger are interleaved with others in the journal).
+    pub fn read_many(
+        &self,
+        requests: &[(RecordLocation, RecordHeader)],
+    ) -> Result<Vec<Bytes>, JournalError> {
+        const MAX_GAP: u64 = 256 << 10;
+        const MAX_SPAN: u64 = 8 << 20;
+        let mut out = Vec::with_capacity(requests.len());
+        let mut index = 0;
+        while index < requests.len() {
+            let first = requests[index].0;
+            let mut end = first.offset + HEADER_LEN as u64 + first.len as u64;
+            let mut last = index + 1;
+            while let Some((next, _)) = requests.get(last) {
+                let next_end = next.offset + HEADER_LEN as u64 + next.len as u64;
+                if next.segment != first.segment
+                    || next.offset < end
+                    || next.offset - end > MAX_GAP
+                    || next_end - first.offset > MAX_SPAN
+                {
+                    break;
+                }
+                end = next_end;
+                last += 1;
+            }
+            let file = self.reader(first.segment)?;
+            let mut span = vec![0u8; (end - first.offset) as usize];
+            read_exact_at(&*file, &mut span, first.offset).map_err(|e| {
+                JournalError::io(format!("read segment {} at {}", first.segment, first.offset), e)
+            })?;
+            let span = Bytes::from(span);
+            for (location, header) in &requests[index..last] {
+                let at = (location.offset - first.offset) as usize;
+                let record = span.slice(at..at + HEADER_LEN + location.len as usize);
+                let payload = verify_record(&record, segment_tag(location.segment), *header)
+                    .ok_or(JournalError::Corrupt { segment: location.segment, offset: location.offset })?;
+                out.push(record.slice(payload));
+            }
+            index = last;
+        }
+        Ok(out)
+    }
+
+    /// Visits every valid record of a sealed segment, in order.
+    pub fn scan(
+        &self,
+        seq: u64,
+        visit: impl FnMut(RecordHeader, RecordLocation, &[u8]),
+    ) -> Result<crate::scan::ScanEnd, JournalError> {
+        let file = self.reader(seq)?;
+        scan_segment(&*file, seq, visit).map_err(|e| JournalError::io(format!("scan segment {seq}"), e))
+    }
+
+    /// Segments present for reading, ascending (sealed ones and the one being written).
+    pub fn segments(&self) -> Vec<u64> {
+        self.shared.readers.read().keys().copied().collect()
+    }
+
+    /// Gives up a sealed segment whose records are no longer needed: its file is kept for
+    /// reuse or removed, so disk usage goes down.
+    pub fn release_segment(&self, seq: u64) -> Result<(), JournalError> {
+        let current = self.shared.staging.lock().next_seq;
+        assert!(seq < current, "segment {seq} is not sealed (writer at {current})");
+        if self.shared.readers.write().remove(&seq).is_none() {
+            return Ok(());
+        }
+        let mut prep = self.shared.prep.lock();
+        if prep.recyclable.len() < self.shared.config.recycled_segments_kept {
+            prep.recyclable.push_back(seq);
+            return Ok(());
+        }
+        drop(prep);
+        self.shared.storage.remove_segment(seq).map_err(|e| JournalError::io(format!("remove segment {seq}"), e))
+    }
+
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.shared.storage
+    }
+
+    /// Writes what is staged, then stops the threads. Later appends fail with `Closed`.
+    pub fn close(&self) {
+        {
+            let mut staging = self.shared.staging.lock();
+            if matches!(staging.state, State::Open) {
+                staging.state = State::Closing;
+            }
+        }
+        self.shared.data_ready.notify_all();
+        self.shared.prep.lock().shutdown = true;
+        self.shared.prep_changed.notify_all();
+        for thread in self.threads.lock().drain(..) {
+            let _ = thread.join();
+        }
+    }
+
+    fn reader(&self, seq: u64) -> Result<Arc<dyn SegmentFile>, JournalError> {
+        self.shared.readers.read().get(&seq).cloned().ok_or(JournalError::Corrupt { segment: seq, offset: 0 })
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn open_read(storage: &dyn Storage, seq: u64) -> Result<Arc<dyn SegmentFile>, JournalError> {
+    storage.open_segment_for_read(seq).map_err(|e| JournalError::io(format!("open segment {seq}"), e))
+}
+
+/// Zeroes the bytes of a torn write after `valid_end`, durably, so that no later scan can
+/// mistake them for records. Returns how many bytes were discarded.
+fn zero_torn_tail(storage: &dyn Storage, seq: u64, valid_end: u64) -> Result<u64, JournalError> {
+    let context = || format!("zero torn tail of segment {seq}");
+    let file = storage
+        .open_segment_for_write(seq, WriteMode { direct_io: false, dsync: false })
+        .map_err(|e| JournalError::io(context(), e))?;
+    let torn = torn_bytes_after(&*file, valid_end).map_err(|e| JournalError::io(context(), e))?;
+    write_all_at(&*file, &vec![0u8; torn as usize], valid_end).map_err(|e| JournalError::io(context(), e))?;
+    file.sync_data().map_err(|e| JournalError::io(context(), e))?;
+    tracing::warn!(segment = seq, valid_end, discarded_bytes = torn, "journal tail was torn; discarded");
+    Ok(torn)
+}
+
+/// Pads a group to a block boundary; returns where the next group starts.
+fn close_group(group: &mut Group) -> (u64, u64) {
+    assert!(!group.closed);
+    pad_to_block(&mut group.buf, segment_tag(group.seq));
+    group.closed = true;
+    (group.seq, group.offset + group.buf.len() as u64)
+}
+
+/// Waits for the oldest group, closing it if it is still open. None when closing and drained.
+fn take_group(shared: &Shared) -> Option<Group> {
+    let mut staging = shared.staging.lock();
+    loop {
+        if let Some(front) = staging.groups.front() {
+            if !front.closed {
+                if let Some(max_wait) = shared.config.max_wait {
+                    let deadline = front.opened_at + max_wait;
+                    let closing = matches!(staging.state, State::Closing);
+                    if !closing && Instant::now() < deadline {
+                        shared.data_ready.wait_until(&mut staging, deadline);
+                        continue;
+                    }
+                }
+                let front = staging.groups.front_mut().expect("checked above");
+                let (seq, end) = close_group(front);
+                (staging.next_seq, staging.next_offset) = (seq, end);
+            }
+            return staging.groups.pop_front();
+        }
+        if !matches!(staging.state, State::Open) {
+            return None;
+        }
+        shared.data_ready.wait(&mut staging);
+    }
+}
+
+struct Active {
+    seq: u64,
+    file: Arc<dyn SegmentFile>,
+    end: u64,
+}
+
+fn writer_loop(shared: &Shared) {
+    let mut active: Option<Active> = None;
+    let mode = WriteMode {
+        direct_io: shared.config.direct_io,
+        dsync: shared.config.sync_mode == SyncMode::Dsync,
+    };
+    while let Some(mut group) = take_group(shared) {
+        if active.as_ref().map(|a| a.seq) != Some(group.seq) {
+            match switch_segment(shared, group.seq, mode) {
+                Ok(file) => {
+                    if let Some(old) = active.take() {
+                        let _ = shared.sealed.lock().send(SealedSegment { seq: old.seq, len: old.end });
+                    }
+                    active = Some(Active { seq: group.seq, file, end: 0 });
+                }
+                Err(JournalError::DiskFull(why)) => {
+                    fail_queued_for_disk_full(shared, &mut group, why);
+                    continue;
+                }
+                Err(error) => {
+                    fail_everything(shared, group, error);
+                    break;
+                }
+            }
+        }
+        let segment = active.as_mut().expect("segment opened above");
+        assert_eq!(group.offset % crate::record::BLOCK_SIZE as u64, 0);
+        assert!(group.offset >= segment.end, "groups are written in order");
+        let result = write_all_at(&*segment.file, group.buf.as_slice(), group.offset)
+            .map_err(|e| format!("write to segment {}: {e}", group.seq))
+            .and_then(|()| match shared.config.sync_mode {
+                SyncMode::Fdatasync => segment
+                    .file
+                    .sync_data()
+                    .map_err(|e| format!("fdatasync of segment {}: {e}", group.seq)),
+                SyncMode::Dsync | SyncMode::None => Ok(()),
+            });
+        if let Err(why) = result {
+            tracing::error!(%why, "journal write failed; refusing further appends");
+            fail_everything(shared, group, JournalError::Failed(why.into()));
+            break;
+        }
+        segment.end = group.offset + group.buf.len() as u64;
+        let stats = &shared.stats;
+        stats.groups.fetch_add(1, Ordering::Relaxed);
+        stats.records.fetch_add(group.waiters.len() as u64, Ordering::Relaxed);
+        stats.bytes.fetch_add(group.buf.len() as u64, Ordering::Relaxed);
+        for waiter in group.waiters.drain(..) {
+            waiter(Ok(()));
+        }
+        recycle_buffer(shared, group.buf);
+    }
+    if let Some(last) = active {
+        let _ = shared.sealed.lock().send(SealedSegment { seq: last.seq, len: last.end });
+    }
+}
+
+fn recycle_buffer(shared: &Shared, mut buf: AlignedBuf) {
+    buf.clear();
+    let mut staging = shared.staging.lock();
+    if staging.spare_buffers.len() < 4 && buf.capacity() <= shared.config.max_group_bytes * 2 {
+        staging.spare_buffers.push(buf);
+    }
+}
+
+/// Makes segment `seq` ready (from the preparer) and opens it for writing and reading.
+fn switch_segment(shared: &Shared, seq: u64, mode: WriteMode) -> Result<Arc<dyn SegmentFile>, JournalError> {
+    {
+        let mut prep = shared.prep.lock();
+        loop {
+            if prep.ready == Some(seq) {
+                prep.ready = None;
+                break;
+            }
+            if let Some((failed_seq, error)) = prep.failed.take() {
+                if failed_seq == seq {
+                    return Err(error);
+                }
+            }
+            if prep.requested.is_none() && prep.ready.is_none() {
+                prep.requested = Some(seq);
+                shared.prep_changed.notify_all();
+            }
+            if prep.shutdown {
+                return Err(JournalError::Closed);
+            }
+            shared.prep_changed.wait(&mut prep);
+        }
+        prep.requested = Some(seq + 1);
+        shared.prep_changed.notify_all();
+    }
+    let storage = &shared.storage;
+    let file = storage
+        .open_segment_for_write(seq, mode)
+        .map_err(|e| JournalError::Failed(format!("open segment {seq}: {e}").into()))?;
+    let reader = open_read(&**storage, seq)?;
+    shared.readers.write().insert(seq, reader);
+    Ok(file)
+}
+
+fn preparer_loop(shared: &Shared) {
+    loop {
+        let (seq, recycled) = {
+            let mut prep = shared.prep.lock();
+            loop {
+                if prep.shutdown {
+                    return;
+                }
+                if let (Some(seq), None) = (prep.requested, prep.ready) {
+                    break (seq, prep.recyclable.pop_front());
+                }
+                shared.prep_changed.wait(&mut prep);
+            }
+        };
+        let storage = &shared.storage;
+        let size = shared.config.segment_size_bytes;
+        let result = match recycled {
+            Some(old) => storage.recycle_segment(old, seq).or_else(|_| storage.create_segment(seq, size)),
+            None => storage.create_segment(seq, size),
+        };
+        let mut prep = shared.prep.lock();
+        prep.requested = None;
+        match result {
+            Ok(()) => prep.ready = Some(seq),
+            Err(e) if is_out_of_space(&e) => {
+                tracing::warn!(segment = seq, "no space for a new journal segment");
+                prep.failed = Some((seq, JournalError::DiskFull(e.to_string().into())));
+            }
+            Err(e) => {
+                prep.failed = Some((seq, JournalError::Failed(format!("prepare segment {seq}: {e}").into())));
+            }
+        }
+        shared.prep_changed.notify_all();
+    }
+}
+
+/// No segment could be prepared for `group`: fail it and every group queued behind it (they all
+/// belong to that segment or later ones), and restart staging at that segment's beginning, so
+/// that no gap is ever left inside a segment.
+fn fail_queued_for_disk_full(shared: &Shared, group: &mut Group, why: Arc<str>) {
+    let error = JournalError::DiskFull(why);
+    let mut waiters: Vec<Completion> = group.waiters.drain(..).collect();
+    {
+        let mut staging = shared.staging.lock();
+        for mut queued in staging.groups.drain(..) {
+            waiters.append(&mut queued.waiters);
+        }
+        staging.next_seq = group.seq;
+        staging.next_offset = 0;
+    }
+    for waiter in waiters {
+        waiter(Err(error.clone()));
+    }
+}
+
+/// A write or flush failed: fail everything pending and refuse all later appends.
+fn fail_everything(shared: &Shared, group: Group, error: JournalError) {
+    let mut waiters = group.waiters;
+    {
+        let mut staging = shared.staging.lock();
+        staging.state = State::Failed(error.clone());
+        for mut queued in staging.groups.drain(..) {
+            waiters.append(&mut queued.waiters);
+        }
+    }
+    for waiter in waiters {
+        waiter(Err(error.clone()));
+    }
+}

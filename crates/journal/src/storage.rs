@@ -1,0 +1,226 @@
+//! The journal's window on the disk: a directory of segment files plus small side files.
+//!
+//! Everything the journal and the ledger store do to the disk goes through [`Storage`] and
+//! [`SegmentFile`], so that tests can swap in [`crate::sim::SimStorage`], which loses unsynced
+//! writes on a simulated crash and injects torn writes, bit flips, short writes, fsync errors
+//! and ENOSPC. [`FsStorage`] is the real thing.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// How a segment opened for writing reaches the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteMode {
+    /// Open with `O_DIRECT` (bypass the page cache). Buffers, offsets and lengths are aligned.
+    pub direct_io: bool,
+    /// Open with `O_DSYNC`: each write is durable when it returns.
+    pub dsync: bool,
+}
+
+pub trait SegmentFile: Send + Sync {
+    /// Writes at `offset`; may write fewer bytes than asked (the caller loops).
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
+    /// Reads at `offset`; may read fewer bytes than asked (0 at the end of the file).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// fdatasync.
+    fn sync_data(&self) -> io::Result<()>;
+    fn len(&self) -> io::Result<u64>;
+    /// Shrinks the file to `len` bytes, durably.
+    fn truncate(&self, len: u64) -> io::Result<()>;
+}
+
+pub trait Storage: Send + Sync {
+    /// Sequence numbers of the segment files present, ascending.
+    fn list_segments(&self) -> io::Result<Vec<u64>>;
+    /// Opens an existing segment for writing.
+    fn open_segment_for_write(&self, seq: u64, mode: WriteMode) -> io::Result<Arc<dyn SegmentFile>>;
+    /// Opens an existing segment for reading (through the page cache).
+    fn open_segment_for_read(&self, seq: u64) -> io::Result<Arc<dyn SegmentFile>>;
+    /// Creates segment `seq` of `size` zero bytes, durably: data, size and name. Written zeros
+    /// (not a hole, not fallocate) so that later fdatasyncs flush data only, no extent changes.
+    fn create_segment(&self, seq: u64, size: u64) -> io::Result<()>;
+    /// Renames the unused segment `from` to `to`, durably. Its old records carry `from`'s tag,
+    /// so they read as the end of the log in segment `to`.
+    fn recycle_segment(&self, from: u64, to: u64) -> io::Result<()>;
+    fn remove_segment(&self, seq: u64) -> io::Result<()>;
+    /// Replaces the side file `name` with `data` atomically and durably.
+    fn write_file_atomic(&self, name: &str, data: &[u8]) -> io::Result<()>;
+    /// Reads the side file `name`, if it exists.
+    fn read_file(&self, name: &str) -> io::Result<Option<Vec<u8>>>;
+    fn remove_file(&self, name: &str) -> io::Result<()>;
+    /// Removes leftovers of interrupted creations.
+    fn remove_temporaries(&self) -> io::Result<()>;
+}
+
+/// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
+pub fn read_exact_at(file: &dyn SegmentFile, buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset)? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                done += n;
+                offset += n as u64;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` at `offset`, looping over short writes.
+pub fn write_all_at(file: &dyn SegmentFile, buf: &[u8], mut offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.write_at(&buf[done..], offset)? {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n => {
+                done += n;
+                offset += n as u64;
+            }
+        }
+    }
+    Ok(())
+}
+
+const SEGMENT_SUFFIX: &str = ".journal";
+const TEMP_PREFIX: &str = "tmp-";
+
+/// Segment files and side files in one directory of a real file system.
+pub struct FsStorage {
+    dir: PathBuf,
+}
+
+impl FsStorage {
+    pub fn open(dir: &Path) -> io::Result<Self> {
+        fs::create_dir_all(dir)?;
+        Ok(FsStorage { dir: dir.to_path_buf() })
+    }
+
+    fn segment_path(&self, seq: u64) -> PathBuf {
+        self.dir.join(format!("{seq:020}{SEGMENT_SUFFIX}"))
+    }
+
+    fn sync_dir(&self) -> io::Result<()> {
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+struct FsFile(File);
+
+impl SegmentFile for FsFile {
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.0.write_at(buf, offset)
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)?;
+        self.0.sync_all()
+    }
+}
+
+impl Storage for FsStorage {
+    fn list_segments(&self) -> io::Result<Vec<u64>> {
+        let mut seqs = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let name = entry?.file_name();
+            let name = name.to_string_lossy();
+            if let Some(seq) = name.strip_suffix(SEGMENT_SUFFIX).and_then(|s| s.parse().ok()) {
+                seqs.push(seq);
+            }
+        }
+        seqs.sort_unstable();
+        Ok(seqs)
+    }
+
+    fn open_segment_for_write(&self, seq: u64, mode: WriteMode) -> io::Result<Arc<dyn SegmentFile>> {
+        let mut flags = 0;
+        if mode.direct_io {
+            flags |= libc::O_DIRECT;
+        }
+        if mode.dsync {
+            flags |= libc::O_DSYNC;
+        }
+        let file =
+            OpenOptions::new().read(true).write(true).custom_flags(flags).open(self.segment_path(seq))?;
+        Ok(Arc::new(FsFile(file)))
+    }
+
+    fn open_segment_for_read(&self, seq: u64) -> io::Result<Arc<dyn SegmentFile>> {
+        Ok(Arc::new(FsFile(File::open(self.segment_path(seq))?)))
+    }
+
+    fn create_segment(&self, seq: u64, size: u64) -> io::Result<()> {
+        let temp = self.dir.join(format!("{TEMP_PREFIX}{seq:020}{SEGMENT_SUFFIX}"));
+        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&temp)?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut written = 0u64;
+        while written < size {
+            let n = (size - written).min(zeros.len() as u64) as usize;
+            if let Err(e) = file.write_all(&zeros[..n]) {
+                drop(file);
+                let _ = fs::remove_file(&temp);
+                return Err(e);
+            }
+            written += n as u64;
+        }
+        file.sync_all()?;
+        fs::rename(&temp, self.segment_path(seq))?;
+        self.sync_dir()
+    }
+
+    fn recycle_segment(&self, from: u64, to: u64) -> io::Result<()> {
+        fs::rename(self.segment_path(from), self.segment_path(to))?;
+        self.sync_dir()
+    }
+
+    fn remove_segment(&self, seq: u64) -> io::Result<()> {
+        fs::remove_file(self.segment_path(seq))?;
+        self.sync_dir()
+    }
+
+    fn write_file_atomic(&self, name: &str, data: &[u8]) -> io::Result<()> {
+        let temp = self.dir.join(format!("{TEMP_PREFIX}{name}"));
+        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&temp)?;
+        file.write_all(data)?;
+        file.sync_all()?;
+        fs::rename(&temp, self.dir.join(name))?;
+        self.sync_dir()
+    }
+
+    fn read_file(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        match fs::read(self.dir.join(name)) {
+            Ok(data) => Ok(Some(data)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn remove_file(&self, name: &str) -> io::Result<()> {
+        match fs::remove_file(self.dir.join(name)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn remove_temporaries(&self) -> io::Result<()> {
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            if entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+                fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(())
+    }
+}
