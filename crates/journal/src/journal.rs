@@ -28,14 +28,13 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// Called once when the record's group is durable (or failed). Runs on the writer thread:
-/// keep it short and never block in it.
-pub type Completion = Box<dyn FnOnce(Result<(), JournalError>) + Send>;
+/// Called once when the record's group is durable, with the record's location (or with the
+/// error). Runs on the writer thread: keep it short and never block in it.
+pub type Completion = Box<dyn FnOnce(Result<RecordLocation, JournalError>) + Send>;
 
 /// What recovery found when the journal opened.
 #[derive(Debug, Clone, Default)]
@@ -69,7 +68,8 @@ struct Group {
     seq: u64,
     offset: u64,
     buf: AlignedBuf,
-    waiters: Vec<Completion>,
+    /// Each waiter with its record's offset in the group and payload length.
+    waiters: Vec<(Completion, u32, u32)>,
     closed: bool,
     opened_at: Instant,
 }
@@ -106,13 +106,15 @@ struct Shared {
     readers: RwLock<BTreeMap<u64, Arc<dyn SegmentFile>>>,
     prep: Mutex<Prep>,
     prep_changed: Condvar,
-    sealed: Mutex<mpsc::Sender<SealedSegment>>,
+    sealed_hook: Mutex<Option<SealedHook>>,
     stats: JournalStats,
 }
 
+/// Told about each segment the writer leaves for good (on the writer thread).
+pub type SealedHook = Box<dyn FnMut(SealedSegment) + Send>;
+
 pub struct Journal {
     shared: Arc<Shared>,
-    sealed_receiver: Mutex<Option<mpsc::Receiver<SealedSegment>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -154,7 +156,6 @@ impl Journal {
         }
         let first_seq = seqs.last().map_or(1, |last| last + 1);
         prep.requested = Some(first_seq);
-        let (sealed_sender, sealed_receiver) = mpsc::channel();
         let shared = Arc::new(Shared {
             staging: Mutex::new(Staging {
                 groups: VecDeque::new(),
@@ -169,7 +170,7 @@ impl Journal {
             readers: RwLock::new(readers),
             prep: Mutex::new(prep),
             prep_changed: Condvar::new(),
-            sealed: Mutex::new(sealed_sender),
+            sealed_hook: Mutex::new(None),
             stats: JournalStats::default(),
         });
         let writer = {
@@ -188,7 +189,6 @@ impl Journal {
         };
         let journal = Journal {
             shared,
-            sealed_receiver: Mutex::new(Some(sealed_receiver)),
             threads: Mutex::new(vec![writer, preparer]),
         };
         Ok((journal, report))
@@ -202,9 +202,9 @@ impl Journal {
         &self.shared.stats
     }
 
-    /// The receiver of sealed-segment notifications (once).
-    pub fn take_sealed_receiver(&self) -> Option<mpsc::Receiver<SealedSegment>> {
-        self.sealed_receiver.lock().take()
+    /// Sets the hook told about sealed segments (including the last one, on close).
+    pub fn set_sealed_hook(&self, hook: SealedHook) {
+        *self.shared.sealed_hook.lock() = Some(hook);
     }
 
     /// Stages one record. Returns where it will live; `completion` runs once it is durable.
@@ -263,7 +263,7 @@ impl Journal {
         }
         let group = staging.groups.back_mut().expect("a group is open");
         let at = encode_record(&mut group.buf, segment_tag(group.seq), header, payload);
-        group.waiters.push(completion);
+        group.waiters.push((completion, at as u32, payload.len() as u32));
         let location =
             RecordLocation { segment: group.seq, offset: group.offset + at as u64, len: payload.len() as u32 };
         drop(staging);
@@ -455,7 +455,7 @@ fn writer_loop(shared: &Shared) {
             match switch_segment(shared, group.seq, mode) {
                 Ok(file) => {
                     if let Some(old) = active.take() {
-                        let _ = shared.sealed.lock().send(SealedSegment { seq: old.seq, len: old.end });
+                        notify_sealed(shared, SealedSegment { seq: old.seq, len: old.end });
                     }
                     active = Some(Active { seq: group.seq, file, end: 0 });
                 }
@@ -491,13 +491,19 @@ fn writer_loop(shared: &Shared) {
         stats.groups.fetch_add(1, Ordering::Relaxed);
         stats.records.fetch_add(group.waiters.len() as u64, Ordering::Relaxed);
         stats.bytes.fetch_add(group.buf.len() as u64, Ordering::Relaxed);
-        for waiter in group.waiters.drain(..) {
-            waiter(Ok(()));
+        for (waiter, at, len) in group.waiters.drain(..) {
+            waiter(Ok(RecordLocation { segment: group.seq, offset: group.offset + at as u64, len }));
         }
         recycle_buffer(shared, group.buf);
     }
     if let Some(last) = active {
-        let _ = shared.sealed.lock().send(SealedSegment { seq: last.seq, len: last.end });
+        notify_sealed(shared, SealedSegment { seq: last.seq, len: last.end });
+    }
+}
+
+fn notify_sealed(shared: &Shared, sealed: SealedSegment) {
+    if let Some(hook) = shared.sealed_hook.lock().as_mut() {
+        hook(sealed);
     }
 }
 
@@ -585,7 +591,7 @@ fn preparer_loop(shared: &Shared) {
 /// that no gap is ever left inside a segment.
 fn fail_queued_for_disk_full(shared: &Shared, group: &mut Group, why: Arc<str>) {
     let error = JournalError::DiskFull(why);
-    let mut waiters: Vec<Completion> = group.waiters.drain(..).collect();
+    let mut waiters: Vec<_> = group.waiters.drain(..).collect();
     {
         let mut staging = shared.staging.lock();
         for mut queued in staging.groups.drain(..) {
@@ -594,7 +600,7 @@ fn fail_queued_for_disk_full(shared: &Shared, group: &mut Group, why: Arc<str>) 
         staging.next_seq = group.seq;
         staging.next_offset = 0;
     }
-    for waiter in waiters {
+    for (waiter, _, _) in waiters {
         waiter(Err(error.clone()));
     }
 }
@@ -609,7 +615,7 @@ fn fail_everything(shared: &Shared, group: Group, error: JournalError) {
             waiters.append(&mut queued.waiters);
         }
     }
-    for waiter in waiters {
+    for (waiter, _, _) in waiters {
         waiter(Err(error.clone()));
     }
 }

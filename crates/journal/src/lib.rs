@@ -19,6 +19,6 @@ pub mod storage;
 
 pub use config::{JournalConfig, SyncMode};
 pub use error::JournalError;
-pub use journal::{Completion, Journal, RecoveryReport, SealedSegment};
+pub use journal::{Completion, Journal, RecoveryReport, SealedHook, SealedSegment};
 pub use record::RecordHeader;
 pub use scan::RecordLocation;

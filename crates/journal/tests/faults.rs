@@ -41,7 +41,8 @@ fn append_sync(journal: &Journal, ledger: u64, entry: u64) -> Result<RecordLocat
             let _ = tx.send(result);
         }),
     )?;
-    rx.recv_timeout(WAIT).expect("completion arrives")?;
+    let durable = rx.recv_timeout(WAIT).expect("completion arrives")?;
+    assert_eq!(durable, location, "the completion reports the staged location");
     Ok(location)
 }
 
@@ -132,7 +133,7 @@ fn crash_with_torn_writes_never_loses_an_acknowledged_record() {
                             let acked = acked.clone();
                             let count = count.clone();
                             let done_tx = done_tx.clone();
-                            let completion = Box::new(move |result: Result<(), JournalError>| {
+                            let completion = Box::new(move |result: Result<RecordLocation, JournalError>| {
                                 if result.is_ok() {
                                     acked.lock().insert((ledger, entry), ());
                                     if count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1

@@ -1,0 +1,42 @@
+//! Ledger store configuration.
+
+use crate::error::LedgerError;
+use magnetar_journal::JournalConfig;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+pub struct LedgerStoreConfig {
+    /// Directory of journal segments, index files and the checkpoint.
+    pub dir: PathBuf,
+    pub journal: JournalConfig,
+    /// Memory for recently appended entries, served to tailing readers without a disk read.
+    /// Default 32 MiB. Only filled as entries arrive.
+    pub write_cache_bytes: usize,
+    /// A sealed segment whose live bytes fall below this fraction of its size has its live
+    /// entries copied forward so that the whole file can be freed. Default 0.5; 0 disables.
+    pub compaction_live_ratio: f64,
+}
+
+impl Default for LedgerStoreConfig {
+    fn default() -> Self {
+        LedgerStoreConfig {
+            dir: PathBuf::from("data/ledgers"),
+            journal: JournalConfig::default(),
+            write_cache_bytes: 32 << 20,
+            compaction_live_ratio: 0.5,
+        }
+    }
+}
+
+impl LedgerStoreConfig {
+    pub fn validate(&self) -> Result<(), LedgerError> {
+        self.journal.validate()?;
+        if !(0.0..1.0).contains(&self.compaction_live_ratio) {
+            return Err(LedgerError::Config(format!(
+                "compaction_live_ratio must be in [0, 1): {}",
+                self.compaction_live_ratio
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,26 @@
+//! Errors of the ledger store.
+
+use magnetar_journal::JournalError;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LedgerError {
+    #[error("ledger {0} does not exist")]
+    NoSuchLedger(u64),
+    #[error("entry {entry} of ledger {ledger} does not exist (or is not yet durable)")]
+    NoSuchEntry { ledger: u64, entry: u64 },
+    #[error("ledger {0} is closed")]
+    Closed(u64),
+    #[error("ledger {0} is fenced")]
+    Fenced(u64),
+    /// An earlier append to this ledger failed: later ones cannot succeed without a hole.
+    #[error("ledger {ledger} stopped accepting appends after entry {entry} failed")]
+    Failed { ledger: u64, entry: u64 },
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error("corrupt ledger store file {file}: {why}")]
+    Corrupt { file: String, why: String },
+    #[error("invalid ledger store configuration: {0}")]
+    Config(String),
+    #[error("ledger store is shutting down")]
+    ShuttingDown,
+}

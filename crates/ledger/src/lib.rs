@@ -1,0 +1,15 @@
+//! Magnetar's ledger store: the storage engine brokers write topics into.
+//!
+//! Ledgers hold dense entries `0..n`, appended durably through the journal (group commit,
+//! fdatasync before acknowledgement), read back from a write cache or from the journal's
+//! segments, closed, fenced and deleted. See [`store`] for the design and its invariants.
+
+pub mod cache;
+pub mod config;
+pub mod error;
+pub mod files;
+pub mod store;
+
+pub use config::LedgerStoreConfig;
+pub use error::LedgerError;
+pub use store::{LedgerInfo, LedgerStore, PendingAppend, StoreRecovery, StoreStats};

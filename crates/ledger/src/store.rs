@@ -1,0 +1,833 @@
+//! The ledger store: ledgers of dense entries over one journal (single write: the journal is
+//! the entry log; see ARCHITECTURE.md for the measurement behind that choice).
+//!
+//! A ledger is an id with entries 0..n. It is open until closed (sealed with its entry count)
+//! and may be fenced (refusing appends, for recovery by a new writer). Appends to one ledger
+//! complete in entry order; once one fails, every later one fails too, so a ledger never has a
+//! hole that a reader could see as a missing entry.
+//!
+//! State lives in memory and in the journal; a background maintenance thread writes, after
+//! each sealed segment, an index file for it and a checkpoint of all ledgers, so that a
+//! restart reads the index files and replays only the segments written since. The same thread
+//! frees segments whose ledgers are all deleted and compacts mostly-dead ones.
+//!
+//! Invariants:
+//! - `LedgerState::locations.len()` is the number of durable entries; entries are readable
+//!   only below it.
+//! - Journal records of one ledger are staged under that ledger's lock, so the journal holds
+//!   them in entry order.
+//! - A segment is freed only after a checkpoint covers it and no live ledger has an entry in it.
+
+use crate::cache::WriteCache;
+use crate::config::LedgerStoreConfig;
+use crate::error::LedgerError;
+use crate::files::{self, Checkpoint, IndexEntry, LedgerMeta, CHECKPOINT_FILE};
+use bytes::Bytes;
+use magnetar_journal::storage::{FsStorage, Storage};
+use magnetar_journal::{Journal, JournalError, RecordHeader, RecordLocation, SealedSegment};
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
+
+/// Journal record kinds written by the ledger store.
+pub mod kind {
+    pub const ENTRY: u8 = 1;
+    pub const CREATE: u8 = 2;
+    /// `entry_id` holds the entry count the ledger is closed with.
+    pub const CLOSE: u8 = 3;
+    pub const FENCE: u8 = 4;
+    pub const DELETE: u8 = 5;
+}
+
+/// Where an entry lives, packed (12 bytes an entry in memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Location {
+    segment: u32,
+    offset: u32,
+    len: u32,
+}
+
+impl Location {
+    fn pack(location: RecordLocation) -> Self {
+        let segment = u32::try_from(location.segment).expect("segment numbers stay below 2^32");
+        let offset = u32::try_from(location.offset).expect("segments are below 4 GiB");
+        Location { segment, offset, len: location.len }
+    }
+
+    fn unpack(self) -> RecordLocation {
+        RecordLocation { segment: self.segment.into(), offset: self.offset.into(), len: self.len }
+    }
+}
+
+#[derive(Default)]
+struct LedgerState {
+    /// No more appends: a close was asked for.
+    closing: bool,
+    /// The entry count a durable close sealed the ledger with.
+    closed_count: Option<u64>,
+    fenced: bool,
+    deleting: bool,
+    /// The first entry whose append failed.
+    failed_from: Option<u64>,
+    next_entry: u64,
+    locations: Vec<Location>,
+}
+
+struct Ledger {
+    id: u64,
+    state: Mutex<LedgerState>,
+}
+
+/// A ledger's state as seen from outside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerInfo {
+    pub id: u64,
+    /// Durable entries: 0..entries are readable.
+    pub entries: u64,
+    pub closed: bool,
+    pub fenced: bool,
+}
+
+/// What a restart found.
+#[derive(Debug, Clone, Default)]
+pub struct StoreRecovery {
+    pub journal: magnetar_journal::RecoveryReport,
+    pub checkpoint_covered: u64,
+    pub segments_from_index: usize,
+    pub segments_replayed: usize,
+    pub ledgers: usize,
+    pub entries: u64,
+}
+
+/// Counters for the perf tool and metrics.
+#[derive(Debug, Default)]
+pub struct StoreStats {
+    pub checkpoints: AtomicU64,
+    pub segments_freed: AtomicU64,
+    pub entries_relocated: AtomicU64,
+}
+
+/// Bytes per ledger in one checkpointed segment.
+#[derive(Default)]
+struct SegmentUsage {
+    ledgers: HashMap<u64, u64>,
+}
+
+enum Maintenance {
+    Sealed(SealedSegment),
+    LedgerDeleted,
+    Run(mpsc::Sender<Result<(), LedgerError>>),
+    Stop,
+}
+
+struct Inner {
+    config: LedgerStoreConfig,
+    journal: Journal,
+    ledgers: RwLock<HashMap<u64, Arc<Ledger>>>,
+    next_ledger_id: AtomicU64,
+    cache: Mutex<WriteCache>,
+    usage: Mutex<BTreeMap<u64, SegmentUsage>>,
+    covered: AtomicU64,
+    maintenance: Mutex<mpsc::Sender<Maintenance>>,
+    stats: StoreStats,
+}
+
+pub struct LedgerStore {
+    inner: Arc<Inner>,
+    maintenance_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A staged append; resolves to the entry id once the entry is durable.
+pub struct PendingAppend {
+    entry_id: u64,
+    receiver: tokio::sync::oneshot::Receiver<Result<u64, LedgerError>>,
+}
+
+impl PendingAppend {
+    /// The id the entry will have.
+    pub fn entry_id(&self) -> u64 {
+        self.entry_id
+    }
+}
+
+impl Future for PendingAppend {
+    type Output = Result<u64, LedgerError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.receiver)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(LedgerError::ShuttingDown)))
+    }
+}
+
+type Callback<T> = Box<dyn FnOnce(Result<T, LedgerError>) + Send>;
+
+impl LedgerStore {
+    /// Opens the store in `config.dir` on the real file system.
+    pub fn open(config: LedgerStoreConfig) -> Result<(Self, StoreRecovery), LedgerError> {
+        let storage = FsStorage::open(&config.dir)
+            .map_err(|e| JournalError::io(format!("open {}", config.dir.display()), e))?;
+        Self::open_with_storage(config, Arc::new(storage))
+    }
+
+    /// Opens the store over any storage (the simulator in tests).
+    pub fn open_with_storage(
+        config: LedgerStoreConfig,
+        storage: Arc<dyn Storage>,
+    ) -> Result<(Self, StoreRecovery), LedgerError> {
+        config.validate()?;
+        let (journal, journal_report) = Journal::open(config.journal.clone(), storage.clone())?;
+        let recovered = recover(&journal, &*storage, journal_report)?;
+        let (sender, receiver) = mpsc::channel();
+        let cache = Mutex::new(WriteCache::new(config.write_cache_bytes));
+        let inner = Arc::new(Inner {
+            config,
+            journal,
+            ledgers: RwLock::new(recovered.ledgers),
+            next_ledger_id: AtomicU64::new(recovered.next_ledger_id),
+            cache,
+            usage: Mutex::new(recovered.usage),
+            covered: AtomicU64::new(recovered.report.checkpoint_covered),
+            maintenance: Mutex::new(sender.clone()),
+            stats: StoreStats::default(),
+        });
+        for seq in recovered.to_checkpoint {
+            let _ = sender.send(Maintenance::Sealed(SealedSegment { seq, len: 0 }));
+        }
+        let hook_sender = Mutex::new(sender);
+        inner.journal.set_sealed_hook(Box::new(move |sealed| {
+            let _ = hook_sender.lock().send(Maintenance::Sealed(sealed));
+        }));
+        let thread = {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("ledger-maintenance".into())
+                .spawn(move || maintenance_loop(&inner, receiver))
+                .map_err(|e| JournalError::io("spawn ledger maintenance", e))?
+        };
+        let store = LedgerStore { inner, maintenance_thread: Mutex::new(Some(thread)) };
+        Ok((store, recovered.report))
+    }
+
+    /// Creates a ledger; resolves once its creation is durable.
+    pub async fn create_ledger(&self) -> Result<u64, LedgerError> {
+        let id = self.inner.next_ledger_id.fetch_add(1, Ordering::SeqCst);
+        let ledger = Arc::new(Ledger { id, state: Mutex::new(LedgerState::default()) });
+        self.inner.ledgers.write().insert(id, ledger);
+        let result = self.write_meta(id, kind::CREATE, 0).await;
+        if result.is_err() {
+            self.inner.ledgers.write().remove(&id);
+        }
+        result.map(|()| id)
+    }
+
+    /// Stages an append; the returned future resolves when it is durable.
+    pub fn append(&self, ledger: u64, data: Bytes) -> Result<PendingAppend, LedgerError> {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let entry_id = self.append_with(
+            ledger,
+            data,
+            Box::new(move |result| {
+                let _ = sender.send(result);
+            }),
+        )?;
+        Ok(PendingAppend { entry_id, receiver })
+    }
+
+    /// Stages an append and returns its entry id; `callback` runs (on the journal's writer
+    /// thread: keep it short) once it is durable or has failed.
+    pub fn append_with(
+        &self,
+        ledger_id: u64,
+        data: Bytes,
+        callback: Callback<u64>,
+    ) -> Result<u64, LedgerError> {
+        let ledger = self.ledger(ledger_id)?;
+        let mut state = ledger.state.lock();
+        if state.deleting {
+            return Err(LedgerError::NoSuchLedger(ledger_id));
+        }
+        if state.closing {
+            return Err(LedgerError::Closed(ledger_id));
+        }
+        if state.fenced {
+            return Err(LedgerError::Fenced(ledger_id));
+        }
+        if let Some(entry) = state.failed_from {
+            return Err(LedgerError::Failed { ledger: ledger_id, entry });
+        }
+        let entry = state.next_entry;
+        let header = RecordHeader { kind: kind::ENTRY, ledger_id, entry_id: entry };
+        let owner = ledger.clone();
+        let completion = Box::new(move |result: Result<RecordLocation, JournalError>| {
+            callback(complete_entry(&owner, entry, result));
+        });
+        self.inner.journal.append(header, &data, completion)?;
+        state.next_entry += 1;
+        drop(state);
+        self.inner.cache.lock().insert(ledger_id, entry, data);
+        Ok(entry)
+    }
+
+    /// Closes a ledger: no more appends; resolves with its final entry count once durable.
+    pub async fn close_ledger(&self, ledger_id: u64) -> Result<u64, LedgerError> {
+        let ledger = self.ledger(ledger_id)?;
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        {
+            let mut state = ledger.state.lock();
+            if let Some(count) = state.closed_count {
+                return Ok(count);
+            }
+            state.closing = true;
+            let count = state.failed_from.unwrap_or(state.next_entry);
+            let owner = ledger.clone();
+            self.stage_meta(ledger_id, kind::CLOSE, count, move |result| {
+                let result = result.map(|()| {
+                    let mut state = owner.state.lock();
+                    let count = count.min(state.locations.len() as u64);
+                    state.closed_count = Some(count);
+                    count
+                });
+                let _ = sender.send(result);
+            })?;
+        }
+        receiver.await.unwrap_or(Err(LedgerError::ShuttingDown))
+    }
+
+    /// Fences a ledger: appends are refused from now on. Resolves, once durable, with the
+    /// number of durable entries (all appends staged before the fence have completed).
+    pub async fn fence_ledger(&self, ledger_id: u64) -> Result<u64, LedgerError> {
+        let ledger = self.ledger(ledger_id)?;
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        {
+            let mut state = ledger.state.lock();
+            state.fenced = true;
+            let owner = ledger.clone();
+            self.stage_meta(ledger_id, kind::FENCE, 0, move |result| {
+                let _ = sender.send(result.map(|()| owner.state.lock().locations.len() as u64));
+            })?;
+        }
+        receiver.await.unwrap_or(Err(LedgerError::ShuttingDown))
+    }
+
+    /// Deletes a ledger; resolves once the deletion is durable. Its disk space is reclaimed in
+    /// the background once no live entry shares its segments.
+    pub async fn delete_ledger(&self, ledger_id: u64) -> Result<(), LedgerError> {
+        let ledger = self.ledger(ledger_id)?;
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        {
+            let mut state = ledger.state.lock();
+            state.deleting = true;
+            let inner = self.inner.clone();
+            self.stage_meta(ledger_id, kind::DELETE, 0, move |result| {
+                if result.is_ok() {
+                    inner.ledgers.write().remove(&ledger_id);
+                    let _ = inner.maintenance.lock().send(Maintenance::LedgerDeleted);
+                }
+                let _ = sender.send(result);
+            })?;
+        }
+        receiver.await.unwrap_or(Err(LedgerError::ShuttingDown))
+    }
+
+    pub fn ledger_info(&self, ledger_id: u64) -> Result<LedgerInfo, LedgerError> {
+        let ledger = self.ledger(ledger_id)?;
+        let state = ledger.state.lock();
+        Ok(LedgerInfo {
+            id: ledger_id,
+            entries: state.locations.len() as u64,
+            closed: state.closed_count.is_some(),
+            fenced: state.fenced,
+        })
+    }
+
+    /// Ids of all ledgers, ascending.
+    pub fn ledgers(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.inner.ledgers.read().keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    pub fn read_entry(&self, ledger: u64, entry: u64) -> Result<Bytes, LedgerError> {
+        Ok(self.read_range(ledger, entry, entry)?.pop().expect("one entry asked for"))
+    }
+
+    /// Reads entries `first..=last`, from the write cache where possible and otherwise from
+    /// the journal with nearby records coalesced into one read. Blocking on a cache miss.
+    pub fn read_range(&self, ledger_id: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
+        let ledger = self.ledger(ledger_id)?;
+        for attempt in 0.. {
+            let locations: Vec<Location> = {
+                let state = ledger.state.lock();
+                if first > last || last >= state.locations.len() as u64 {
+                    return Err(LedgerError::NoSuchEntry { ledger: ledger_id, entry: last });
+                }
+                state.locations[first as usize..=last as usize].to_vec()
+            };
+            let mut out: Vec<Option<Bytes>> = {
+                let cache = self.inner.cache.lock();
+                (first..=last).map(|entry| cache.get(ledger_id, entry)).collect()
+            };
+            let misses: Vec<(RecordLocation, RecordHeader)> = out
+                .iter()
+                .zip(first..)
+                .zip(&locations)
+                .filter(|((cached, _), _)| cached.is_none())
+                .map(|((_, entry), location)| {
+                    let header = RecordHeader { kind: kind::ENTRY, ledger_id, entry_id: entry };
+                    (location.unpack(), header)
+                })
+                .collect();
+            if misses.is_empty() {
+                return Ok(out.into_iter().map(|e| e.expect("all cached")).collect());
+            }
+            match self.inner.journal.read_many(&misses) {
+                Ok(read) => {
+                    let mut read = read.into_iter();
+                    for slot in out.iter_mut().filter(|slot| slot.is_none()) {
+                        *slot = read.next();
+                    }
+                    return Ok(out.into_iter().map(|e| e.expect("all read")).collect());
+                }
+                // Compaction may have moved the entries meanwhile: look them up once more.
+                Err(JournalError::Corrupt { .. }) if attempt == 0 => continue,
+                Err(error) => return Err(error.into()),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// Writes pending checkpoints, frees dead segments and compacts sparse ones, now.
+    pub fn run_maintenance(&self) -> Result<(), LedgerError> {
+        let (sender, receiver) = mpsc::channel();
+        self.inner
+            .maintenance
+            .lock()
+            .send(Maintenance::Run(sender))
+            .map_err(|_| LedgerError::ShuttingDown)?;
+        receiver.recv().map_err(|_| LedgerError::ShuttingDown)?
+    }
+
+    pub fn stats(&self) -> &StoreStats {
+        &self.inner.stats
+    }
+
+    pub fn journal(&self) -> &Journal {
+        &self.inner.journal
+    }
+
+    /// Flushes what is staged, writes a final checkpoint and stops the background threads.
+    pub fn close(&self) {
+        self.inner.journal.close();
+        let _ = self.inner.maintenance.lock().send(Maintenance::Stop);
+        if let Some(thread) = self.maintenance_thread.lock().take() {
+            let _ = thread.join();
+        }
+    }
+
+    fn ledger(&self, id: u64) -> Result<Arc<Ledger>, LedgerError> {
+        self.inner.ledgers.read().get(&id).cloned().ok_or(LedgerError::NoSuchLedger(id))
+    }
+
+    fn stage_meta(
+        &self,
+        ledger_id: u64,
+        kind: u8,
+        entry_id: u64,
+        done: impl FnOnce(Result<(), LedgerError>) + Send + 'static,
+    ) -> Result<(), LedgerError> {
+        let header = RecordHeader { kind, ledger_id, entry_id };
+        self.inner
+            .journal
+            .append(header, &[], Box::new(move |result| done(result.map(|_| ()).map_err(Into::into))))?;
+        Ok(())
+    }
+
+    async fn write_meta(&self, ledger_id: u64, kind: u8, entry_id: u64) -> Result<(), LedgerError> {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        self.stage_meta(ledger_id, kind, entry_id, move |result| {
+            let _ = sender.send(result);
+        })?;
+        receiver.await.unwrap_or(Err(LedgerError::ShuttingDown))
+    }
+}
+
+impl Drop for LedgerStore {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Runs on the writer thread when an entry's group is durable or failed.
+fn complete_entry(
+    ledger: &Ledger,
+    entry: u64,
+    result: Result<RecordLocation, JournalError>,
+) -> Result<u64, LedgerError> {
+    let mut state = ledger.state.lock();
+    match result {
+        Ok(location) => {
+            if let Some(failed) = state.failed_from.filter(|&failed| failed <= entry) {
+                return Err(LedgerError::Failed { ledger: ledger.id, entry: failed });
+            }
+            assert_eq!(state.locations.len() as u64, entry, "entries complete in order");
+            state.locations.push(Location::pack(location));
+            Ok(entry)
+        }
+        Err(error) => {
+            state.failed_from = Some(state.failed_from.map_or(entry, |f| f.min(entry)));
+            Err(error.into())
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recovery
+
+struct Recovered {
+    ledgers: HashMap<u64, Arc<Ledger>>,
+    next_ledger_id: u64,
+    usage: BTreeMap<u64, SegmentUsage>,
+    to_checkpoint: Vec<u64>,
+    report: StoreRecovery,
+}
+
+#[derive(Default)]
+struct RecoveringLedger {
+    closed_count: Option<u64>,
+    fenced: bool,
+    /// Later records win: an id reused after an unacknowledged write replaces it.
+    locations: Vec<Option<Location>>,
+}
+
+impl RecoveringLedger {
+    fn put(&mut self, entry: u64, location: Location) {
+        let index = entry as usize;
+        if self.locations.len() <= index {
+            self.locations.resize(index + 1, None);
+        }
+        self.locations[index] = Some(location);
+    }
+}
+
+fn recover(
+    journal: &Journal,
+    storage: &dyn Storage,
+    journal_report: magnetar_journal::RecoveryReport,
+) -> Result<Recovered, LedgerError> {
+    let checkpoint = match storage
+        .read_file(CHECKPOINT_FILE)
+        .map_err(|e| JournalError::io("read checkpoint", e))?
+    {
+        Some(data) => files::decode_checkpoint(&data)?,
+        None => Checkpoint { covered: 0, next_ledger_id: 1, ledgers: Vec::new() },
+    };
+    let mut ledgers: HashMap<u64, RecoveringLedger> = checkpoint
+        .ledgers
+        .iter()
+        .map(|meta| {
+            let closed_count = meta.closed.then_some(meta.entry_count);
+            (meta.id, RecoveringLedger { closed_count, fenced: meta.fenced, locations: Vec::new() })
+        })
+        .collect();
+    let mut next_ledger_id = checkpoint.next_ledger_id;
+    let mut usage = BTreeMap::new();
+    let mut to_checkpoint = Vec::new();
+    let mut report = StoreRecovery { checkpoint_covered: checkpoint.covered, ..Default::default() };
+    for &seq in &journal_report.segments {
+        if seq <= checkpoint.covered {
+            let entries = match load_index(storage, seq) {
+                Some(entries) => {
+                    report.segments_from_index += 1;
+                    entries
+                }
+                None => {
+                    report.segments_replayed += 1;
+                    index_segment(journal, seq)?
+                }
+            };
+            let mut segment_usage = SegmentUsage::default();
+            for e in entries {
+                *segment_usage.ledgers.entry(e.ledger).or_default() += u64::from(e.len);
+                if let Some(ledger) = ledgers.get_mut(&e.ledger) {
+                    ledger.put(e.entry, Location { segment: seq as u32, offset: e.offset, len: e.len });
+                }
+            }
+            usage.insert(seq, segment_usage);
+        } else {
+            report.segments_replayed += 1;
+            to_checkpoint.push(seq);
+            journal.scan(seq, |header, location, _| {
+                let id = header.ledger_id;
+                match header.kind {
+                    kind::CREATE => {
+                        ledgers.entry(id).or_default();
+                        next_ledger_id = next_ledger_id.max(id + 1);
+                    }
+                    kind::ENTRY => {
+                        if let Some(ledger) = ledgers.get_mut(&id) {
+                            ledger.put(header.entry_id, Location::pack(location));
+                        }
+                    }
+                    kind::CLOSE => {
+                        if let Some(ledger) = ledgers.get_mut(&id) {
+                            ledger.closed_count = Some(header.entry_id);
+                        }
+                    }
+                    kind::FENCE => {
+                        if let Some(ledger) = ledgers.get_mut(&id) {
+                            ledger.fenced = true;
+                        }
+                    }
+                    kind::DELETE => {
+                        ledgers.remove(&id);
+                    }
+                    other => tracing::warn!(kind = other, "unknown journal record kind; skipped"),
+                }
+            })?;
+        }
+    }
+    let mut live = HashMap::with_capacity(ledgers.len());
+    for (id, recovering) in ledgers {
+        next_ledger_id = next_ledger_id.max(id + 1);
+        // Only the dense prefix is real: anything after a gap was never acknowledged.
+        let mut locations: Vec<Location> = recovering.locations.into_iter().map_while(|l| l).collect();
+        let closed_count = recovering.closed_count.map(|count| count.min(locations.len() as u64));
+        if let Some(count) = closed_count {
+            locations.truncate(count as usize);
+        }
+        report.entries += locations.len() as u64;
+        let state = LedgerState {
+            closing: closed_count.is_some(),
+            closed_count,
+            fenced: recovering.fenced,
+            next_entry: locations.len() as u64,
+            locations,
+            ..LedgerState::default()
+        };
+        live.insert(id, Arc::new(Ledger { id, state: Mutex::new(state) }));
+    }
+    report.ledgers = live.len();
+    report.journal = journal_report;
+    Ok(Recovered { ledgers: live, next_ledger_id, usage, to_checkpoint, report })
+}
+
+fn load_index(storage: &dyn Storage, seq: u64) -> Option<Vec<IndexEntry>> {
+    let data = storage.read_file(&files::index_file_name(seq)).ok()??;
+    match files::decode_index(seq, &data) {
+        Ok(entries) => Some(entries),
+        Err(error) => {
+            tracing::warn!(%error, segment = seq, "index file unusable; scanning the segment");
+            None
+        }
+    }
+}
+
+/// The entry records of one segment.
+fn index_segment(journal: &Journal, seq: u64) -> Result<Vec<IndexEntry>, LedgerError> {
+    let mut entries = Vec::new();
+    journal.scan(seq, |header, location, _| {
+        if header.kind == kind::ENTRY {
+            entries.push(IndexEntry {
+                ledger: header.ledger_id,
+                entry: header.entry_id,
+                offset: location.offset as u32,
+                len: location.len,
+            });
+        }
+    })?;
+    Ok(entries)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Maintenance: checkpoints, freeing segments, compaction
+
+fn maintenance_loop(inner: &Inner, receiver: mpsc::Receiver<Maintenance>) {
+    let mut sealed = Vec::new();
+    while let Ok(message) = receiver.recv() {
+        let mut reply = None;
+        let mut stop = false;
+        match message {
+            Maintenance::Sealed(segment) => sealed.push(segment.seq),
+            Maintenance::LedgerDeleted => {}
+            Maintenance::Run(sender) => reply = Some(sender),
+            Maintenance::Stop => stop = true,
+        }
+        // Take everything queued, so a burst of seals costs one checkpoint.
+        while let Ok(message) = receiver.try_recv() {
+            match message {
+                Maintenance::Sealed(segment) => sealed.push(segment.seq),
+                Maintenance::LedgerDeleted => {}
+                Maintenance::Run(sender) => reply = Some(sender),
+                Maintenance::Stop => stop = true,
+            }
+        }
+        let result = checkpoint(inner, &mut sealed)
+            .and_then(|()| free_dead_segments(inner))
+            .and_then(|()| if stop { Ok(()) } else { compact(inner, reply.is_some()) });
+        if let Err(error) = &result {
+            tracing::error!(%error, "ledger store maintenance failed");
+        }
+        if let Some(reply) = reply {
+            let _ = reply.send(result);
+        }
+        if stop {
+            return;
+        }
+    }
+}
+
+/// Indexes newly sealed segments and writes a checkpoint covering them.
+fn checkpoint(inner: &Inner, sealed: &mut Vec<u64>) -> Result<(), LedgerError> {
+    if sealed.is_empty() {
+        return Ok(());
+    }
+    sealed.sort_unstable();
+    sealed.dedup();
+    let storage = inner.journal.storage();
+    for &seq in sealed.iter() {
+        let entries = index_segment(&inner.journal, seq)?;
+        storage
+            .write_file_atomic(&files::index_file_name(seq), &files::encode_index(seq, &entries))
+            .map_err(|e| JournalError::io(format!("write index of segment {seq}"), e))?;
+        let mut segment_usage = SegmentUsage::default();
+        for e in &entries {
+            *segment_usage.ledgers.entry(e.ledger).or_default() += u64::from(e.len);
+        }
+        inner.usage.lock().insert(seq, segment_usage);
+    }
+    let covered = *sealed.last().expect("not empty");
+    let ledgers = {
+        let map = inner.ledgers.read();
+        let mut metas: Vec<LedgerMeta> = map
+            .values()
+            .map(|ledger| {
+                let state = ledger.state.lock();
+                LedgerMeta {
+                    id: ledger.id,
+                    closed: state.closed_count.is_some(),
+                    fenced: state.fenced,
+                    entry_count: state.closed_count.unwrap_or(0),
+                }
+            })
+            .collect();
+        metas.sort_unstable_by_key(|m| m.id);
+        metas
+    };
+    let next_ledger_id = inner.next_ledger_id.load(Ordering::SeqCst);
+    let encoded = files::encode_checkpoint(&Checkpoint { covered, next_ledger_id, ledgers });
+    storage
+        .write_file_atomic(CHECKPOINT_FILE, &encoded)
+        .map_err(|e| JournalError::io("write checkpoint", e))?;
+    inner.covered.store(covered, Ordering::SeqCst);
+    inner.stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+    sealed.clear();
+    Ok(())
+}
+
+fn live_bytes(inner: &Inner, usage: &SegmentUsage) -> u64 {
+    let ledgers = inner.ledgers.read();
+    usage.ledgers.iter().filter(|(id, _)| ledgers.contains_key(id)).map(|(_, bytes)| bytes).sum()
+}
+
+/// Frees checkpointed segments that hold no entry of a live ledger.
+fn free_dead_segments(inner: &Inner) -> Result<(), LedgerError> {
+    let covered = inner.covered.load(Ordering::SeqCst);
+    let dead: Vec<u64> = {
+        let usage = inner.usage.lock();
+        usage
+            .range(..=covered)
+            .filter(|(_, segment)| live_bytes(inner, segment) == 0)
+            .map(|(&seq, _)| seq)
+            .collect()
+    };
+    for seq in dead {
+        release(inner, seq)?;
+    }
+    Ok(())
+}
+
+fn release(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
+    inner.usage.lock().remove(&seq);
+    inner
+        .journal
+        .storage()
+        .remove_file(&files::index_file_name(seq))
+        .map_err(|e| JournalError::io(format!("remove index of segment {seq}"), e))?;
+    inner.journal.release_segment(seq)?;
+    inner.stats.segments_freed.fetch_add(1, Ordering::Relaxed);
+    tracing::debug!(segment = seq, "journal segment freed");
+    Ok(())
+}
+
+/// Copies the live entries of the sparsest checkpointed segment below the live-ratio
+/// threshold to the head of the journal, then frees it. One segment per call (all when
+/// `all` is set) keeps the work per pass bounded.
+fn compact(inner: &Inner, all: bool) -> Result<(), LedgerError> {
+    let ratio = inner.config.compaction_live_ratio;
+    if ratio <= 0.0 {
+        return Ok(());
+    }
+    let segment_size = inner.config.journal.segment_size_bytes as f64;
+    let covered = inner.covered.load(Ordering::SeqCst);
+    let candidates: Vec<u64> = {
+        let usage = inner.usage.lock();
+        let mut sparse: Vec<(u64, u64)> = usage
+            .range(..=covered)
+            .map(|(&seq, segment)| (seq, live_bytes(inner, segment)))
+            .filter(|&(_, live)| (live as f64) < ratio * segment_size)
+            .collect();
+        sparse.sort_unstable_by_key(|&(_, live)| live);
+        sparse.into_iter().map(|(seq, _)| seq).take(if all { usize::MAX } else { 1 }).collect()
+    };
+    for seq in candidates {
+        relocate_segment(inner, seq)?;
+    }
+    Ok(())
+}
+
+fn relocate_segment(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
+    let entries = index_segment(&inner.journal, seq)?;
+    let (done_sender, done_receiver) = mpsc::channel::<Result<(), LedgerError>>();
+    let mut pending = 0usize;
+    for e in entries {
+        let Some(ledger) = inner.ledgers.read().get(&e.ledger).cloned() else { continue };
+        let old = Location { segment: seq as u32, offset: e.offset, len: e.len };
+        let state = ledger.state.lock();
+        if state.locations.get(e.entry as usize) != Some(&old) {
+            continue;
+        }
+        let header = RecordHeader { kind: kind::ENTRY, ledger_id: e.ledger, entry_id: e.entry };
+        let data = inner.journal.read(old.unpack(), header)?;
+        let owner = ledger.clone();
+        let done = done_sender.clone();
+        // Staged under the ledger lock, like appends, so later appends land after it.
+        inner.journal.append(
+            header,
+            &data,
+            Box::new(move |result| {
+                let outcome = result.map_err(LedgerError::from).map(|location| {
+                    let mut state = owner.state.lock();
+                    if let Some(slot) = state.locations.get_mut(e.entry as usize) {
+                        if *slot == old {
+                            *slot = Location::pack(location);
+                        }
+                    }
+                });
+                let _ = done.send(outcome);
+            }),
+        )?;
+        drop(state);
+        pending += 1;
+    }
+    drop(done_sender);
+    for _ in 0..pending {
+        done_receiver.recv().map_err(|_| LedgerError::ShuttingDown)??;
+    }
+    inner.stats.entries_relocated.fetch_add(pending as u64, Ordering::Relaxed);
+    release(inner, seq)
+}

@@ -1,0 +1,234 @@
+//! The ledger store's contract: dense durable entries, close/fence/delete, restart from
+//! checkpoints and replay, crash safety, and disk space reclaimed after deletes.
+
+use bytes::Bytes;
+use magnetar_journal::sim::{Faults, SimStorage};
+use magnetar_journal::JournalConfig;
+use magnetar_ledger::{LedgerError, LedgerStore, LedgerStoreConfig};
+use parking_lot::Mutex;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn config() -> LedgerStoreConfig {
+    LedgerStoreConfig {
+        journal: JournalConfig {
+            segment_size_bytes: 256 << 10,
+            max_group_bytes: 64 << 10,
+            ..JournalConfig::default()
+        },
+        write_cache_bytes: 64 << 10,
+        ..LedgerStoreConfig::default()
+    }
+}
+
+fn data(ledger: u64, entry: u64) -> Bytes {
+    let len = 10 + ((ledger * 31 + entry * 17) % 2000) as usize;
+    Bytes::from((0..len).map(|i| (i as u64 + ledger * 7 + entry) as u8).collect::<Vec<u8>>())
+}
+
+async fn timed<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(WAIT, future).await.expect("bounded wait")
+}
+
+fn open(storage: &SimStorage) -> LedgerStore {
+    LedgerStore::open_with_storage(config(), Arc::new(storage.clone())).expect("open").0
+}
+
+#[tokio::test]
+async fn entries_are_dense_durable_and_readable() {
+    let storage = SimStorage::new(1);
+    let store = open(&storage);
+    let ledger = timed(store.create_ledger()).await.unwrap();
+    let mut pending = Vec::new();
+    for entry in 0..500 {
+        let append = store.append(ledger, data(ledger, entry)).unwrap();
+        assert_eq!(append.entry_id(), entry);
+        pending.push(append);
+    }
+    for (entry, append) in pending.into_iter().enumerate() {
+        assert_eq!(timed(append).await.unwrap(), entry as u64);
+    }
+    assert_eq!(store.ledger_info(ledger).unwrap().entries, 500);
+    let all = store.read_range(ledger, 0, 499).unwrap();
+    for (entry, bytes) in all.iter().enumerate() {
+        assert_eq!(bytes, &data(ledger, entry as u64));
+    }
+    assert!(matches!(
+        store.read_entry(ledger, 500),
+        Err(LedgerError::NoSuchEntry { entry: 500, .. })
+    ));
+    assert!(matches!(store.read_entry(999, 0), Err(LedgerError::NoSuchLedger(999))));
+}
+
+#[tokio::test]
+async fn close_fence_and_delete_refuse_appends() {
+    let storage = SimStorage::new(2);
+    let store = open(&storage);
+    let a = timed(store.create_ledger()).await.unwrap();
+    let b = timed(store.create_ledger()).await.unwrap();
+    let c = timed(store.create_ledger()).await.unwrap();
+    for ledger in [a, b, c] {
+        for entry in 0..3 {
+            timed(store.append(ledger, data(ledger, entry)).unwrap()).await.unwrap();
+        }
+    }
+    assert_eq!(timed(store.close_ledger(a)).await.unwrap(), 3);
+    assert!(matches!(store.append(a, data(a, 3)), Err(LedgerError::Closed(_))));
+    assert_eq!(timed(store.fence_ledger(b)).await.unwrap(), 3);
+    assert!(matches!(store.append(b, data(b, 3)), Err(LedgerError::Fenced(_))));
+    timed(store.delete_ledger(c)).await.unwrap();
+    assert!(matches!(store.append(c, data(c, 3)), Err(LedgerError::NoSuchLedger(_))));
+    drop(store);
+    let store = open(&storage);
+    assert!(store.ledger_info(a).unwrap().closed);
+    assert!(store.ledger_info(b).unwrap().fenced);
+    assert!(matches!(store.ledger_info(c), Err(LedgerError::NoSuchLedger(_))));
+    assert_eq!(store.read_entry(a, 2).unwrap(), data(a, 2));
+    let d = timed(store.create_ledger()).await.unwrap();
+    assert!(d > c, "ledger ids are never reused");
+}
+
+#[tokio::test]
+async fn restart_uses_index_files_and_replays_only_the_tail() {
+    let storage = SimStorage::new(3);
+    let mut expected = BTreeMap::new();
+    {
+        let store = open(&storage);
+        for _ in 0..4 {
+            let ledger = timed(store.create_ledger()).await.unwrap();
+            for entry in 0..300 {
+                timed(store.append(ledger, data(ledger, entry)).unwrap()).await.unwrap();
+            }
+            expected.insert(ledger, 300u64);
+        }
+        store.run_maintenance().unwrap();
+        assert!(store.stats().checkpoints.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    }
+    let (store, report) =
+        LedgerStore::open_with_storage(config(), Arc::new(storage.clone())).unwrap();
+    assert!(report.segments_from_index > 0, "{report:?}");
+    assert!(report.checkpoint_covered > 0);
+    for (&ledger, &count) in &expected {
+        assert_eq!(store.ledger_info(ledger).unwrap().entries, count);
+        for entry in 0..count {
+            assert_eq!(store.read_entry(ledger, entry).unwrap(), data(ledger, entry));
+        }
+        // An open ledger continues where it stopped.
+        let next = timed(store.append(ledger, data(ledger, count)).unwrap()).await.unwrap();
+        assert_eq!(next, count);
+    }
+}
+
+#[tokio::test]
+async fn deleting_ledgers_frees_segments_and_compaction_moves_live_entries() {
+    let storage = SimStorage::new(4);
+    let store = open(&storage);
+    let keep = timed(store.create_ledger()).await.unwrap();
+    let mut doomed = Vec::new();
+    for round in 0..6u64 {
+        let ledger = timed(store.create_ledger()).await.unwrap();
+        doomed.push(ledger);
+        for entry in 0..200 {
+            timed(store.append(ledger, data(ledger, entry)).unwrap()).await.unwrap();
+            if entry % 10 == 0 {
+                let next = round * 20 + entry / 10;
+                timed(store.append(keep, data(keep, next)).unwrap()).await.unwrap();
+            }
+        }
+    }
+    store.run_maintenance().unwrap();
+    let used_before = storage.used_bytes();
+    for ledger in &doomed {
+        timed(store.delete_ledger(*ledger)).await.unwrap();
+    }
+    store.run_maintenance().unwrap();
+    let used_after = storage.used_bytes();
+    let freed = store.stats().segments_freed.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(freed > 0, "no segment freed");
+    assert!(used_after < used_before, "disk usage {used_before} -> {used_after}");
+    assert!(store.stats().entries_relocated.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    let kept = store.ledger_info(keep).unwrap().entries;
+    assert_eq!(kept, 120);
+    for entry in 0..kept {
+        assert_eq!(store.read_entry(keep, entry).unwrap(), data(keep, entry));
+    }
+    drop(store);
+    let store = open(&storage);
+    for entry in 0..kept {
+        assert_eq!(store.read_entry(keep, entry).unwrap(), data(keep, entry), "after restart");
+    }
+}
+
+#[tokio::test]
+async fn an_append_failure_fails_every_later_append_of_that_ledger() {
+    let storage = SimStorage::new(5);
+    let store = open(&storage);
+    let ledger = timed(store.create_ledger()).await.unwrap();
+    timed(store.append(ledger, data(ledger, 0)).unwrap()).await.unwrap();
+    storage.set_faults(Faults { fail_sync: true, ..Faults::default() });
+    let failed = timed(store.append(ledger, data(ledger, 1)).unwrap()).await;
+    assert!(failed.is_err());
+    storage.set_faults(Faults::default());
+    assert!(store.append(ledger, data(ledger, 2)).is_err(), "no append after a hole");
+    assert_eq!(store.ledger_info(ledger).unwrap().entries, 1);
+}
+
+/// Random crashes under concurrent appends, closes, deletes and maintenance, many seeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashes_never_lose_acknowledged_entries_or_leave_holes() {
+    let base_seed = rand::random::<u64>();
+    println!("base seed {base_seed}");
+    for round in 0..12u64 {
+        let seed = base_seed.wrapping_add(round);
+        let storage = SimStorage::new(seed);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        // ledger -> acknowledged count; deleted ledgers are removed.
+        let acked: Arc<Mutex<BTreeMap<u64, u64>>> = Arc::default();
+        for _life in 0..4 {
+            storage.restart();
+            let store = Arc::new(open(&storage));
+            for (&ledger, &count) in acked.lock().iter() {
+                let info = store.ledger_info(ledger).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                assert!(info.entries >= count, "seed {seed}: ledger {ledger} lost entries");
+                for entry in 0..info.entries {
+                    assert_eq!(store.read_entry(ledger, entry).unwrap(), data(ledger, entry));
+                }
+            }
+            let mut tasks = Vec::new();
+            for _ in 0..3 {
+                let store = store.clone();
+                let acked = acked.clone();
+                let appends = rng.gen_range(1..300);
+                tasks.push(tokio::spawn(async move {
+                    let Ok(ledger) = store.create_ledger().await else { return };
+                    acked.lock().insert(ledger, 0);
+                    for entry in 0..appends {
+                        let Ok(append) = store.append(ledger, data(ledger, entry)) else { return };
+                        if append.await.is_err() {
+                            return;
+                        }
+                        let mut acked = acked.lock();
+                        let count = acked.get_mut(&ledger).expect("ours");
+                        assert_eq!(*count, entry, "acks arrive in entry order");
+                        *count = entry + 1;
+                    }
+                    if store.delete_ledger(ledger).await.is_ok() {
+                        acked.lock().remove(&ledger);
+                    }
+                }));
+            }
+            let crash_after = Duration::from_micros(rng.gen_range(100..30_000));
+            tokio::time::sleep(crash_after).await;
+            storage.crash();
+            for task in tasks {
+                timed(task).await.unwrap();
+            }
+            let store = Arc::try_unwrap(store).ok().expect("tasks finished");
+            tokio::task::spawn_blocking(move || drop(store)).await.unwrap();
+        }
+    }
+}
