@@ -1,0 +1,109 @@
+//! The one Magnetar binary. `cli.rs` says what each subcommand takes; this file wires them up.
+
+mod cli;
+
+use clap::Parser;
+use cli::{Cli, Command, DebugCommand, DiskProbeArgs, PerfCommand, StandaloneArgs};
+use std::time::Duration;
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Err(why) = cli.validate() {
+        eprintln!("error: {why}");
+        std::process::exit(2);
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::Standalone(args) => standalone(args),
+        Command::Perf(PerfCommand::Storage(args)) => {
+            let options = magnetar_perf::storage::StorageBenchOptions {
+                dir: args.dir,
+                appenders: args.appenders,
+                entry_sizes: args.sizes,
+                seconds_per_case: args.seconds,
+                sync_mode: args.sync_mode,
+                direct_io: args.direct_io,
+                raw: !args.no_raw,
+            };
+            let report = magnetar_perf::storage::run(&options)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            }
+            Ok(())
+        }
+        Command::DiskProbe(args) => disk_probe(args),
+        Command::Debug(DebugCommand::CrashWriter { dir, appenders }) => {
+            magnetar_perf::crash::run_writer(&dir, appenders)
+        }
+    }
+}
+
+fn standalone(args: StandaloneArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let config = magnetar_ledger::LedgerStoreConfig {
+            dir: args.data_dir.join("ledgers"),
+            ..Default::default()
+        };
+        let (store, recovery) = magnetar_ledger::LedgerStore::open(config)?;
+        tracing::info!(
+            data_dir = %args.data_dir.display(),
+            ledgers = recovery.ledgers,
+            entries = recovery.entries,
+            "magnetar standalone ready (storage engine only; the Pulsar protocol listener is not built yet)"
+        );
+        shutdown_signal().await?;
+        tracing::info!("shutting down");
+        tokio::task::spawn_blocking(move || drop(store)).await?;
+        anyhow::Ok(())
+    })
+}
+
+async fn shutdown_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result?,
+        _ = terminate.recv() => {}
+    }
+    Ok(())
+}
+
+fn disk_probe(args: DiskProbeArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.dir)?;
+    let duration = Duration::from_secs_f64(args.seconds);
+    let mode = match (args.direct, args.no_sync) {
+        (true, true) => "O_DIRECT, no fdatasync",
+        (true, false) => "O_DIRECT + fdatasync per block",
+        (false, true) => "buffered, no fdatasync",
+        (false, false) => "buffered + fdatasync per block",
+    };
+    println!("disk-probe: MB/s ({mode}), {:.1} s per cell, dir {}", args.seconds, args.dir.display());
+    print!("{:>8}", "threads");
+    for kib in &args.block_size {
+        print!("{:>12}", format!("{kib} KiB"));
+    }
+    println!();
+    let mut results = Vec::new();
+    for &threads in &args.threads {
+        print!("{threads:>8}");
+        for &kib in &args.block_size {
+            let result = magnetar_perf::disk::probe(&args.dir, threads, kib, duration, args.direct, !args.no_sync)?;
+            print!("{:>12.1}", result.mb_per_s);
+            use std::io::Write;
+            std::io::stdout().flush()?;
+            results.push(result);
+        }
+        println!();
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    }
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! Raw disk measurements: what the hardware gives with no software in the way, so our figures
+//! can be quoted as ratios measured in the same run.
+
+use crate::latency::{self, Latency};
+use serde::Serialize;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Result of a write+fdatasync loop.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SyncLoop {
+    pub block_bytes: usize,
+    pub writes: u64,
+    pub mb_per_s: f64,
+    pub latency: Latency,
+}
+
+fn open_fresh(path: &Path, direct: bool) -> io::Result<File> {
+    let flags = if direct { libc::O_DIRECT } else { 0 };
+    OpenOptions::new().read(true).write(true).create(true).truncate(true).custom_flags(flags).open(path)
+}
+
+/// Writes `block_bytes` blocks sequentially with an fdatasync after each, for `duration`.
+/// `prewritten`: the file is filled with zeros and synced first, so each fdatasync flushes data
+/// only (what the journal's preallocated segments see); otherwise the file grows with each write.
+pub fn sync_loop(dir: &Path, block_bytes: usize, duration: Duration, prewritten: bool) -> io::Result<SyncLoop> {
+    let path = dir.join(format!("raw-sync-{block_bytes}-{prewritten}.tmp"));
+    let file = open_fresh(&path, false)?;
+    let span: u64 = 256 << 20;
+    if prewritten {
+        let zeros = vec![0u8; 1 << 20];
+        for i in 0..span / zeros.len() as u64 {
+            file.write_all_at(&zeros, i * zeros.len() as u64)?;
+        }
+        file.sync_all()?;
+    }
+    let block = vec![0x5au8; block_bytes];
+    let mut histogram = latency::histogram();
+    let start = Instant::now();
+    let mut offset = 0u64;
+    let mut writes = 0u64;
+    while start.elapsed() < duration {
+        let begin = Instant::now();
+        file.write_all_at(&block, offset)?;
+        file.sync_data()?;
+        latency::record(&mut histogram, begin.elapsed());
+        writes += 1;
+        offset += block_bytes as u64;
+        if prewritten && offset + block_bytes as u64 > span {
+            offset = 0;
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    drop(file);
+    std::fs::remove_file(&path)?;
+    Ok(SyncLoop {
+        block_bytes,
+        writes,
+        mb_per_s: (writes * block_bytes as u64) as f64 / seconds / 1e6,
+        latency: Latency::of(&histogram),
+    })
+}
+
+/// The model of BookKeeper's double write: every byte fdatasync'ed to a journal and written
+/// again, buffered, to an entry log that is flushed every 64 MiB. Returns journal MB/s.
+pub fn double_write_loop(dir: &Path, block_bytes: usize, duration: Duration) -> io::Result<f64> {
+    let journal_path = dir.join("raw-double-journal.tmp");
+    let log_path = dir.join("raw-double-entrylog.tmp");
+    let journal = open_fresh(&journal_path, false)?;
+    let entry_log = open_fresh(&log_path, false)?;
+    let block = vec![0x5au8; block_bytes];
+    let start = Instant::now();
+    let (mut offset, mut unflushed) = (0u64, 0u64);
+    while start.elapsed() < duration {
+        journal.write_all_at(&block, offset)?;
+        journal.sync_data()?;
+        entry_log.write_all_at(&block, offset)?;
+        unflushed += block_bytes as u64;
+        if unflushed >= 64 << 20 {
+            entry_log.sync_data()?;
+            unflushed = 0;
+        }
+        offset += block_bytes as u64;
+    }
+    entry_log.sync_data()?;
+    let seconds = start.elapsed().as_secs_f64();
+    drop((journal, entry_log));
+    std::fs::remove_file(&journal_path)?;
+    std::fs::remove_file(&log_path)?;
+    Ok(offset as f64 / seconds / 1e6)
+}
+
+/// One cell of the disk-probe table.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ProbeResult {
+    pub threads: usize,
+    pub block_kib: usize,
+    pub mb_per_s: f64,
+    pub writes_per_s: f64,
+}
+
+/// `threads` writers, each appending `block_kib` KiB blocks to its own file with an
+/// fdatasync after each (or `O_DIRECT` without one when `direct`), for `duration`.
+pub fn probe(dir: &Path, threads: usize, block_kib: usize, duration: Duration, direct: bool, sync: bool) -> io::Result<ProbeResult> {
+    let start = Instant::now();
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let path = dir.join(format!("probe-{t}.tmp"));
+            std::thread::spawn(move || -> io::Result<u64> {
+                let file = open_fresh(&path, direct)?;
+                let block = magnetar_journal::aligned::AlignedBuf::with_capacity(block_kib << 10);
+                let mut block = block;
+                magnetar_journal::record::Sink::extend_zeros(&mut block, block_kib << 10);
+                let mut offset = 0u64;
+                let mut writes = 0u64;
+                while start.elapsed() < duration {
+                    file.write_all_at(block.as_slice(), offset)?;
+                    if sync {
+                        file.sync_data()?;
+                    }
+                    offset += (block_kib << 10) as u64;
+                    writes += 1;
+                }
+                drop(file);
+                std::fs::remove_file(&path)?;
+                Ok(writes)
+            })
+        })
+        .collect();
+    let mut writes = 0;
+    for worker in workers {
+        writes += worker.join().map_err(|_| io::Error::other("probe thread panicked"))??;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(ProbeResult {
+        threads,
+        block_kib,
+        mb_per_s: (writes * (block_kib as u64) << 10) as f64 / seconds / 1e6,
+        writes_per_s: writes as f64 / seconds,
+    })
+}
