@@ -19,7 +19,11 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     pub fn with_capacity(capacity: usize) -> Self {
         let capacity = capacity.max(BLOCK_SIZE).next_multiple_of(BLOCK_SIZE);
-        AlignedBuf { ptr: Self::allocate(capacity), len: 0, capacity }
+        AlignedBuf {
+            ptr: Self::allocate(capacity),
+            len: 0,
+            capacity,
+        }
     }
 
     fn layout(capacity: usize) -> Layout {
@@ -70,7 +74,11 @@ impl Sink for AlignedBuf {
         self.reserve(bytes.len());
         // SAFETY: reserve made room for `bytes.len()` bytes after `len`; regions are distinct.
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(self.len), bytes.len())
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.ptr.as_ptr().add(self.len),
+                bytes.len(),
+            )
         };
         self.len += bytes.len();
     }

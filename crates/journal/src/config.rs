@@ -22,7 +22,9 @@ impl std::str::FromStr for SyncMode {
             "fdatasync" => Ok(SyncMode::Fdatasync),
             "dsync" | "o_dsync" => Ok(SyncMode::Dsync),
             "none" => Ok(SyncMode::None),
-            other => Err(format!("unknown sync mode {other:?} (fdatasync, dsync, none)")),
+            other => Err(format!(
+                "unknown sync mode {other:?} (fdatasync, dsync, none)"
+            )),
         }
     }
 }

@@ -126,8 +126,12 @@ impl Journal {
         storage: Arc<dyn Storage>,
     ) -> Result<(Journal, RecoveryReport), JournalError> {
         config.validate()?;
-        storage.remove_temporaries().map_err(|e| JournalError::io("remove temporary files", e))?;
-        let seqs = storage.list_segments().map_err(|e| JournalError::io("list segments", e))?;
+        storage
+            .remove_temporaries()
+            .map_err(|e| JournalError::io("remove temporary files", e))?;
+        let seqs = storage
+            .list_segments()
+            .map_err(|e| JournalError::io("list segments", e))?;
         let mut report = RecoveryReport::default();
         let mut readers = BTreeMap::new();
         let mut tail_index = None;
@@ -263,9 +267,14 @@ impl Journal {
         }
         let group = staging.groups.back_mut().expect("a group is open");
         let at = encode_record(&mut group.buf, segment_tag(group.seq), header, payload);
-        group.waiters.push((completion, at as u32, payload.len() as u32));
-        let location =
-            RecordLocation { segment: group.seq, offset: group.offset + at as u64, len: payload.len() as u32 };
+        group
+            .waiters
+            .push((completion, at as u32, payload.len() as u32));
+        let location = RecordLocation {
+            segment: group.seq,
+            offset: group.offset + at as u64,
+            len: payload.len() as u32,
+        };
         drop(staging);
         if wake_writer {
             self.shared.data_ready.notify_one();
@@ -274,8 +283,15 @@ impl Journal {
     }
 
     /// Reads back one record's payload, verifying its checksum and identity.
-    pub fn read(&self, location: RecordLocation, expected: RecordHeader) -> Result<Bytes, JournalError> {
-        Ok(self.read_many(&[(location, expected)])?.pop().expect("one request, one answer"))
+    pub fn read(
+        &self,
+        location: RecordLocation,
+        expected: RecordHeader,
+    ) -> Result<Bytes, JournalError> {
+        Ok(self
+            .read_many(&[(location, expected)])?
+            .pop()
+            .expect("one request, one answer"))
     }
 
     /// Reads many records, coalescing nearby ones in a segment into one read (read-ahead for
@@ -307,14 +323,20 @@ impl Journal {
             let file = self.reader(first.segment)?;
             let mut span = vec![0u8; (end - first.offset) as usize];
             read_exact_at(&*file, &mut span, first.offset).map_err(|e| {
-                JournalError::io(format!("read segment {} at {}", first.segment, first.offset), e)
+                JournalError::io(
+                    format!("read segment {} at {}", first.segment, first.offset),
+                    e,
+                )
             })?;
             let span = Bytes::from(span);
             for (location, header) in &requests[index..last] {
                 let at = (location.offset - first.offset) as usize;
                 let record = span.slice(at..at + HEADER_LEN + location.len as usize);
                 let payload = verify_record(&record, segment_tag(location.segment), *header)
-                    .ok_or(JournalError::Corrupt { segment: location.segment, offset: location.offset })?;
+                    .ok_or(JournalError::Corrupt {
+                        segment: location.segment,
+                        offset: location.offset,
+                    })?;
                 out.push(record.slice(payload));
             }
             index = last;
@@ -329,7 +351,8 @@ impl Journal {
         visit: impl FnMut(RecordHeader, RecordLocation, &[u8]),
     ) -> Result<crate::scan::ScanEnd, JournalError> {
         let file = self.reader(seq)?;
-        scan_segment(&*file, seq, visit).map_err(|e| JournalError::io(format!("scan segment {seq}"), e))
+        scan_segment(&*file, seq, visit)
+            .map_err(|e| JournalError::io(format!("scan segment {seq}"), e))
     }
 
     /// Segments present for reading, ascending (sealed ones and the one being written).
@@ -341,7 +364,10 @@ impl Journal {
     /// reuse or removed, so disk usage goes down.
     pub fn release_segment(&self, seq: u64) -> Result<(), JournalError> {
         let current = self.shared.staging.lock().next_seq;
-        assert!(seq < current, "segment {seq} is not sealed (writer at {current})");
+        assert!(
+            seq < current,
+            "segment {seq} is not sealed (writer at {current})"
+        );
         if self.shared.readers.write().remove(&seq).is_none() {
             return Ok(());
         }
@@ -351,7 +377,10 @@ impl Journal {
             return Ok(());
         }
         drop(prep);
-        self.shared.storage.remove_segment(seq).map_err(|e| JournalError::io(format!("remove segment {seq}"), e))
+        self.shared
+            .storage
+            .remove_segment(seq)
+            .map_err(|e| JournalError::io(format!("remove segment {seq}"), e))
     }
 
     pub fn storage(&self) -> &Arc<dyn Storage> {
@@ -375,7 +404,15 @@ impl Journal {
     }
 
     fn reader(&self, seq: u64) -> Result<Arc<dyn SegmentFile>, JournalError> {
-        self.shared.readers.read().get(&seq).cloned().ok_or(JournalError::Corrupt { segment: seq, offset: 0 })
+        self.shared
+            .readers
+            .read()
+            .get(&seq)
+            .cloned()
+            .ok_or(JournalError::Corrupt {
+                segment: seq,
+                offset: 0,
+            })
     }
 }
 
@@ -386,7 +423,9 @@ impl Drop for Journal {
 }
 
 fn open_read(storage: &dyn Storage, seq: u64) -> Result<Arc<dyn SegmentFile>, JournalError> {
-    storage.open_segment_for_read(seq).map_err(|e| JournalError::io(format!("open segment {seq}"), e))
+    storage
+        .open_segment_for_read(seq)
+        .map_err(|e| JournalError::io(format!("open segment {seq}"), e))
 }
 
 /// Zeroes the bytes of a torn write after `valid_end`, durably, so that no later scan can
@@ -394,12 +433,25 @@ fn open_read(storage: &dyn Storage, seq: u64) -> Result<Arc<dyn SegmentFile>, Jo
 fn zero_torn_tail(storage: &dyn Storage, seq: u64, valid_end: u64) -> Result<u64, JournalError> {
     let context = || format!("zero torn tail of segment {seq}");
     let file = storage
-        .open_segment_for_write(seq, WriteMode { direct_io: false, dsync: false })
+        .open_segment_for_write(
+            seq,
+            WriteMode {
+                direct_io: false,
+                dsync: false,
+            },
+        )
         .map_err(|e| JournalError::io(context(), e))?;
     let torn = torn_bytes_after(&*file, valid_end).map_err(|e| JournalError::io(context(), e))?;
-    write_all_at(&*file, &vec![0u8; torn as usize], valid_end).map_err(|e| JournalError::io(context(), e))?;
-    file.sync_data().map_err(|e| JournalError::io(context(), e))?;
-    tracing::warn!(segment = seq, valid_end, discarded_bytes = torn, "journal tail was torn; discarded");
+    write_all_at(&*file, &vec![0u8; torn as usize], valid_end)
+        .map_err(|e| JournalError::io(context(), e))?;
+    file.sync_data()
+        .map_err(|e| JournalError::io(context(), e))?;
+    tracing::warn!(
+        segment = seq,
+        valid_end,
+        discarded_bytes = torn,
+        "journal tail was torn; discarded"
+    );
     Ok(torn)
 }
 
@@ -455,9 +507,19 @@ fn writer_loop(shared: &Shared) {
             match switch_segment(shared, group.seq, mode) {
                 Ok(file) => {
                     if let Some(old) = active.take() {
-                        notify_sealed(shared, SealedSegment { seq: old.seq, len: old.end });
+                        notify_sealed(
+                            shared,
+                            SealedSegment {
+                                seq: old.seq,
+                                len: old.end,
+                            },
+                        );
                     }
-                    active = Some(Active { seq: group.seq, file, end: 0 });
+                    active = Some(Active {
+                        seq: group.seq,
+                        file,
+                        end: 0,
+                    });
                 }
                 Err(JournalError::DiskFull(why)) => {
                     fail_queued_for_disk_full(shared, &mut group, why);
@@ -489,15 +551,29 @@ fn writer_loop(shared: &Shared) {
         segment.end = group.offset + group.buf.len() as u64;
         let stats = &shared.stats;
         stats.groups.fetch_add(1, Ordering::Relaxed);
-        stats.records.fetch_add(group.waiters.len() as u64, Ordering::Relaxed);
-        stats.bytes.fetch_add(group.buf.len() as u64, Ordering::Relaxed);
+        stats
+            .records
+            .fetch_add(group.waiters.len() as u64, Ordering::Relaxed);
+        stats
+            .bytes
+            .fetch_add(group.buf.len() as u64, Ordering::Relaxed);
         for (waiter, at, len) in group.waiters.drain(..) {
-            waiter(Ok(RecordLocation { segment: group.seq, offset: group.offset + at as u64, len }));
+            waiter(Ok(RecordLocation {
+                segment: group.seq,
+                offset: group.offset + at as u64,
+                len,
+            }));
         }
         recycle_buffer(shared, group.buf);
     }
     if let Some(last) = active {
-        notify_sealed(shared, SealedSegment { seq: last.seq, len: last.end });
+        notify_sealed(
+            shared,
+            SealedSegment {
+                seq: last.seq,
+                len: last.end,
+            },
+        );
     }
 }
 
@@ -516,7 +592,11 @@ fn recycle_buffer(shared: &Shared, mut buf: AlignedBuf) {
 }
 
 /// Makes segment `seq` ready (from the preparer) and opens it for writing and reading.
-fn switch_segment(shared: &Shared, seq: u64, mode: WriteMode) -> Result<Arc<dyn SegmentFile>, JournalError> {
+fn switch_segment(
+    shared: &Shared,
+    seq: u64,
+    mode: WriteMode,
+) -> Result<Arc<dyn SegmentFile>, JournalError> {
     {
         let mut prep = shared.prep.lock();
         loop {
@@ -567,7 +647,9 @@ fn preparer_loop(shared: &Shared) {
         let storage = &shared.storage;
         let size = shared.config.segment_size_bytes;
         let result = match recycled {
-            Some(old) => storage.recycle_segment(old, seq).or_else(|_| storage.create_segment(seq, size)),
+            Some(old) => storage
+                .recycle_segment(old, seq)
+                .or_else(|_| storage.create_segment(seq, size)),
             None => storage.create_segment(seq, size),
         };
         let mut prep = shared.prep.lock();
@@ -579,7 +661,10 @@ fn preparer_loop(shared: &Shared) {
                 prep.failed = Some((seq, JournalError::DiskFull(e.to_string().into())));
             }
             Err(e) => {
-                prep.failed = Some((seq, JournalError::Failed(format!("prepare segment {seq}: {e}").into())));
+                prep.failed = Some((
+                    seq,
+                    JournalError::Failed(format!("prepare segment {seq}: {e}").into()),
+                ));
             }
         }
         shared.prep_changed.notify_all();

@@ -2,7 +2,9 @@
 //! (where a record ends, whether it is valid) are `record::parse_at`; this file only feeds it
 //! bytes from a [`SegmentFile`] in chunks.
 
-use crate::record::{parse_at, segment_tag, EndReason, Parsed, RecordHeader, BLOCK_SIZE, HEADER_LEN};
+use crate::record::{
+    parse_at, segment_tag, EndReason, Parsed, RecordHeader, BLOCK_SIZE, HEADER_LEN,
+};
 use crate::storage::SegmentFile;
 use std::io;
 
@@ -41,10 +43,18 @@ pub fn scan_segment(
     let mut records = 0;
     loop {
         match parse_at(&buf, base, offset, tag, segment_len) {
-            Parsed::Record { header, header_offset, payload_len, next } => {
+            Parsed::Record {
+                header,
+                header_offset,
+                payload_len,
+                next,
+            } => {
                 let at = header_offset - base + HEADER_LEN;
-                let location =
-                    RecordLocation { segment: seq, offset: header_offset as u64, len: payload_len as u32 };
+                let location = RecordLocation {
+                    segment: seq,
+                    offset: header_offset as u64,
+                    len: payload_len as u32,
+                };
                 visit(header, location, &buf[at..at + payload_len]);
                 records += 1;
                 offset = next;
@@ -52,7 +62,9 @@ pub fn scan_segment(
             Parsed::Padding { next } => offset = next,
             Parsed::NeedMore { from, need } => {
                 let new_base = from - from % BLOCK_SIZE;
-                let want = (from - new_base + need).max(CHUNK).min(segment_len - new_base);
+                let want = (from - new_base + need)
+                    .max(CHUNK)
+                    .min(segment_len - new_base);
                 let chunk = read_chunk(file, new_base as u64, want)?;
                 if new_base == base && chunk.len() <= buf.len() {
                     let end = ScanEnd {
@@ -66,7 +78,10 @@ pub fn scan_segment(
                 base = new_base;
                 buf = chunk;
             }
-            Parsed::End { offset: stop, reason } => {
+            Parsed::End {
+                offset: stop,
+                reason,
+            } => {
                 let end = ScanEnd {
                     valid_end: offset as u64,
                     stop_offset: stop as u64,

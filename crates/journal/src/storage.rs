@@ -36,7 +36,8 @@ pub trait Storage: Send + Sync {
     /// Sequence numbers of the segment files present, ascending.
     fn list_segments(&self) -> io::Result<Vec<u64>>;
     /// Opens an existing segment for writing.
-    fn open_segment_for_write(&self, seq: u64, mode: WriteMode) -> io::Result<Arc<dyn SegmentFile>>;
+    fn open_segment_for_write(&self, seq: u64, mode: WriteMode)
+        -> io::Result<Arc<dyn SegmentFile>>;
     /// Opens an existing segment for reading (through the page cache).
     fn open_segment_for_read(&self, seq: u64) -> io::Result<Arc<dyn SegmentFile>>;
     /// Creates segment `seq` of `size` zero bytes, durably: data, size and name. Written zeros
@@ -96,7 +97,9 @@ pub struct FsStorage {
 impl FsStorage {
     pub fn open(dir: &Path) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
-        Ok(FsStorage { dir: dir.to_path_buf() })
+        Ok(FsStorage {
+            dir: dir.to_path_buf(),
+        })
     }
 
     fn segment_path(&self, seq: u64) -> PathBuf {
@@ -106,6 +109,53 @@ impl FsStorage {
     fn sync_dir(&self) -> io::Result<()> {
         File::open(&self.dir)?.sync_all()
     }
+}
+
+/// Writes `size` zero bytes to a new file and syncs it. With `O_DIRECT` where the file system
+/// allows it: the zeros then bypass the page cache, and do not compete with the journal's own
+/// writeback (measured: see ARCHITECTURE.md, "Preallocated segments").
+fn zero_fill(path: &Path, size: u64) -> io::Result<()> {
+    const CHUNK: usize = 4 << 20;
+    let open = |flags| {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(flags)
+            .open(path)
+    };
+    let (file, direct) = match open(libc::O_DIRECT) {
+        Ok(file) => (file, true),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (open(0)?, false),
+        Err(e) => return Err(e),
+    };
+    let mut zeros = crate::aligned::AlignedBuf::with_capacity(CHUNK);
+    crate::record::Sink::extend_zeros(&mut zeros, CHUNK);
+    let mut written = 0u64;
+    while written < size {
+        let n = (size - written).min(CHUNK as u64) as usize;
+        let n = if direct { n.next_multiple_of(4096) } else { n };
+        write_all_file(&file, &zeros.as_slice()[..n], written)?;
+        written += n as u64;
+    }
+    if direct && written != size {
+        file.set_len(size)?;
+    }
+    file.sync_all()
+}
+
+fn write_all_file(file: &File, buf: &[u8], mut offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.write_at(&buf[done..], offset)? {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n => {
+                done += n;
+                offset += n as u64;
+            }
+        }
+    }
+    Ok(())
 }
 
 struct FsFile(File);
@@ -135,7 +185,10 @@ impl Storage for FsStorage {
         for entry in fs::read_dir(&self.dir)? {
             let name = entry?.file_name();
             let name = name.to_string_lossy();
-            if let Some(seq) = name.strip_suffix(SEGMENT_SUFFIX).and_then(|s| s.parse().ok()) {
+            if let Some(seq) = name
+                .strip_suffix(SEGMENT_SUFFIX)
+                .and_then(|s| s.parse().ok())
+            {
                 seqs.push(seq);
             }
         }
@@ -143,7 +196,11 @@ impl Storage for FsStorage {
         Ok(seqs)
     }
 
-    fn open_segment_for_write(&self, seq: u64, mode: WriteMode) -> io::Result<Arc<dyn SegmentFile>> {
+    fn open_segment_for_write(
+        &self,
+        seq: u64,
+        mode: WriteMode,
+    ) -> io::Result<Arc<dyn SegmentFile>> {
         let mut flags = 0;
         if mode.direct_io {
             flags |= libc::O_DIRECT;
@@ -151,8 +208,11 @@ impl Storage for FsStorage {
         if mode.dsync {
             flags |= libc::O_DSYNC;
         }
-        let file =
-            OpenOptions::new().read(true).write(true).custom_flags(flags).open(self.segment_path(seq))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(flags)
+            .open(self.segment_path(seq))?;
         Ok(Arc::new(FsFile(file)))
     }
 
@@ -161,21 +221,15 @@ impl Storage for FsStorage {
     }
 
     fn create_segment(&self, seq: u64, size: u64) -> io::Result<()> {
-        let temp = self.dir.join(format!("{TEMP_PREFIX}{seq:020}{SEGMENT_SUFFIX}"));
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&temp)?;
-        let zeros = vec![0u8; 1 << 20];
-        let mut written = 0u64;
-        while written < size {
-            let n = (size - written).min(zeros.len() as u64) as usize;
-            if let Err(e) = file.write_all(&zeros[..n]) {
-                drop(file);
-                let _ = fs::remove_file(&temp);
-                return Err(e);
-            }
-            written += n as u64;
+        let temp = self
+            .dir
+            .join(format!("{TEMP_PREFIX}{seq:020}{SEGMENT_SUFFIX}"));
+        let result =
+            zero_fill(&temp, size).and_then(|()| fs::rename(&temp, self.segment_path(seq)));
+        if result.is_err() {
+            let _ = fs::remove_file(&temp);
         }
-        file.sync_all()?;
-        fs::rename(&temp, self.segment_path(seq))?;
+        result?;
         self.sync_dir()
     }
 
@@ -191,7 +245,11 @@ impl Storage for FsStorage {
 
     fn write_file_atomic(&self, name: &str, data: &[u8]) -> io::Result<()> {
         let temp = self.dir.join(format!("{TEMP_PREFIX}{name}"));
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&temp)?;
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&temp)?;
         file.write_all(data)?;
         file.sync_all()?;
         fs::rename(&temp, self.dir.join(name))?;

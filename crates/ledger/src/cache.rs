@@ -13,7 +13,12 @@ pub struct WriteCache {
 
 impl WriteCache {
     pub fn new(capacity: usize) -> Self {
-        WriteCache { entries: HashMap::new(), order: VecDeque::new(), bytes: 0, capacity }
+        WriteCache {
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+            bytes: 0,
+            capacity,
+        }
     }
 
     pub fn insert(&mut self, ledger: u64, entry: u64, data: Bytes) {
@@ -27,7 +32,9 @@ impl WriteCache {
             self.order.push_back((ledger, entry));
         }
         while self.bytes > self.capacity {
-            let Some(key) = self.order.pop_front() else { break };
+            let Some(key) = self.order.pop_front() else {
+                break;
+            };
             if let Some(evicted) = self.entries.remove(&key) {
                 self.bytes -= evicted.len();
             }

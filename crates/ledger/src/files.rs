@@ -57,7 +57,10 @@ fn seal(mut out: Vec<u8>) -> Vec<u8> {
 
 /// Checks magic, version and checksum; returns the body after the magic and version.
 fn unseal<'a>(data: &'a [u8], magic: &[u8; 4], file: &'a str) -> Result<Reader<'a>, LedgerError> {
-    let corrupt = |why: &str| LedgerError::Corrupt { file: file.to_string(), why: why.to_string() };
+    let corrupt = |why: &str| LedgerError::Corrupt {
+        file: file.to_string(),
+        why: why.to_string(),
+    };
     if data.len() < 12 || &data[..4] != magic {
         return Err(corrupt("bad magic or too short"));
     }
@@ -65,7 +68,10 @@ fn unseal<'a>(data: &'a [u8], magic: &[u8; 4], file: &'a str) -> Result<Reader<'
     if crc32c::crc32c(body).to_le_bytes() != crc {
         return Err(corrupt("checksum mismatch"));
     }
-    let mut reader = Reader { data: &body[4..], file };
+    let mut reader = Reader {
+        data: &body[4..],
+        file,
+    };
     if reader.u32()? != VERSION {
         return Err(corrupt("unknown version"));
     }
@@ -80,7 +86,10 @@ struct Reader<'a> {
 impl Reader<'_> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N], LedgerError> {
         if self.data.len() < N {
-            return Err(LedgerError::Corrupt { file: self.file.to_string(), why: "truncated".into() });
+            return Err(LedgerError::Corrupt {
+                file: self.file.to_string(),
+                why: "truncated".into(),
+            });
         }
         let (head, rest) = self.data.split_at(N);
         self.data = rest;
@@ -99,7 +108,10 @@ impl Reader<'_> {
     fn count(&mut self, item_len: usize) -> Result<usize, LedgerError> {
         let count = self.u64()?;
         if count.checked_mul(item_len as u64) != Some(self.data.len() as u64) {
-            return Err(LedgerError::Corrupt { file: self.file.to_string(), why: "bad count".into() });
+            return Err(LedgerError::Corrupt {
+                file: self.file.to_string(),
+                why: "bad count".into(),
+            });
         }
         Ok(count as usize)
     }
@@ -124,7 +136,10 @@ pub fn decode_index(seq: u64, data: &[u8]) -> Result<Vec<IndexEntry>, LedgerErro
     let file = index_file_name(seq);
     let mut reader = unseal(data, INDEX_MAGIC, &file)?;
     if reader.u64()? != seq {
-        return Err(LedgerError::Corrupt { file, why: "segment mismatch".into() });
+        return Err(LedgerError::Corrupt {
+            file,
+            why: "segment mismatch".into(),
+        });
     }
     let count = reader.count(INDEX_ENTRY_LEN)?;
     let mut entries = Vec::with_capacity(count);
@@ -164,9 +179,18 @@ pub fn decode_checkpoint(data: &[u8]) -> Result<Checkpoint, LedgerError> {
         let id = reader.u64()?;
         let flags = reader.u8()?;
         let entry_count = reader.u64()?;
-        ledgers.push(LedgerMeta { id, closed: flags & 1 != 0, fenced: flags & 2 != 0, entry_count });
+        ledgers.push(LedgerMeta {
+            id,
+            closed: flags & 1 != 0,
+            fenced: flags & 2 != 0,
+            entry_count,
+        });
     }
-    Ok(Checkpoint { covered, next_ledger_id, ledgers })
+    Ok(Checkpoint {
+        covered,
+        next_ledger_id,
+        ledgers,
+    })
 }
 
 #[cfg(test)]
@@ -176,7 +200,12 @@ mod tests {
     #[test]
     fn index_and_checkpoint_round_trip_and_reject_any_damage() {
         let entries: Vec<IndexEntry> = (0..100)
-            .map(|i| IndexEntry { ledger: i % 7, entry: i, offset: i as u32 * 100, len: 50 })
+            .map(|i| IndexEntry {
+                ledger: i % 7,
+                entry: i,
+                offset: i as u32 * 100,
+                len: 50,
+            })
             .collect();
         let index = encode_index(9, &entries);
         assert_eq!(decode_index(9, &index).unwrap(), entries);
@@ -185,8 +214,18 @@ mod tests {
             covered: 12,
             next_ledger_id: 40,
             ledgers: vec![
-                LedgerMeta { id: 3, closed: true, fenced: false, entry_count: 10 },
-                LedgerMeta { id: 39, closed: false, fenced: true, entry_count: 0 },
+                LedgerMeta {
+                    id: 3,
+                    closed: true,
+                    fenced: false,
+                    entry_count: 10,
+                },
+                LedgerMeta {
+                    id: 39,
+                    closed: false,
+                    fenced: true,
+                    entry_count: 0,
+                },
             ],
         };
         let encoded = encode_checkpoint(&checkpoint);
@@ -197,7 +236,10 @@ mod tests {
         for byte in 0..encoded.len() {
             let mut damaged = encoded.clone();
             damaged[byte] ^= 0x40;
-            assert!(decode_checkpoint(&damaged).is_err(), "flip at {byte} unnoticed");
+            assert!(
+                decode_checkpoint(&damaged).is_err(),
+                "flip at {byte} unnoticed"
+            );
         }
     }
 }

@@ -56,11 +56,19 @@ impl Location {
     fn pack(location: RecordLocation) -> Self {
         let segment = u32::try_from(location.segment).expect("segment numbers stay below 2^32");
         let offset = u32::try_from(location.offset).expect("segments are below 4 GiB");
-        Location { segment, offset, len: location.len }
+        Location {
+            segment,
+            offset,
+            len: location.len,
+        }
     }
 
     fn unpack(self) -> RecordLocation {
-        RecordLocation { segment: self.segment.into(), offset: self.offset.into(), len: self.len }
+        RecordLocation {
+            segment: self.segment.into(),
+            offset: self.offset.into(),
+            len: self.len,
+        }
     }
 }
 
@@ -116,6 +124,21 @@ pub struct StoreStats {
 #[derive(Default)]
 struct SegmentUsage {
     ledgers: HashMap<u64, u64>,
+}
+
+impl SegmentUsage {
+    fn of(entries: &[IndexEntry]) -> Self {
+        let mut usage = SegmentUsage::default();
+        for e in entries {
+            *usage.ledgers.entry(e.ledger).or_default() += u64::from(e.len);
+        }
+        usage
+    }
+
+    /// Entry bytes written in the segment, live or not.
+    fn written(&self) -> u64 {
+        self.ledgers.values().sum()
+    }
 }
 
 enum Maintenance {
@@ -209,14 +232,20 @@ impl LedgerStore {
                 .spawn(move || maintenance_loop(&inner, receiver))
                 .map_err(|e| JournalError::io("spawn ledger maintenance", e))?
         };
-        let store = LedgerStore { inner, maintenance_thread: Mutex::new(Some(thread)) };
+        let store = LedgerStore {
+            inner,
+            maintenance_thread: Mutex::new(Some(thread)),
+        };
         Ok((store, recovered.report))
     }
 
     /// Creates a ledger; resolves once its creation is durable.
     pub async fn create_ledger(&self) -> Result<u64, LedgerError> {
         let id = self.inner.next_ledger_id.fetch_add(1, Ordering::SeqCst);
-        let ledger = Arc::new(Ledger { id, state: Mutex::new(LedgerState::default()) });
+        let ledger = Arc::new(Ledger {
+            id,
+            state: Mutex::new(LedgerState::default()),
+        });
         self.inner.ledgers.write().insert(id, ledger);
         let result = self.write_meta(id, kind::CREATE, 0).await;
         if result.is_err() {
@@ -258,10 +287,17 @@ impl LedgerStore {
             return Err(LedgerError::Fenced(ledger_id));
         }
         if let Some(entry) = state.failed_from {
-            return Err(LedgerError::Failed { ledger: ledger_id, entry });
+            return Err(LedgerError::Failed {
+                ledger: ledger_id,
+                entry,
+            });
         }
         let entry = state.next_entry;
-        let header = RecordHeader { kind: kind::ENTRY, ledger_id, entry_id: entry };
+        let header = RecordHeader {
+            kind: kind::ENTRY,
+            ledger_id,
+            entry_id: entry,
+        };
         let owner = ledger.clone();
         let completion = Box::new(move |result: Result<RecordLocation, JournalError>| {
             callback(complete_entry(&owner, entry, result));
@@ -353,24 +389,37 @@ impl LedgerStore {
     }
 
     pub fn read_entry(&self, ledger: u64, entry: u64) -> Result<Bytes, LedgerError> {
-        Ok(self.read_range(ledger, entry, entry)?.pop().expect("one entry asked for"))
+        Ok(self
+            .read_range(ledger, entry, entry)?
+            .pop()
+            .expect("one entry asked for"))
     }
 
     /// Reads entries `first..=last`, from the write cache where possible and otherwise from
     /// the journal with nearby records coalesced into one read. Blocking on a cache miss.
-    pub fn read_range(&self, ledger_id: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
+    pub fn read_range(
+        &self,
+        ledger_id: u64,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<Bytes>, LedgerError> {
         let ledger = self.ledger(ledger_id)?;
         for attempt in 0.. {
             let locations: Vec<Location> = {
                 let state = ledger.state.lock();
                 if first > last || last >= state.locations.len() as u64 {
-                    return Err(LedgerError::NoSuchEntry { ledger: ledger_id, entry: last });
+                    return Err(LedgerError::NoSuchEntry {
+                        ledger: ledger_id,
+                        entry: last,
+                    });
                 }
                 state.locations[first as usize..=last as usize].to_vec()
             };
             let mut out: Vec<Option<Bytes>> = {
                 let cache = self.inner.cache.lock();
-                (first..=last).map(|entry| cache.get(ledger_id, entry)).collect()
+                (first..=last)
+                    .map(|entry| cache.get(ledger_id, entry))
+                    .collect()
             };
             let misses: Vec<(RecordLocation, RecordHeader)> = out
                 .iter()
@@ -378,7 +427,11 @@ impl LedgerStore {
                 .zip(&locations)
                 .filter(|((cached, _), _)| cached.is_none())
                 .map(|((_, entry), location)| {
-                    let header = RecordHeader { kind: kind::ENTRY, ledger_id, entry_id: entry };
+                    let header = RecordHeader {
+                        kind: kind::ENTRY,
+                        ledger_id,
+                        entry_id: entry,
+                    };
                     (location.unpack(), header)
                 })
                 .collect();
@@ -430,7 +483,12 @@ impl LedgerStore {
     }
 
     fn ledger(&self, id: u64) -> Result<Arc<Ledger>, LedgerError> {
-        self.inner.ledgers.read().get(&id).cloned().ok_or(LedgerError::NoSuchLedger(id))
+        self.inner
+            .ledgers
+            .read()
+            .get(&id)
+            .cloned()
+            .ok_or(LedgerError::NoSuchLedger(id))
     }
 
     fn stage_meta(
@@ -440,10 +498,16 @@ impl LedgerStore {
         entry_id: u64,
         done: impl FnOnce(Result<(), LedgerError>) + Send + 'static,
     ) -> Result<(), LedgerError> {
-        let header = RecordHeader { kind, ledger_id, entry_id };
-        self.inner
-            .journal
-            .append(header, &[], Box::new(move |result| done(result.map(|_| ()).map_err(Into::into))))?;
+        let header = RecordHeader {
+            kind,
+            ledger_id,
+            entry_id,
+        };
+        self.inner.journal.append(
+            header,
+            &[],
+            Box::new(move |result| done(result.map(|_| ()).map_err(Into::into))),
+        )?;
         Ok(())
     }
 
@@ -472,9 +536,16 @@ fn complete_entry(
     match result {
         Ok(location) => {
             if let Some(failed) = state.failed_from.filter(|&failed| failed <= entry) {
-                return Err(LedgerError::Failed { ledger: ledger.id, entry: failed });
+                return Err(LedgerError::Failed {
+                    ledger: ledger.id,
+                    entry: failed,
+                });
             }
-            assert_eq!(state.locations.len() as u64, entry, "entries complete in order");
+            assert_eq!(
+                state.locations.len() as u64,
+                entry,
+                "entries complete in order"
+            );
             state.locations.push(Location::pack(location));
             Ok(entry)
         }
@@ -524,20 +595,34 @@ fn recover(
         .map_err(|e| JournalError::io("read checkpoint", e))?
     {
         Some(data) => files::decode_checkpoint(&data)?,
-        None => Checkpoint { covered: 0, next_ledger_id: 1, ledgers: Vec::new() },
+        None => Checkpoint {
+            covered: 0,
+            next_ledger_id: 1,
+            ledgers: Vec::new(),
+        },
     };
     let mut ledgers: HashMap<u64, RecoveringLedger> = checkpoint
         .ledgers
         .iter()
         .map(|meta| {
             let closed_count = meta.closed.then_some(meta.entry_count);
-            (meta.id, RecoveringLedger { closed_count, fenced: meta.fenced, locations: Vec::new() })
+            (
+                meta.id,
+                RecoveringLedger {
+                    closed_count,
+                    fenced: meta.fenced,
+                    locations: Vec::new(),
+                },
+            )
         })
         .collect();
     let mut next_ledger_id = checkpoint.next_ledger_id;
     let mut usage = BTreeMap::new();
     let mut to_checkpoint = Vec::new();
-    let mut report = StoreRecovery { checkpoint_covered: checkpoint.covered, ..Default::default() };
+    let mut report = StoreRecovery {
+        checkpoint_covered: checkpoint.covered,
+        ..Default::default()
+    };
     for &seq in &journal_report.segments {
         if seq <= checkpoint.covered {
             let entries = match load_index(storage, seq) {
@@ -550,11 +635,17 @@ fn recover(
                     index_segment(journal, seq)?
                 }
             };
-            let mut segment_usage = SegmentUsage::default();
+            let segment_usage = SegmentUsage::of(&entries);
             for e in entries {
-                *segment_usage.ledgers.entry(e.ledger).or_default() += u64::from(e.len);
                 if let Some(ledger) = ledgers.get_mut(&e.ledger) {
-                    ledger.put(e.entry, Location { segment: seq as u32, offset: e.offset, len: e.len });
+                    ledger.put(
+                        e.entry,
+                        Location {
+                            segment: seq as u32,
+                            offset: e.offset,
+                            len: e.len,
+                        },
+                    );
                 }
             }
             usage.insert(seq, segment_usage);
@@ -595,8 +686,11 @@ fn recover(
     for (id, recovering) in ledgers {
         next_ledger_id = next_ledger_id.max(id + 1);
         // Only the dense prefix is real: anything after a gap was never acknowledged.
-        let mut locations: Vec<Location> = recovering.locations.into_iter().map_while(|l| l).collect();
-        let closed_count = recovering.closed_count.map(|count| count.min(locations.len() as u64));
+        let mut locations: Vec<Location> =
+            recovering.locations.into_iter().map_while(|l| l).collect();
+        let closed_count = recovering
+            .closed_count
+            .map(|count| count.min(locations.len() as u64));
         if let Some(count) = closed_count {
             locations.truncate(count as usize);
         }
@@ -609,11 +703,23 @@ fn recover(
             locations,
             ..LedgerState::default()
         };
-        live.insert(id, Arc::new(Ledger { id, state: Mutex::new(state) }));
+        live.insert(
+            id,
+            Arc::new(Ledger {
+                id,
+                state: Mutex::new(state),
+            }),
+        );
     }
     report.ledgers = live.len();
     report.journal = journal_report;
-    Ok(Recovered { ledgers: live, next_ledger_id, usage, to_checkpoint, report })
+    Ok(Recovered {
+        ledgers: live,
+        next_ledger_id,
+        usage,
+        to_checkpoint,
+        report,
+    })
 }
 
 fn load_index(storage: &dyn Storage, seq: u64) -> Option<Vec<IndexEntry>> {
@@ -668,9 +774,17 @@ fn maintenance_loop(inner: &Inner, receiver: mpsc::Receiver<Maintenance>) {
         }
         let result = checkpoint(inner, &mut sealed)
             .and_then(|()| free_dead_segments(inner))
-            .and_then(|()| if stop { Ok(()) } else { compact(inner, reply.is_some()) });
-        if let Err(error) = &result {
-            tracing::error!(%error, "ledger store maintenance failed");
+            .and_then(|()| {
+                if stop {
+                    Ok(())
+                } else {
+                    compact(inner, reply.is_some())
+                }
+            });
+        match &result {
+            Err(LedgerError::Journal(JournalError::Closed)) => {}
+            Err(error) => tracing::error!(%error, "ledger store maintenance failed"),
+            Ok(()) => {}
         }
         if let Some(reply) = reply {
             let _ = reply.send(result);
@@ -692,13 +806,12 @@ fn checkpoint(inner: &Inner, sealed: &mut Vec<u64>) -> Result<(), LedgerError> {
     for &seq in sealed.iter() {
         let entries = index_segment(&inner.journal, seq)?;
         storage
-            .write_file_atomic(&files::index_file_name(seq), &files::encode_index(seq, &entries))
+            .write_file_atomic(
+                &files::index_file_name(seq),
+                &files::encode_index(seq, &entries),
+            )
             .map_err(|e| JournalError::io(format!("write index of segment {seq}"), e))?;
-        let mut segment_usage = SegmentUsage::default();
-        for e in &entries {
-            *segment_usage.ledgers.entry(e.ledger).or_default() += u64::from(e.len);
-        }
-        inner.usage.lock().insert(seq, segment_usage);
+        inner.usage.lock().insert(seq, SegmentUsage::of(&entries));
     }
     let covered = *sealed.last().expect("not empty");
     let ledgers = {
@@ -719,7 +832,11 @@ fn checkpoint(inner: &Inner, sealed: &mut Vec<u64>) -> Result<(), LedgerError> {
         metas
     };
     let next_ledger_id = inner.next_ledger_id.load(Ordering::SeqCst);
-    let encoded = files::encode_checkpoint(&Checkpoint { covered, next_ledger_id, ledgers });
+    let encoded = files::encode_checkpoint(&Checkpoint {
+        covered,
+        next_ledger_id,
+        ledgers,
+    });
     storage
         .write_file_atomic(CHECKPOINT_FILE, &encoded)
         .map_err(|e| JournalError::io("write checkpoint", e))?;
@@ -731,7 +848,12 @@ fn checkpoint(inner: &Inner, sealed: &mut Vec<u64>) -> Result<(), LedgerError> {
 
 fn live_bytes(inner: &Inner, usage: &SegmentUsage) -> u64 {
     let ledgers = inner.ledgers.read();
-    usage.ledgers.iter().filter(|(id, _)| ledgers.contains_key(id)).map(|(_, bytes)| bytes).sum()
+    usage
+        .ledgers
+        .iter()
+        .filter(|(id, _)| ledgers.contains_key(id))
+        .map(|(_, bytes)| bytes)
+        .sum()
 }
 
 /// Frees checkpointed segments that hold no entry of a live ledger.
@@ -764,25 +886,29 @@ fn release(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
     Ok(())
 }
 
-/// Copies the live entries of the sparsest checkpointed segment below the live-ratio
-/// threshold to the head of the journal, then frees it. One segment per call (all when
+/// Copies the live entries of the sparsest checkpointed segment whose live share of the entry
+/// bytes written in it is below the threshold to the head of the journal, then frees it. One segment per call (all when
 /// `all` is set) keeps the work per pass bounded.
 fn compact(inner: &Inner, all: bool) -> Result<(), LedgerError> {
     let ratio = inner.config.compaction_live_ratio;
     if ratio <= 0.0 {
         return Ok(());
     }
-    let segment_size = inner.config.journal.segment_size_bytes as f64;
     let covered = inner.covered.load(Ordering::SeqCst);
     let candidates: Vec<u64> = {
         let usage = inner.usage.lock();
         let mut sparse: Vec<(u64, u64)> = usage
             .range(..=covered)
-            .map(|(&seq, segment)| (seq, live_bytes(inner, segment)))
-            .filter(|&(_, live)| (live as f64) < ratio * segment_size)
+            .map(|(&seq, segment)| (seq, live_bytes(inner, segment), segment.written()))
+            .filter(|&(_, live, written)| (live as f64) < ratio * written as f64)
+            .map(|(seq, live, _)| (seq, live))
             .collect();
         sparse.sort_unstable_by_key(|&(_, live)| live);
-        sparse.into_iter().map(|(seq, _)| seq).take(if all { usize::MAX } else { 1 }).collect()
+        sparse
+            .into_iter()
+            .map(|(seq, _)| seq)
+            .take(if all { usize::MAX } else { 1 })
+            .collect()
     };
     for seq in candidates {
         relocate_segment(inner, seq)?;
@@ -795,13 +921,23 @@ fn relocate_segment(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
     let (done_sender, done_receiver) = mpsc::channel::<Result<(), LedgerError>>();
     let mut pending = 0usize;
     for e in entries {
-        let Some(ledger) = inner.ledgers.read().get(&e.ledger).cloned() else { continue };
-        let old = Location { segment: seq as u32, offset: e.offset, len: e.len };
+        let Some(ledger) = inner.ledgers.read().get(&e.ledger).cloned() else {
+            continue;
+        };
+        let old = Location {
+            segment: seq as u32,
+            offset: e.offset,
+            len: e.len,
+        };
         let state = ledger.state.lock();
         if state.locations.get(e.entry as usize) != Some(&old) {
             continue;
         }
-        let header = RecordHeader { kind: kind::ENTRY, ledger_id: e.ledger, entry_id: e.entry };
+        let header = RecordHeader {
+            kind: kind::ENTRY,
+            ledger_id: e.ledger,
+            entry_id: e.entry,
+        };
         let data = inner.journal.read(old.unpack(), header)?;
         let owner = ledger.clone();
         let done = done_sender.clone();
@@ -826,8 +962,13 @@ fn relocate_segment(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
     }
     drop(done_sender);
     for _ in 0..pending {
-        done_receiver.recv().map_err(|_| LedgerError::ShuttingDown)??;
+        done_receiver
+            .recv()
+            .map_err(|_| LedgerError::ShuttingDown)??;
     }
-    inner.stats.entries_relocated.fetch_add(pending as u64, Ordering::Relaxed);
+    inner
+        .stats
+        .entries_relocated
+        .fetch_add(pending as u64, Ordering::Relaxed);
     release(inner, seq)
 }

@@ -4,7 +4,11 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(name = "magnetar", version, about = "Pulsar-protocol messaging and streaming platform")]
+#[command(
+    name = "magnetar",
+    version,
+    about = "Pulsar-protocol messaging and streaming platform"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -45,7 +45,9 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn standalone(args: StandaloneArgs) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let config = magnetar_ledger::LedgerStoreConfig {
             dir: args.data_dir.join("ledgers"),
@@ -84,7 +86,11 @@ fn disk_probe(args: DiskProbeArgs) -> anyhow::Result<()> {
         (false, true) => "buffered, no fdatasync",
         (false, false) => "buffered + fdatasync per block",
     };
-    println!("disk-probe: MB/s ({mode}), {:.1} s per cell, dir {}", args.seconds, args.dir.display());
+    println!(
+        "disk-probe: MB/s ({mode}), {:.1} s per cell, dir {}",
+        args.seconds,
+        args.dir.display()
+    );
     print!("{:>8}", "threads");
     for kib in &args.block_size {
         print!("{:>12}", format!("{kib} KiB"));
@@ -94,7 +100,14 @@ fn disk_probe(args: DiskProbeArgs) -> anyhow::Result<()> {
     for &threads in &args.threads {
         print!("{threads:>8}");
         for &kib in &args.block_size {
-            let result = magnetar_perf::disk::probe(&args.dir, threads, kib, duration, args.direct, !args.no_sync)?;
+            let result = magnetar_perf::disk::probe(
+                &args.dir,
+                threads,
+                kib,
+                duration,
+                args.direct,
+                !args.no_sync,
+            )?;
             print!("{:>12.1}", result.mb_per_s);
             use std::io::Write;
             std::io::stdout().flush()?;

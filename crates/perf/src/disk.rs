@@ -20,13 +20,24 @@ pub struct SyncLoop {
 
 fn open_fresh(path: &Path, direct: bool) -> io::Result<File> {
     let flags = if direct { libc::O_DIRECT } else { 0 };
-    OpenOptions::new().read(true).write(true).create(true).truncate(true).custom_flags(flags).open(path)
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(flags)
+        .open(path)
 }
 
 /// Writes `block_bytes` blocks sequentially with an fdatasync after each, for `duration`.
 /// `prewritten`: the file is filled with zeros and synced first, so each fdatasync flushes data
 /// only (what the journal's preallocated segments see); otherwise the file grows with each write.
-pub fn sync_loop(dir: &Path, block_bytes: usize, duration: Duration, prewritten: bool) -> io::Result<SyncLoop> {
+pub fn sync_loop(
+    dir: &Path,
+    block_bytes: usize,
+    duration: Duration,
+    prewritten: bool,
+) -> io::Result<SyncLoop> {
     let path = dir.join(format!("raw-sync-{block_bytes}-{prewritten}.tmp"));
     let file = open_fresh(&path, false)?;
     let span: u64 = 256 << 20;
@@ -104,7 +115,14 @@ pub struct ProbeResult {
 
 /// `threads` writers, each appending `block_kib` KiB blocks to its own file with an
 /// fdatasync after each (or `O_DIRECT` without one when `direct`), for `duration`.
-pub fn probe(dir: &Path, threads: usize, block_kib: usize, duration: Duration, direct: bool, sync: bool) -> io::Result<ProbeResult> {
+pub fn probe(
+    dir: &Path,
+    threads: usize,
+    block_kib: usize,
+    duration: Duration,
+    direct: bool,
+    sync: bool,
+) -> io::Result<ProbeResult> {
     let start = Instant::now();
     let workers: Vec<_> = (0..threads)
         .map(|t| {
@@ -132,7 +150,9 @@ pub fn probe(dir: &Path, threads: usize, block_kib: usize, duration: Duration, d
         .collect();
     let mut writes = 0;
     for worker in workers {
-        writes += worker.join().map_err(|_| io::Error::other("probe thread panicked"))??;
+        writes += worker
+            .join()
+            .map_err(|_| io::Error::other("probe thread panicked"))??;
     }
     let seconds = start.elapsed().as_secs_f64();
     Ok(ProbeResult {

@@ -75,7 +75,9 @@ pub fn run(options: &StorageBenchOptions) -> anyhow::Result<StorageReport> {
     } else {
         None
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let mut cases = Vec::new();
     for &appenders in &options.appenders {
         for &entry_bytes in &options.entry_sizes {
@@ -113,8 +115,12 @@ async fn run_case(
     let mut tasks = Vec::new();
     for _ in 0..appenders {
         let ledger = store.create_ledger().await?;
-        let (store, payload, measuring, stop) =
-            (store.clone(), payload.clone(), measuring.clone(), stop.clone());
+        let (store, payload, measuring, stop) = (
+            store.clone(),
+            payload.clone(),
+            measuring.clone(),
+            stop.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let mut histogram = latency::histogram();
             while !stop.load(Ordering::Relaxed) {
@@ -160,19 +166,30 @@ async fn run_case(
 fn print_raw(raw: &RawDisk) {
     let line = |name: &str, r: &disk::SyncLoop| {
         let writes_per_s = r.mb_per_s * 1e6 / r.block_bytes as f64;
-        println!("raw {name:<28} {:>9.1} MB/s {writes_per_s:>8.0} writes/s  {}", r.mb_per_s, r.latency);
+        println!(
+            "raw {name:<28} {:>9.1} MB/s {writes_per_s:>8.0} writes/s  {}",
+            r.mb_per_s, r.latency
+        );
     };
     line("4 KiB fdatasync, pre-written", &raw.sync_4k_prewritten);
     line("4 KiB fdatasync, growing", &raw.sync_4k_growing);
     line("1 MiB fdatasync, growing", &raw.seq_1m_growing);
     line("1 MiB fdatasync, pre-written", &raw.seq_1m_prewritten);
-    println!("raw double-write model (1 MiB)   {:>9.1} MB/s", raw.double_write_1m_mb_per_s);
+    println!(
+        "raw double-write model (1 MiB)   {:>9.1} MB/s",
+        raw.double_write_1m_mb_per_s
+    );
 }
 
 fn print_case(case: &CaseResult, raw: Option<&RawDisk>) {
     print!(
         "storage {:>3} appenders {:>6} B  {:>10.0} entries/s {:>8.1} MB/s  {}  {:>6.1}/group",
-        case.appenders, case.entry_bytes, case.entries_per_s, case.mb_per_s, case.latency, case.entries_per_group
+        case.appenders,
+        case.entry_bytes,
+        case.entries_per_s,
+        case.mb_per_s,
+        case.latency,
+        case.entries_per_group
     );
     if let Some(raw) = raw {
         let base = &raw.sync_4k_prewritten.latency;
