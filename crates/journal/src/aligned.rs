@@ -19,11 +19,7 @@ unsafe impl Sync for AlignedBuf {}
 impl AlignedBuf {
     pub fn with_capacity(capacity: usize) -> Self {
         let capacity = capacity.max(BLOCK_SIZE).next_multiple_of(BLOCK_SIZE);
-        AlignedBuf {
-            ptr: Self::allocate(capacity),
-            len: 0,
-            capacity,
-        }
+        AlignedBuf { ptr: Self::allocate(capacity), len: 0, capacity }
     }
 
     fn layout(capacity: usize) -> Layout {

@@ -22,9 +22,7 @@ impl std::str::FromStr for SyncMode {
             "fdatasync" => Ok(SyncMode::Fdatasync),
             "dsync" | "o_dsync" => Ok(SyncMode::Dsync),
             "none" => Ok(SyncMode::None),
-            other => Err(format!(
-                "unknown sync mode {other:?} (fdatasync, dsync, none)"
-            )),
+            other => Err(format!("unknown sync mode {other:?} (fdatasync, dsync, none)")),
         }
     }
 }
@@ -42,7 +40,10 @@ pub struct JournalConfig {
     /// flush as soon as the writer is idle, so that a lone append pays no timer.
     pub max_wait: Option<Duration>,
     pub sync_mode: SyncMode,
-    /// Write with `O_DIRECT`. Default off: see ARCHITECTURE.md, "Buffered writes".
+    /// Write segments with `O_DIRECT` from the journal's own aligned buffers. Default on: it
+    /// doubled large-entry bandwidth and raised small-entry throughput by half on this machine
+    /// (ARCHITECTURE.md, "Direct I/O"). Falls back to buffered writes where the file system
+    /// refuses `O_DIRECT` (tmpfs).
     pub direct_io: bool,
     /// Freed segment files kept for reuse (rename instead of zero-filling a new one). Default 1.
     pub recycled_segments_kept: usize,
@@ -55,7 +56,7 @@ impl Default for JournalConfig {
             max_group_bytes: 8 << 20,
             max_wait: None,
             sync_mode: SyncMode::Fdatasync,
-            direct_io: false,
+            direct_io: true,
             recycled_segments_kept: 1,
         }
     }
@@ -69,13 +70,15 @@ impl JournalConfig {
 
     pub fn validate(&self) -> Result<(), JournalError> {
         let fail = |why: String| Err(JournalError::Config(why));
-        if self.max_group_bytes % BLOCK_SIZE != 0 || self.max_group_bytes < 16 * BLOCK_SIZE {
+        if !self.max_group_bytes.is_multiple_of(BLOCK_SIZE)
+            || self.max_group_bytes < 16 * BLOCK_SIZE
+        {
             return fail(format!(
                 "max_group_bytes ({}) must be a multiple of {BLOCK_SIZE} and at least 64 KiB",
                 self.max_group_bytes
             ));
         }
-        if self.segment_size_bytes % BLOCK_SIZE as u64 != 0
+        if !self.segment_size_bytes.is_multiple_of(BLOCK_SIZE as u64)
             || self.segment_size_bytes < 2 * self.max_group_bytes as u64
             || self.segment_size_bytes > u32::MAX as u64
         {

@@ -18,10 +18,7 @@ pub enum JournalError {
     #[error("journal is closed")]
     Closed,
     #[error("{context}: {source}")]
-    Io {
-        context: String,
-        source: Arc<std::io::Error>,
-    },
+    Io { context: String, source: Arc<std::io::Error> },
     #[error("corrupt journal record at segment {segment} offset {offset}")]
     Corrupt { segment: u64, offset: u64 },
     #[error("invalid journal configuration: {0}")]
@@ -30,10 +27,7 @@ pub enum JournalError {
 
 impl JournalError {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        JournalError::Io {
-            context: context.into(),
-            source: Arc::new(source),
-        }
+        JournalError::Io { context: context.into(), source: Arc::new(source) }
     }
 }
 

@@ -69,7 +69,7 @@ struct Group {
     offset: u64,
     buf: AlignedBuf,
     /// Each waiter with its record's offset in the group and payload length.
-    waiters: Vec<(Completion, u32, u32)>,
+    waiters: Waiters,
     closed: bool,
     opened_at: Instant,
 }
@@ -98,7 +98,33 @@ struct Prep {
     shutdown: bool,
 }
 
+type Waiters = Vec<(Completion, u32, u32)>;
+
+/// The outcome of a group, waiting for its waiters to be told.
+enum Outcome {
+    Flushed {
+        seq: u64,
+        offset: u64,
+        waiters: Waiters,
+    },
+    Failed {
+        error: JournalError,
+        waiters: Waiters,
+    },
+    /// Told after every completion of the segment's records.
+    Sealed(SealedSegment),
+}
+
+/// Outcomes in group order: every waiter is told on the completer thread, in staging order.
+#[derive(Default)]
+struct Completed {
+    outcomes: VecDeque<Outcome>,
+    writer_done: bool,
+}
+
 struct Shared {
+    completed: Mutex<Completed>,
+    completed_ready: Condvar,
     config: JournalConfig,
     storage: Arc<dyn Storage>,
     staging: Mutex<Staging>,
@@ -126,12 +152,8 @@ impl Journal {
         storage: Arc<dyn Storage>,
     ) -> Result<(Journal, RecoveryReport), JournalError> {
         config.validate()?;
-        storage
-            .remove_temporaries()
-            .map_err(|e| JournalError::io("remove temporary files", e))?;
-        let seqs = storage
-            .list_segments()
-            .map_err(|e| JournalError::io("list segments", e))?;
+        storage.remove_temporaries().map_err(|e| JournalError::io("remove temporary files", e))?;
+        let seqs = storage.list_segments().map_err(|e| JournalError::io("list segments", e))?;
         let mut report = RecoveryReport::default();
         let mut readers = BTreeMap::new();
         let mut tail_index = None;
@@ -161,6 +183,8 @@ impl Journal {
         let first_seq = seqs.last().map_or(1, |last| last + 1);
         prep.requested = Some(first_seq);
         let shared = Arc::new(Shared {
+            completed: Mutex::new(Completed::default()),
+            completed_ready: Condvar::new(),
             staging: Mutex::new(Staging {
                 groups: VecDeque::new(),
                 next_seq: first_seq,
@@ -191,10 +215,14 @@ impl Journal {
                 .spawn(move || preparer_loop(&shared))
                 .map_err(|e| JournalError::io("spawn journal preparer", e))?
         };
-        let journal = Journal {
-            shared,
-            threads: Mutex::new(vec![writer, preparer]),
+        let completer = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("journal-completer".into())
+                .spawn(move || completer_loop(&shared))
+                .map_err(|e| JournalError::io("spawn journal completer", e))?
         };
+        let journal = Journal { shared, threads: Mutex::new(vec![writer, completer, preparer]) };
         Ok((journal, report))
     }
 
@@ -267,9 +295,7 @@ impl Journal {
         }
         let group = staging.groups.back_mut().expect("a group is open");
         let at = encode_record(&mut group.buf, segment_tag(group.seq), header, payload);
-        group
-            .waiters
-            .push((completion, at as u32, payload.len() as u32));
+        group.waiters.push((completion, at as u32, payload.len() as u32));
         let location = RecordLocation {
             segment: group.seq,
             offset: group.offset + at as u64,
@@ -288,10 +314,7 @@ impl Journal {
         location: RecordLocation,
         expected: RecordHeader,
     ) -> Result<Bytes, JournalError> {
-        Ok(self
-            .read_many(&[(location, expected)])?
-            .pop()
-            .expect("one request, one answer"))
+        Ok(self.read_many(&[(location, expected)])?.pop().expect("one request, one answer"))
     }
 
     /// Reads many records, coalescing nearby ones in a segment into one read (read-ahead for
@@ -323,10 +346,7 @@ impl Journal {
             let file = self.reader(first.segment)?;
             let mut span = vec![0u8; (end - first.offset) as usize];
             read_exact_at(&*file, &mut span, first.offset).map_err(|e| {
-                JournalError::io(
-                    format!("read segment {} at {}", first.segment, first.offset),
-                    e,
-                )
+                JournalError::io(format!("read segment {} at {}", first.segment, first.offset), e)
             })?;
             let span = Bytes::from(span);
             for (location, header) in &requests[index..last] {
@@ -364,10 +384,7 @@ impl Journal {
     /// reuse or removed, so disk usage goes down.
     pub fn release_segment(&self, seq: u64) -> Result<(), JournalError> {
         let current = self.shared.staging.lock().next_seq;
-        assert!(
-            seq < current,
-            "segment {seq} is not sealed (writer at {current})"
-        );
+        assert!(seq < current, "segment {seq} is not sealed (writer at {current})");
         if self.shared.readers.write().remove(&seq).is_none() {
             return Ok(());
         }
@@ -409,10 +426,7 @@ impl Journal {
             .read()
             .get(&seq)
             .cloned()
-            .ok_or(JournalError::Corrupt {
-                segment: seq,
-                offset: 0,
-            })
+            .ok_or(JournalError::Corrupt { segment: seq, offset: 0 })
     }
 }
 
@@ -433,19 +447,12 @@ fn open_read(storage: &dyn Storage, seq: u64) -> Result<Arc<dyn SegmentFile>, Jo
 fn zero_torn_tail(storage: &dyn Storage, seq: u64, valid_end: u64) -> Result<u64, JournalError> {
     let context = || format!("zero torn tail of segment {seq}");
     let file = storage
-        .open_segment_for_write(
-            seq,
-            WriteMode {
-                direct_io: false,
-                dsync: false,
-            },
-        )
+        .open_segment_for_write(seq, WriteMode { direct_io: false, dsync: false })
         .map_err(|e| JournalError::io(context(), e))?;
     let torn = torn_bytes_after(&*file, valid_end).map_err(|e| JournalError::io(context(), e))?;
     write_all_at(&*file, &vec![0u8; torn as usize], valid_end)
         .map_err(|e| JournalError::io(context(), e))?;
-    file.sync_data()
-        .map_err(|e| JournalError::io(context(), e))?;
+    file.sync_data().map_err(|e| JournalError::io(context(), e))?;
     tracing::warn!(
         segment = seq,
         valid_end,
@@ -507,19 +514,10 @@ fn writer_loop(shared: &Shared) {
             match switch_segment(shared, group.seq, mode) {
                 Ok(file) => {
                     if let Some(old) = active.take() {
-                        notify_sealed(
-                            shared,
-                            SealedSegment {
-                                seq: old.seq,
-                                len: old.end,
-                            },
-                        );
+                        let sealed = SealedSegment { seq: old.seq, len: old.end };
+                        report(shared, Outcome::Sealed(sealed));
                     }
-                    active = Some(Active {
-                        seq: group.seq,
-                        file,
-                        end: 0,
-                    });
+                    active = Some(Active { seq: group.seq, file, end: 0 });
                 }
                 Err(JournalError::DiskFull(why)) => {
                     fail_queued_for_disk_full(shared, &mut group, why);
@@ -551,30 +549,56 @@ fn writer_loop(shared: &Shared) {
         segment.end = group.offset + group.buf.len() as u64;
         let stats = &shared.stats;
         stats.groups.fetch_add(1, Ordering::Relaxed);
-        stats
-            .records
-            .fetch_add(group.waiters.len() as u64, Ordering::Relaxed);
-        stats
-            .bytes
-            .fetch_add(group.buf.len() as u64, Ordering::Relaxed);
-        for (waiter, at, len) in group.waiters.drain(..) {
-            waiter(Ok(RecordLocation {
-                segment: group.seq,
-                offset: group.offset + at as u64,
-                len,
-            }));
-        }
+        stats.records.fetch_add(group.waiters.len() as u64, Ordering::Relaxed);
+        stats.bytes.fetch_add(group.buf.len() as u64, Ordering::Relaxed);
+        let waiters = std::mem::take(&mut group.waiters);
+        let (seq, offset) = (group.seq, group.offset);
+        report(shared, Outcome::Flushed { seq, offset, waiters });
         recycle_buffer(shared, group.buf);
     }
     if let Some(last) = active {
-        notify_sealed(
-            shared,
-            SealedSegment {
-                seq: last.seq,
-                len: last.end,
-            },
-        );
+        report(shared, Outcome::Sealed(SealedSegment { seq: last.seq, len: last.end }));
     }
+    shared.completed.lock().writer_done = true;
+    shared.completed_ready.notify_one();
+}
+
+/// Tells waiters of finished groups, in group order, so that the writer can start the next
+/// write and flush while this thread wakes the appenders of the previous group.
+fn completer_loop(shared: &Shared) {
+    loop {
+        let batch: Vec<Outcome> = {
+            let mut completed = shared.completed.lock();
+            while completed.outcomes.is_empty() && !completed.writer_done {
+                shared.completed_ready.wait(&mut completed);
+            }
+            if completed.outcomes.is_empty() {
+                return;
+            }
+            completed.outcomes.drain(..).collect()
+        };
+        for outcome in batch {
+            match outcome {
+                Outcome::Flushed { seq, offset, waiters } => {
+                    for (waiter, at, len) in waiters {
+                        let offset = offset + u64::from(at);
+                        waiter(Ok(RecordLocation { segment: seq, offset, len }));
+                    }
+                }
+                Outcome::Failed { error, waiters } => {
+                    for (waiter, _, _) in waiters {
+                        waiter(Err(error.clone()));
+                    }
+                }
+                Outcome::Sealed(sealed) => notify_sealed(shared, sealed),
+            }
+        }
+    }
+}
+
+fn report(shared: &Shared, outcome: Outcome) {
+    shared.completed.lock().outcomes.push_back(outcome);
+    shared.completed_ready.notify_one();
 }
 
 fn notify_sealed(shared: &Shared, sealed: SealedSegment) {
@@ -647,9 +671,9 @@ fn preparer_loop(shared: &Shared) {
         let storage = &shared.storage;
         let size = shared.config.segment_size_bytes;
         let result = match recycled {
-            Some(old) => storage
-                .recycle_segment(old, seq)
-                .or_else(|_| storage.create_segment(seq, size)),
+            Some(old) => {
+                storage.recycle_segment(old, seq).or_else(|_| storage.create_segment(seq, size))
+            }
             None => storage.create_segment(seq, size),
         };
         let mut prep = shared.prep.lock();
@@ -661,10 +685,8 @@ fn preparer_loop(shared: &Shared) {
                 prep.failed = Some((seq, JournalError::DiskFull(e.to_string().into())));
             }
             Err(e) => {
-                prep.failed = Some((
-                    seq,
-                    JournalError::Failed(format!("prepare segment {seq}: {e}").into()),
-                ));
+                prep.failed =
+                    Some((seq, JournalError::Failed(format!("prepare segment {seq}: {e}").into())));
             }
         }
         shared.prep_changed.notify_all();
@@ -685,9 +707,7 @@ fn fail_queued_for_disk_full(shared: &Shared, group: &mut Group, why: Arc<str>) 
         staging.next_seq = group.seq;
         staging.next_offset = 0;
     }
-    for (waiter, _, _) in waiters {
-        waiter(Err(error.clone()));
-    }
+    report(shared, Outcome::Failed { error, waiters });
 }
 
 /// A write or flush failed: fail everything pending and refuse all later appends.
@@ -700,7 +720,5 @@ fn fail_everything(shared: &Shared, group: Group, error: JournalError) {
             waiters.append(&mut queued.waiters);
         }
     }
-    for (waiter, _, _) in waiters {
-        waiter(Err(error.clone()));
-    }
+    report(shared, Outcome::Failed { error, waiters });
 }

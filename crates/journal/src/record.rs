@@ -29,7 +29,7 @@ pub const HEADER_LEN: usize = 32;
 /// Kind reserved by the journal for the filler at the end of a group.
 pub const KIND_PADDING: u8 = 0xFF;
 
-const _: () = assert!(BLOCK_SIZE % HEADER_LEN == 0);
+const _: () = assert!(BLOCK_SIZE.is_multiple_of(HEADER_LEN));
 const _: () = assert!(BLOCK_SIZE.is_power_of_two());
 
 /// The identifying fields of a record, as given by the layer above.
@@ -101,10 +101,7 @@ impl Sink for Vec<u8> {
 /// Appends one record (preceded by a block-tail gap when needed) to `out`, whose length must be
 /// the record's offset from a block-aligned origin. Returns the offset of the record header.
 pub fn encode_record(out: &mut impl Sink, tag: u32, header: RecordHeader, payload: &[u8]) -> usize {
-    assert_ne!(
-        header.kind, KIND_PADDING,
-        "padding is written by the journal only"
-    );
+    assert_ne!(header.kind, KIND_PADDING, "padding is written by the journal only");
     let payload_len = u32::try_from(payload.len()).expect("payload length checked by caller");
     let crc_input = header_bytes(tag, header, payload_len);
     let crc = record_crc(&crc_input[4..], payload);
@@ -120,11 +117,7 @@ pub fn encode_record(out: &mut impl Sink, tag: u32, header: RecordHeader, payloa
 pub fn pad_to_block(out: &mut impl Sink, tag: u32) -> usize {
     let rem = (BLOCK_SIZE - out.len() % BLOCK_SIZE) % BLOCK_SIZE;
     if rem >= HEADER_LEN {
-        let header = RecordHeader {
-            kind: KIND_PADDING,
-            ledger_id: 0,
-            entry_id: 0,
-        };
+        let header = RecordHeader { kind: KIND_PADDING, ledger_id: 0, entry_id: 0 };
         let len = (rem - HEADER_LEN) as u32;
         let crc_input = header_bytes(tag, header, len);
         let crc = record_crc(&crc_input[4..], &[]);
@@ -142,12 +135,7 @@ pub fn pad_to_block(out: &mut impl Sink, tag: u32) -> usize {
 pub enum Parsed {
     /// A valid record: its header starts at the given offset (after any block-tail gap),
     /// its payload follows, and the next record may start at `next`.
-    Record {
-        header: RecordHeader,
-        header_offset: usize,
-        payload_len: usize,
-        next: usize,
-    },
+    Record { header: RecordHeader, header_offset: usize, payload_len: usize, next: usize },
     /// Valid padding up to `next`.
     Padding { next: usize },
     /// The buffer ends before the record does: `need` bytes from `from` must be available.
@@ -175,28 +163,16 @@ pub fn parse_at(buf: &[u8], base: usize, offset: usize, tag: u32, segment_len: u
     debug_assert_eq!(base % BLOCK_SIZE, 0);
     let start = offset + header_gap(offset);
     if start + HEADER_LEN > segment_len {
-        return Parsed::End {
-            offset,
-            reason: EndReason::EndOfSegment,
-        };
+        return Parsed::End { offset, reason: EndReason::EndOfSegment };
     }
     let Some(rel) = start.checked_sub(base) else {
-        return Parsed::NeedMore {
-            from: start,
-            need: HEADER_LEN,
-        };
+        return Parsed::NeedMore { from: start, need: HEADER_LEN };
     };
     let Some(head) = buf.get(rel..rel + HEADER_LEN) else {
-        return Parsed::NeedMore {
-            from: start,
-            need: HEADER_LEN,
-        };
+        return Parsed::NeedMore { from: start, need: HEADER_LEN };
     };
     if head.iter().all(|&b| b == 0) {
-        return Parsed::End {
-            offset: start,
-            reason: EndReason::Zeros,
-        };
+        return Parsed::End { offset: start, reason: EndReason::Zeros };
     }
     let field =
         |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
@@ -207,50 +183,26 @@ pub fn parse_at(buf: &[u8], base: usize, offset: usize, tag: u32, segment_len: u
     };
     let (crc, payload_len, record_tag, kind) = (field(0), field(4) as usize, field(8), head[12]);
     if record_tag != tag {
-        return Parsed::End {
-            offset: start,
-            reason: EndReason::Stale,
-        };
+        return Parsed::End { offset: start, reason: EndReason::Stale };
     }
     let end = start + HEADER_LEN + payload_len;
     if end > segment_len || head[13..16] != [0, 0, 0] {
-        return Parsed::End {
-            offset: start,
-            reason: EndReason::Invalid,
-        };
+        return Parsed::End { offset: start, reason: EndReason::Invalid };
     }
     if kind == KIND_PADDING {
-        if record_crc(&head[4..], &[]) != crc || end % BLOCK_SIZE != 0 {
-            return Parsed::End {
-                offset: start,
-                reason: EndReason::Invalid,
-            };
+        if record_crc(&head[4..], &[]) != crc || !end.is_multiple_of(BLOCK_SIZE) {
+            return Parsed::End { offset: start, reason: EndReason::Invalid };
         }
         return Parsed::Padding { next: end };
     }
     let Some(payload) = buf.get(rel + HEADER_LEN..rel + HEADER_LEN + payload_len) else {
-        return Parsed::NeedMore {
-            from: start,
-            need: HEADER_LEN + payload_len,
-        };
+        return Parsed::NeedMore { from: start, need: HEADER_LEN + payload_len };
     };
     if record_crc(&head[4..], payload) != crc {
-        return Parsed::End {
-            offset: start,
-            reason: EndReason::Invalid,
-        };
+        return Parsed::End { offset: start, reason: EndReason::Invalid };
     }
-    let header = RecordHeader {
-        kind,
-        ledger_id: word(16),
-        entry_id: word(24),
-    };
-    Parsed::Record {
-        header,
-        header_offset: start,
-        payload_len,
-        next: end,
-    }
+    let header = RecordHeader { kind, ledger_id: word(16), entry_id: word(24) };
+    Parsed::Record { header, header_offset: start, payload_len, next: end }
 }
 
 /// Verifies a record read back from disk at a known location; returns its payload range.
@@ -260,11 +212,9 @@ pub fn verify_record(
     expected: RecordHeader,
 ) -> Option<std::ops::Range<usize>> {
     match parse_at(buf, 0, 0, tag, buf.len()) {
-        Parsed::Record {
-            header,
-            payload_len,
-            ..
-        } if header == expected => Some(HEADER_LEN..HEADER_LEN + payload_len),
+        Parsed::Record { header, payload_len, .. } if header == expected => {
+            Some(HEADER_LEN..HEADER_LEN + payload_len)
+        }
         _ => None,
     }
 }
@@ -274,11 +224,7 @@ mod tests {
     use super::*;
 
     fn header(entry: u64) -> RecordHeader {
-        RecordHeader {
-            kind: 1,
-            ledger_id: 7,
-            entry_id: entry,
-        }
+        RecordHeader { kind: 1, ledger_id: 7, entry_id: entry }
     }
 
     fn parse_all(buf: &[u8], tag: u32) -> (Vec<(RecordHeader, Vec<u8>)>, Parsed) {
@@ -286,12 +232,7 @@ mod tests {
         let mut out = Vec::new();
         loop {
             match parse_at(buf, 0, offset, tag, buf.len()) {
-                Parsed::Record {
-                    header,
-                    header_offset,
-                    payload_len,
-                    next,
-                } => {
+                Parsed::Record { header, header_offset, payload_len, next } => {
                     let p = header_offset + HEADER_LEN;
                     out.push((header, buf[p..p + payload_len].to_vec()));
                     offset = next;
@@ -318,30 +259,16 @@ mod tests {
             assert_eq!(*h, header(i as u64));
             assert_eq!(p, &payloads[i]);
         }
-        assert!(matches!(
-            end,
-            Parsed::End {
-                reason: EndReason::Zeros,
-                ..
-            }
-        ));
+        assert!(matches!(end, Parsed::End { reason: EndReason::Zeros, .. }));
     }
 
     #[test]
     fn headers_never_straddle_a_block() {
         for first in 0..200usize {
             let mut buf = Vec::new();
-            encode_record(
-                &mut buf,
-                1,
-                header(0),
-                &vec![1; BLOCK_SIZE - HEADER_LEN - first],
-            );
+            encode_record(&mut buf, 1, header(0), &vec![1; BLOCK_SIZE - HEADER_LEN - first]);
             let at = encode_record(&mut buf, 1, header(1), b"x");
-            assert!(
-                at % BLOCK_SIZE + HEADER_LEN <= BLOCK_SIZE,
-                "first={first} at={at}"
-            );
+            assert!(at % BLOCK_SIZE + HEADER_LEN <= BLOCK_SIZE, "first={first} at={at}");
             pad_to_block(&mut buf, 1);
             assert_eq!(parse_all(&buf, 1).0.len(), 2);
         }
@@ -367,17 +294,11 @@ mod tests {
         encode_record(&mut buf, 5, header(0), &[7; 100]);
         for cut in 0..buf.len() {
             let parsed = parse_at(&buf[..cut], 0, 0, 5, 1 << 20);
-            assert!(
-                matches!(parsed, Parsed::NeedMore { .. }),
-                "cut {cut}: {parsed:?}"
-            );
+            assert!(matches!(parsed, Parsed::NeedMore { .. }), "cut {cut}: {parsed:?}");
         }
         assert!(matches!(
             parse_at(&buf, 0, 0, 6, 1 << 20),
-            Parsed::End {
-                reason: EndReason::Stale,
-                ..
-            }
+            Parsed::End { reason: EndReason::Stale, .. }
         ));
     }
 

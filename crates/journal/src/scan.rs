@@ -43,12 +43,7 @@ pub fn scan_segment(
     let mut records = 0;
     loop {
         match parse_at(&buf, base, offset, tag, segment_len) {
-            Parsed::Record {
-                header,
-                header_offset,
-                payload_len,
-                next,
-            } => {
+            Parsed::Record { header, header_offset, payload_len, next } => {
                 let at = header_offset - base + HEADER_LEN;
                 let location = RecordLocation {
                     segment: seq,
@@ -62,9 +57,7 @@ pub fn scan_segment(
             Parsed::Padding { next } => offset = next,
             Parsed::NeedMore { from, need } => {
                 let new_base = from - from % BLOCK_SIZE;
-                let want = (from - new_base + need)
-                    .max(CHUNK)
-                    .min(segment_len - new_base);
+                let want = (from - new_base + need).max(CHUNK).min(segment_len - new_base);
                 let chunk = read_chunk(file, new_base as u64, want)?;
                 if new_base == base && chunk.len() <= buf.len() {
                     let end = ScanEnd {
@@ -78,16 +71,9 @@ pub fn scan_segment(
                 base = new_base;
                 buf = chunk;
             }
-            Parsed::End {
-                offset: stop,
-                reason,
-            } => {
-                let end = ScanEnd {
-                    valid_end: offset as u64,
-                    stop_offset: stop as u64,
-                    reason,
-                    records,
-                };
+            Parsed::End { offset: stop, reason } => {
+                let end =
+                    ScanEnd { valid_end: offset as u64, stop_offset: stop as u64, reason, records };
                 return Ok(end);
             }
         }

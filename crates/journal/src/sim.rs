@@ -71,9 +71,7 @@ impl SimStorage {
             syncs: 0,
             frozen: false,
         };
-        SimStorage {
-            state: Arc::new(Mutex::new(state)),
-        }
+        SimStorage { state: Arc::new(Mutex::new(state)) }
     }
 
     pub fn set_faults(&self, faults: Faults) {
@@ -87,12 +85,7 @@ impl SimStorage {
 
     /// Bytes held by all files (their current size).
     pub fn used_bytes(&self) -> u64 {
-        self.state
-            .lock()
-            .files
-            .values()
-            .map(|f| f.current.len() as u64)
-            .sum()
+        self.state.lock().files.values().map(|f| f.current.len() as u64).sum()
     }
 
     /// Simulates a power loss: unsynced writes survive whole, not at all, or torn. Until
@@ -133,10 +126,7 @@ impl SimStorage {
     /// Flips one bit of segment `seq`, durably (media corruption).
     pub fn flip_bit(&self, seq: u64, offset: usize, bit: u8) {
         let mut state = self.state.lock();
-        let file = state
-            .files
-            .get_mut(&segment_name(seq))
-            .expect("segment exists");
+        let file = state.files.get_mut(&segment_name(seq)).expect("segment exists");
         file.durable[offset] ^= 1 << bit;
         file.current[offset] ^= 1 << bit;
     }
@@ -155,11 +145,7 @@ impl SimStorage {
         if !self.state.lock().files.contains_key(&name) {
             return Err(io::ErrorKind::NotFound.into());
         }
-        Ok(Arc::new(SimHandle {
-            state: self.state.clone(),
-            name,
-            dsync: mode.dsync,
-        }))
+        Ok(Arc::new(SimHandle { state: self.state.clone(), name, dsync: mode.dsync }))
     }
 
     fn check_capacity(state: &State, extra: u64) -> io::Result<()> {
@@ -186,16 +172,9 @@ impl SegmentFile for SimHandle {
         if state.frozen || state.faults.fail_write {
             return Err(eio());
         }
-        let len = if state.faults.short_writes {
-            buf.len().div_ceil(2)
-        } else {
-            buf.len()
-        };
+        let len = if state.faults.short_writes { buf.len().div_ceil(2) } else { buf.len() };
         let offset = offset as usize;
-        let file = state
-            .files
-            .get_mut(&self.name)
-            .ok_or(io::ErrorKind::NotFound)?;
+        let file = state.files.get_mut(&self.name).ok_or(io::ErrorKind::NotFound)?;
         if file.current.len() < offset + len {
             file.current.resize(offset + len, 0);
         }
@@ -226,10 +205,7 @@ impl SegmentFile for SimHandle {
             return Err(eio());
         }
         state.syncs += 1;
-        let file = state
-            .files
-            .get_mut(&self.name)
-            .ok_or(io::ErrorKind::NotFound)?;
+        let file = state.files.get_mut(&self.name).ok_or(io::ErrorKind::NotFound)?;
         file.durable = file.current.clone();
         file.unsynced.clear();
         Ok(())
@@ -237,12 +213,7 @@ impl SegmentFile for SimHandle {
 
     fn len(&self) -> io::Result<u64> {
         let state = self.state.lock();
-        Ok(state
-            .files
-            .get(&self.name)
-            .ok_or(io::ErrorKind::NotFound)?
-            .current
-            .len() as u64)
+        Ok(state.files.get(&self.name).ok_or(io::ErrorKind::NotFound)?.current.len() as u64)
     }
 
     fn truncate(&self, len: u64) -> io::Result<()> {
@@ -250,10 +221,7 @@ impl SegmentFile for SimHandle {
         if state.frozen {
             return Err(eio());
         }
-        let file = state
-            .files
-            .get_mut(&self.name)
-            .ok_or(io::ErrorKind::NotFound)?;
+        let file = state.files.get_mut(&self.name).ok_or(io::ErrorKind::NotFound)?;
         file.current.truncate(len as usize);
         file.durable = file.current.clone();
         file.unsynced.clear();
@@ -280,24 +248,14 @@ impl Storage for SimStorage {
     }
 
     fn open_segment_for_read(&self, seq: u64) -> io::Result<Arc<dyn SegmentFile>> {
-        self.file(
-            segment_name(seq),
-            WriteMode {
-                direct_io: false,
-                dsync: false,
-            },
-        )
+        self.file(segment_name(seq), WriteMode { direct_io: false, dsync: false })
     }
 
     fn create_segment(&self, seq: u64, size: u64) -> io::Result<()> {
         let mut state = self.state.lock();
         Self::check_capacity(&state, size)?;
         let zeros = vec![0u8; size as usize];
-        let file = SimFile {
-            durable: zeros.clone(),
-            current: zeros,
-            unsynced: Vec::new(),
-        };
+        let file = SimFile { durable: zeros.clone(), current: zeros, unsynced: Vec::new() };
         state.files.insert(segment_name(seq), file);
         Ok(())
     }
@@ -307,10 +265,7 @@ impl Storage for SimStorage {
         if state.frozen {
             return Err(eio());
         }
-        let file = state
-            .files
-            .remove(&segment_name(from))
-            .ok_or(io::ErrorKind::NotFound)?;
+        let file = state.files.remove(&segment_name(from)).ok_or(io::ErrorKind::NotFound)?;
         state.files.insert(segment_name(to), file);
         Ok(())
     }
@@ -328,11 +283,7 @@ impl Storage for SimStorage {
         let mut state = self.state.lock();
         let old = state.files.get(name).map_or(0, |f| f.current.len() as u64);
         Self::check_capacity(&state, (data.len() as u64).saturating_sub(old))?;
-        let file = SimFile {
-            durable: data.to_vec(),
-            current: data.to_vec(),
-            unsynced: Vec::new(),
-        };
+        let file = SimFile { durable: data.to_vec(), current: data.to_vec(), unsynced: Vec::new() };
         state.files.insert(name.to_string(), file);
         Ok(())
     }

@@ -28,6 +28,9 @@ pub trait SegmentFile: Send + Sync {
     /// fdatasync.
     fn sync_data(&self) -> io::Result<()>;
     fn len(&self) -> io::Result<u64>;
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
     /// Shrinks the file to `len` bytes, durably.
     fn truncate(&self, len: u64) -> io::Result<()>;
 }
@@ -97,9 +100,7 @@ pub struct FsStorage {
 impl FsStorage {
     pub fn open(dir: &Path) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
-        Ok(FsStorage {
-            dir: dir.to_path_buf(),
-        })
+        Ok(FsStorage { dir: dir.to_path_buf() })
     }
 
     fn segment_path(&self, seq: u64) -> PathBuf {
@@ -117,12 +118,7 @@ impl FsStorage {
 fn zero_fill(path: &Path, size: u64) -> io::Result<()> {
     const CHUNK: usize = 4 << 20;
     let open = |flags| {
-        OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(flags)
-            .open(path)
+        OpenOptions::new().write(true).create(true).truncate(true).custom_flags(flags).open(path)
     };
     let (file, direct) = match open(libc::O_DIRECT) {
         Ok(file) => (file, true),
@@ -185,10 +181,7 @@ impl Storage for FsStorage {
         for entry in fs::read_dir(&self.dir)? {
             let name = entry?.file_name();
             let name = name.to_string_lossy();
-            if let Some(seq) = name
-                .strip_suffix(SEGMENT_SUFFIX)
-                .and_then(|s| s.parse().ok())
-            {
+            if let Some(seq) = name.strip_suffix(SEGMENT_SUFFIX).and_then(|s| s.parse().ok()) {
                 seqs.push(seq);
             }
         }
@@ -208,11 +201,20 @@ impl Storage for FsStorage {
         if mode.dsync {
             flags |= libc::O_DSYNC;
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(flags)
-            .open(self.segment_path(seq))?;
+        let open = |flags| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(flags)
+                .open(self.segment_path(seq))
+        };
+        let file = match open(flags) {
+            Err(e) if mode.direct_io && e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::warn!(dir = %self.dir.display(), "O_DIRECT refused here; writing buffered");
+                open(flags & !libc::O_DIRECT)?
+            }
+            other => other?,
+        };
         Ok(Arc::new(FsFile(file)))
     }
 
@@ -221,9 +223,7 @@ impl Storage for FsStorage {
     }
 
     fn create_segment(&self, seq: u64, size: u64) -> io::Result<()> {
-        let temp = self
-            .dir
-            .join(format!("{TEMP_PREFIX}{seq:020}{SEGMENT_SUFFIX}"));
+        let temp = self.dir.join(format!("{TEMP_PREFIX}{seq:020}{SEGMENT_SUFFIX}"));
         let result =
             zero_fill(&temp, size).and_then(|()| fs::rename(&temp, self.segment_path(seq)));
         if result.is_err() {
@@ -245,11 +245,7 @@ impl Storage for FsStorage {
 
     fn write_file_atomic(&self, name: &str, data: &[u8]) -> io::Result<()> {
         let temp = self.dir.join(format!("{TEMP_PREFIX}{name}"));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temp)?;
+        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&temp)?;
         file.write_all(data)?;
         file.sync_all()?;
         fs::rename(&temp, self.dir.join(name))?;

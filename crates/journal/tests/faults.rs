@@ -24,17 +24,11 @@ fn small_config() -> JournalConfig {
 
 fn payload(ledger: u64, entry: u64) -> Vec<u8> {
     let len = ((ledger * 7919 + entry * 104_729) % 3000) as usize;
-    (0..len)
-        .map(|i| (i as u64 ^ entry ^ (ledger << 3)) as u8)
-        .collect()
+    (0..len).map(|i| (i as u64 ^ entry ^ (ledger << 3)) as u8).collect()
 }
 
 fn header(ledger: u64, entry: u64) -> RecordHeader {
-    RecordHeader {
-        kind: 1,
-        ledger_id: ledger,
-        entry_id: entry,
-    }
+    RecordHeader { kind: 1, ledger_id: ledger, entry_id: entry }
 }
 
 /// Appends and waits for the result.
@@ -48,10 +42,7 @@ fn append_sync(journal: &Journal, ledger: u64, entry: u64) -> Result<RecordLocat
         }),
     )?;
     let durable = rx.recv_timeout(WAIT).expect("completion arrives")?;
-    assert_eq!(
-        durable, location,
-        "the completion reports the staged location"
-    );
+    assert_eq!(durable, location, "the completion reports the staged location");
     Ok(location)
 }
 
@@ -86,20 +77,12 @@ fn appended_records_read_back_and_groups_share_flushes() {
         .collect();
     for (ledger, thread) in threads.into_iter().enumerate() {
         for (entry, location) in thread.join().unwrap() {
-            let data = journal
-                .read(location, header(ledger as u64, entry))
-                .unwrap();
+            let data = journal.read(location, header(ledger as u64, entry)).unwrap();
             assert_eq!(data.as_ref(), payload(ledger as u64, entry).as_slice());
         }
     }
-    let groups = journal
-        .stats()
-        .groups
-        .load(std::sync::atomic::Ordering::Relaxed);
-    assert!(
-        groups < 1600,
-        "8 concurrent appenders should share flushes: {groups} groups"
-    );
+    let groups = journal.stats().groups.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(groups < 1600, "8 concurrent appenders should share flushes: {groups} groups");
     assert!(journal.segments().len() > 1, "small segments roll over");
 }
 
@@ -108,15 +91,9 @@ fn reading_with_a_wrong_identity_or_corrupt_bytes_is_an_error() {
     let storage = SimStorage::new(2);
     let (journal, _) = Journal::open(small_config(), Arc::new(storage.clone())).unwrap();
     let location = append_sync(&journal, 1, 0).unwrap();
-    assert!(matches!(
-        journal.read(location, header(1, 1)),
-        Err(JournalError::Corrupt { .. })
-    ));
+    assert!(matches!(journal.read(location, header(1, 1)), Err(JournalError::Corrupt { .. })));
     storage.flip_bit(location.segment, location.offset as usize + 40, 3);
-    assert!(matches!(
-        journal.read(location, header(1, 0)),
-        Err(JournalError::Corrupt { .. })
-    ));
+    assert!(matches!(journal.read(location, header(1, 0)), Err(JournalError::Corrupt { .. })));
 }
 
 /// Crash at a random moment while 4 threads append; reopen; check the contract. Many seeds.
@@ -135,21 +112,11 @@ fn crash_with_torn_writes_never_loses_an_acknowledged_record() {
             let (journal, _) = Journal::open(small_config(), Arc::new(storage.clone())).unwrap();
             let before = all_records(&journal);
             for key in acked.lock().keys() {
-                let data = before
-                    .get(key)
-                    .unwrap_or_else(|| panic!("seed {seed}: lost {key:?}"));
-                assert_eq!(
-                    data,
-                    &payload(key.0, key.1),
-                    "seed {seed}: record {key:?} changed"
-                );
+                let data = before.get(key).unwrap_or_else(|| panic!("seed {seed}: lost {key:?}"));
+                assert_eq!(data, &payload(key.0, key.1), "seed {seed}: record {key:?} changed");
             }
             for ((ledger, entry), data) in &before {
-                assert_eq!(
-                    data,
-                    &payload(*ledger, *entry),
-                    "seed {seed}: garbage visible"
-                );
+                assert_eq!(data, &payload(*ledger, *entry), "seed {seed}: garbage visible");
             }
             let journal = Arc::new(journal);
             let crash_after = rng.gen_range(1..400u64);
@@ -159,12 +126,8 @@ fn crash_with_torn_writes_never_loses_an_acknowledged_record() {
                 .map(|t| {
                     let ledger = life * 10 + t;
                     let first = *next_entry.entry(ledger).or_insert(0);
-                    let (journal, acked, count, done_tx) = (
-                        journal.clone(),
-                        acked.clone(),
-                        count.clone(),
-                        done_tx.clone(),
-                    );
+                    let (journal, acked, count, done_tx) =
+                        (journal.clone(), acked.clone(), count.clone(), done_tx.clone());
                     std::thread::spawn(move || {
                         for entry in first..first + 10_000 {
                             let acked = acked.clone();
@@ -183,10 +146,7 @@ fn crash_with_torn_writes_never_loses_an_acknowledged_record() {
                                     }
                                 });
                             let data = payload(ledger, entry);
-                            if journal
-                                .append(header(ledger, entry), &data, completion)
-                                .is_err()
-                            {
+                            if journal.append(header(ledger, entry), &data, completion).is_err() {
                                 return;
                             }
                         }
@@ -221,19 +181,13 @@ fn bit_flip_in_the_last_record_discards_it_and_reports_bytes() {
     assert!(!records.contains_key(&(1, 1)));
     drop(journal);
     let (_, again) = Journal::open(small_config(), Arc::new(storage.clone())).unwrap();
-    assert_eq!(
-        again.discarded_bytes, 0,
-        "the torn tail was zeroed the first time"
-    );
+    assert_eq!(again.discarded_bytes, 0, "the torn tail was zeroed the first time");
 }
 
 #[test]
 fn short_writes_are_completed_and_stay_intact() {
     let storage = SimStorage::new(4);
-    storage.set_faults(Faults {
-        short_writes: true,
-        ..Faults::default()
-    });
+    storage.set_faults(Faults { short_writes: true, ..Faults::default() });
     {
         let (journal, _) = Journal::open(small_config(), Arc::new(storage.clone())).unwrap();
         for entry in 0..300 {
@@ -256,18 +210,12 @@ fn fsync_failure_fails_pending_and_later_appends_and_loses_nothing_acknowledged(
         for entry in 0..50 {
             append_sync(&journal, 1, entry).unwrap();
         }
-        storage.set_faults(Faults {
-            fail_sync: true,
-            ..Faults::default()
-        });
+        storage.set_faults(Faults { fail_sync: true, ..Faults::default() });
         let error = append_sync(&journal, 1, 50).unwrap_err();
         assert!(matches!(error, JournalError::Failed(_)), "{error}");
         storage.set_faults(Faults::default());
         let later = append_sync(&journal, 1, 51).unwrap_err();
-        assert!(
-            matches!(later, JournalError::Failed(_)),
-            "no retry after a failed fsync: {later}"
-        );
+        assert!(matches!(later, JournalError::Failed(_)), "no retry after a failed fsync: {later}");
     }
     let (journal, _) = Journal::open(small_config(), Arc::new(storage.clone())).unwrap();
     let records = all_records(&journal);
@@ -282,14 +230,8 @@ fn write_error_stops_the_journal() {
     let storage = SimStorage::new(6);
     let (journal, _) = Journal::open(small_config(), Arc::new(storage.clone())).unwrap();
     append_sync(&journal, 1, 0).unwrap();
-    storage.set_faults(Faults {
-        fail_write: true,
-        ..Faults::default()
-    });
-    assert!(matches!(
-        append_sync(&journal, 1, 1),
-        Err(JournalError::Failed(_))
-    ));
+    storage.set_faults(Faults { fail_write: true, ..Faults::default() });
+    assert!(matches!(append_sync(&journal, 1, 1), Err(JournalError::Failed(_))));
 }
 
 #[test]
@@ -300,10 +242,7 @@ fn disk_full_fails_appends_cleanly_and_they_resume_when_space_is_freed() {
     append_sync(&journal, 1, 0).unwrap();
     // Room for what exists now (the active segment and the prepared spare), nothing more.
     let used = storage.used_bytes();
-    storage.set_faults(Faults {
-        capacity_bytes: Some(used),
-        ..Faults::default()
-    });
+    storage.set_faults(Faults { capacity_bytes: Some(used), ..Faults::default() });
     let mut acked = vec![0u64];
     let mut entry = 1;
     let full_error = loop {
@@ -314,25 +253,15 @@ fn disk_full_fails_appends_cleanly_and_they_resume_when_space_is_freed() {
         entry += 1;
         assert!(entry < 10_000, "the disk never filled up");
     };
-    assert!(
-        matches!(full_error, JournalError::DiskFull(_)),
-        "{full_error}"
-    );
-    assert!(matches!(
-        append_sync(&journal, 2, 0),
-        Err(JournalError::DiskFull(_))
-    ));
+    assert!(matches!(full_error, JournalError::DiskFull(_)), "{full_error}");
+    assert!(matches!(append_sync(&journal, 2, 0), Err(JournalError::DiskFull(_))));
     storage.set_faults(Faults::default());
     append_sync(&journal, 2, 0).expect("appends resume once space is freed");
     drop(journal);
     let (journal, _) = Journal::open(config, Arc::new(storage.clone())).unwrap();
     let records = all_records(&journal);
     for entry in acked {
-        assert_eq!(
-            records.get(&(1, entry)),
-            Some(&payload(1, entry)),
-            "lost entry {entry}"
-        );
+        assert_eq!(records.get(&(1, entry)), Some(&payload(1, entry)), "lost entry {entry}");
     }
     assert!(records.contains_key(&(2, 0)));
 }
@@ -340,10 +269,7 @@ fn disk_full_fails_appends_cleanly_and_they_resume_when_space_is_freed() {
 #[test]
 fn released_segments_are_recycled_and_their_stale_records_stay_invisible() {
     let storage = SimStorage::new(8);
-    let config = JournalConfig {
-        recycled_segments_kept: 4,
-        ..small_config()
-    };
+    let config = JournalConfig { recycled_segments_kept: 4, ..small_config() };
     let (journal, _) = Journal::open(config.clone(), Arc::new(storage.clone())).unwrap();
     for entry in 0..400 {
         append_sync(&journal, 1, entry).unwrap();
@@ -363,43 +289,24 @@ fn released_segments_are_recycled_and_their_stale_records_stay_invisible() {
         assert_eq!(records.get(&(2, entry)), Some(&payload(2, entry)));
     }
     let ledger_one = records.keys().filter(|k| k.0 == 1).count();
-    assert!(
-        ledger_one < 400,
-        "released segments' records must not all come back"
-    );
+    assert!(ledger_one < 400, "released segments' records must not all come back");
 }
 
 #[test]
 fn max_wait_gathers_a_larger_group() {
     let storage = SimStorage::new(9);
-    let config = JournalConfig {
-        max_wait: Some(Duration::from_millis(50)),
-        ..small_config()
-    };
+    let config = JournalConfig { max_wait: Some(Duration::from_millis(50)), ..small_config() };
     let (journal, _) = Journal::open(config, Arc::new(storage.clone())).unwrap();
     append_sync(&journal, 9, 0).unwrap();
-    let groups_before = journal
-        .stats()
-        .groups
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let groups_before = journal.stats().groups.load(std::sync::atomic::Ordering::Relaxed);
     let (tx, rx) = mpsc::channel();
     for entry in 1..=10 {
         let tx = tx.clone();
-        journal
-            .append(
-                header(9, entry),
-                b"x",
-                Box::new(move |r| tx.send(r).unwrap()),
-            )
-            .unwrap();
+        journal.append(header(9, entry), b"x", Box::new(move |r| tx.send(r).unwrap())).unwrap();
     }
     for _ in 0..10 {
         rx.recv_timeout(WAIT).unwrap().unwrap();
     }
-    let groups = journal
-        .stats()
-        .groups
-        .load(std::sync::atomic::Ordering::Relaxed)
-        - groups_before;
+    let groups = journal.stats().groups.load(std::sync::atomic::Ordering::Relaxed) - groups_before;
     assert_eq!(groups, 1, "ten appends within max_wait share one group");
 }

@@ -57,10 +57,7 @@ fn seal(mut out: Vec<u8>) -> Vec<u8> {
 
 /// Checks magic, version and checksum; returns the body after the magic and version.
 fn unseal<'a>(data: &'a [u8], magic: &[u8; 4], file: &'a str) -> Result<Reader<'a>, LedgerError> {
-    let corrupt = |why: &str| LedgerError::Corrupt {
-        file: file.to_string(),
-        why: why.to_string(),
-    };
+    let corrupt = |why: &str| LedgerError::Corrupt { file: file.to_string(), why: why.to_string() };
     if data.len() < 12 || &data[..4] != magic {
         return Err(corrupt("bad magic or too short"));
     }
@@ -68,10 +65,7 @@ fn unseal<'a>(data: &'a [u8], magic: &[u8; 4], file: &'a str) -> Result<Reader<'
     if crc32c::crc32c(body).to_le_bytes() != crc {
         return Err(corrupt("checksum mismatch"));
     }
-    let mut reader = Reader {
-        data: &body[4..],
-        file,
-    };
+    let mut reader = Reader { data: &body[4..], file };
     if reader.u32()? != VERSION {
         return Err(corrupt("unknown version"));
     }
@@ -136,10 +130,7 @@ pub fn decode_index(seq: u64, data: &[u8]) -> Result<Vec<IndexEntry>, LedgerErro
     let file = index_file_name(seq);
     let mut reader = unseal(data, INDEX_MAGIC, &file)?;
     if reader.u64()? != seq {
-        return Err(LedgerError::Corrupt {
-            file,
-            why: "segment mismatch".into(),
-        });
+        return Err(LedgerError::Corrupt { file, why: "segment mismatch".into() });
     }
     let count = reader.count(INDEX_ENTRY_LEN)?;
     let mut entries = Vec::with_capacity(count);
@@ -186,11 +177,7 @@ pub fn decode_checkpoint(data: &[u8]) -> Result<Checkpoint, LedgerError> {
             entry_count,
         });
     }
-    Ok(Checkpoint {
-        covered,
-        next_ledger_id,
-        ledgers,
-    })
+    Ok(Checkpoint { covered, next_ledger_id, ledgers })
 }
 
 #[cfg(test)]
@@ -200,12 +187,7 @@ mod tests {
     #[test]
     fn index_and_checkpoint_round_trip_and_reject_any_damage() {
         let entries: Vec<IndexEntry> = (0..100)
-            .map(|i| IndexEntry {
-                ledger: i % 7,
-                entry: i,
-                offset: i as u32 * 100,
-                len: 50,
-            })
+            .map(|i| IndexEntry { ledger: i % 7, entry: i, offset: i as u32 * 100, len: 50 })
             .collect();
         let index = encode_index(9, &entries);
         assert_eq!(decode_index(9, &index).unwrap(), entries);
@@ -214,18 +196,8 @@ mod tests {
             covered: 12,
             next_ledger_id: 40,
             ledgers: vec![
-                LedgerMeta {
-                    id: 3,
-                    closed: true,
-                    fenced: false,
-                    entry_count: 10,
-                },
-                LedgerMeta {
-                    id: 39,
-                    closed: false,
-                    fenced: true,
-                    entry_count: 0,
-                },
+                LedgerMeta { id: 3, closed: true, fenced: false, entry_count: 10 },
+                LedgerMeta { id: 39, closed: false, fenced: true, entry_count: 0 },
             ],
         };
         let encoded = encode_checkpoint(&checkpoint);
@@ -236,10 +208,7 @@ mod tests {
         for byte in 0..encoded.len() {
             let mut damaged = encoded.clone();
             damaged[byte] ^= 0x40;
-            assert!(
-                decode_checkpoint(&damaged).is_err(),
-                "flip at {byte} unnoticed"
-            );
+            assert!(decode_checkpoint(&damaged).is_err(), "flip at {byte} unnoticed");
         }
     }
 }

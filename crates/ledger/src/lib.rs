@@ -8,6 +8,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub mod files;
+pub mod idmap;
 pub mod store;
 
 pub use config::LedgerStoreConfig;

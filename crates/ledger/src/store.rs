@@ -18,15 +18,16 @@
 //!   them in entry order.
 //! - A segment is freed only after a checkpoint covers it and no live ledger has an entry in it.
 
-use crate::cache::WriteCache;
+use crate::cache::{CacheBudget, LedgerCache};
 use crate::config::LedgerStoreConfig;
 use crate::error::LedgerError;
 use crate::files::{self, Checkpoint, IndexEntry, LedgerMeta, CHECKPOINT_FILE};
+use crate::idmap::IdMap;
 use bytes::Bytes;
 use magnetar_journal::storage::{FsStorage, Storage};
 use magnetar_journal::{Journal, JournalError, RecordHeader, RecordLocation, SealedSegment};
 use parking_lot::{Mutex, RwLock};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,19 +57,11 @@ impl Location {
     fn pack(location: RecordLocation) -> Self {
         let segment = u32::try_from(location.segment).expect("segment numbers stay below 2^32");
         let offset = u32::try_from(location.offset).expect("segments are below 4 GiB");
-        Location {
-            segment,
-            offset,
-            len: location.len,
-        }
+        Location { segment, offset, len: location.len }
     }
 
     fn unpack(self) -> RecordLocation {
-        RecordLocation {
-            segment: self.segment.into(),
-            offset: self.offset.into(),
-            len: self.len,
-        }
+        RecordLocation { segment: self.segment.into(), offset: self.offset.into(), len: self.len }
     }
 }
 
@@ -84,6 +77,7 @@ struct LedgerState {
     failed_from: Option<u64>,
     next_entry: u64,
     locations: Vec<Location>,
+    cache: LedgerCache,
 }
 
 struct Ledger {
@@ -123,7 +117,7 @@ pub struct StoreStats {
 /// Bytes per ledger in one checkpointed segment.
 #[derive(Default)]
 struct SegmentUsage {
-    ledgers: HashMap<u64, u64>,
+    ledgers: IdMap<u64>,
 }
 
 impl SegmentUsage {
@@ -151,9 +145,11 @@ enum Maintenance {
 struct Inner {
     config: LedgerStoreConfig,
     journal: Journal,
-    ledgers: RwLock<HashMap<u64, Arc<Ledger>>>,
+    ledgers: RwLock<IdMap<Arc<Ledger>>>,
     next_ledger_id: AtomicU64,
-    cache: Mutex<WriteCache>,
+    cache: CacheBudget,
+    /// Entry records of segments not yet indexed on disk, collected as they complete.
+    pending_index: Arc<PendingIndex>,
     usage: Mutex<BTreeMap<u64, SegmentUsage>>,
     covered: AtomicU64,
     maintenance: Mutex<mpsc::Sender<Maintenance>>,
@@ -181,13 +177,30 @@ impl PendingAppend {
 impl Future for PendingAppend {
     type Output = Result<u64, LedgerError>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.receiver)
-            .poll(cx)
-            .map(|r| r.unwrap_or(Err(LedgerError::ShuttingDown)))
+        Pin::new(&mut self.receiver).poll(cx).map(|r| r.unwrap_or(Err(LedgerError::ShuttingDown)))
     }
 }
 
 type Callback<T> = Box<dyn FnOnce(Result<T, LedgerError>) + Send>;
+
+/// Entry records per segment, gathered as appends complete, so that a sealed segment's index
+/// file is written from memory instead of re-reading the segment.
+#[derive(Default)]
+struct PendingIndex {
+    segments: Mutex<IdMap<Vec<IndexEntry>>>,
+}
+
+impl PendingIndex {
+    fn add(&self, ledger: u64, entry: u64, location: RecordLocation) {
+        let record =
+            IndexEntry { ledger, entry, offset: location.offset as u32, len: location.len };
+        self.segments.lock().entry(location.segment).or_default().push(record);
+    }
+
+    fn take(&self, seq: u64) -> Option<Vec<IndexEntry>> {
+        self.segments.lock().remove(&seq)
+    }
+}
 
 impl LedgerStore {
     /// Opens the store in `config.dir` on the real file system.
@@ -206,13 +219,14 @@ impl LedgerStore {
         let (journal, journal_report) = Journal::open(config.journal.clone(), storage.clone())?;
         let recovered = recover(&journal, &*storage, journal_report)?;
         let (sender, receiver) = mpsc::channel();
-        let cache = Mutex::new(WriteCache::new(config.write_cache_bytes));
+        let cache = CacheBudget::new(config.write_cache_bytes);
         let inner = Arc::new(Inner {
             config,
             journal,
             ledgers: RwLock::new(recovered.ledgers),
             next_ledger_id: AtomicU64::new(recovered.next_ledger_id),
             cache,
+            pending_index: recovered.pending_index,
             usage: Mutex::new(recovered.usage),
             covered: AtomicU64::new(recovered.report.checkpoint_covered),
             maintenance: Mutex::new(sender.clone()),
@@ -232,20 +246,14 @@ impl LedgerStore {
                 .spawn(move || maintenance_loop(&inner, receiver))
                 .map_err(|e| JournalError::io("spawn ledger maintenance", e))?
         };
-        let store = LedgerStore {
-            inner,
-            maintenance_thread: Mutex::new(Some(thread)),
-        };
+        let store = LedgerStore { inner, maintenance_thread: Mutex::new(Some(thread)) };
         Ok((store, recovered.report))
     }
 
     /// Creates a ledger; resolves once its creation is durable.
     pub async fn create_ledger(&self) -> Result<u64, LedgerError> {
         let id = self.inner.next_ledger_id.fetch_add(1, Ordering::SeqCst);
-        let ledger = Arc::new(Ledger {
-            id,
-            state: Mutex::new(LedgerState::default()),
-        });
+        let ledger = Arc::new(Ledger { id, state: Mutex::new(LedgerState::default()) });
         self.inner.ledgers.write().insert(id, ledger);
         let result = self.write_meta(id, kind::CREATE, 0).await;
         if result.is_err() {
@@ -287,25 +295,18 @@ impl LedgerStore {
             return Err(LedgerError::Fenced(ledger_id));
         }
         if let Some(entry) = state.failed_from {
-            return Err(LedgerError::Failed {
-                ledger: ledger_id,
-                entry,
-            });
+            return Err(LedgerError::Failed { ledger: ledger_id, entry });
         }
         let entry = state.next_entry;
-        let header = RecordHeader {
-            kind: kind::ENTRY,
-            ledger_id,
-            entry_id: entry,
-        };
+        let header = RecordHeader { kind: kind::ENTRY, ledger_id, entry_id: entry };
         let owner = ledger.clone();
+        let index = self.inner.pending_index.clone();
         let completion = Box::new(move |result: Result<RecordLocation, JournalError>| {
-            callback(complete_entry(&owner, entry, result));
+            callback(complete_entry(&owner, &index, entry, result));
         });
         self.inner.journal.append(header, &data, completion)?;
         state.next_entry += 1;
-        drop(state);
-        self.inner.cache.lock().insert(ledger_id, entry, data);
+        state.cache.push(&self.inner.cache, entry, data);
         Ok(entry)
     }
 
@@ -361,7 +362,9 @@ impl LedgerStore {
             let inner = self.inner.clone();
             self.stage_meta(ledger_id, kind::DELETE, 0, move |result| {
                 if result.is_ok() {
-                    inner.ledgers.write().remove(&ledger_id);
+                    if let Some(ledger) = inner.ledgers.write().remove(&ledger_id) {
+                        ledger.state.lock().cache.clear(&inner.cache);
+                    }
                     let _ = inner.maintenance.lock().send(Maintenance::LedgerDeleted);
                 }
                 let _ = sender.send(result);
@@ -389,10 +392,7 @@ impl LedgerStore {
     }
 
     pub fn read_entry(&self, ledger: u64, entry: u64) -> Result<Bytes, LedgerError> {
-        Ok(self
-            .read_range(ledger, entry, entry)?
-            .pop()
-            .expect("one entry asked for"))
+        Ok(self.read_range(ledger, entry, entry)?.pop().expect("one entry asked for"))
     }
 
     /// Reads entries `first..=last`, from the write cache where possible and otherwise from
@@ -405,21 +405,13 @@ impl LedgerStore {
     ) -> Result<Vec<Bytes>, LedgerError> {
         let ledger = self.ledger(ledger_id)?;
         for attempt in 0.. {
-            let locations: Vec<Location> = {
+            let (locations, mut out): (Vec<Location>, Vec<Option<Bytes>>) = {
                 let state = ledger.state.lock();
                 if first > last || last >= state.locations.len() as u64 {
-                    return Err(LedgerError::NoSuchEntry {
-                        ledger: ledger_id,
-                        entry: last,
-                    });
+                    return Err(LedgerError::NoSuchEntry { ledger: ledger_id, entry: last });
                 }
-                state.locations[first as usize..=last as usize].to_vec()
-            };
-            let mut out: Vec<Option<Bytes>> = {
-                let cache = self.inner.cache.lock();
-                (first..=last)
-                    .map(|entry| cache.get(ledger_id, entry))
-                    .collect()
+                let locations = state.locations[first as usize..=last as usize].to_vec();
+                (locations, (first..=last).map(|entry| state.cache.get(entry)).collect())
             };
             let misses: Vec<(RecordLocation, RecordHeader)> = out
                 .iter()
@@ -427,11 +419,7 @@ impl LedgerStore {
                 .zip(&locations)
                 .filter(|((cached, _), _)| cached.is_none())
                 .map(|((_, entry), location)| {
-                    let header = RecordHeader {
-                        kind: kind::ENTRY,
-                        ledger_id,
-                        entry_id: entry,
-                    };
+                    let header = RecordHeader { kind: kind::ENTRY, ledger_id, entry_id: entry };
                     (location.unpack(), header)
                 })
                 .collect();
@@ -483,12 +471,7 @@ impl LedgerStore {
     }
 
     fn ledger(&self, id: u64) -> Result<Arc<Ledger>, LedgerError> {
-        self.inner
-            .ledgers
-            .read()
-            .get(&id)
-            .cloned()
-            .ok_or(LedgerError::NoSuchLedger(id))
+        self.inner.ledgers.read().get(&id).cloned().ok_or(LedgerError::NoSuchLedger(id))
     }
 
     fn stage_meta(
@@ -498,11 +481,7 @@ impl LedgerStore {
         entry_id: u64,
         done: impl FnOnce(Result<(), LedgerError>) + Send + 'static,
     ) -> Result<(), LedgerError> {
-        let header = RecordHeader {
-            kind,
-            ledger_id,
-            entry_id,
-        };
+        let header = RecordHeader { kind, ledger_id, entry_id };
         self.inner.journal.append(
             header,
             &[],
@@ -526,9 +505,10 @@ impl Drop for LedgerStore {
     }
 }
 
-/// Runs on the writer thread when an entry's group is durable or failed.
+/// Runs on the journal's completer thread when an entry's group is durable or failed.
 fn complete_entry(
     ledger: &Ledger,
+    index: &PendingIndex,
     entry: u64,
     result: Result<RecordLocation, JournalError>,
 ) -> Result<u64, LedgerError> {
@@ -536,17 +516,12 @@ fn complete_entry(
     match result {
         Ok(location) => {
             if let Some(failed) = state.failed_from.filter(|&failed| failed <= entry) {
-                return Err(LedgerError::Failed {
-                    ledger: ledger.id,
-                    entry: failed,
-                });
+                return Err(LedgerError::Failed { ledger: ledger.id, entry: failed });
             }
-            assert_eq!(
-                state.locations.len() as u64,
-                entry,
-                "entries complete in order"
-            );
+            assert_eq!(state.locations.len() as u64, entry, "entries complete in order");
             state.locations.push(Location::pack(location));
+            drop(state);
+            index.add(ledger.id, entry, location);
             Ok(entry)
         }
         Err(error) => {
@@ -560,7 +535,8 @@ fn complete_entry(
 // Recovery
 
 struct Recovered {
-    ledgers: HashMap<u64, Arc<Ledger>>,
+    ledgers: IdMap<Arc<Ledger>>,
+    pending_index: Arc<PendingIndex>,
     next_ledger_id: u64,
     usage: BTreeMap<u64, SegmentUsage>,
     to_checkpoint: Vec<u64>,
@@ -595,34 +571,21 @@ fn recover(
         .map_err(|e| JournalError::io("read checkpoint", e))?
     {
         Some(data) => files::decode_checkpoint(&data)?,
-        None => Checkpoint {
-            covered: 0,
-            next_ledger_id: 1,
-            ledgers: Vec::new(),
-        },
+        None => Checkpoint { covered: 0, next_ledger_id: 1, ledgers: Vec::new() },
     };
-    let mut ledgers: HashMap<u64, RecoveringLedger> = checkpoint
+    let mut ledgers: IdMap<RecoveringLedger> = checkpoint
         .ledgers
         .iter()
         .map(|meta| {
             let closed_count = meta.closed.then_some(meta.entry_count);
-            (
-                meta.id,
-                RecoveringLedger {
-                    closed_count,
-                    fenced: meta.fenced,
-                    locations: Vec::new(),
-                },
-            )
+            (meta.id, RecoveringLedger { closed_count, fenced: meta.fenced, locations: Vec::new() })
         })
         .collect();
     let mut next_ledger_id = checkpoint.next_ledger_id;
     let mut usage = BTreeMap::new();
     let mut to_checkpoint = Vec::new();
-    let mut report = StoreRecovery {
-        checkpoint_covered: checkpoint.covered,
-        ..Default::default()
-    };
+    let pending_index = Arc::new(PendingIndex::default());
+    let mut report = StoreRecovery { checkpoint_covered: checkpoint.covered, ..Default::default() };
     for &seq in &journal_report.segments {
         if seq <= checkpoint.covered {
             let entries = match load_index(storage, seq) {
@@ -640,11 +603,7 @@ fn recover(
                 if let Some(ledger) = ledgers.get_mut(&e.ledger) {
                     ledger.put(
                         e.entry,
-                        Location {
-                            segment: seq as u32,
-                            offset: e.offset,
-                            len: e.len,
-                        },
+                        Location { segment: seq as u32, offset: e.offset, len: e.len },
                     );
                 }
             }
@@ -660,6 +619,7 @@ fn recover(
                         next_ledger_id = next_ledger_id.max(id + 1);
                     }
                     kind::ENTRY => {
+                        pending_index.add(id, header.entry_id, location);
                         if let Some(ledger) = ledgers.get_mut(&id) {
                             ledger.put(header.entry_id, Location::pack(location));
                         }
@@ -682,15 +642,13 @@ fn recover(
             })?;
         }
     }
-    let mut live = HashMap::with_capacity(ledgers.len());
+    let mut live = IdMap::default();
     for (id, recovering) in ledgers {
         next_ledger_id = next_ledger_id.max(id + 1);
         // Only the dense prefix is real: anything after a gap was never acknowledged.
         let mut locations: Vec<Location> =
             recovering.locations.into_iter().map_while(|l| l).collect();
-        let closed_count = recovering
-            .closed_count
-            .map(|count| count.min(locations.len() as u64));
+        let closed_count = recovering.closed_count.map(|count| count.min(locations.len() as u64));
         if let Some(count) = closed_count {
             locations.truncate(count as usize);
         }
@@ -703,23 +661,11 @@ fn recover(
             locations,
             ..LedgerState::default()
         };
-        live.insert(
-            id,
-            Arc::new(Ledger {
-                id,
-                state: Mutex::new(state),
-            }),
-        );
+        live.insert(id, Arc::new(Ledger { id, state: Mutex::new(state) }));
     }
     report.ledgers = live.len();
     report.journal = journal_report;
-    Ok(Recovered {
-        ledgers: live,
-        next_ledger_id,
-        usage,
-        to_checkpoint,
-        report,
-    })
+    Ok(Recovered { ledgers: live, pending_index, next_ledger_id, usage, to_checkpoint, report })
 }
 
 fn load_index(storage: &dyn Storage, seq: u64) -> Option<Vec<IndexEntry>> {
@@ -774,13 +720,7 @@ fn maintenance_loop(inner: &Inner, receiver: mpsc::Receiver<Maintenance>) {
         }
         let result = checkpoint(inner, &mut sealed)
             .and_then(|()| free_dead_segments(inner))
-            .and_then(|()| {
-                if stop {
-                    Ok(())
-                } else {
-                    compact(inner, reply.is_some())
-                }
-            });
+            .and_then(|()| if stop { Ok(()) } else { compact(inner, reply.is_some()) });
         match &result {
             Err(LedgerError::Journal(JournalError::Closed)) => {}
             Err(error) => tracing::error!(%error, "ledger store maintenance failed"),
@@ -804,12 +744,12 @@ fn checkpoint(inner: &Inner, sealed: &mut Vec<u64>) -> Result<(), LedgerError> {
     sealed.dedup();
     let storage = inner.journal.storage();
     for &seq in sealed.iter() {
-        let entries = index_segment(&inner.journal, seq)?;
+        let entries = match inner.pending_index.take(seq) {
+            Some(entries) => entries,
+            None => index_segment(&inner.journal, seq)?,
+        };
         storage
-            .write_file_atomic(
-                &files::index_file_name(seq),
-                &files::encode_index(seq, &entries),
-            )
+            .write_file_atomic(&files::index_file_name(seq), &files::encode_index(seq, &entries))
             .map_err(|e| JournalError::io(format!("write index of segment {seq}"), e))?;
         inner.usage.lock().insert(seq, SegmentUsage::of(&entries));
     }
@@ -832,11 +772,7 @@ fn checkpoint(inner: &Inner, sealed: &mut Vec<u64>) -> Result<(), LedgerError> {
         metas
     };
     let next_ledger_id = inner.next_ledger_id.load(Ordering::SeqCst);
-    let encoded = files::encode_checkpoint(&Checkpoint {
-        covered,
-        next_ledger_id,
-        ledgers,
-    });
+    let encoded = files::encode_checkpoint(&Checkpoint { covered, next_ledger_id, ledgers });
     storage
         .write_file_atomic(CHECKPOINT_FILE, &encoded)
         .map_err(|e| JournalError::io("write checkpoint", e))?;
@@ -848,12 +784,7 @@ fn checkpoint(inner: &Inner, sealed: &mut Vec<u64>) -> Result<(), LedgerError> {
 
 fn live_bytes(inner: &Inner, usage: &SegmentUsage) -> u64 {
     let ledgers = inner.ledgers.read();
-    usage
-        .ledgers
-        .iter()
-        .filter(|(id, _)| ledgers.contains_key(id))
-        .map(|(_, bytes)| bytes)
-        .sum()
+    usage.ledgers.iter().filter(|(id, _)| ledgers.contains_key(id)).map(|(_, bytes)| bytes).sum()
 }
 
 /// Frees checkpointed segments that hold no entry of a live ledger.
@@ -904,11 +835,7 @@ fn compact(inner: &Inner, all: bool) -> Result<(), LedgerError> {
             .map(|(seq, live, _)| (seq, live))
             .collect();
         sparse.sort_unstable_by_key(|&(_, live)| live);
-        sparse
-            .into_iter()
-            .map(|(seq, _)| seq)
-            .take(if all { usize::MAX } else { 1 })
-            .collect()
+        sparse.into_iter().map(|(seq, _)| seq).take(if all { usize::MAX } else { 1 }).collect()
     };
     for seq in candidates {
         relocate_segment(inner, seq)?;
@@ -924,22 +851,15 @@ fn relocate_segment(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
         let Some(ledger) = inner.ledgers.read().get(&e.ledger).cloned() else {
             continue;
         };
-        let old = Location {
-            segment: seq as u32,
-            offset: e.offset,
-            len: e.len,
-        };
+        let old = Location { segment: seq as u32, offset: e.offset, len: e.len };
         let state = ledger.state.lock();
         if state.locations.get(e.entry as usize) != Some(&old) {
             continue;
         }
-        let header = RecordHeader {
-            kind: kind::ENTRY,
-            ledger_id: e.ledger,
-            entry_id: e.entry,
-        };
+        let header = RecordHeader { kind: kind::ENTRY, ledger_id: e.ledger, entry_id: e.entry };
         let data = inner.journal.read(old.unpack(), header)?;
         let owner = ledger.clone();
+        let index = inner.pending_index.clone();
         let done = done_sender.clone();
         // Staged under the ledger lock, like appends, so later appends land after it.
         inner.journal.append(
@@ -951,6 +871,7 @@ fn relocate_segment(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
                     if let Some(slot) = state.locations.get_mut(e.entry as usize) {
                         if *slot == old {
                             *slot = Location::pack(location);
+                            index.add(e.ledger, e.entry, location);
                         }
                     }
                 });
@@ -962,13 +883,8 @@ fn relocate_segment(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
     }
     drop(done_sender);
     for _ in 0..pending {
-        done_receiver
-            .recv()
-            .map_err(|_| LedgerError::ShuttingDown)??;
+        done_receiver.recv().map_err(|_| LedgerError::ShuttingDown)??;
     }
-    inner
-        .stats
-        .entries_relocated
-        .fetch_add(pending as u64, Ordering::Relaxed);
+    inner.stats.entries_relocated.fetch_add(pending as u64, Ordering::Relaxed);
     release(inner, seq)
 }

@@ -27,23 +27,15 @@ fn config() -> LedgerStoreConfig {
 
 fn data(ledger: u64, entry: u64) -> Bytes {
     let len = 10 + ((ledger * 31 + entry * 17) % 2000) as usize;
-    Bytes::from(
-        (0..len)
-            .map(|i| (i as u64 + ledger * 7 + entry) as u8)
-            .collect::<Vec<u8>>(),
-    )
+    Bytes::from((0..len).map(|i| (i as u64 + ledger * 7 + entry) as u8).collect::<Vec<u8>>())
 }
 
 async fn timed<T>(future: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(WAIT, future)
-        .await
-        .expect("bounded wait")
+    tokio::time::timeout(WAIT, future).await.expect("bounded wait")
 }
 
 fn open(storage: &SimStorage) -> LedgerStore {
-    LedgerStore::open_with_storage(config(), Arc::new(storage.clone()))
-        .expect("open")
-        .0
+    LedgerStore::open_with_storage(config(), Arc::new(storage.clone())).expect("open").0
 }
 
 #[tokio::test]
@@ -69,10 +61,7 @@ async fn entries_are_dense_durable_and_readable() {
         store.read_entry(ledger, 500),
         Err(LedgerError::NoSuchEntry { entry: 500, .. })
     ));
-    assert!(matches!(
-        store.read_entry(999, 0),
-        Err(LedgerError::NoSuchLedger(999))
-    ));
+    assert!(matches!(store.read_entry(999, 0), Err(LedgerError::NoSuchLedger(999))));
 }
 
 #[tokio::test]
@@ -84,34 +73,20 @@ async fn close_fence_and_delete_refuse_appends() {
     let c = timed(store.create_ledger()).await.unwrap();
     for ledger in [a, b, c] {
         for entry in 0..3 {
-            timed(store.append(ledger, data(ledger, entry)).unwrap())
-                .await
-                .unwrap();
+            timed(store.append(ledger, data(ledger, entry)).unwrap()).await.unwrap();
         }
     }
     assert_eq!(timed(store.close_ledger(a)).await.unwrap(), 3);
-    assert!(matches!(
-        store.append(a, data(a, 3)),
-        Err(LedgerError::Closed(_))
-    ));
+    assert!(matches!(store.append(a, data(a, 3)), Err(LedgerError::Closed(_))));
     assert_eq!(timed(store.fence_ledger(b)).await.unwrap(), 3);
-    assert!(matches!(
-        store.append(b, data(b, 3)),
-        Err(LedgerError::Fenced(_))
-    ));
+    assert!(matches!(store.append(b, data(b, 3)), Err(LedgerError::Fenced(_))));
     timed(store.delete_ledger(c)).await.unwrap();
-    assert!(matches!(
-        store.append(c, data(c, 3)),
-        Err(LedgerError::NoSuchLedger(_))
-    ));
+    assert!(matches!(store.append(c, data(c, 3)), Err(LedgerError::NoSuchLedger(_))));
     drop(store);
     let store = open(&storage);
     assert!(store.ledger_info(a).unwrap().closed);
     assert!(store.ledger_info(b).unwrap().fenced);
-    assert!(matches!(
-        store.ledger_info(c),
-        Err(LedgerError::NoSuchLedger(_))
-    ));
+    assert!(matches!(store.ledger_info(c), Err(LedgerError::NoSuchLedger(_))));
     assert_eq!(store.read_entry(a, 2).unwrap(), data(a, 2));
     let d = timed(store.create_ledger()).await.unwrap();
     assert!(d > c, "ledger ids are never reused");
@@ -126,20 +101,12 @@ async fn restart_uses_index_files_and_replays_only_the_tail() {
         for _ in 0..4 {
             let ledger = timed(store.create_ledger()).await.unwrap();
             for entry in 0..300 {
-                timed(store.append(ledger, data(ledger, entry)).unwrap())
-                    .await
-                    .unwrap();
+                timed(store.append(ledger, data(ledger, entry)).unwrap()).await.unwrap();
             }
             expected.insert(ledger, 300u64);
         }
         store.run_maintenance().unwrap();
-        assert!(
-            store
-                .stats()
-                .checkpoints
-                .load(std::sync::atomic::Ordering::Relaxed)
-                > 0
-        );
+        assert!(store.stats().checkpoints.load(std::sync::atomic::Ordering::Relaxed) > 0);
     }
     let (store, report) =
         LedgerStore::open_with_storage(config(), Arc::new(storage.clone())).unwrap();
@@ -148,15 +115,10 @@ async fn restart_uses_index_files_and_replays_only_the_tail() {
     for (&ledger, &count) in &expected {
         assert_eq!(store.ledger_info(ledger).unwrap().entries, count);
         for entry in 0..count {
-            assert_eq!(
-                store.read_entry(ledger, entry).unwrap(),
-                data(ledger, entry)
-            );
+            assert_eq!(store.read_entry(ledger, entry).unwrap(), data(ledger, entry));
         }
         // An open ledger continues where it stopped.
-        let next = timed(store.append(ledger, data(ledger, count)).unwrap())
-            .await
-            .unwrap();
+        let next = timed(store.append(ledger, data(ledger, count)).unwrap()).await.unwrap();
         assert_eq!(next, count);
     }
 }
@@ -171,14 +133,10 @@ async fn deleting_ledgers_frees_segments_and_compaction_moves_live_entries() {
         let ledger = timed(store.create_ledger()).await.unwrap();
         doomed.push(ledger);
         for entry in 0..200 {
-            timed(store.append(ledger, data(ledger, entry)).unwrap())
-                .await
-                .unwrap();
+            timed(store.append(ledger, data(ledger, entry)).unwrap()).await.unwrap();
             if entry % 10 == 0 {
                 let next = round * 20 + entry / 10;
-                timed(store.append(keep, data(keep, next)).unwrap())
-                    .await
-                    .unwrap();
+                timed(store.append(keep, data(keep, next)).unwrap()).await.unwrap();
             }
         }
     }
@@ -189,22 +147,10 @@ async fn deleting_ledgers_frees_segments_and_compaction_moves_live_entries() {
     }
     store.run_maintenance().unwrap();
     let used_after = storage.used_bytes();
-    let freed = store
-        .stats()
-        .segments_freed
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let freed = store.stats().segments_freed.load(std::sync::atomic::Ordering::Relaxed);
     assert!(freed > 0, "no segment freed");
-    assert!(
-        used_after < used_before,
-        "disk usage {used_before} -> {used_after}"
-    );
-    assert!(
-        store
-            .stats()
-            .entries_relocated
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 0
-    );
+    assert!(used_after < used_before, "disk usage {used_before} -> {used_after}");
+    assert!(store.stats().entries_relocated.load(std::sync::atomic::Ordering::Relaxed) > 0);
     let kept = store.ledger_info(keep).unwrap().entries;
     assert_eq!(kept, 120);
     for entry in 0..kept {
@@ -213,11 +159,7 @@ async fn deleting_ledgers_frees_segments_and_compaction_moves_live_entries() {
     drop(store);
     let store = open(&storage);
     for entry in 0..kept {
-        assert_eq!(
-            store.read_entry(keep, entry).unwrap(),
-            data(keep, entry),
-            "after restart"
-        );
+        assert_eq!(store.read_entry(keep, entry).unwrap(), data(keep, entry), "after restart");
     }
 }
 
@@ -226,20 +168,12 @@ async fn an_append_failure_fails_every_later_append_of_that_ledger() {
     let storage = SimStorage::new(5);
     let store = open(&storage);
     let ledger = timed(store.create_ledger()).await.unwrap();
-    timed(store.append(ledger, data(ledger, 0)).unwrap())
-        .await
-        .unwrap();
-    storage.set_faults(Faults {
-        fail_sync: true,
-        ..Faults::default()
-    });
+    timed(store.append(ledger, data(ledger, 0)).unwrap()).await.unwrap();
+    storage.set_faults(Faults { fail_sync: true, ..Faults::default() });
     let failed = timed(store.append(ledger, data(ledger, 1)).unwrap()).await;
     assert!(failed.is_err());
     storage.set_faults(Faults::default());
-    assert!(
-        store.append(ledger, data(ledger, 2)).is_err(),
-        "no append after a hole"
-    );
+    assert!(store.append(ledger, data(ledger, 2)).is_err(), "no append after a hole");
     assert_eq!(store.ledger_info(ledger).unwrap().entries, 1);
 }
 
@@ -258,18 +192,10 @@ async fn crashes_never_lose_acknowledged_entries_or_leave_holes() {
             storage.restart();
             let store = Arc::new(open(&storage));
             for (&ledger, &count) in acked.lock().iter() {
-                let info = store
-                    .ledger_info(ledger)
-                    .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-                assert!(
-                    info.entries >= count,
-                    "seed {seed}: ledger {ledger} lost entries"
-                );
+                let info = store.ledger_info(ledger).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                assert!(info.entries >= count, "seed {seed}: ledger {ledger} lost entries");
                 for entry in 0..info.entries {
-                    assert_eq!(
-                        store.read_entry(ledger, entry).unwrap(),
-                        data(ledger, entry)
-                    );
+                    assert_eq!(store.read_entry(ledger, entry).unwrap(), data(ledger, entry));
                 }
             }
             let mut tasks = Vec::new();
@@ -306,9 +232,7 @@ async fn crashes_never_lose_acknowledged_entries_or_leave_holes() {
                 timed(task).await.unwrap();
             }
             let store = Arc::try_unwrap(store).ok().expect("tasks finished");
-            tokio::task::spawn_blocking(move || drop(store))
-                .await
-                .unwrap();
+            tokio::task::spawn_blocking(move || drop(store)).await.unwrap();
         }
     }
 }

@@ -4,11 +4,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "magnetar",
-    version,
-    about = "Pulsar-protocol messaging and streaming platform"
-)]
+#[command(name = "magnetar", version, about = "Pulsar-protocol messaging and streaming platform")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -58,9 +54,9 @@ pub struct PerfStorageArgs {
     /// fdatasync (default), dsync or none.
     #[arg(long, default_value = "fdatasync")]
     pub sync_mode: magnetar_journal::SyncMode,
-    /// Write the journal with O_DIRECT.
+    /// Write the journal through the page cache instead of with O_DIRECT (the default).
     #[arg(long)]
-    pub direct_io: bool,
+    pub buffered_io: bool,
     /// Skip the raw disk measurements.
     #[arg(long)]
     pub no_raw: bool,

@@ -28,7 +28,7 @@ fn main() -> anyhow::Result<()> {
                 entry_sizes: args.sizes,
                 seconds_per_case: args.seconds,
                 sync_mode: args.sync_mode,
-                direct_io: args.direct_io,
+                direct_io: !args.buffered_io,
                 raw: !args.no_raw,
             };
             let report = magnetar_perf::storage::run(&options)?;
@@ -45,9 +45,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 fn standalone(args: StandaloneArgs) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let config = magnetar_ledger::LedgerStoreConfig {
             dir: args.data_dir.join("ledgers"),

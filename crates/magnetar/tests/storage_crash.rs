@@ -17,10 +17,8 @@ const LINE_WAIT: Duration = Duration::from_secs(30);
 
 #[test]
 fn sigkill_at_random_moments_never_loses_an_acknowledged_entry() {
-    let seed: u64 = std::env::var("CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
+    let seed: u64 =
+        std::env::var("CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
     println!("crash test seed {seed} (rerun with CRASH_SEED={seed})");
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
@@ -68,9 +66,7 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_entry() {
             }
         };
         while seen < kill_after {
-            let line = lines_rx
-                .recv_timeout(LINE_WAIT)
-                .expect("writer makes progress");
+            let line = lines_rx.recv_timeout(LINE_WAIT).expect("writer makes progress");
             seen += record(&line, &mut acked, &mut deleted);
         }
         // SAFETY: plain syscall on a child we own.
@@ -116,8 +112,5 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_entry() {
         );
         drop(store);
     }
-    assert!(
-        total_acks > ROUNDS as u64,
-        "the writer acknowledged entries"
-    );
+    assert!(total_acks > ROUNDS as u64, "the writer acknowledged entries");
 }

@@ -114,10 +114,7 @@ impl MetadataError {
     }
 
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        MetadataError::Io {
-            context: context.into(),
-            source,
-        }
+        MetadataError::Io { context: context.into(), source }
     }
 }
 

@@ -70,11 +70,7 @@ pub fn validate_prefix(prefix: &str) -> Result<()> {
 /// Validates the size of a value about to be written.
 pub(crate) fn validate_value(key: &str, len: usize) -> Result<()> {
     if len > MAX_VALUE_LEN {
-        return Err(MetadataError::ValueTooLarge {
-            key: key.to_string(),
-            len,
-            max: MAX_VALUE_LEN,
-        });
+        return Err(MetadataError::ValueTooLarge { key: key.to_string(), len, max: MAX_VALUE_LEN });
     }
     Ok(())
 }
@@ -85,12 +81,7 @@ mod tests {
 
     #[test]
     fn accepts_normal_keys() {
-        for k in [
-            "/a",
-            "/a/b",
-            "/topics/public/default/persistent/t-1",
-            "/a b/ü",
-        ] {
+        for k in ["/a", "/a/b", "/topics/public/default/persistent/t-1", "/a b/ü"] {
             assert!(validate_key(k).is_ok(), "{k}");
         }
     }
@@ -98,13 +89,10 @@ mod tests {
     #[test]
     fn rejects_bad_keys() {
         let long = format!("/{}", "x".repeat(MAX_KEY_LEN));
-        for k in [
-            "", "a", "a/b", "/", "/a/", "//a", "/a//b", "/a/./b", "/a/..", "/a\0b", "/a\nb", &long,
-        ] {
-            assert!(
-                matches!(validate_key(k), Err(MetadataError::InvalidKey { .. })),
-                "{k:?}"
-            );
+        for k in
+            ["", "a", "a/b", "/", "/a/", "//a", "/a//b", "/a/./b", "/a/..", "/a\0b", "/a\nb", &long]
+        {
+            assert!(matches!(validate_key(k), Err(MetadataError::InvalidKey { .. })), "{k:?}");
         }
     }
 

@@ -38,9 +38,7 @@ impl MemoryStore {
     /// An empty store whose watch streams buffer `capacity` events (minimum 2) before
     /// signalling `Lagged`.
     pub fn with_watch_capacity(capacity: usize) -> Self {
-        MemoryStore {
-            inner: Mutex::new(Some(KvState::new(capacity))),
-        }
+        MemoryStore { inner: Mutex::new(Some(KvState::new(capacity))) }
     }
 
     fn with_state<T>(&self, f: impl FnOnce(&mut KvState) -> Result<T>) -> Result<T> {

@@ -31,11 +31,7 @@ pub(crate) struct KvState {
 /// Returns the version the key will have after the put.
 pub(crate) fn check_put(key: &str, current: Option<u64>, expected: ExpectedVersion) -> Result<u64> {
     if !expected.matches(current) {
-        return Err(MetadataError::BadVersion {
-            key: key.to_string(),
-            expected,
-            actual: current,
-        });
+        return Err(MetadataError::BadVersion { key: key.to_string(), expected, actual: current });
     }
     Ok(current.map_or(1, |v| v + 1))
 }
@@ -48,16 +44,10 @@ pub(crate) fn check_delete(
     expected: ExpectedVersion,
 ) -> Result<u64> {
     let Some(version) = current else {
-        return Err(MetadataError::NotFound {
-            key: key.to_string(),
-        });
+        return Err(MetadataError::NotFound { key: key.to_string() });
     };
     if !expected.matches(current) {
-        return Err(MetadataError::BadVersion {
-            key: key.to_string(),
-            expected,
-            actual: current,
-        });
+        return Err(MetadataError::BadVersion { key: key.to_string(), expected, actual: current });
     }
     Ok(version)
 }
@@ -68,21 +58,13 @@ fn entry_bytes(key: &str, value: &Versioned) -> u64 {
 
 impl KvState {
     pub(crate) fn new(watch_capacity: usize) -> Self {
-        KvState {
-            map: BTreeMap::new(),
-            live_bytes: 0,
-            watchers: Watchers::new(watch_capacity),
-        }
+        KvState { map: BTreeMap::new(), live_bytes: 0, watchers: Watchers::new(watch_capacity) }
     }
 
     /// Builds a state from recovered entries (no watchers are notified).
     pub(crate) fn from_map(map: BTreeMap<String, Versioned>, watch_capacity: usize) -> Self {
         let live_bytes = map.iter().map(|(k, v)| entry_bytes(k, v)).sum();
-        KvState {
-            map,
-            live_bytes,
-            watchers: Watchers::new(watch_capacity),
-        }
+        KvState { map, live_bytes, watchers: Watchers::new(watch_capacity) }
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<Versioned> {
@@ -151,11 +133,7 @@ impl KvState {
     /// Names of the immediate children of `path`, sorted and de-duplicated. A child exists if
     /// any key lies under it, even when the child itself holds no value.
     pub(crate) fn list_children(&self, path: &str) -> Vec<String> {
-        let base = if path == "/" {
-            "/".to_string()
-        } else {
-            format!("{path}/")
-        };
+        let base = if path == "/" { "/".to_string() } else { format!("{path}/") };
         let mut children = BTreeSet::new();
         let mut from = base.clone();
         loop {
@@ -196,11 +174,8 @@ mod tests {
     #[test]
     fn children_skip_subtrees_and_interleaved_names() {
         let mut s = KvState::new(4);
-        for k in [
-            "/a/b", "/a/b!x", "/a/b/c", "/a/b/c/d", "/a/c", "/ab", "/a/b0/z",
-        ] {
-            s.put(k, Bytes::from_static(b"v"), ExpectedVersion::Any)
-                .unwrap();
+        for k in ["/a/b", "/a/b!x", "/a/b/c", "/a/b/c/d", "/a/c", "/ab", "/a/b0/z"] {
+            s.put(k, Bytes::from_static(b"v"), ExpectedVersion::Any).unwrap();
         }
         assert_eq!(s.list_children("/a"), vec!["b", "b!x", "b0", "c"]);
         assert_eq!(s.list_children("/"), vec!["a", "ab"]);
@@ -211,11 +186,9 @@ mod tests {
     #[test]
     fn live_bytes_tracks_entries() {
         let mut s = KvState::new(4);
-        s.put("/k", Bytes::from_static(b"abc"), ExpectedVersion::Any)
-            .unwrap();
+        s.put("/k", Bytes::from_static(b"abc"), ExpectedVersion::Any).unwrap();
         assert_eq!(s.live_bytes(), 2 + 3 + ENTRY_OVERHEAD);
-        s.put("/k", Bytes::from_static(b"a"), ExpectedVersion::Any)
-            .unwrap();
+        s.put("/k", Bytes::from_static(b"a"), ExpectedVersion::Any).unwrap();
         assert_eq!(s.live_bytes(), 2 + 1 + ENTRY_OVERHEAD);
         s.delete("/k", ExpectedVersion::Any).unwrap();
         assert_eq!(s.live_bytes(), 0);

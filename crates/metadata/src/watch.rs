@@ -109,10 +109,7 @@ impl Watchers {
     /// `capacity` is the queue length of each watcher; values below 2 are raised to 2 (one
     /// slot is reserved for the `Lagged` marker).
     pub(crate) fn new(capacity: usize) -> Self {
-        Watchers {
-            slots: Vec::new(),
-            capacity: capacity.max(2),
-        }
+        Watchers { slots: Vec::new(), capacity: capacity.max(2) }
     }
 
     pub(crate) fn register(&mut self, prefix: &str) -> WatchStream {
@@ -123,11 +120,7 @@ impl Watchers {
             tx,
             lag_pending: lag_pending.clone(),
         });
-        WatchStream {
-            rx,
-            lag_pending,
-            prefix: prefix.to_string(),
-        }
+        WatchStream { rx, lag_pending, prefix: prefix.to_string() }
     }
 
     /// Delivers one committed change to every interested watcher (see module docs).
@@ -139,10 +132,7 @@ impl Watchers {
             }
             let free = slot.tx.capacity();
             if free >= 2 {
-                let _ = slot.tx.try_send(WatchEvent::Changed(Event {
-                    key: key.to_string(),
-                    kind,
-                }));
+                let _ = slot.tx.try_send(WatchEvent::Changed(Event { key: key.to_string(), kind }));
             } else if free == 1 && !slot.lag_pending.load(Ordering::SeqCst) {
                 slot.lag_pending.store(true, Ordering::SeqCst);
                 if slot.tx.try_send(WatchEvent::Lagged).is_err() {

@@ -45,13 +45,8 @@ fn embedded_factory() -> StoreFuture {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut config = EmbeddedStoreConfig::new(dir.path().join("meta"));
         config.watch_capacity = WATCH_CAPACITY;
-        let store = EmbeddedStore::open(config)
-            .await
-            .expect("open embedded store");
-        TestStore {
-            store: Arc::new(store),
-            _guard: Some(dir),
-        }
+        let store = EmbeddedStore::open(config).await.expect("open embedded store");
+        TestStore { store: Arc::new(store), _guard: Some(dir) }
     })
 }
 
@@ -81,10 +76,7 @@ async fn next(w: &mut WatchStream) -> WatchEvent {
 }
 
 fn changed(key: &str, kind: EventKind) -> WatchEvent {
-    WatchEvent::Changed(Event {
-        key: key.to_string(),
-        kind,
-    })
+    WatchEvent::Changed(Event { key: key.to_string(), kind })
 }
 
 fn put_ev(key: &str, version: u64) -> WatchEvent {
@@ -103,28 +95,17 @@ async fn versions_start_at_one_and_increment(s: Arc<dyn MetadataStore>) {
     // Versions are per key.
     assert_eq!(s.put("/b", b("x"), ExpectedVersion::Any).await.unwrap(), 1);
     // Empty and binary values round-trip.
-    s.put("/empty", Bytes::new(), ExpectedVersion::Any)
-        .await
-        .unwrap();
+    s.put("/empty", Bytes::new(), ExpectedVersion::Any).await.unwrap();
     assert_eq!(s.get("/empty").await.unwrap().unwrap().value, Bytes::new());
     let bin: Vec<u8> = (0..=255u8).collect();
-    s.put("/bin", Bytes::from(bin.clone()), ExpectedVersion::Any)
-        .await
-        .unwrap();
+    s.put("/bin", Bytes::from(bin.clone()), ExpectedVersion::Any).await.unwrap();
     assert_eq!(&s.get("/bin").await.unwrap().unwrap().value[..], &bin[..]);
 }
 
 async fn cas_absent(s: Arc<dyn MetadataStore>) {
-    assert_eq!(
-        s.put("/c", b("1"), ExpectedVersion::Absent).await.unwrap(),
-        1
-    );
+    assert_eq!(s.put("/c", b("1"), ExpectedVersion::Absent).await.unwrap(), 1);
     match s.put("/c", b("2"), ExpectedVersion::Absent).await {
-        Err(MetadataError::BadVersion {
-            key,
-            expected,
-            actual,
-        }) => {
+        Err(MetadataError::BadVersion { key, expected, actual }) => {
             assert_eq!(key, "/c");
             assert_eq!(expected, ExpectedVersion::Absent);
             assert_eq!(actual, Some(1));
@@ -132,11 +113,7 @@ async fn cas_absent(s: Arc<dyn MetadataStore>) {
         other => panic!("expected BadVersion, got {other:?}"),
     }
     let v = s.get("/c").await.unwrap().unwrap();
-    assert_eq!(
-        (v.value, v.version),
-        (b("1"), 1),
-        "failed CAS must not write"
-    );
+    assert_eq!((v.value, v.version), (b("1"), 1), "failed CAS must not write");
 }
 
 async fn cas_exactly(s: Arc<dyn MetadataStore>) {
@@ -146,17 +123,10 @@ async fn cas_exactly(s: Arc<dyn MetadataStore>) {
     }
     assert_eq!(s.get("/e").await.unwrap(), None);
     s.put("/e", b("1"), ExpectedVersion::Absent).await.unwrap();
-    assert_eq!(
-        s.put("/e", b("2"), ExpectedVersion::Exactly(1))
-            .await
-            .unwrap(),
-        2
-    );
+    assert_eq!(s.put("/e", b("2"), ExpectedVersion::Exactly(1)).await.unwrap(), 2);
     for stale in [0, 1, 3, u64::MAX] {
         match s.put("/e", b("bad"), ExpectedVersion::Exactly(stale)).await {
-            Err(MetadataError::BadVersion {
-                expected, actual, ..
-            }) => {
+            Err(MetadataError::BadVersion { expected, actual, .. }) => {
                 assert_eq!(expected, ExpectedVersion::Exactly(stale));
                 assert_eq!(actual, Some(2));
             }
@@ -168,11 +138,7 @@ async fn cas_exactly(s: Arc<dyn MetadataStore>) {
 }
 
 async fn delete_semantics(s: Arc<dyn MetadataStore>) {
-    for expected in [
-        ExpectedVersion::Any,
-        ExpectedVersion::Absent,
-        ExpectedVersion::Exactly(1),
-    ] {
+    for expected in [ExpectedVersion::Any, ExpectedVersion::Absent, ExpectedVersion::Exactly(1)] {
         let err = s.delete("/d", expected).await.unwrap_err();
         assert!(err.is_not_found(), "absent key with {expected}: {err:?}");
     }
@@ -187,16 +153,9 @@ async fn delete_semantics(s: Arc<dyn MetadataStore>) {
     assert_eq!(s.get("/d").await.unwrap().unwrap().version, 2);
     s.delete("/d", ExpectedVersion::Exactly(2)).await.unwrap();
     assert_eq!(s.get("/d").await.unwrap(), None);
-    assert!(s
-        .delete("/d", ExpectedVersion::Any)
-        .await
-        .unwrap_err()
-        .is_not_found());
+    assert!(s.delete("/d", ExpectedVersion::Any).await.unwrap_err().is_not_found());
     // Re-creation restarts the version at 1.
-    assert_eq!(
-        s.put("/d", b("3"), ExpectedVersion::Absent).await.unwrap(),
-        1
-    );
+    assert_eq!(s.put("/d", b("3"), ExpectedVersion::Absent).await.unwrap(), 1);
     s.delete("/d", ExpectedVersion::Any).await.unwrap();
     assert_eq!(s.list("/").await.unwrap(), Vec::<String>::new());
 }
@@ -205,14 +164,8 @@ async fn list_by_prefix(s: Arc<dyn MetadataStore>) {
     for k in ["/t/a", "/t/b/c", "/t/b/d", "/tz", "/u", "/t/a!"] {
         s.put(k, b("v"), ExpectedVersion::Any).await.unwrap();
     }
-    assert_eq!(
-        s.list("/t/").await.unwrap(),
-        vec!["/t/a", "/t/a!", "/t/b/c", "/t/b/d"]
-    );
-    assert_eq!(
-        s.list("/t").await.unwrap(),
-        vec!["/t/a", "/t/a!", "/t/b/c", "/t/b/d", "/tz"]
-    );
+    assert_eq!(s.list("/t/").await.unwrap(), vec!["/t/a", "/t/a!", "/t/b/c", "/t/b/d"]);
+    assert_eq!(s.list("/t").await.unwrap(), vec!["/t/a", "/t/a!", "/t/b/c", "/t/b/d", "/tz"]);
     assert_eq!(s.list("/t/b/c").await.unwrap(), vec!["/t/b/c"]);
     assert_eq!(s.list("/").await.unwrap().len(), 6);
     assert!(s.list("/nothing").await.unwrap().is_empty());
@@ -231,35 +184,14 @@ async fn list_children_like_zookeeper(s: Arc<dyn MetadataStore>) {
     ] {
         s.put(k, b("v"), ExpectedVersion::Any).await.unwrap();
     }
-    assert_eq!(
-        s.list_children("/").await.unwrap(),
-        vec!["schemas", "topics"]
-    );
-    assert_eq!(
-        s.list_children("/topics").await.unwrap(),
-        vec!["public", "public!odd"]
-    );
-    assert_eq!(
-        s.list_children("/topics/public").await.unwrap(),
-        vec!["default", "other"]
-    );
-    assert_eq!(
-        s.list_children("/topics/public/default").await.unwrap(),
-        vec!["t1", "t2"]
-    );
-    assert!(s
-        .list_children("/topics/public/default/t1")
-        .await
-        .unwrap()
-        .is_empty());
+    assert_eq!(s.list_children("/").await.unwrap(), vec!["schemas", "topics"]);
+    assert_eq!(s.list_children("/topics").await.unwrap(), vec!["public", "public!odd"]);
+    assert_eq!(s.list_children("/topics/public").await.unwrap(), vec!["default", "other"]);
+    assert_eq!(s.list_children("/topics/public/default").await.unwrap(), vec!["t1", "t2"]);
+    assert!(s.list_children("/topics/public/default/t1").await.unwrap().is_empty());
     assert!(s.list_children("/missing").await.unwrap().is_empty());
-    s.delete("/topics/public/default/t1", ExpectedVersion::Any)
-        .await
-        .unwrap();
-    assert_eq!(
-        s.list_children("/topics/public/default").await.unwrap(),
-        vec!["t2"]
-    );
+    s.delete("/topics/public/default/t1", ExpectedVersion::Any).await.unwrap();
+    assert_eq!(s.list_children("/topics/public/default").await.unwrap(), vec!["t2"]);
 }
 
 fn assert_invalid<T: std::fmt::Debug>(r: Result<T, MetadataError>, what: &str) {
@@ -271,19 +203,12 @@ fn assert_invalid<T: std::fmt::Debug>(r: Result<T, MetadataError>, what: &str) {
 
 async fn invalid_keys_are_typed_errors(s: Arc<dyn MetadataStore>) {
     let long = format!("/{}", "k".repeat(MAX_KEY_LEN));
-    let bad_keys = [
-        "", "a", "a/b", "/", "/a/", "//a", "/a//b", "/a/./b", "/a/../b", "/a\0b", &long,
-    ];
+    let bad_keys =
+        ["", "a", "a/b", "/", "/a/", "//a", "/a//b", "/a/./b", "/a/../b", "/a\0b", &long];
     for k in bad_keys {
         assert_invalid(s.get(k).await, &format!("get {k:?}"));
-        assert_invalid(
-            s.put(k, b("v"), ExpectedVersion::Any).await,
-            &format!("put {k:?}"),
-        );
-        assert_invalid(
-            s.delete(k, ExpectedVersion::Any).await,
-            &format!("delete {k:?}"),
-        );
+        assert_invalid(s.put(k, b("v"), ExpectedVersion::Any).await, &format!("put {k:?}"));
+        assert_invalid(s.delete(k, ExpectedVersion::Any).await, &format!("delete {k:?}"));
     }
     for p in ["", "a", "/a/", "//", &long] {
         assert_invalid(s.list_children(p).await, &format!("list_children {p:?}"));
@@ -306,41 +231,26 @@ async fn value_size_limit(s: Arc<dyn MetadataStore>) {
     assert_eq!(s.get("/big").await.unwrap(), None);
     // A schema-sized value (3 MiB) is fine.
     let schema = Bytes::from(vec![3u8; 3 << 20]);
-    s.put("/big", schema.clone(), ExpectedVersion::Any)
-        .await
-        .unwrap();
+    s.put("/big", schema.clone(), ExpectedVersion::Any).await.unwrap();
     assert_eq!(s.get("/big").await.unwrap().unwrap().value, schema);
 }
 
 async fn watch_delivers_changes_in_order(s: Arc<dyn MetadataStore>) {
-    s.put("/w/before", b("0"), ExpectedVersion::Any)
-        .await
-        .unwrap();
+    s.put("/w/before", b("0"), ExpectedVersion::Any).await.unwrap();
     let mut w = s.watch("/w/").await.unwrap();
     assert_eq!(w.prefix(), "/w/");
-    assert_eq!(
-        w.try_recv(),
-        None,
-        "changes before watch() are not delivered"
-    );
+    assert_eq!(w.try_recv(), None, "changes before watch() are not delivered");
 
     s.put("/w/a", b("1"), ExpectedVersion::Any).await.unwrap();
     s.put("/other", b("1"), ExpectedVersion::Any).await.unwrap();
     s.put("/w", b("1"), ExpectedVersion::Any).await.unwrap(); // not under "/w/"
-    s.put("/w/a", b("2"), ExpectedVersion::Exactly(1))
-        .await
-        .unwrap();
+    s.put("/w/a", b("2"), ExpectedVersion::Exactly(1)).await.unwrap();
     // Failed writes produce no event.
-    assert!(s
-        .put("/w/a", b("x"), ExpectedVersion::Exactly(1))
-        .await
-        .is_err());
+    assert!(s.put("/w/a", b("x"), ExpectedVersion::Exactly(1)).await.is_err());
     assert!(s.delete("/w/missing", ExpectedVersion::Any).await.is_err());
     s.put("/w/b/c", b("1"), ExpectedVersion::Any).await.unwrap();
     s.delete("/w/a", ExpectedVersion::Any).await.unwrap();
-    s.delete("/w/before", ExpectedVersion::Exactly(1))
-        .await
-        .unwrap();
+    s.delete("/w/before", ExpectedVersion::Exactly(1)).await.unwrap();
 
     let expected = vec![
         put_ev("/w/a", 1),
@@ -366,9 +276,7 @@ async fn several_watchers_see_the_same_order(s: Arc<dyn MetadataStore>) {
             let s = s.clone();
             tokio::spawn(async move {
                 for i in 0..3 {
-                    s.put(&format!("/x/{t}/{i}"), b("v"), ExpectedVersion::Any)
-                        .await
-                        .unwrap();
+                    s.put(&format!("/x/{t}/{i}"), b("v"), ExpectedVersion::Any).await.unwrap();
                 }
             })
         })
@@ -392,11 +300,7 @@ async fn several_watchers_see_the_same_order(s: Arc<dyn MetadataStore>) {
     }
     assert_eq!(narrow_seen, vec!["/x/1/0", "/x/1/1", "/x/1/2"]);
     // Both watchers agree on the relative order of the events they share.
-    let shared: Vec<_> = seen
-        .iter()
-        .filter(|k| k.starts_with("/x/1/"))
-        .cloned()
-        .collect();
+    let shared: Vec<_> = seen.iter().filter(|k| k.starts_with("/x/1/")).cloned().collect();
     assert_eq!(shared, narrow_seen[..shared.len()].to_vec());
 }
 
@@ -404,19 +308,15 @@ async fn watch_lag_is_signalled_and_recovers(s: Arc<dyn MetadataStore>) {
     let mut w = s.watch("/lag/").await.unwrap();
     let total = 3 * WATCH_CAPACITY as u64;
     for i in 1..=total {
-        assert_eq!(
-            s.put("/lag/k", b("v"), ExpectedVersion::Any).await.unwrap(),
-            i
-        );
+        assert_eq!(s.put("/lag/k", b("v"), ExpectedVersion::Any).await.unwrap(), i);
     }
     // A prefix of the changes in order, then exactly one Lagged marker, then nothing.
     let mut versions = Vec::new();
     loop {
         match next(&mut w).await {
-            WatchEvent::Changed(Event {
-                kind: EventKind::Put { version },
-                ..
-            }) => versions.push(version),
+            WatchEvent::Changed(Event { kind: EventKind::Put { version }, .. }) => {
+                versions.push(version)
+            }
             WatchEvent::Changed(e) => panic!("unexpected {e:?}"),
             WatchEvent::Lagged => break,
         }
@@ -439,9 +339,7 @@ async fn watch_lag_is_signalled_and_recovers(s: Arc<dyn MetadataStore>) {
 async fn concurrent_cas_has_one_winner_per_version(s: Arc<dyn MetadataStore>) {
     const TASKS: usize = 8;
     const INCREMENTS: usize = 15;
-    s.put("/counter", b("0"), ExpectedVersion::Absent)
-        .await
-        .unwrap();
+    s.put("/counter", b("0"), ExpectedVersion::Absent).await.unwrap();
     let handles: Vec<_> = (0..TASKS)
         .map(|_| {
             let s = s.clone();
@@ -481,11 +379,7 @@ async fn concurrent_cas_has_one_winner_per_version(s: Arc<dyn MetadataStore>) {
     }
     all.sort_unstable();
     let n = (TASKS * INCREMENTS) as u64;
-    assert_eq!(
-        all,
-        (2..=n + 1).collect::<Vec<_>>(),
-        "one winner per version"
-    );
+    assert_eq!(all, (2..=n + 1).collect::<Vec<_>>(), "one winner per version");
     let v = s.get("/counter").await.unwrap().unwrap();
     assert_eq!(v.version, n + 1);
     assert_eq!(v.value, b(&n.to_string()), "no lost update");
@@ -500,8 +394,7 @@ async fn concurrent_create_and_update_stampede(s: Arc<dyn MetadataStore>) {
             let barrier = barrier.clone();
             tokio::spawn(async move {
                 barrier.wait().await;
-                s.put("/leader", b(&i.to_string()), ExpectedVersion::Absent)
-                    .await
+                s.put("/leader", b(&i.to_string()), ExpectedVersion::Absent).await
             })
         })
         .collect();
@@ -524,8 +417,7 @@ async fn concurrent_create_and_update_stampede(s: Arc<dyn MetadataStore>) {
             let barrier = barrier.clone();
             tokio::spawn(async move {
                 barrier.wait().await;
-                s.put("/leader", b(&i.to_string()), ExpectedVersion::Exactly(1))
-                    .await
+                s.put("/leader", b(&i.to_string()), ExpectedVersion::Exactly(1)).await
             })
         })
         .collect();
@@ -553,19 +445,10 @@ async fn close_ends_watches_and_rejects_calls(s: Arc<dyn MetadataStore>) {
     assert_eq!(next(&mut w).await, put_ev("/k", 2));
     assert_eq!(timeout(WAIT, w.recv()).await.unwrap(), None);
     assert!(matches!(s.get("/k").await, Err(MetadataError::Closed)));
-    assert!(matches!(
-        s.put("/k", b("v"), ExpectedVersion::Any).await,
-        Err(MetadataError::Closed)
-    ));
-    assert!(matches!(
-        s.delete("/k", ExpectedVersion::Any).await,
-        Err(MetadataError::Closed)
-    ));
+    assert!(matches!(s.put("/k", b("v"), ExpectedVersion::Any).await, Err(MetadataError::Closed)));
+    assert!(matches!(s.delete("/k", ExpectedVersion::Any).await, Err(MetadataError::Closed)));
     assert!(matches!(s.list("/").await, Err(MetadataError::Closed)));
-    assert!(matches!(
-        s.list_children("/").await,
-        Err(MetadataError::Closed)
-    ));
+    assert!(matches!(s.list_children("/").await, Err(MetadataError::Closed)));
     assert!(matches!(s.watch("/").await, Err(MetadataError::Closed)));
 }
 

@@ -31,10 +31,7 @@ fn b(s: &str) -> Bytes {
 }
 
 async fn open(config: EmbeddedStoreConfig) -> EmbeddedStore {
-    timeout(WAIT, EmbeddedStore::open(config))
-        .await
-        .expect("open timed out")
-        .expect("open failed")
+    timeout(WAIT, EmbeddedStore::open(config)).await.expect("open timed out").expect("open failed")
 }
 
 async fn open_dir(dir: &Path) -> EmbeddedStore {
@@ -42,10 +39,7 @@ async fn open_dir(dir: &Path) -> EmbeddedStore {
 }
 
 async fn close(store: &EmbeddedStore) {
-    timeout(WAIT, store.close())
-        .await
-        .expect("close timed out")
-        .expect("close failed");
+    timeout(WAIT, store.close()).await.expect("close timed out").expect("close failed");
 }
 
 async fn put(store: &EmbeddedStore, key: &str, value: &str) -> u64 {
@@ -86,12 +80,8 @@ async fn reopen_keeps_everything() {
         put(&s, "/a", "2").await;
         put(&s, "/b/c", "x").await;
         put(&s, "/gone", "x").await;
-        s.delete("/gone", ExpectedVersion::Exactly(1))
-            .await
-            .unwrap();
-        s.put("/schema", schema.clone(), ExpectedVersion::Absent)
-            .await
-            .unwrap();
+        s.delete("/gone", ExpectedVersion::Exactly(1)).await.unwrap();
+        s.put("/schema", schema.clone(), ExpectedVersion::Absent).await.unwrap();
         let d = dump(&s).await;
         close(&s).await;
         d
@@ -105,16 +95,8 @@ async fn reopen_keeps_everything() {
     assert_eq!(s.get("/schema").await.unwrap().unwrap().value, schema);
     assert_eq!(s.get("/gone").await.unwrap(), None);
     // Versions continue where they left off.
-    assert_eq!(
-        s.put("/a", b("3"), ExpectedVersion::Exactly(2))
-            .await
-            .unwrap(),
-        3
-    );
-    assert_eq!(
-        s.list_children("/").await.unwrap(),
-        vec!["a", "b", "schema"]
-    );
+    assert_eq!(s.put("/a", b("3"), ExpectedVersion::Exactly(2)).await.unwrap(), 3);
+    assert_eq!(s.list_children("/").await.unwrap(), vec!["a", "b", "schema"]);
     close(&s).await;
 
     let s = open_dir(&dir).await;
@@ -157,11 +139,7 @@ async fn torn_tail_at_every_offset_recovers_complete_records_only() {
         std::fs::write(log_path(&dir), &full[..cut]).unwrap();
         let s = open_dir(&dir).await;
         assert_eq!(dump(&s).await, state, "cut at {cut}");
-        assert_eq!(
-            s.recovery().truncated_bytes,
-            (cut - prefix.len()) as u64,
-            "cut at {cut}"
-        );
+        assert_eq!(s.recovery().truncated_bytes, (cut - prefix.len()) as u64, "cut at {cut}");
         // The torn bytes are gone from disk, and the store appends cleanly after them.
         assert_eq!(file_len(&log_path(&dir)), prefix.len() as u64);
         put(&s, "/k/after", "x").await;
@@ -176,10 +154,7 @@ async fn torn_tail_at_every_offset_recovers_complete_records_only() {
 
     // And the untouched log recovers the last record too.
     let s = open_dir(&base).await;
-    assert_eq!(
-        s.get("/k/last").await.unwrap().unwrap().value,
-        b("the-last-record")
-    );
+    assert_eq!(s.get("/k/last").await.unwrap().unwrap().value, b("the-last-record"));
     close(&s).await;
 }
 
@@ -223,17 +198,12 @@ async fn automatic_snapshot_compacts_log_and_survives_reopen() {
         for k in 0..5 {
             let key = format!("/cursor/sub-{k}");
             let value = Bytes::from(format!("{round}:{}", "p".repeat(40)));
-            let v = s
-                .put(&key, value.clone(), ExpectedVersion::Any)
-                .await
-                .unwrap();
+            let v = s.put(&key, value.clone(), ExpectedVersion::Any).await.unwrap();
             model.insert(key, (value, v));
             max_log = max_log.max(s.stats().log_bytes);
         }
         if round == 30 {
-            s.delete("/cursor/sub-4", ExpectedVersion::Any)
-                .await
-                .unwrap();
+            s.delete("/cursor/sub-4", ExpectedVersion::Any).await.unwrap();
             model.remove("/cursor/sub-4");
         }
     }
@@ -248,10 +218,7 @@ async fn automatic_snapshot_compacts_log_and_survives_reopen() {
 
     let s = open(config).await;
     let r = s.recovery().clone();
-    assert!(
-        r.snapshot_entries > 0 && r.snapshot_generation >= 3,
-        "{r:?}"
-    );
+    assert!(r.snapshot_entries > 0 && r.snapshot_generation >= 3, "{r:?}");
     assert_eq!(r.log_generation, r.snapshot_generation + 1);
     assert_eq!(dump(&s).await, model);
     close(&s).await;
@@ -265,13 +232,7 @@ async fn live_factor_prevents_rewriting_large_state_for_small_logs() {
     config.snapshot_live_factor = 2;
     let s = open(config).await;
     // ~64 KiB of live data.
-    s.put(
-        "/big",
-        Bytes::from(vec![1u8; 64 << 10]),
-        ExpectedVersion::Any,
-    )
-    .await
-    .unwrap();
+    s.put("/big", Bytes::from(vec![1u8; 64 << 10]), ExpectedVersion::Any).await.unwrap();
     // Another 16 KiB of small updates: over the threshold but below 2x live data.
     for i in 0..200 {
         put(&s, "/small", &format!("{i:080}")).await;
@@ -279,13 +240,7 @@ async fn live_factor_prevents_rewriting_large_state_for_small_logs() {
     assert_eq!(s.stats().snapshots, 0, "{:?}", s.stats());
     // Rewriting the big value pushes the log past 2x the live data: exactly one snapshot.
     for _ in 0..2 {
-        s.put(
-            "/big",
-            Bytes::from(vec![2u8; 64 << 10]),
-            ExpectedVersion::Any,
-        )
-        .await
-        .unwrap();
+        s.put("/big", Bytes::from(vec![2u8; 64 << 10]), ExpectedVersion::Any).await.unwrap();
     }
     assert_eq!(s.stats().snapshots, 1, "{:?}", s.stats());
     close(&s).await;
@@ -343,11 +298,7 @@ async fn stale_log_after_snapshot_crash_is_discarded() {
     let r = s.recovery().clone();
     assert!(r.stale_log_discarded, "{r:?}");
     assert_eq!((r.snapshot_generation, r.log_generation), (1, 2));
-    assert_eq!(
-        dump(&s).await,
-        at_snapshot,
-        "stale records are not replayed twice"
-    );
+    assert_eq!(dump(&s).await, at_snapshot, "stale records are not replayed twice");
     put(&s, "/k/new", "v").await;
     close(&s).await;
     let s = open_dir(dir).await;
@@ -419,9 +370,7 @@ async fn concurrent_puts_are_all_durable() {
                         .await
                         .unwrap();
                     assert_eq!(v, i as u64 + 1);
-                    s.put(&format!("/d/{t}/{i}"), b("x"), ExpectedVersion::Absent)
-                        .await
-                        .unwrap();
+                    s.put(&format!("/d/{t}/{i}"), b("x"), ExpectedVersion::Absent).await.unwrap();
                 }
             })
         })
@@ -440,14 +389,8 @@ async fn concurrent_puts_are_all_durable() {
     assert_eq!(s.recovery().log_records as u64, writes);
     for t in 0..TASKS {
         let v = s.get(&format!("/c/{t}")).await.unwrap().unwrap();
-        assert_eq!(
-            (v.value, v.version),
-            (b(&(PUTS - 1).to_string()), PUTS as u64)
-        );
-        assert_eq!(
-            s.list_children(&format!("/d/{t}")).await.unwrap().len(),
-            PUTS
-        );
+        assert_eq!((v.value, v.version), (b(&(PUTS - 1).to_string()), PUTS as u64));
+        assert_eq!(s.list_children(&format!("/d/{t}")).await.unwrap().len(), PUTS);
     }
     close(&s).await;
 }
@@ -483,12 +426,7 @@ struct FaultCtl {
     fail_append_halfway: AtomicBool,
     syncs: AtomicU64,
     /// When set, the next sync signals `entered` and blocks until `release` fires.
-    gate: Mutex<
-        Option<(
-            tokio::sync::oneshot::Sender<()>,
-            std::sync::mpsc::Receiver<()>,
-        )>,
-    >,
+    gate: Mutex<Option<(tokio::sync::oneshot::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
 }
 
 struct FaultyLog {
@@ -500,10 +438,7 @@ impl LogIo for FaultyLog {
     fn append(&mut self, buf: &[u8]) -> io::Result<()> {
         if self.ctl.fail_append_halfway.load(Ordering::SeqCst) {
             self.inner.append(&buf[..buf.len() / 2])?;
-            return Err(io::Error::new(
-                io::ErrorKind::StorageFull,
-                "injected: disk full",
-            ));
+            return Err(io::Error::new(io::ErrorKind::StorageFull, "injected: disk full"));
         }
         self.inner.append(buf)
     }
@@ -525,12 +460,8 @@ impl LogIo for FaultyLog {
 fn faulty_config(dir: &Path, ctl: &Arc<FaultCtl>) -> EmbeddedStoreConfig {
     let mut config = EmbeddedStoreConfig::new(dir);
     let ctl = ctl.clone();
-    config.log_io_wrapper = Some(Arc::new(move |inner| {
-        Box::new(FaultyLog {
-            inner,
-            ctl: ctl.clone(),
-        })
-    }));
+    config.log_io_wrapper =
+        Some(Arc::new(move |inner| Box::new(FaultyLog { inner, ctl: ctl.clone() })));
     config
 }
 
@@ -553,9 +484,7 @@ async fn group_commit_uses_one_fdatasync_per_batch() {
     timeout(WAIT, entered_rx).await.unwrap().unwrap();
 
     // ...while ten more puts are submitted (each future polled once, which enqueues it).
-    let mut pending: Vec<_> = (0..10)
-        .map(|i| s.put_owned_key(format!("/g/{i}")))
-        .collect();
+    let mut pending: Vec<_> = (0..10).map(|i| s.put_owned_key(format!("/g/{i}"))).collect();
     let mut cx = Context::from_waker(Waker::noop());
     for f in &mut pending {
         assert!(f.as_mut().poll(&mut cx).is_pending());
@@ -569,11 +498,7 @@ async fn group_commit_uses_one_fdatasync_per_batch() {
     for f in pending {
         assert_eq!(timeout(WAIT, f).await.unwrap().unwrap(), 1);
     }
-    assert_eq!(
-        ctl.syncs.load(Ordering::SeqCst),
-        2,
-        "one fdatasync per batch"
-    );
+    assert_eq!(ctl.syncs.load(Ordering::SeqCst), 2, "one fdatasync per batch");
     let stats = s.stats();
     assert_eq!((stats.batches, stats.syncs), (2, 2));
     // Watch events follow submission order within the batch.
@@ -636,10 +561,7 @@ async fn fsync_failure_poisons_the_store() {
         s.delete("/ok", ExpectedVersion::Any).await,
         Err(MetadataError::Poisoned { .. })
     ));
-    assert!(matches!(
-        s.compact().await,
-        Err(MetadataError::Poisoned { .. })
-    ));
+    assert!(matches!(s.compact().await, Err(MetadataError::Poisoned { .. })));
     // ...and never pretends: the unacknowledged write is neither visible nor announced.
     assert_eq!(s.get("/failed").await.unwrap(), None);
     assert_eq!(s.get("/ok").await.unwrap().unwrap().version, 1);
@@ -664,15 +586,9 @@ async fn partial_append_failure_is_truncated_on_reopen() {
     let good_len = file_len(&log_path(tmp.path()));
 
     ctl.fail_append_halfway.store(true, Ordering::SeqCst);
-    let err = s
-        .put("/c", Bytes::from(vec![9u8; 1000]), ExpectedVersion::Any)
-        .await
-        .unwrap_err();
+    let err = s.put("/c", Bytes::from(vec![9u8; 1000]), ExpectedVersion::Any).await.unwrap_err();
     assert!(matches!(err, MetadataError::Io { .. }), "{err:?}");
-    assert!(
-        file_len(&log_path(tmp.path())) > good_len,
-        "half a record hit the file"
-    );
+    assert!(file_len(&log_path(tmp.path())) > good_len, "half a record hit the file");
     assert!(matches!(
         s.put("/d", b("1"), ExpectedVersion::Any).await,
         Err(MetadataError::Poisoned { .. })
@@ -711,23 +627,14 @@ async fn large_values_survive_snapshot_and_reopen() {
     let mut values = Vec::new();
     for i in 0..3u8 {
         let v = Bytes::from(vec![i; 3 << 20]);
-        s.put(&format!("/schemas/s{i}"), v.clone(), ExpectedVersion::Any)
-            .await
-            .unwrap();
+        s.put(&format!("/schemas/s{i}"), v.clone(), ExpectedVersion::Any).await.unwrap();
         values.push(v);
     }
     assert!(s.stats().snapshots >= 1, "{:?}", s.stats());
     close(&s).await;
     let s = open(config).await;
     for (i, v) in values.iter().enumerate() {
-        assert_eq!(
-            &s.get(&format!("/schemas/s{i}"))
-                .await
-                .unwrap()
-                .unwrap()
-                .value,
-            v
-        );
+        assert_eq!(&s.get(&format!("/schemas/s{i}")).await.unwrap().unwrap().value, v);
     }
     close(&s).await;
 }

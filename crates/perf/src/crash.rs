@@ -15,11 +15,7 @@ pub fn payload(ledger: u64, entry: u64) -> Bytes {
         1 + ((ledger.wrapping_mul(2_654_435_761) ^ entry.wrapping_mul(40_503)) % 6000) as usize;
     Bytes::from(
         (0..len)
-            .map(|i| {
-                (i as u64)
-                    .wrapping_mul(31)
-                    .wrapping_add(ledger ^ (entry << 7)) as u8
-            })
+            .map(|i| (i as u64).wrapping_mul(31).wrapping_add(ledger ^ (entry << 7)) as u8)
             .collect::<Vec<u8>>(),
     )
 }
@@ -40,9 +36,7 @@ pub fn config(dir: &Path) -> LedgerStoreConfig {
 
 /// Runs until killed: continues every open ledger and starts new ones, `appenders` at a time.
 pub fn run_writer(dir: &Path, appenders: usize) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let (store, _) = LedgerStore::open(config(dir))?;
         let store = Arc::new(store);

@@ -150,15 +150,13 @@ pub fn probe(
         .collect();
     let mut writes = 0;
     for worker in workers {
-        writes += worker
-            .join()
-            .map_err(|_| io::Error::other("probe thread panicked"))??;
+        writes += worker.join().map_err(|_| io::Error::other("probe thread panicked"))??;
     }
     let seconds = start.elapsed().as_secs_f64();
     Ok(ProbeResult {
         threads,
         block_kib,
-        mb_per_s: (writes * (block_kib as u64) << 10) as f64 / seconds / 1e6,
+        mb_per_s: ((writes * (block_kib as u64)) << 10) as f64 / seconds / 1e6,
         writes_per_s: writes as f64 / seconds,
     })
 }

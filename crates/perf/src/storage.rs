@@ -75,9 +75,7 @@ pub fn run(options: &StorageBenchOptions) -> anyhow::Result<StorageReport> {
     } else {
         None
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut cases = Vec::new();
     for &appenders in &options.appenders {
         for &entry_bytes in &options.entry_sizes {
@@ -115,12 +113,8 @@ async fn run_case(
     let mut tasks = Vec::new();
     for _ in 0..appenders {
         let ledger = store.create_ledger().await?;
-        let (store, payload, measuring, stop) = (
-            store.clone(),
-            payload.clone(),
-            measuring.clone(),
-            stop.clone(),
-        );
+        let (store, payload, measuring, stop) =
+            (store.clone(), payload.clone(), measuring.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             let mut histogram = latency::histogram();
             while !stop.load(Ordering::Relaxed) {
@@ -175,10 +169,7 @@ fn print_raw(raw: &RawDisk) {
     line("4 KiB fdatasync, growing", &raw.sync_4k_growing);
     line("1 MiB fdatasync, growing", &raw.seq_1m_growing);
     line("1 MiB fdatasync, pre-written", &raw.seq_1m_prewritten);
-    println!(
-        "raw double-write model (1 MiB)   {:>9.1} MB/s",
-        raw.double_write_1m_mb_per_s
-    );
+    println!("raw double-write model (1 MiB)   {:>9.1} MB/s", raw.double_write_1m_mb_per_s);
 }
 
 fn print_case(case: &CaseResult, raw: Option<&RawDisk>) {

@@ -51,13 +51,7 @@ pub struct BatchIter {
 impl BatchIter {
     /// Iterates over `num_messages` records of `payload`.
     pub fn new(payload: Bytes, num_messages: u32) -> Self {
-        Self {
-            buf: payload,
-            offset: 0,
-            index: 0,
-            num_messages,
-            failed: false,
-        }
+        Self { buf: payload, offset: 0, index: 0, num_messages, failed: false }
     }
 
     /// Bytes of the batch payload not consumed yet.
@@ -89,19 +83,12 @@ impl BatchIter {
                 available: meta_available,
             })?;
         let metadata = SingleMessageMetadata::decode(self.buf.slice(meta_start..meta_end))
-            .map_err(|source| BatchError::MetadataDecode {
-                index,
-                offset: meta_start,
-                source,
-            })?;
+            .map_err(|source| BatchError::MetadataDecode { index, offset: meta_start, source })?;
 
         let payload_size = metadata.payload_size;
         let payload_available = len.saturating_sub(meta_end);
-        let payload_len =
-            usize::try_from(payload_size).map_err(|_| BatchError::NegativePayloadSize {
-                index,
-                size: payload_size,
-            })?;
+        let payload_len = usize::try_from(payload_size)
+            .map_err(|_| BatchError::NegativePayloadSize { index, size: payload_size })?;
         if payload_len > payload_available {
             return Err(BatchError::PayloadExceedsBatch {
                 index,
@@ -188,8 +175,7 @@ impl BatchBuilder {
         })?;
         let metadata_len = metadata.encoded_len();
         let metadata_size = wire_u32("single message metadata", metadata_len)?;
-        self.buf
-            .reserve(SINGLE_METADATA_SIZE_FIELD_LEN + metadata_len + payload.len());
+        self.buf.reserve(SINGLE_METADATA_SIZE_FIELD_LEN + metadata_len + payload.len());
         self.buf.put_u32(metadata_size);
         metadata.encode_raw(&mut self.buf);
         self.buf.extend_from_slice(payload);
@@ -229,10 +215,7 @@ mod tests {
 
     fn meta(key: &str) -> SingleMessageMetadata {
         SingleMessageMetadata {
-            properties: vec![KeyValue {
-                key: "k".into(),
-                value: key.into(),
-            }],
+            properties: vec![KeyValue { key: "k".into(), value: key.into() }],
             partition_key: Some(key.into()),
             sequence_id: Some(7),
             ..Default::default()
@@ -245,14 +228,8 @@ mod tests {
         assert!(b.is_empty());
         b.push(meta("a"), b"first").unwrap();
         b.push(meta("b"), b"").unwrap();
-        b.push(
-            SingleMessageMetadata {
-                null_value: Some(true),
-                ..Default::default()
-            },
-            b"",
-        )
-        .unwrap();
+        b.push(SingleMessageMetadata { null_value: Some(true), ..Default::default() }, b"")
+            .unwrap();
         b.push(meta("d"), &[0xff; 1000]).unwrap();
         assert_eq!(b.len(), 4);
         let bytes_len = b.byte_len();
@@ -282,15 +259,9 @@ mod tests {
     fn hand_encoded_batch() {
         // SingleMessageMetadata { payload_size: 2 } = 18 02
         // SingleMessageMetadata { partition_key: "k", payload_size: 1 } = 12 01 6b 18 01
-        let payload = [
-            &be32(2)[..],
-            &[0x18, 0x02],
-            b"hi",
-            &be32(5),
-            &[0x12, 0x01, b'k', 0x18, 0x01],
-            b"!",
-        ]
-        .concat();
+        let payload =
+            [&be32(2)[..], &[0x18, 0x02], b"hi", &be32(5), &[0x12, 0x01, b'k', 0x18, 0x01], b"!"]
+                .concat();
         let msgs = collect_batch(Bytes::from(payload), 2).unwrap();
         assert_eq!(&msgs[0].payload[..], b"hi");
         assert_eq!(msgs[1].metadata.partition_key.as_deref(), Some("k"));
@@ -300,10 +271,7 @@ mod tests {
         let mut b = BatchBuilder::new();
         b.push(SingleMessageMetadata::default(), b"hi").unwrap();
         b.push(
-            SingleMessageMetadata {
-                partition_key: Some("k".into()),
-                ..Default::default()
-            },
+            SingleMessageMetadata { partition_key: Some("k".into()), ..Default::default() },
             b"!",
         )
         .unwrap();
@@ -318,11 +286,7 @@ mod tests {
         assert!(collect_batch(Bytes::new(), 0).unwrap().is_empty());
         assert_eq!(
             collect_batch(Bytes::new(), 1),
-            Err(BatchError::TruncatedHeader {
-                index: 0,
-                offset: 0,
-                available: 0
-            })
+            Err(BatchError::TruncatedHeader { index: 0, offset: 0, available: 0 })
         );
     }
 
@@ -339,11 +303,7 @@ mod tests {
         assert!(it.next().unwrap().is_ok());
         assert_eq!(
             it.next().unwrap(),
-            Err(BatchError::TruncatedHeader {
-                index: 1,
-                offset: one.len(),
-                available: 0
-            })
+            Err(BatchError::TruncatedHeader { index: 1, offset: one.len(), available: 0 })
         );
         assert!(it.next().is_none(), "iterator fuses after an error");
 
@@ -373,17 +333,11 @@ mod tests {
         let bad = [&be32(2)[..], &[0x12, 0x05]].concat();
         assert!(matches!(
             collect_batch(Bytes::from(bad), 1),
-            Err(BatchError::MetadataDecode {
-                index: 0,
-                offset: 4,
-                ..
-            })
+            Err(BatchError::MetadataDecode { index: 0, offset: 4, .. })
         ));
 
         // Negative payload size (-1 as a 10-byte varint).
-        let neg = [
-            0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
-        ];
+        let neg = [0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
         let bad = [&be32(neg.len() as u32)[..], &neg].concat();
         assert_eq!(
             collect_batch(Bytes::from(bad), 1),
@@ -394,12 +348,7 @@ mod tests {
         let bad = [&be32(2)[..], &[0x18, 0x09], b"abc"].concat();
         assert_eq!(
             collect_batch(Bytes::from(bad), 1),
-            Err(BatchError::PayloadExceedsBatch {
-                index: 0,
-                offset: 6,
-                size: 9,
-                available: 3
-            })
+            Err(BatchError::PayloadExceedsBatch { index: 0, offset: 6, size: 9, available: 3 })
         );
 
         // Second message broken: first still yielded.
@@ -408,10 +357,7 @@ mod tests {
         let items: Vec<_> = parse_batch(Bytes::from(two), 2).collect();
         assert_eq!(items.len(), 2);
         assert!(items[0].is_ok());
-        assert!(matches!(
-            items[1],
-            Err(BatchError::MetadataSizeExceedsBatch { index: 1, .. })
-        ));
+        assert!(matches!(items[1], Err(BatchError::MetadataSizeExceedsBatch { index: 1, .. })));
     }
 
     #[test]

@@ -33,20 +33,12 @@ pub fn command_type(command: &BaseCommand) -> Option<Type> {
 
 /// A `BaseCommand` with only its type set.
 pub fn base(kind: Type) -> BaseCommand {
-    BaseCommand {
-        r#type: kind as i32,
-        ..Default::default()
-    }
+    BaseCommand { r#type: kind as i32, ..Default::default() }
 }
 
 /// A message id without partition or batch index.
 pub fn message_id(ledger_id: u64, entry_id: u64, partition: Option<i32>) -> MessageIdData {
-    MessageIdData {
-        ledger_id,
-        entry_id,
-        partition,
-        ..Default::default()
-    }
+    MessageIdData { ledger_id, entry_id, partition, ..Default::default() }
 }
 
 // ---------------------------------------------------------------------------
@@ -107,18 +99,12 @@ pub fn auth_challenge(
 
 /// PING.
 pub fn ping() -> BaseCommand {
-    BaseCommand {
-        ping: Some(Box::new(CommandPing {})),
-        ..base(Type::Ping)
-    }
+    BaseCommand { ping: Some(Box::new(CommandPing {})), ..base(Type::Ping) }
 }
 
 /// PONG.
 pub fn pong() -> BaseCommand {
-    BaseCommand {
-        pong: Some(Box::new(CommandPong {})),
-        ..base(Type::Pong)
-    }
+    BaseCommand { pong: Some(Box::new(CommandPong {})), ..base(Type::Pong) }
 }
 
 // ---------------------------------------------------------------------------
@@ -128,10 +114,7 @@ pub fn pong() -> BaseCommand {
 /// SUCCESS for `request_id`.
 pub fn success(request_id: u64) -> BaseCommand {
     BaseCommand {
-        success: Some(Box::new(CommandSuccess {
-            request_id,
-            schema: None,
-        })),
+        success: Some(Box::new(CommandSuccess { request_id, schema: None })),
         ..base(Type::Success)
     }
 }
@@ -321,10 +304,7 @@ pub fn close_producer(producer_id: u64, request_id: u64) -> BaseCommand {
 /// FLOW, as a client sends it.
 pub fn flow(consumer_id: u64, message_permits: u32) -> BaseCommand {
     BaseCommand {
-        flow: Some(Box::new(CommandFlow {
-            consumer_id,
-            message_permits,
-        })),
+        flow: Some(Box::new(CommandFlow { consumer_id, message_permits })),
         ..base(Type::Flow)
     }
 }
@@ -437,10 +417,8 @@ mod tests {
         } else {
             encode_command(cmd, &mut buf).expect("encode");
         }
-        let (frame, used) = FrameDecoder::default()
-            .decode(&buf)
-            .expect("decode")
-            .expect("complete");
+        let (frame, used) =
+            FrameDecoder::default().decode(&buf).expect("decode").expect("complete");
         assert_eq!(used, buf.len());
         assert_eq!(frame.payload.is_some(), is_payload);
         frame.command
@@ -451,10 +429,7 @@ mod tests {
         let id = message_id(3, 4, Some(1));
         let cases: Vec<(BaseCommand, Type)> = vec![
             (connect("test-client", 21), Type::Connect),
-            (
-                connected("magnetar", 21, Some(5_242_880), None),
-                Type::Connected,
-            ),
+            (connected("magnetar", 21, Some(5_242_880), None), Type::Connected),
             (
                 auth_challenge("magnetar", "token", Bytes::from_static(b"x"), 21),
                 Type::AuthChallenge,
@@ -463,10 +438,7 @@ mod tests {
             (pong(), Type::Pong),
             (success(7), Type::Success),
             (error(7, ServerError::TopicNotFound, "nope"), Type::Error),
-            (
-                partitioned_metadata_response(1, 0),
-                Type::PartitionedMetadataResponse,
-            ),
+            (partitioned_metadata_response(1, 0), Type::PartitionedMetadataResponse),
             (
                 partitioned_metadata_failed(1, ServerError::TopicNotFound, "x"),
                 Type::PartitionedMetadataResponse,
@@ -475,17 +447,11 @@ mod tests {
                 lookup_response(2, LookupType::Connect, "pulsar://h:6650", None, true, false),
                 Type::LookupResponse,
             ),
-            (
-                lookup_failed(2, ServerError::ServiceNotReady, "x"),
-                Type::LookupResponse,
-            ),
+            (lookup_failed(2, ServerError::ServiceNotReady, "x"), Type::LookupResponse),
             (producer_success(3, "p", -1, None), Type::ProducerSuccess),
             (send(1, 2, 1), Type::Send),
             (send_receipt(1, 2, id.clone(), 2), Type::SendReceipt),
-            (
-                send_error(1, 2, ServerError::ChecksumError, "bad"),
-                Type::SendError,
-            ),
+            (send_error(1, 2, ServerError::ChecksumError, "bad"), Type::SendError),
             (close_producer(1, 9), Type::CloseProducer),
             (flow(5, 1000), Type::Flow),
             (message(5, id.clone(), 0, vec![], Some(1)), Type::Message),
@@ -493,10 +459,7 @@ mod tests {
             (close_consumer(5, 9), Type::CloseConsumer),
             (active_consumer_change(5, true), Type::ActiveConsumerChange),
             (reached_end_of_topic(5), Type::ReachedEndOfTopic),
-            (
-                get_last_message_id_response(4, id, None),
-                Type::GetLastMessageIdResponse,
-            ),
+            (get_last_message_id_response(4, id, None), Type::GetLastMessageIdResponse),
         ];
         for (cmd, kind) in cases {
             assert_eq!(command_type(&cmd), Some(kind));
@@ -515,10 +478,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(command_type(&cmd), Some(Type::ScalableTopicLookup));
-        let cmd = BaseCommand {
-            r#type: 1000,
-            ..Default::default()
-        };
+        let cmd = BaseCommand { r#type: 1000, ..Default::default() };
         assert_eq!(command_type(&cmd), None);
         assert_eq!(round_trip(&cmd).r#type, 1000);
     }
@@ -529,10 +489,7 @@ mod tests {
         assert_eq!(id.partition(), -1);
         assert_eq!(id.batch_index(), -1);
         let ps = producer_success(1, "p", -1, None);
-        assert!(ps
-            .producer_success
-            .as_ref()
-            .is_some_and(|p| p.producer_ready()));
+        assert!(ps.producer_success.as_ref().is_some_and(|p| p.producer_ready()));
         let sub = crate::proto::CommandSubscribe::default();
         assert!(sub.durable());
         assert!(sub.force_topic_creation());

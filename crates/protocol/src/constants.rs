@@ -80,10 +80,7 @@ mod tests {
         assert_eq!(DEFAULT_MAX_MESSAGE_SIZE, 5_242_880);
         assert_eq!(MESSAGE_SIZE_FRAME_PADDING, 10_240);
         assert_eq!(DEFAULT_MAX_FRAME_SIZE, 5_253_120);
-        assert_eq!(
-            max_frame_size_for(DEFAULT_MAX_MESSAGE_SIZE),
-            DEFAULT_MAX_FRAME_SIZE
-        );
+        assert_eq!(max_frame_size_for(DEFAULT_MAX_MESSAGE_SIZE), DEFAULT_MAX_FRAME_SIZE);
         assert_eq!(max_frame_size_for(usize::MAX), usize::MAX);
     }
 

@@ -98,10 +98,7 @@ mod tests {
         assert_eq!(flags.encode_to_vec(), [0x48, 0x01]);
 
         // MessageMetadata field 34 (entry_hash_max): two-byte tag 0x90 0x02.
-        let md = proto::MessageMetadata {
-            entry_hash_max: Some(1),
-            ..Default::default()
-        };
+        let md = proto::MessageMetadata { entry_hash_max: Some(1), ..Default::default() };
         let bytes = md.encode_to_vec();
         assert!(bytes.ends_with(&[0x90, 0x02, 0x01]), "{bytes:02x?}");
 

@@ -35,17 +35,12 @@ impl ChunkKey {
     }
 
     pub(crate) fn position(self, offset: u16) -> Position {
-        Position::new(
-            self.ledger_id,
-            (self.chunk_index << CHUNK_SHIFT) | u64::from(offset),
-        )
+        Position::new(self.ledger_id, (self.chunk_index << CHUNK_SHIFT) | u64::from(offset))
     }
 
     fn next_in_ledger(self) -> Option<ChunkKey> {
-        (self.chunk_index < MAX_CHUNK_INDEX).then_some(ChunkKey {
-            ledger_id: self.ledger_id,
-            chunk_index: self.chunk_index + 1,
-        })
+        (self.chunk_index < MAX_CHUNK_INDEX)
+            .then_some(ChunkKey { ledger_id: self.ledger_id, chunk_index: self.chunk_index + 1 })
     }
 }
 
@@ -62,9 +57,7 @@ impl AckedEntries {
 
     pub(crate) fn contains(&self, position: Position) -> bool {
         let (key, offset) = ChunkKey::of(position);
-        self.chunks
-            .get(&key)
-            .is_some_and(|chunk| chunk.contains(offset))
+        self.chunks.get(&key).is_some_and(|chunk| chunk.contains(offset))
     }
 
     /// Adds one position; returns whether it was new.
@@ -87,9 +80,9 @@ impl AckedEntries {
             let piece_last = last_entry_id.min(entry_id | u64::from(MAX_OFFSET));
             let last_offset = (piece_last & u64::from(MAX_OFFSET)) as u16;
             added += u64::from(match self.chunks.entry(key) {
-                Entry::Vacant(slot) => slot
-                    .insert(Chunk::single(first_offset, last_offset))
-                    .acked_count(),
+                Entry::Vacant(slot) => {
+                    slot.insert(Chunk::single(first_offset, last_offset)).acked_count()
+                }
                 Entry::Occupied(mut slot) => slot.get_mut().insert_range(first_offset, last_offset),
             });
             if piece_last == last_entry_id {
@@ -137,11 +130,7 @@ impl AckedEntries {
         let mut emptied = Vec::new();
         for (key, chunk) in self.chunks.range_mut(first_key..=last_key) {
             let from = if *key == first_key { first_offset } else { 0 };
-            let through = if *key == last_key {
-                last_offset
-            } else {
-                MAX_OFFSET
-            };
+            let through = if *key == last_key { last_offset } else { MAX_OFFSET };
             removed += u64::from(chunk.remove_range(from, through));
             if chunk.is_empty() {
                 emptied.push(*key);
@@ -187,10 +176,7 @@ impl AckedEntries {
     pub(crate) fn run_end_in_ledger(&self, position: Position) -> u64 {
         let (mut key, offset) = ChunkKey::of(position);
         let Some(chunk) = self.chunks.get(&key) else {
-            debug_assert!(
-                false,
-                "run_end_in_ledger({position}) of an unacked position"
-            );
+            debug_assert!(false, "run_end_in_ledger({position}) of an unacked position");
             return position.entry_id;
         };
         let mut end = chunk.run_end(offset);
@@ -212,18 +198,11 @@ impl AckedEntries {
     /// The smallest acked entry id `>= position.entry_id` in `position`'s ledger.
     pub(crate) fn next_acked_in_ledger(&self, position: Position) -> Option<u64> {
         let (key, offset) = ChunkKey::of(position);
-        let ledger_end = ChunkKey {
-            ledger_id: position.ledger_id,
-            chunk_index: MAX_CHUNK_INDEX,
-        };
-        self.chunks
-            .range(key..=ledger_end)
-            .find_map(|(chunk_key, chunk)| {
-                let from = if *chunk_key == key { offset } else { 0 };
-                chunk
-                    .next_present(from)
-                    .map(|found| chunk_key.position(found).entry_id)
-            })
+        let ledger_end = ChunkKey { ledger_id: position.ledger_id, chunk_index: MAX_CHUNK_INDEX };
+        self.chunks.range(key..=ledger_end).find_map(|(chunk_key, chunk)| {
+            let from = if *chunk_key == key { offset } else { 0 };
+            chunk.next_present(from).map(|found| chunk_key.position(found).entry_id)
+        })
     }
 
     pub(crate) fn first_position(&self) -> Option<Position> {
@@ -241,9 +220,7 @@ impl AckedEntries {
                 last_entry_id: key.position(run.last).entry_id,
             })
         });
-        MergeTouching {
-            pieces: pieces.peekable(),
-        }
+        MergeTouching { pieces: pieces.peekable() }
     }
 
     pub(crate) fn chunks(&self) -> impl Iterator<Item = (ChunkKey, &Chunk)> + '_ {
@@ -253,10 +230,7 @@ impl AckedEntries {
     /// Appends a decoded chunk; the decoder guarantees keys ascend and chunks are non-empty.
     pub(crate) fn push_chunk(&mut self, key: ChunkKey, chunk: Chunk) {
         assert!(!chunk.is_empty());
-        assert!(self
-            .chunks
-            .last_key_value()
-            .map_or(true, |(last, _)| *last < key));
+        assert!(self.chunks.last_key_value().map_or(true, |(last, _)| *last < key));
         self.entry_count += u64::from(chunk.acked_count());
         self.chunks.insert(key, chunk);
     }
@@ -307,11 +281,7 @@ mod tests {
         assert_eq!(acked.chunk_count(), 3);
         assert_eq!(
             acked.ledger_runs().collect::<Vec<_>>(),
-            [EntryRange {
-                ledger_id: 7,
-                first_entry_id: 65_530,
-                last_entry_id: 131_080
-            }]
+            [EntryRange { ledger_id: 7, first_entry_id: 65_530, last_entry_id: 131_080 }]
         );
         assert_eq!(acked.run_end_in_ledger(Position::new(7, 65_531)), 131_080);
         assert!(acked.contains(Position::new(7, 65_536)));
@@ -337,10 +307,7 @@ mod tests {
         acked.insert(Position::new(1, 200_000));
         acked.insert(Position::new(2, 0));
         assert_eq!(acked.next_acked_in_ledger(Position::new(1, 0)), Some(3));
-        assert_eq!(
-            acked.next_acked_in_ledger(Position::new(1, 4)),
-            Some(200_000)
-        );
+        assert_eq!(acked.next_acked_in_ledger(Position::new(1, 4)), Some(200_000));
         assert_eq!(acked.next_acked_in_ledger(Position::new(1, 200_001)), None);
     }
 

@@ -29,24 +29,16 @@ impl BatchAckState {
         if let Some(last) = unacked.last_mut() {
             *last &= tail_mask(batch_size);
         }
-        Self {
-            batch_size,
-            unacked,
-        }
+        Self { batch_size, unacked }
     }
 
     /// Rebuilds a persisted state; `None` when the words break the invariants.
     pub(crate) fn from_unacked_words(batch_size: u32, unacked: Box<[u64]>) -> Option<Self> {
         let valid = (1..=MAX_BATCH_SIZE).contains(&batch_size)
             && unacked.len() == word_count(batch_size)
-            && unacked
-                .last()
-                .is_some_and(|last| last & !tail_mask(batch_size) == 0)
+            && unacked.last().is_some_and(|last| last & !tail_mask(batch_size) == 0)
             && unacked.iter().any(|word| *word != 0);
-        valid.then_some(Self {
-            batch_size,
-            unacked,
-        })
+        valid.then_some(Self { batch_size, unacked })
     }
 
     pub fn batch_size(&self) -> u32 {
@@ -101,11 +93,7 @@ pub(crate) fn ack_set_acking(
     let mut ack_set = BatchAckState::all_unacked(batch_size).unacked;
     for index in acked_indexes {
         if index >= batch_size {
-            return Err(AckError::BatchIndexOutOfRange {
-                position,
-                index,
-                batch_size,
-            });
+            return Err(AckError::BatchIndexOutOfRange { position, index, batch_size });
         }
         ack_set[(index / 64) as usize] &= !(1 << (index % 64));
     }
@@ -154,11 +142,7 @@ mod tests {
         let position = Position::new(1, 1);
         assert_eq!(
             ack_set_acking(position, 4, [4]),
-            Err(AckError::BatchIndexOutOfRange {
-                position,
-                index: 4,
-                batch_size: 4
-            })
+            Err(AckError::BatchIndexOutOfRange { position, index: 4, batch_size: 4 })
         );
         assert!(validate_batch_size(0).is_err());
         assert!(validate_batch_size(MAX_BATCH_SIZE + 1).is_err());

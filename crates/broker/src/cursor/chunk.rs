@@ -72,11 +72,8 @@ impl Chunk {
     pub(crate) fn from_runs(runs: Vec<Run>) -> Chunk {
         debug_assert!(runs_are_canonical(&runs));
         let acked_count = runs.iter().map(|run| run.len()).sum();
-        let mut chunk = Chunk {
-            run_count: runs.len() as u32,
-            acked_count,
-            container: Container::Runs(runs),
-        };
+        let mut chunk =
+            Chunk { run_count: runs.len() as u32, acked_count, container: Container::Runs(runs) };
         chunk.rebalance();
         chunk
     }
@@ -84,11 +81,7 @@ impl Chunk {
     pub(crate) fn from_bitmap(bitmap: Box<Bitmap>) -> Chunk {
         let acked_count = bitmap.iter().map(|word| word.count_ones()).sum();
         let run_count = count_run_starts(&bitmap, 0, BITMAP_WORDS - 1);
-        let mut chunk = Chunk {
-            run_count,
-            acked_count,
-            container: Container::Bitmap(bitmap),
-        };
+        let mut chunk = Chunk { run_count, acked_count, container: Container::Bitmap(bitmap) };
         chunk.rebalance();
         chunk
     }
@@ -215,16 +208,10 @@ impl Chunk {
                 let (head, tail) = (runs[overlap_start], runs[overlap_end - 1]);
                 let mut remainders = Vec::with_capacity(2);
                 if head.first < first {
-                    remainders.push(Run {
-                        first: head.first,
-                        last: first - 1,
-                    });
+                    remainders.push(Run { first: head.first, last: first - 1 });
                 }
                 if tail.last > last {
-                    remainders.push(Run {
-                        first: last + 1,
-                        last: tail.last,
-                    });
+                    remainders.push(Run { first: last + 1, last: tail.last });
                 }
                 runs.splice(overlap_start..overlap_end, remainders);
                 self.run_count = runs.len() as u32;
@@ -256,10 +243,7 @@ impl Chunk {
         let kept: Vec<Run> = self
             .runs()
             .filter(|run| run.first < offset)
-            .map(|run| Run {
-                first: run.first,
-                last: min(run.last, offset - 1),
-            })
+            .map(|run| Run { first: run.first, last: min(run.last, offset - 1) })
             .collect();
         let before = self.acked_count;
         *self = Chunk::from_runs(kept);
@@ -299,10 +283,7 @@ impl Chunk {
     pub(crate) fn runs(&self) -> ChunkRuns<'_> {
         match &self.container {
             Container::Runs(runs) => ChunkRuns::Runs(runs.iter()),
-            Container::Bitmap(bits) => ChunkRuns::Bitmap {
-                bits,
-                next_offset: 0,
-            },
+            Container::Bitmap(bits) => ChunkRuns::Bitmap { bits, next_offset: 0 },
         }
     }
 
@@ -348,11 +329,7 @@ impl Chunk {
                 None
             }
             Container::Bitmap(bits) if run_count < BITMAP_MIN_RUNS => {
-                let runs: Vec<Run> = ChunkRuns::Bitmap {
-                    bits,
-                    next_offset: 0,
-                }
-                .collect();
+                let runs: Vec<Run> = ChunkRuns::Bitmap { bits, next_offset: 0 }.collect();
                 Some(Container::Runs(runs))
             }
             Container::Bitmap(_) => None,
@@ -387,9 +364,7 @@ impl Iterator for ChunkRuns<'_> {
 
 pub(crate) fn runs_are_canonical(runs: &[Run]) -> bool {
     runs.iter().all(|run| run.first <= run.last)
-        && runs
-            .windows(2)
-            .all(|pair| u32::from(pair[0].last) + 1 < u32::from(pair[1].first))
+        && runs.windows(2).all(|pair| u32::from(pair[0].last) + 1 < u32::from(pair[1].first))
 }
 
 fn set_runs(bits: &mut Bitmap, runs: &[Run]) {
@@ -415,11 +390,7 @@ fn word_mask(word_index: usize, first: u16, last: u16) -> u64 {
 fn count_run_starts(bits: &Bitmap, first_word: usize, last_word: usize) -> u32 {
     (first_word..=last_word)
         .map(|word_index| {
-            let carry = if word_index == 0 {
-                0
-            } else {
-                bits[word_index - 1] >> 63
-            };
+            let carry = if word_index == 0 { 0 } else { bits[word_index - 1] >> 63 };
             let word = bits[word_index];
             (word & !((word << 1) | carry)).count_ones()
         })
@@ -474,10 +445,7 @@ mod tests {
         assert_eq!(chunk.insert_range(13, 13), 1);
         assert_eq!(chunk.run_count(), 1);
         assert_eq!(chunk.insert_range(0, 20), 21 - 6);
-        assert_eq!(
-            chunk.runs().collect::<Vec<_>>(),
-            [Run { first: 0, last: 20 }]
-        );
+        assert_eq!(chunk.runs().collect::<Vec<_>>(), [Run { first: 0, last: 20 }]);
         assert_eq!(chunk.insert_range(5, 6), 0);
         assert_eq!(chunk.acked_count(), 21);
     }
@@ -496,13 +464,7 @@ mod tests {
             chunk.insert_range(offset, offset);
         }
         assert!(!is_bitmap(&chunk));
-        assert_eq!(
-            chunk.runs().collect::<Vec<_>>(),
-            [Run {
-                first: 0,
-                last: MAX_OFFSET
-            }]
-        );
+        assert_eq!(chunk.runs().collect::<Vec<_>>(), [Run { first: 0, last: MAX_OFFSET }]);
         assert_eq!(chunk.acked_count(), CHUNK_ENTRIES);
     }
 
@@ -518,10 +480,7 @@ mod tests {
         let from_bitmap = Chunk::from_bitmap(Box::new(*runs_chunk.to_bitmap()));
         assert_eq!(from_bitmap, runs_chunk);
         for offset in [0u16, 1, 2, 3, 5999, 6000, 6001, MAX_OFFSET] {
-            assert_eq!(
-                runs_chunk.contains(offset),
-                offset % 2 == 1 && offset < 6000
-            );
+            assert_eq!(runs_chunk.contains(offset), offset % 2 == 1 && offset < 6000);
         }
         assert_eq!(runs_chunk.next_present(6000), None);
         assert_eq!(runs_chunk.next_present(4), Some(5));
@@ -580,13 +539,7 @@ mod tests {
         assert_eq!(dense.run_count(), 3000);
         assert_eq!(dense.next_present(5997), Some(6051));
         assert_eq!(dense.remove_range(0, 5997), 2999);
-        assert_eq!(
-            dense.runs().collect::<Vec<_>>(),
-            [Run {
-                first: 6051,
-                last: 6100
-            }]
-        );
+        assert_eq!(dense.runs().collect::<Vec<_>>(), [Run { first: 6051, last: 6100 }]);
     }
 
     /// The cached counters must match a recount from the runs themselves.

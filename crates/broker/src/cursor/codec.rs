@@ -75,18 +75,13 @@ pub struct PersistLimits {
 
 impl Default for PersistLimits {
     fn default() -> Self {
-        Self {
-            max_ranges: DEFAULT_MAX_PERSISTED_RANGES,
-            max_bytes: DEFAULT_MAX_ENCODED_BYTES,
-        }
+        Self { max_ranges: DEFAULT_MAX_PERSISTED_RANGES, max_bytes: DEFAULT_MAX_ENCODED_BYTES }
     }
 }
 
 impl PersistLimits {
-    pub const UNLIMITED: PersistLimits = PersistLimits {
-        max_ranges: u64::MAX,
-        max_bytes: usize::MAX,
-    };
+    pub const UNLIMITED: PersistLimits =
+        PersistLimits { max_ranges: u64::MAX, max_bytes: usize::MAX };
 }
 
 /// The result of [`AckState::encode_with_limits`].
@@ -113,11 +108,7 @@ impl AckState {
         header.extend_from_slice(&MAGIC);
         header.push(FORMAT_VERSION);
         let mark_delete = self.mark_delete();
-        header.push(if mark_delete.is_some() {
-            FLAG_HAS_MARK_DELETE
-        } else {
-            0
-        });
+        header.push(if mark_delete.is_some() { FLAG_HAS_MARK_DELETE } else { 0 });
         if let Some(position) = mark_delete {
             put_varint(&mut header, position.ledger_id);
             put_varint(&mut header, position.entry_id);
@@ -145,12 +136,7 @@ impl AckState {
         bytes.extend_from_slice(&batches);
         let checksum = crc32c::crc32c(&bytes);
         bytes.extend_from_slice(&checksum.to_le_bytes());
-        EncodedAckState {
-            bytes,
-            persisted_ranges,
-            dropped_from,
-            dropped_partial_batches,
-        }
+        EncodedAckState { bytes, persisted_ranges, dropped_from, dropped_partial_batches }
     }
 
     /// Partial batches in position order while they fit in `budget` bytes.
@@ -201,10 +187,7 @@ impl AckState {
         if stored != computed {
             return Err(CursorStateError::ChecksumMismatch { stored, computed });
         }
-        let mut reader = Reader {
-            bytes: body,
-            offset: MAGIC.len() + 1,
-        };
+        let mut reader = Reader { bytes: body, offset: MAGIC.len() + 1 };
         let state = decode_body(&mut reader)?;
         if reader.offset != body.len() {
             return Err(CursorStateError::TrailingBytes {
@@ -264,11 +247,8 @@ impl GroupWriter {
             self.close_group();
         }
         let mut encoded = Vec::new();
-        let chunk_delta = if same_ledger {
-            key.chunk_index - self.previous_chunk_index
-        } else {
-            key.chunk_index
-        };
+        let chunk_delta =
+            if same_ledger { key.chunk_index - self.previous_chunk_index } else { key.chunk_index };
         put_varint(&mut encoded, chunk_delta);
         encode_chunk(&mut encoded, chunk);
         // A new group also pays for its ledger delta and chunk count.
@@ -305,12 +285,7 @@ impl GroupWriter {
 
     fn finish(mut self) -> (Vec<u8>, u64, u64, Option<Position>) {
         self.close_group();
-        (
-            self.out,
-            self.group_count,
-            self.persisted_ranges,
-            self.dropped_from,
-        )
+        (self.out, self.group_count, self.persisted_ranges, self.dropped_from)
     }
 }
 
@@ -322,14 +297,8 @@ fn encode_chunk(out: &mut Vec<u8>, chunk: &Chunk) {
         runs_len += varint_len(run_gap(previous_last, run)) + varint_len(u64::from(run.len() - 1));
         previous_last = Some(run.last);
     }
-    let first_word = chunk
-        .runs()
-        .next()
-        .map_or(0, |run| usize::from(run.first) / 64);
-    let last_word = chunk
-        .runs()
-        .last()
-        .map_or(0, |run| usize::from(run.last) / 64);
+    let first_word = chunk.runs().next().map_or(0, |run| usize::from(run.first) / 64);
+    let last_word = chunk.runs().last().map_or(0, |run| usize::from(run.last) / 64);
     let word_count = last_word - first_word + 1;
     let bitmap_len = varint_len(first_word as u64) + varint_len(word_count as u64) + word_count * 8;
 
@@ -424,13 +393,7 @@ fn decode_groups(
                 .filter(|index| *index <= MAX_CHUNK_INDEX)
                 .ok_or_else(|| reader.invalid("chunk index out of range"))?;
             let chunk = decode_chunk(reader)?;
-            acked.push_chunk(
-                ChunkKey {
-                    ledger_id,
-                    chunk_index,
-                },
-                chunk,
-            );
+            acked.push_chunk(ChunkKey { ledger_id, chunk_index }, chunk);
         }
     }
     Ok(acked)
@@ -521,20 +484,13 @@ struct Reader<'a> {
 
 impl Reader<'_> {
     fn invalid(&self, reason: &'static str) -> CursorStateError {
-        CursorStateError::Invalid {
-            offset: self.offset,
-            reason,
-        }
+        CursorStateError::Invalid { offset: self.offset, reason }
     }
 
     fn take(&mut self, count: usize) -> Result<&[u8], CursorStateError> {
         let have = self.bytes.len() - self.offset;
         if have < count {
-            return Err(CursorStateError::Truncated {
-                offset: self.offset,
-                need: count,
-                have,
-            });
+            return Err(CursorStateError::Truncated { offset: self.offset, need: count, have });
         }
         let taken = &self.bytes[self.offset..self.offset + count];
         self.offset += count;
@@ -580,33 +536,15 @@ mod tests {
 
     #[test]
     fn varints_round_trip_at_every_length() {
-        for value in [
-            0,
-            1,
-            127,
-            128,
-            16_383,
-            16_384,
-            u64::from(u32::MAX),
-            u64::MAX,
-        ] {
+        for value in [0, 1, 127, 128, 16_383, 16_384, u64::from(u32::MAX), u64::MAX] {
             let mut out = Vec::new();
             put_varint(&mut out, value);
             assert_eq!(out.len(), varint_len(value));
-            let mut reader = Reader {
-                bytes: &out,
-                offset: 0,
-            };
+            let mut reader = Reader { bytes: &out, offset: 0 };
             assert_eq!(reader.varint(), Ok(value));
         }
-        let mut reader = Reader {
-            bytes: &[0xff; 10],
-            offset: 0,
-        };
-        assert_eq!(
-            reader.varint(),
-            Err(CursorStateError::VarintOverflow { offset: 0 })
-        );
+        let mut reader = Reader { bytes: &[0xff; 10], offset: 0 };
+        assert_eq!(reader.varint(), Err(CursorStateError::VarintOverflow { offset: 0 }));
     }
 
     #[test]
@@ -615,10 +553,7 @@ mod tests {
             let bytes = state.encode();
             assert_eq!(AckState::decode(&bytes), Ok(state));
         }
-        assert_eq!(
-            AckState::new(None).encode().len(),
-            HEADER_LEN + 2 + CHECKSUM_LEN
-        );
+        assert_eq!(AckState::new(None).encode().len(), HEADER_LEN + 2 + CHECKSUM_LEN);
     }
 
     #[test]
@@ -630,17 +565,12 @@ mod tests {
         for entry_id in (10..150_000).step_by(3) {
             state.ack_individual(at(6, entry_id), &ledgers).unwrap();
         }
-        state
-            .ack_batch_indexes(at(3, 7), 100, &[1, 99], &ledgers)
-            .unwrap();
+        state.ack_batch_indexes(at(3, 7), 100, &[1, 99], &ledgers).unwrap();
         state.ack_batch_indexes(at(6, 0), 1, &[], &ledgers).unwrap();
         let bytes = state.encode();
         let decoded = AckState::decode(&bytes).unwrap();
         assert_eq!(decoded, state);
-        assert_eq!(
-            decoded.partial_batch(at(3, 7)),
-            state.partial_batch(at(3, 7))
-        );
+        assert_eq!(decoded.partial_batch(at(3, 7)), state.partial_batch(at(3, 7)));
     }
 
     #[test]
@@ -650,10 +580,7 @@ mod tests {
         for entry_id in (1..20_000).step_by(2) {
             state.ack_individual(at(1, entry_id), &ledgers).unwrap();
         }
-        let limits = PersistLimits {
-            max_ranges: 100,
-            max_bytes: usize::MAX,
-        };
+        let limits = PersistLimits { max_ranges: 100, max_bytes: usize::MAX };
         let encoded = state.encode_with_limits(&limits);
         assert_eq!(encoded.persisted_ranges, 100);
         assert_eq!(encoded.dropped_from, Some(at(1, 201)));
@@ -661,10 +588,8 @@ mod tests {
         assert_eq!(decoded.individually_acked_count(), 100);
         assert!(decoded.is_acked(at(1, 199)) && !decoded.is_acked(at(1, 201)));
 
-        let by_bytes = state.encode_with_limits(&PersistLimits {
-            max_ranges: u64::MAX,
-            max_bytes: 1000,
-        });
+        let by_bytes =
+            state.encode_with_limits(&PersistLimits { max_ranges: u64::MAX, max_bytes: 1000 });
         assert!(by_bytes.bytes.len() <= 1000);
         assert!(by_bytes.dropped_from.is_some());
         assert!(AckState::decode(&by_bytes.bytes).is_ok());
@@ -675,23 +600,16 @@ mod tests {
         let ledgers: LedgerList = [(1, 1000)].into_iter().collect();
         let mut state = AckState::new(None);
         for entry_id in 0..100 {
-            state
-                .ack_batch_indexes(at(1, entry_id), 1000, &[7], &ledgers)
-                .unwrap();
+            state.ack_batch_indexes(at(1, entry_id), 1000, &[7], &ledgers).unwrap();
         }
-        let encoded = state.encode_with_limits(&PersistLimits {
-            max_ranges: u64::MAX,
-            max_bytes: 4000,
-        });
+        let encoded =
+            state.encode_with_limits(&PersistLimits { max_ranges: u64::MAX, max_bytes: 4000 });
         // Each batch costs 1 + 1 + 2 varint bytes and 16 words: 132 bytes; 7 fit in 1000.
         assert_eq!(encoded.dropped_partial_batches, 93);
         assert!(encoded.bytes.len() <= 4000);
         let decoded = AckState::decode(&encoded.bytes).unwrap();
         assert_eq!(decoded.partial_batch_count(), 7);
-        assert_eq!(
-            decoded.partial_batch(at(1, 6)),
-            state.partial_batch(at(1, 6))
-        );
+        assert_eq!(decoded.partial_batch(at(1, 6)), state.partial_batch(at(1, 6)));
     }
 
     #[test]
@@ -701,9 +619,7 @@ mod tests {
         let mut acked = 0u64;
         'fill: for ledger_id in 1..=40 {
             for entry_id in (1..50_000).step_by(2) {
-                state
-                    .ack_individual(at(ledger_id, entry_id), &ledgers)
-                    .unwrap();
+                state.ack_individual(at(ledger_id, entry_id), &ledgers).unwrap();
                 acked += 1;
                 if acked == 1_000_000 {
                     break 'fill;
@@ -734,10 +650,7 @@ mod tests {
         let ranges = state.acked_range_count(&ledgers);
         let bytes = state.encode();
         let bytes_per_range = bytes.len() as f64 / ranges as f64;
-        println!(
-            "{ranges} sparse ranges: {} bytes, {bytes_per_range:.3} bytes/range",
-            bytes.len()
-        );
+        println!("{ranges} sparse ranges: {} bytes, {bytes_per_range:.3} bytes/range", bytes.len());
         assert!(bytes_per_range < 2.1, "{bytes_per_range} bytes per range");
         assert_eq!(AckState::decode(&bytes).as_ref(), Ok(&state));
     }
@@ -745,16 +658,10 @@ mod tests {
     #[test]
     fn malformed_headers_are_typed_errors() {
         let good = AckState::new(Some(at(1, 1))).encode();
-        assert!(matches!(
-            AckState::decode(&good[..5]),
-            Err(CursorStateError::Truncated { .. })
-        ));
+        assert!(matches!(AckState::decode(&good[..5]), Err(CursorStateError::Truncated { .. })));
         let mut bad_magic = good.clone();
         bad_magic[0] = b'X';
-        assert!(matches!(
-            AckState::decode(&bad_magic),
-            Err(CursorStateError::BadMagic { .. })
-        ));
+        assert!(matches!(AckState::decode(&bad_magic), Err(CursorStateError::BadMagic { .. })));
         let mut bad_version = good.clone();
         bad_version[4] = 9;
         assert_eq!(
@@ -792,10 +699,7 @@ mod tests {
         bytes.extend_from_slice(&[1, 0, 1, 0, KIND_RUNS, 1, 10, 0, 0]);
         bytes.extend_from_slice(&[0; CHECKSUM_LEN]);
         reseal(&mut bytes);
-        assert!(matches!(
-            AckState::decode(&bytes),
-            Err(CursorStateError::Invalid { .. })
-        ));
+        assert!(matches!(AckState::decode(&bytes), Err(CursorStateError::Invalid { .. })));
     }
 
     /// Rewrites the trailing checksum so a test reaches the parser behind it.

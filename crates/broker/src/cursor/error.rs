@@ -20,18 +20,10 @@ pub enum AckError {
     InvalidBatchSize { batch_size: u32 },
     /// A batch index must be below the batch size.
     #[error("batch index {index} is outside the batch of {batch_size} at {position}")]
-    BatchIndexOutOfRange {
-        position: Position,
-        index: u32,
-        batch_size: u32,
-    },
+    BatchIndexOutOfRange { position: Position, index: u32, batch_size: u32 },
     /// The entry was partially acknowledged before with a different batch size.
     #[error("batch at {position} was acknowledged with size {known} before, now with {given}")]
-    BatchSizeMismatch {
-        position: Position,
-        known: u32,
-        given: u32,
-    },
+    BatchSizeMismatch { position: Position, known: u32, given: u32 },
 }
 
 /// Why persisted cursor-state bytes could not be decoded.
@@ -39,11 +31,7 @@ pub enum AckError {
 pub enum CursorStateError {
     /// The input ends before a field it announces.
     #[error("cursor state truncated at byte {offset}: need {need} bytes, have {have}")]
-    Truncated {
-        offset: usize,
-        need: usize,
-        have: usize,
-    },
+    Truncated { offset: usize, need: usize, have: usize },
     /// The input does not start with the cursor-state magic.
     #[error("not a cursor ack state: magic is {found:02x?}")]
     BadMagic { found: [u8; 4] },

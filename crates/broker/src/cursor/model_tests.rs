@@ -50,8 +50,7 @@ type ModelResult = Result<u64, ()>;
 
 impl Model {
     fn is_covered(&self, position: Position) -> bool {
-        self.mark_delete
-            .is_some_and(|mark_delete| position <= mark_delete)
+        self.mark_delete.is_some_and(|mark_delete| position <= mark_delete)
     }
 
     fn is_acked(&self, position: Position) -> bool {
@@ -125,11 +124,8 @@ impl Model {
         if !position_exists(ledgers, position) {
             return Err(());
         }
-        let (known_size, mut indexes) = self
-            .batches
-            .get(&position)
-            .cloned()
-            .unwrap_or((batch_size, BTreeSet::new()));
+        let (known_size, mut indexes) =
+            self.batches.get(&position).cloned().unwrap_or((batch_size, BTreeSet::new()));
         if known_size != batch_size {
             return Err(());
         }
@@ -159,11 +155,7 @@ impl Model {
         if !position_exists(ledgers, position) {
             return Err(());
         }
-        if self
-            .batches
-            .get(&position)
-            .is_some_and(|(size, _)| *size != batch_size)
-        {
+        if self.batches.get(&position).is_some_and(|(size, _)| *size != batch_size) {
             return Err(());
         }
         let mut newly = 0;
@@ -180,10 +172,8 @@ impl Model {
     }
 
     fn reconcile(&mut self, ledgers: &LedgerList) {
-        self.acked
-            .retain(|position| position_exists(ledgers, *position));
-        self.batches
-            .retain(|position, _| position_exists(ledgers, *position));
+        self.acked.retain(|position| position_exists(ledgers, *position));
+        self.batches.retain(|position, _| position_exists(ledgers, *position));
         self.advance(ledgers);
     }
 
@@ -225,17 +215,7 @@ fn indexes_acked_by(ack_set: &[u64], batch_size: u32) -> Vec<u32> {
 
 fn initial_ledgers() -> LedgerList {
     // Empty and missing ledgers, and ledgers spanning one and two chunk boundaries.
-    [
-        (1, 5),
-        (3, 0),
-        (4, 70_000),
-        (6, 1),
-        (7, 0),
-        (9, 131_073),
-        (10, 3),
-    ]
-    .into_iter()
-    .collect()
+    [(1, 5), (3, 0), (4, 70_000), (6, 1), (7, 0), (9, 131_073), (10, 3)].into_iter().collect()
 }
 
 /// A position near an interesting spot: the mark-delete, ledger edges or chunk edges.
@@ -293,11 +273,7 @@ struct RunLog {
 impl RunLog {
     fn observe(&mut self, state: &AckState) {
         self.most_acked = self.most_acked.max(state.individually_acked_count());
-        let bitmaps = state
-            .acked()
-            .chunks()
-            .filter(|(_, chunk)| chunk.is_bitmap())
-            .count();
+        let bitmaps = state.acked().chunks().filter(|(_, chunk)| chunk.is_bitmap()).count();
         self.most_bitmap_chunks = self.most_bitmap_chunks.max(bitmaps);
         self.most_partial_batches = self.most_partial_batches.max(state.partial_batch_count());
     }
@@ -328,31 +304,14 @@ impl RunLog {
 fn check_full(seed: u64, step: usize, state: &AckState, model: &Model, ledgers: &LedgerList) {
     let context = format!("seed {seed} step {step}");
     assert_eq!(state.mark_delete(), model.mark_delete, "{context}");
-    assert_eq!(
-        state.individually_acked_count(),
-        model.acked.len() as u64,
-        "{context}"
-    );
-    let acked: BTreeSet<Position> = state
-        .acked()
-        .ledger_runs()
-        .flat_map(EntryRange::positions)
-        .collect();
+    assert_eq!(state.individually_acked_count(), model.acked.len() as u64, "{context}");
+    let acked: BTreeSet<Position> =
+        state.acked().ledger_runs().flat_map(EntryRange::positions).collect();
     assert!(acked == model.acked, "{context}: acked sets differ");
-    assert_eq!(
-        state.acked_range_count(ledgers),
-        model.range_count(ledgers),
-        "{context}"
-    );
-    assert_eq!(
-        state.partial_batch_count(),
-        model.batches.len(),
-        "{context}"
-    );
+    assert_eq!(state.acked_range_count(ledgers), model.range_count(ledgers), "{context}");
+    assert_eq!(state.partial_batch_count(), model.batches.len(), "{context}");
     for (position, (batch_size, indexes)) in &model.batches {
-        let batch = state
-            .partial_batch(*position)
-            .expect("partial batch present");
+        let batch = state.partial_batch(*position).expect("partial batch present");
         assert_eq!(batch.batch_size(), *batch_size, "{context}");
         let acked_indexes = indexes_acked_by(batch.ack_set(), *batch_size);
         assert!(acked_indexes.iter().eq(indexes.iter()), "{context}");
@@ -368,21 +327,14 @@ fn check_full(seed: u64, step: usize, state: &AckState, model: &Model, ledgers: 
         .and_then(|last| next_position(ledgers, Some(last)))
         .unwrap_or(Position::new(u64::MAX, 0));
     let holes: Vec<Position> = state.unacked_positions(read_position, ledgers).collect();
-    assert!(
-        holes == model.holes(read_position, ledgers),
-        "{context}: holes differ"
-    );
+    assert!(holes == model.holes(read_position, ledgers), "{context}: holes differ");
     assert_eq!(
         state.backlog_entries(ledgers),
         entries_after(ledgers, model.mark_delete) - model.acked.len() as u64,
         "{context}"
     );
     let decoded = AckState::decode(&state.encode());
-    assert_eq!(
-        decoded.as_ref(),
-        Ok(state),
-        "{context}: encoding round trip"
-    );
+    assert_eq!(decoded.as_ref(), Ok(state), "{context}: encoding round trip");
 }
 
 fn run_model(seed: u64, steps: usize) {
@@ -391,10 +343,7 @@ fn run_model(seed: u64, steps: usize) {
     let mut ledgers = initial_ledgers();
     let mut state = AckState::new(None);
     let mut model = Model::default();
-    let mut log = RunLog {
-        seed,
-        ..RunLog::default()
-    };
+    let mut log = RunLog { seed, ..RunLog::default() };
     for step in 0..steps {
         log.step = step;
         let mark_delete_before = model.mark_delete;
@@ -411,9 +360,8 @@ fn run_model(seed: u64, steps: usize) {
                 let position = pick_position(&mut rng, &model, &ledgers);
                 let batch_size = 1 + rng.skewed(10, 300, 8) as u32;
                 let count = rng.below(4);
-                let indexes: Vec<u32> = (0..count)
-                    .map(|_| rng.below(u64::from(batch_size) + 1) as u32)
-                    .collect();
+                let indexes: Vec<u32> =
+                    (0..count).map(|_| rng.below(u64::from(batch_size) + 1) as u32).collect();
                 let actual = state.ack_batch_indexes(position, batch_size, &indexes, &ledgers);
                 let expected = model.ack_batch(position, batch_size, &indexes, &ledgers);
                 let what = format!("ack_batch_indexes({position}, {batch_size}, {indexes:?})");
@@ -423,9 +371,8 @@ fn run_model(seed: u64, steps: usize) {
                 let position = pick_position(&mut rng, &model, &ledgers);
                 let batch_size = 1 + rng.below(130) as u32;
                 let words = rng.below(4) as usize;
-                let ack_set: Vec<u64> = (0..words)
-                    .map(|_| rng.next_u64() | rng.next_u64() | rng.next_u64())
-                    .collect();
+                let ack_set: Vec<u64> =
+                    (0..words).map(|_| rng.next_u64() | rng.next_u64() | rng.next_u64()).collect();
                 let acked_indexes = indexes_acked_by(&ack_set, batch_size);
                 let actual = state.ack_batch_ack_set(position, batch_size, &ack_set, &ledgers);
                 let expected = model.ack_batch(position, batch_size, &acked_indexes, &ledgers);
@@ -487,10 +434,8 @@ fn run_model(seed: u64, steps: usize) {
             }
             90..=93 => {
                 // The open ledger grows, or a new ledger (sometimes empty) is added.
-                let last = ledgers.iter().last().unwrap_or(LedgerExtent {
-                    ledger_id: 0,
-                    entry_count: 0,
-                });
+                let last =
+                    ledgers.iter().last().unwrap_or(LedgerExtent { ledger_id: 0, entry_count: 0 });
                 if rng.percent(70) {
                     let grown = last.entry_count + 1 + rng.below(100);
                     ledgers.set_entry_count(last.ledger_id, grown);
@@ -538,9 +483,7 @@ fn ten_million_entries_with_every_other_acked_use_a_bit_per_entry() {
     let mut state = AckState::new(None);
     for ledger_id in 1..=200 {
         for entry_id in (1..50_000).step_by(2) {
-            state
-                .ack_individual(Position::new(ledger_id, entry_id), &ledgers)
-                .unwrap();
+            state.ack_individual(Position::new(ledger_id, entry_id), &ledgers).unwrap();
         }
     }
     let ranges = state.individually_acked_count();
@@ -552,9 +495,7 @@ fn ten_million_entries_with_every_other_acked_use_a_bit_per_entry() {
     // Filling every hole drains the state completely and moves the mark-delete to the end.
     for ledger_id in 1..=200 {
         for entry_id in (0..50_000).step_by(2) {
-            state
-                .ack_individual(Position::new(ledger_id, entry_id), &ledgers)
-                .unwrap();
+            state.ack_individual(Position::new(ledger_id, entry_id), &ledgers).unwrap();
         }
     }
     assert_eq!(state.mark_delete(), Some(Position::new(200, 49_999)));
@@ -567,9 +508,7 @@ fn sparse_acks_cost_a_few_bytes_per_range_in_memory() {
     let ledgers: LedgerList = [(1, 10_000_000)].into_iter().collect();
     let mut state = AckState::new(None);
     for entry_id in (1..10_000_000).step_by(50) {
-        state
-            .ack_individual(Position::new(1, entry_id), &ledgers)
-            .unwrap();
+        state.ack_individual(Position::new(1, entry_id), &ledgers).unwrap();
     }
     let ranges = state.individually_acked_count();
     let bytes_per_range = state.approximate_heap_bytes() as f64 / ranges as f64;
@@ -621,10 +560,7 @@ fn hostile_input_never_panics() {
         let state = random_state(&mut rng, &ledgers);
         let good = state.encode();
         for cut in 0..good.len().min(64) {
-            assert!(
-                AckState::decode(&good[..cut]).is_err(),
-                "round {round} cut {cut}"
-            );
+            assert!(AckState::decode(&good[..cut]).is_err(), "round {round} cut {cut}");
         }
         let cut = rng.below(good.len() as u64) as usize;
         assert!(AckState::decode(&good[..cut]).is_err());
@@ -672,9 +608,7 @@ fn chunk_keys_cover_the_whole_entry_id_space() {
     assert_eq!(key.position(offset), position);
     let ledgers: LedgerList = [(3, u64::MAX)].into_iter().collect();
     let mut state = AckState::new(None);
-    state
-        .ack_individual(Position::new(3, u64::MAX - 1), &ledgers)
-        .unwrap();
+    state.ack_individual(Position::new(3, u64::MAX - 1), &ledgers).unwrap();
     assert_eq!(AckState::decode(&state.encode()).as_ref(), Ok(&state));
 }
 

@@ -20,10 +20,7 @@ pub struct Position {
 
 impl Position {
     pub const fn new(ledger_id: u64, entry_id: u64) -> Self {
-        Self {
-            ledger_id,
-            entry_id,
-        }
+        Self { ledger_id, entry_id }
     }
 }
 
@@ -190,18 +187,13 @@ impl LedgerList {
     pub fn iter(&self) -> impl Iterator<Item = LedgerExtent> + '_ {
         self.entry_counts
             .iter()
-            .map(|(&ledger_id, &entry_count)| LedgerExtent {
-                ledger_id,
-                entry_count,
-            })
+            .map(|(&ledger_id, &entry_count)| LedgerExtent { ledger_id, entry_count })
     }
 }
 
 impl FromIterator<(u64, u64)> for LedgerList {
     fn from_iter<I: IntoIterator<Item = (u64, u64)>>(ledgers: I) -> Self {
-        Self {
-            entry_counts: ledgers.into_iter().collect(),
-        }
+        Self { entry_counts: ledgers.into_iter().collect() }
     }
 }
 
@@ -210,10 +202,7 @@ impl LedgerBoundaries for LedgerList {
         self.entry_counts
             .range(ledger_id..)
             .next()
-            .map(|(&ledger_id, &entry_count)| LedgerExtent {
-                ledger_id,
-                entry_count,
-            })
+            .map(|(&ledger_id, &entry_count)| LedgerExtent { ledger_id, entry_count })
     }
 }
 
@@ -243,18 +232,12 @@ mod tests {
     #[test]
     fn next_position_from_unknown_positions_moves_to_the_next_ledger() {
         let ledgers = layout();
-        assert_eq!(
-            next_position(&ledgers, Some(Position::new(4, 7))),
-            Some(Position::new(5, 0))
-        );
+        assert_eq!(next_position(&ledgers, Some(Position::new(4, 7))), Some(Position::new(5, 0)));
         assert_eq!(
             next_position(&ledgers, Some(Position::new(0, u64::MAX))),
             Some(Position::new(1, 0))
         );
-        assert_eq!(
-            next_position(&ledgers, Some(Position::new(u64::MAX, 0))),
-            None
-        );
+        assert_eq!(next_position(&ledgers, Some(Position::new(u64::MAX, 0))), None);
     }
 
     #[test]
@@ -264,10 +247,7 @@ mod tests {
         assert_eq!(entries_after(&ledgers, Some(Position::new(1, 0))), 5);
         assert_eq!(entries_after(&ledgers, Some(Position::new(3, 1))), 1);
         assert_eq!(entries_after(&ledgers, Some(Position::new(5, 0))), 0);
-        assert_eq!(
-            entries_between(&ledgers, Some(Position::new(1, 1)), Position::new(3, 0)),
-            2
-        );
+        assert_eq!(entries_between(&ledgers, Some(Position::new(1, 1)), Position::new(3, 0)), 2);
         assert_eq!(entries_between(&ledgers, None, Position::new(1, 99)), 3);
     }
 

@@ -42,10 +42,7 @@ pub struct AckOutcome {
 impl AckState {
     /// A state where everything at or before `mark_delete` is acknowledged and nothing after.
     pub fn new(mark_delete: Option<Position>) -> Self {
-        Self {
-            mark_delete,
-            ..Self::default()
-        }
+        Self { mark_delete, ..Self::default() }
     }
 
     pub(crate) fn from_parts(
@@ -53,11 +50,7 @@ impl AckState {
         acked: AckedEntries,
         partial_batches: BTreeMap<Position, BatchAckState>,
     ) -> Self {
-        Self {
-            mark_delete,
-            acked,
-            partial_batches,
-        }
+        Self { mark_delete, acked, partial_batches }
     }
 
     pub(crate) fn acked(&self) -> &AckedEntries {
@@ -85,9 +78,7 @@ impl AckState {
     }
 
     pub fn partial_batches(&self) -> impl Iterator<Item = (Position, &BatchAckState)> + '_ {
-        self.partial_batches
-            .iter()
-            .map(|(position, state)| (*position, state))
+        self.partial_batches.iter().map(|(position, state)| (*position, state))
     }
 
     pub fn partial_batch_count(&self) -> usize {
@@ -232,8 +223,7 @@ impl AckState {
         read_position: Position,
         ledgers: &'a L,
     ) -> impl Iterator<Item = Position> + 'a {
-        self.unacked_ranges(read_position, ledgers)
-            .flat_map(EntryRange::positions)
+        self.unacked_ranges(read_position, ledgers).flat_map(EntryRange::positions)
     }
 
     /// Maximal acknowledged ranges after the mark-delete position, merged across ledger
@@ -245,10 +235,7 @@ impl AckState {
         let mut runs = self.acked.ledger_runs().peekable();
         std::iter::from_fn(move || {
             let first = runs.next()?;
-            let mut range = PositionRange {
-                first: first.first(),
-                last: first.last(),
-            };
+            let mut range = PositionRange { first: first.first(), last: first.last() };
             while let Some(next) = runs.next_if(|next| {
                 next.ledger_id != range.last.ledger_id
                     && next_position(ledgers, Some(range.last)) == Some(next.first())
@@ -275,8 +262,7 @@ impl AckState {
     /// Returns whether the mark-delete moved.
     pub fn reconcile<L: LedgerBoundaries + ?Sized>(&mut self, ledgers: &L) -> bool {
         self.acked.retain_existing(ledgers);
-        self.partial_batches
-            .retain(|position, _| position_exists(ledgers, *position));
+        self.partial_batches.retain(|position, _| position_exists(ledgers, *position));
         self.advance_mark_delete(ledgers)
     }
 
@@ -292,8 +278,7 @@ impl AckState {
     }
 
     fn is_covered_by_mark_delete(&self, position: Position) -> bool {
-        self.mark_delete
-            .is_some_and(|mark_delete| position <= mark_delete)
+        self.mark_delete.is_some_and(|mark_delete| position <= mark_delete)
     }
 
     /// Marks an existing entry after the mark-delete fully acknowledged.
@@ -306,10 +291,7 @@ impl AckState {
             return AckOutcome::default();
         }
         self.partial_batches.remove(&position);
-        AckOutcome {
-            newly_acked_entries: 1,
-            mark_delete_moved: self.advance_mark_delete(ledgers),
-        }
+        AckOutcome { newly_acked_entries: 1, mark_delete_moved: self.advance_mark_delete(ledgers) }
     }
 
     /// Individually acks every existing position after the mark-delete and before `position`;
@@ -329,9 +311,7 @@ impl AckState {
             } else {
                 ledger_last
             };
-            added += self
-                .acked
-                .insert_range(start.ledger_id, start.entry_id, last);
+            added += self.acked.insert_range(start.ledger_id, start.entry_id, last);
             cursor = next_position(ledgers, Some(Position::new(start.ledger_id, last)));
         }
         let before = std::mem::take(&mut self.partial_batches);
@@ -352,8 +332,7 @@ impl AckState {
             }
             let run_last = Position::new(next.ledger_id, self.acked.run_end_in_ledger(next));
             // Nothing acked lies before `next`, so removing the run alone empties `..=run_last`.
-            self.acked
-                .remove_range(next.ledger_id, next.entry_id, run_last.entry_id);
+            self.acked.remove_range(next.ledger_id, next.entry_id, run_last.entry_id);
             self.mark_delete = Some(run_last);
             moved = true;
         }
@@ -361,11 +340,7 @@ impl AckState {
             // Partial batches are never inside an acked run, but ones before a mark-delete set by
             // an older layout could be; drop them so the invariant holds regardless.
             let after = next_after(self.mark_delete.unwrap_or_default());
-            if self
-                .partial_batches
-                .first_key_value()
-                .is_some_and(|(p, _)| *p < after)
-            {
+            if self.partial_batches.first_key_value().is_some_and(|(p, _)| *p < after) {
                 self.partial_batches = self.partial_batches.split_off(&after);
             }
         }
@@ -407,9 +382,7 @@ impl<L: LedgerBoundaries + ?Sized> Iterator for UnackedRanges<'_, L> {
 
     fn next(&mut self) -> Option<EntryRange> {
         loop {
-            let candidate = self
-                .next_candidate
-                .filter(|candidate| *candidate < self.end)?;
+            let candidate = self.next_candidate.filter(|candidate| *candidate < self.end)?;
             let acked = &self.state.acked;
             if acked.contains(candidate) {
                 let run_last = acked.run_end_in_ledger(candidate);
@@ -458,13 +431,7 @@ mod tests {
         let ledgers = ledgers();
         let mut state = AckState::new(None);
         let outcome = state.ack_individual(at(1, 1), &ledgers).unwrap();
-        assert_eq!(
-            outcome,
-            AckOutcome {
-                newly_acked_entries: 1,
-                mark_delete_moved: false
-            }
-        );
+        assert_eq!(outcome, AckOutcome { newly_acked_entries: 1, mark_delete_moved: false });
         assert_eq!(state.mark_delete(), None);
         assert!(state.is_acked(at(1, 1)) && !state.is_acked(at(1, 0)));
         let outcome = state.ack_individual(at(1, 0), &ledgers).unwrap();
@@ -504,18 +471,9 @@ mod tests {
         }
         let ranges: Vec<_> = state.acked_ranges(&ledgers).collect();
         let expected = [
-            PositionRange {
-                first: at(1, 3),
-                last: at(4, 0),
-            },
-            PositionRange {
-                first: at(4, 2),
-                last: at(5, 0),
-            },
-            PositionRange {
-                first: at(5, 7),
-                last: at(5, 7),
-            },
+            PositionRange { first: at(1, 3), last: at(4, 0) },
+            PositionRange { first: at(4, 2), last: at(5, 0) },
+            PositionRange { first: at(5, 7), last: at(5, 7) },
         ];
         assert_eq!(ranges, expected);
     }
@@ -527,9 +485,7 @@ mod tests {
         for position in [at(1, 1), at(1, 3), at(4, 1), at(4, 2), at(5, 0)] {
             state.ack_individual(position, &ledgers).unwrap();
         }
-        state
-            .ack_batch_indexes(at(1, 4), 4, &[0], &ledgers)
-            .unwrap();
+        state.ack_batch_indexes(at(1, 4), 4, &[0], &ledgers).unwrap();
         let outcome = state.ack_cumulative(at(4, 0), &ledgers).unwrap();
         // 1:0, 1:2, 1:4 (partial batch) and 4:0 were not acked before.
         assert_eq!(outcome.newly_acked_entries, 4);
@@ -538,40 +494,27 @@ mod tests {
         assert_eq!(state.partial_batch_count(), 0);
         assert_eq!(state.individually_acked_count(), 0);
         // Late cumulative acks change nothing.
-        assert_eq!(
-            state.ack_cumulative(at(1, 0), &ledgers).unwrap(),
-            AckOutcome::default()
-        );
+        assert_eq!(state.ack_cumulative(at(1, 0), &ledgers).unwrap(), AckOutcome::default());
     }
 
     #[test]
     fn batch_index_acks_complete_the_entry_when_every_index_is_acked() {
         let ledgers = ledgers();
         let mut state = AckState::new(Some(at(1, 0)));
-        state
-            .ack_batch_indexes(at(1, 2), 3, &[0, 2], &ledgers)
-            .unwrap();
+        state.ack_batch_indexes(at(1, 2), 3, &[0, 2], &ledgers).unwrap();
         let partial = state.partial_batch(at(1, 2)).unwrap();
         assert_eq!(partial.ack_set(), [0b010]);
         assert!(!state.is_acked(at(1, 2)));
         assert_eq!(
             state.ack_batch_indexes(at(1, 2), 4, &[1], &ledgers),
-            Err(AckError::BatchSizeMismatch {
-                position: at(1, 2),
-                known: 3,
-                given: 4
-            })
+            Err(AckError::BatchSizeMismatch { position: at(1, 2), known: 3, given: 4 })
         );
-        let outcome = state
-            .ack_batch_indexes(at(1, 2), 3, &[1], &ledgers)
-            .unwrap();
+        let outcome = state.ack_batch_indexes(at(1, 2), 3, &[1], &ledgers).unwrap();
         assert_eq!(outcome.newly_acked_entries, 1);
         assert!(state.is_acked(at(1, 2)));
         assert_eq!(state.partial_batch_count(), 0);
         // Batch acks of an acked entry are harmless.
-        let again = state
-            .ack_batch_indexes(at(1, 2), 3, &[1], &ledgers)
-            .unwrap();
+        let again = state.ack_batch_indexes(at(1, 2), 3, &[1], &ledgers).unwrap();
         assert_eq!(again, AckOutcome::default());
     }
 
@@ -580,14 +523,10 @@ mod tests {
         let ledgers = ledgers();
         let mut state = AckState::new(None);
         // Client says messages 1 and 3 are still unacked.
-        state
-            .ack_batch_ack_set(at(1, 0), 4, &[0b1010], &ledgers)
-            .unwrap();
+        state.ack_batch_ack_set(at(1, 0), 4, &[0b1010], &ledgers).unwrap();
         assert_eq!(state.partial_batch(at(1, 0)).unwrap().ack_set(), [0b1010]);
         // An ack set that acks nothing is not stored.
-        state
-            .ack_batch_ack_set(at(1, 1), 4, &[0b1111], &ledgers)
-            .unwrap();
+        state.ack_batch_ack_set(at(1, 1), 4, &[0b1111], &ledgers).unwrap();
         assert!(state.partial_batch(at(1, 1)).is_none());
         // Individual ack of a partially acked batch acks the whole entry.
         let outcome = state.ack_individual(at(1, 0), &ledgers).unwrap();
@@ -600,16 +539,12 @@ mod tests {
         let ledgers = ledgers();
         let mut state = AckState::new(None);
         state.ack_individual(at(1, 2), &ledgers).unwrap();
-        let outcome = state
-            .ack_cumulative_batch(at(4, 1), 10, 4, &ledgers)
-            .unwrap();
+        let outcome = state.ack_cumulative_batch(at(4, 1), 10, 4, &ledgers).unwrap();
         assert_eq!(outcome.newly_acked_entries, 5);
         assert_eq!(state.mark_delete(), Some(at(4, 0)));
         let partial = state.partial_batch(at(4, 1)).unwrap();
         assert_eq!(partial.unacked_count(), 5);
-        let outcome = state
-            .ack_cumulative_batch(at(4, 1), 10, 9, &ledgers)
-            .unwrap();
+        let outcome = state.ack_cumulative_batch(at(4, 1), 10, 9, &ledgers).unwrap();
         assert_eq!(outcome.newly_acked_entries, 1);
         assert_eq!(state.mark_delete(), Some(at(4, 1)));
     }
@@ -644,9 +579,7 @@ mod tests {
         }
         assert_eq!(state, AckState::new(None));
         assert!(state.ack_batch_indexes(at(1, 0), 0, &[], &ledgers).is_err());
-        assert!(state
-            .ack_batch_indexes(at(1, 0), 2, &[2], &ledgers)
-            .is_err());
+        assert!(state.ack_batch_indexes(at(1, 0), 2, &[2], &ledgers).is_err());
     }
 
     #[test]
@@ -656,41 +589,15 @@ mod tests {
         for position in [at(1, 2), at(1, 3), at(4, 1), at(5, 1)] {
             state.ack_individual(position, &ledgers).unwrap();
         }
-        state
-            .ack_batch_indexes(at(4, 0), 2, &[1], &ledgers)
-            .unwrap();
+        state.ack_batch_indexes(at(4, 0), 2, &[1], &ledgers).unwrap();
         let holes: Vec<_> = state.unacked_ranges(at(5, 4), &ledgers).collect();
         let expected = [
-            EntryRange {
-                ledger_id: 1,
-                first_entry_id: 1,
-                last_entry_id: 1,
-            },
-            EntryRange {
-                ledger_id: 1,
-                first_entry_id: 4,
-                last_entry_id: 4,
-            },
-            EntryRange {
-                ledger_id: 4,
-                first_entry_id: 0,
-                last_entry_id: 0,
-            },
-            EntryRange {
-                ledger_id: 4,
-                first_entry_id: 2,
-                last_entry_id: 2,
-            },
-            EntryRange {
-                ledger_id: 5,
-                first_entry_id: 0,
-                last_entry_id: 0,
-            },
-            EntryRange {
-                ledger_id: 5,
-                first_entry_id: 2,
-                last_entry_id: 3,
-            },
+            EntryRange { ledger_id: 1, first_entry_id: 1, last_entry_id: 1 },
+            EntryRange { ledger_id: 1, first_entry_id: 4, last_entry_id: 4 },
+            EntryRange { ledger_id: 4, first_entry_id: 0, last_entry_id: 0 },
+            EntryRange { ledger_id: 4, first_entry_id: 2, last_entry_id: 2 },
+            EntryRange { ledger_id: 5, first_entry_id: 0, last_entry_id: 0 },
+            EntryRange { ledger_id: 5, first_entry_id: 2, last_entry_id: 3 },
         ];
         assert_eq!(holes, expected);
         assert_eq!(state.unacked_positions(at(1, 4), &ledgers).count(), 1);
@@ -703,9 +610,7 @@ mod tests {
         let mut state = AckState::new(None);
         assert_eq!(state.backlog_entries(&ledgers), 108);
         state.ack_individual(at(4, 1), &ledgers).unwrap();
-        state
-            .ack_batch_indexes(at(4, 2), 2, &[0], &ledgers)
-            .unwrap();
+        state.ack_batch_indexes(at(4, 2), 2, &[0], &ledgers).unwrap();
         assert_eq!(state.backlog_entries(&ledgers), 107);
         state.ack_cumulative(at(1, 4), &ledgers).unwrap();
         assert_eq!(state.backlog_entries(&ledgers), 102);

@@ -71,14 +71,8 @@ impl Request {
 
 /// What the batch decided for one write.
 enum Decision {
-    Put {
-        key: String,
-        value: Bytes,
-        version: u64,
-    },
-    Delete {
-        key: String,
-    },
+    Put { key: String, value: Bytes, version: u64 },
+    Delete { key: String },
     Rejected(MetadataError),
 }
 
@@ -95,11 +89,7 @@ pub(crate) fn wrap_log(config: &EmbeddedStoreConfig, file: File) -> Box<dyn LogI
 /// returns the open file positioned after the header.
 pub(crate) fn create_log(dir: &Path, generation: u64) -> std::io::Result<File> {
     let tmp = dir.join(LOG_TMP_FILE);
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)?;
+    let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
     file.write_all(&format::encode_log_header(generation))?;
     file.sync_all()?;
     std::fs::rename(&tmp, dir.join(LOG_FILE))?;
@@ -172,9 +162,7 @@ impl Committer {
     fn commit_batch(&mut self, batch: Vec<Request>) {
         if let Some(reason) = &self.poisoned {
             let reason = reason.clone();
-            reply_all(batch, |_| MetadataError::Poisoned {
-                reason: reason.clone(),
-            });
+            reply_all(batch, |_| MetadataError::Poisoned { reason: reason.clone() });
             return;
         }
 
@@ -191,12 +179,7 @@ impl Committer {
             let mut staged: HashMap<&str, Option<u64>> = HashMap::new();
             for req in &batch {
                 let decision = match req {
-                    Request::Put {
-                        key,
-                        value,
-                        expected,
-                        ..
-                    } => {
+                    Request::Put { key, value, expected, .. } => {
                         let current = match staged.get(key.as_str()) {
                             Some(v) => *v,
                             None => state.version(key),
@@ -205,11 +188,7 @@ impl Committer {
                             Ok(version) => {
                                 format::encode_put(&mut buf, key, version, value);
                                 staged.insert(key, Some(version));
-                                Decision::Put {
-                                    key: key.clone(),
-                                    value: value.clone(),
-                                    version,
-                                }
+                                Decision::Put { key: key.clone(), value: value.clone(), version }
                             }
                             Err(e) => Decision::Rejected(e),
                         }
@@ -257,11 +236,9 @@ impl Committer {
             if let Some(state) = guard.as_mut() {
                 for d in &decisions {
                     match d {
-                        Decision::Put {
-                            key,
-                            value,
-                            version,
-                        } => state.apply_put(key.clone(), value.clone(), *version),
+                        Decision::Put { key, value, version } => {
+                            state.apply_put(key.clone(), value.clone(), *version)
+                        }
                         Decision::Delete { key } => state.apply_delete(key),
                         Decision::Rejected(_) => {}
                     }
@@ -285,14 +262,10 @@ impl Committer {
     /// One append + one fdatasync. On error returns what was being done.
     fn write_durably(&mut self, buf: &[u8]) -> Result<(), (&'static str, std::io::Error)> {
         let stats = &self.shared.stats;
-        self.log
-            .append(buf)
-            .map_err(|e| ("appending to the metadata log", e))?;
+        self.log.append(buf).map_err(|e| ("appending to the metadata log", e))?;
         self.log_len += buf.len() as u64;
         stats.log_bytes.store(self.log_len, Ordering::Relaxed);
-        self.log
-            .sync()
-            .map_err(|e| ("syncing the metadata log", e))?;
+        self.log.sync().map_err(|e| ("syncing the metadata log", e))?;
         stats.syncs.fetch_add(1, Ordering::Relaxed);
         stats.batches.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -302,12 +275,7 @@ impl Committer {
         if self.poisoned.is_some() || self.log_len < self.next_snapshot_at {
             return;
         }
-        let live = self
-            .shared
-            .state
-            .lock()
-            .as_ref()
-            .map_or(0, |s| s.live_bytes());
+        let live = self.shared.state.lock().as_ref().map_or(0, |s| s.live_bytes());
         let record_bytes = self.log_len - LOG_HEADER_LEN;
         if record_bytes < self.config.snapshot_threshold_bytes
             || record_bytes < live.saturating_mul(self.config.snapshot_live_factor)
@@ -316,25 +284,18 @@ impl Committer {
         }
         if self.compact().is_err() && self.poisoned.is_none() {
             // The old log is intact; try again after another threshold's worth of records.
-            self.next_snapshot_at = self
-                .log_len
-                .saturating_add(self.config.snapshot_threshold_bytes.max(1));
+            self.next_snapshot_at =
+                self.log_len.saturating_add(self.config.snapshot_threshold_bytes.max(1));
         }
     }
 
     /// Writes a snapshot of the committed state and starts a new, empty log.
     pub(crate) fn compact(&mut self) -> Result<()> {
         if let Some(reason) = &self.poisoned {
-            return Err(MetadataError::Poisoned {
-                reason: reason.clone(),
-            });
+            return Err(MetadataError::Poisoned { reason: reason.clone() });
         }
         let entries: Vec<_> = match self.shared.state.lock().as_ref() {
-            Some(state) => state
-                .map()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
+            Some(state) => state.map().iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             None => return Err(MetadataError::Closed),
         };
 
@@ -382,11 +343,7 @@ fn write_snapshot_file(
     generation: u64,
     entries: &[(String, crate::Versioned)],
 ) -> std::io::Result<()> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)?;
+    let file = OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
     format::write_snapshot(&mut w, generation, entries)?;
     let file = w.into_inner().map_err(|e| e.into_error())?;

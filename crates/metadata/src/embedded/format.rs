@@ -46,11 +46,7 @@ const OP_DELETE: u8 = 2;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Record {
     /// `key` now holds `value` at `version`.
-    Put {
-        key: String,
-        version: u64,
-        value: Bytes,
-    },
+    Put { key: String, version: u64, value: Bytes },
     /// `key` (which had `version`) was deleted.
     Delete { key: String, version: u64 },
 }
@@ -149,17 +145,12 @@ pub(crate) fn scan_records(data: &[u8]) -> Result<LogScan, UndecodableRecord> {
         if crc32c::crc32c_append(crc32c::crc32c(&len_bytes), payload) != crc {
             break;
         }
-        let record = decode_payload(payload).map_err(|reason| UndecodableRecord {
-            offset: pos,
-            reason,
-        })?;
+        let record =
+            decode_payload(payload).map_err(|reason| UndecodableRecord { offset: pos, reason })?;
         records.push(record);
         pos += RECORD_FRAME_LEN + len;
     }
-    Ok(LogScan {
-        records,
-        valid_len: pos,
-    })
+    Ok(LogScan { records, valid_len: pos })
 }
 
 fn decode_payload(payload: &[u8]) -> Result<Record, String> {
@@ -170,11 +161,7 @@ fn decode_payload(payload: &[u8]) -> Result<Record, String> {
     let key = r.string(key_len)?;
     let value = r.rest();
     match op {
-        OP_PUT => Ok(Record::Put {
-            key,
-            version,
-            value: Bytes::copy_from_slice(value),
-        }),
+        OP_PUT => Ok(Record::Put { key, version, value: Bytes::copy_from_slice(value) }),
         OP_DELETE if value.is_empty() => Ok(Record::Delete { key, version }),
         OP_DELETE => Err("delete record carries a value".into()),
         other => Err(format!("unknown record op {other}")),
@@ -187,11 +174,7 @@ pub(crate) fn write_snapshot<W: Write>(
     generation: u64,
     entries: &[(String, Versioned)],
 ) -> io::Result<u64> {
-    let mut w = CrcWriter {
-        inner: w,
-        crc: 0,
-        written: 0,
-    };
+    let mut w = CrcWriter { inner: w, crc: 0, written: 0 };
     w.write_all(SNAPSHOT_MAGIC)?;
     w.write_all(&generation.to_le_bytes())?;
     w.write_all(&(entries.len() as u64).to_le_bytes())?;
@@ -248,10 +231,7 @@ pub(crate) fn decode_snapshot(data: &[u8]) -> Result<Snapshot, String> {
     if !r.rest().is_empty() {
         return Err("trailing bytes after snapshot entries".into());
     }
-    Ok(Snapshot {
-        generation,
-        entries,
-    })
+    Ok(Snapshot { generation, entries })
 }
 
 struct CrcWriter<W> {
@@ -341,15 +321,8 @@ mod tests {
         assert_eq!(
             scan.records,
             vec![
-                Record::Put {
-                    key: "/a/b".into(),
-                    version: 3,
-                    value: Bytes::from_static(b"hello")
-                },
-                Record::Delete {
-                    key: "/a/b".into(),
-                    version: 3
-                }
+                Record::Put { key: "/a/b".into(), version: 3, value: Bytes::from_static(b"hello") },
+                Record::Delete { key: "/a/b".into(), version: 3 }
             ]
         );
         for cut in first_len..buf.len() {
@@ -394,20 +367,8 @@ mod tests {
     #[test]
     fn snapshot_roundtrip_and_corruption() {
         let entries = vec![
-            (
-                "/a".to_string(),
-                Versioned {
-                    value: Bytes::from_static(b"1"),
-                    version: 1,
-                },
-            ),
-            (
-                "/b/c".to_string(),
-                Versioned {
-                    value: Bytes::new(),
-                    version: 7,
-                },
-            ),
+            ("/a".to_string(), Versioned { value: Bytes::from_static(b"1"), version: 1 }),
+            ("/b/c".to_string(), Versioned { value: Bytes::new(), version: 7 }),
         ];
         let mut out = Vec::new();
         let n = write_snapshot(&mut out, 5, &entries).unwrap();

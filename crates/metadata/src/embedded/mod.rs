@@ -229,23 +229,14 @@ impl MetadataStore for EmbeddedStore {
         validate_key(key)?;
         validate_value(key, value.len())?;
         let (reply, rx) = oneshot::channel();
-        self.send(Request::Put {
-            key: key.to_string(),
-            value,
-            expected,
-            reply,
-        })?;
+        self.send(Request::Put { key: key.to_string(), value, expected, reply })?;
         rx.await.map_err(|_| MetadataError::Closed)?
     }
 
     async fn delete(&self, key: &str, expected: ExpectedVersion) -> Result<()> {
         validate_key(key)?;
         let (reply, rx) = oneshot::channel();
-        self.send(Request::Delete {
-            key: key.to_string(),
-            expected,
-            reply,
-        })?;
+        self.send(Request::Delete { key: key.to_string(), expected, reply })?;
         rx.await.map_err(|_| MetadataError::Closed)?
     }
 
@@ -281,11 +272,7 @@ impl MetadataStore for EmbeddedStore {
 }
 
 fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> MetadataError {
-    MetadataError::Corrupt {
-        path: path.to_path_buf(),
-        offset,
-        reason: reason.into(),
-    }
+    MetadataError::Corrupt { path: path.to_path_buf(), offset, reason: reason.into() }
 }
 
 fn io_err(context: &str, path: &Path) -> impl FnOnce(std::io::Error) -> MetadataError {
@@ -355,8 +342,7 @@ fn open_blocking(config: EmbeddedStoreConfig) -> Result<EmbeddedStore> {
         ),
         Some(mut file) => {
             let mut data = Vec::new();
-            file.read_to_end(&mut data)
-                .map_err(io_err("reading", &log_path))?;
+            file.read_to_end(&mut data).map_err(io_err("reading", &log_path))?;
             let generation =
                 format::decode_log_header(&data).map_err(|reason| corrupt(&log_path, 0, reason))?;
             if generation < expected_generation {
@@ -387,11 +373,7 @@ fn open_blocking(config: EmbeddedStoreConfig) -> Result<EmbeddedStore> {
                 })?;
                 for record in scan.records.iter().cloned() {
                     match record {
-                        Record::Put {
-                            key,
-                            version,
-                            value,
-                        } => {
+                        Record::Put { key, version, value } => {
                             map.insert(key, Versioned { value, version });
                         }
                         Record::Delete { key, .. } => {
@@ -405,8 +387,7 @@ fn open_blocking(config: EmbeddedStoreConfig) -> Result<EmbeddedStore> {
                 if valid_len < file_len {
                     file.set_len(valid_len)
                         .map_err(io_err("truncating the torn tail of", &log_path))?;
-                    file.sync_all()
-                        .map_err(io_err("syncing the truncated", &log_path))?;
+                    file.sync_all().map_err(io_err("syncing the truncated", &log_path))?;
                     report.truncated_bytes = file_len - valid_len;
                 }
                 (file, valid_len)
@@ -416,10 +397,7 @@ fn open_blocking(config: EmbeddedStoreConfig) -> Result<EmbeddedStore> {
     report.log_generation = expected_generation;
 
     let state = KvState::from_map(map, config.watch_capacity);
-    let shared = Arc::new(Shared {
-        state: Mutex::new(Some(state)),
-        stats: AtomicStats::default(),
-    });
+    let shared = Arc::new(Shared { state: Mutex::new(Some(state)), stats: AtomicStats::default() });
     shared.stats.log_bytes.store(log_len, Ordering::Relaxed);
 
     let (tx, rx) = mpsc::channel();
@@ -446,10 +424,5 @@ fn open_blocking(config: EmbeddedStoreConfig) -> Result<EmbeddedStore> {
         })
         .map_err(|e| MetadataError::io("spawning the metadata committer thread", e))?;
 
-    Ok(EmbeddedStore {
-        shared,
-        tx: Mutex::new(Some(tx)),
-        recovery: report,
-        dir,
-    })
+    Ok(EmbeddedStore { shared, tx: Mutex::new(Some(tx)), recovery: report, dir })
 }

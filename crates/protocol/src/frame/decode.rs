@@ -75,10 +75,7 @@ impl FrameDecoder {
         let len = usize::try_from(announced)
             .ok()
             .filter(|&len| len <= self.max_frame_size)
-            .ok_or(FrameError::FrameTooLarge {
-                size: announced,
-                max: self.max_frame_size,
-            })?;
+            .ok_or(FrameError::FrameTooLarge { size: announced, max: self.max_frame_size })?;
         if (total_size as usize) < COMMAND_SIZE_FIELD_LEN {
             return Err(FrameError::FrameTooSmall { total_size });
         }
@@ -147,33 +144,17 @@ fn parse_frame(frame: Bytes) -> Result<Frame, FrameError> {
         .ok()
         .filter(|&size| size <= available)
         .and_then(|size| COMMAND_OFFSET.checked_add(size))
-        .ok_or(FrameError::CommandSizeExceedsFrame {
-            command_size,
-            available,
-        })?;
+        .ok_or(FrameError::CommandSizeExceedsFrame { command_size, available })?;
 
-    let command =
-        BaseCommand::decode(frame.slice(COMMAND_OFFSET..command_end)).map_err(|source| {
-            FrameError::CommandDecode {
-                command_size,
-                source,
-            }
-        })?;
+    let command = BaseCommand::decode(frame.slice(COMMAND_OFFSET..command_end))
+        .map_err(|source| FrameError::CommandDecode { command_size, source })?;
 
     let kind = base_command::Type::try_from(command.r#type).ok();
-    if !matches!(
-        kind,
-        Some(base_command::Type::Send | base_command::Type::Message)
-    ) {
-        return Ok(Frame {
-            command,
-            payload: None,
-        });
+    if !matches!(kind, Some(base_command::Type::Send | base_command::Type::Message)) {
+        return Ok(Frame { command, payload: None });
     }
     if command_end >= frame_len {
-        return Err(FrameError::MissingPayload {
-            command: kind.map_or("?", |k| k.as_str_name()),
-        });
+        return Err(FrameError::MissingPayload { command: kind.map_or("?", |k| k.as_str_name()) });
     }
     parse_payload_section(frame, command_end, command)
 }
@@ -203,10 +184,7 @@ fn parse_payload_section(
         let body_start = pos + header_len;
         let decoded =
             BrokerEntryMetadata::decode(frame.slice(body_start..end)).map_err(|source| {
-                FrameError::BrokerEntryMetadataDecode {
-                    offset: body_start,
-                    source,
-                }
+                FrameError::BrokerEntryMetadataDecode { offset: body_start, source }
             })?;
         broker_entry_metadata_raw = Some(frame.slice(pos..end));
         broker_entry_metadata = Some(decoded);
@@ -272,11 +250,7 @@ fn split_metadata_and_payload(
     base: usize,
 ) -> Result<(MessageMetadata, Bytes), FrameError> {
     let available = entry.len();
-    let truncated = |needed: u64| FrameError::TruncatedMetadata {
-        offset: base,
-        needed,
-        available,
-    };
+    let truncated = |needed: u64| FrameError::TruncatedMetadata { offset: base, needed, available };
     let size = read_u32(entry, 0).ok_or(truncated(METADATA_SIZE_FIELD_LEN as u64))?;
     let needed = METADATA_SIZE_FIELD_LEN as u64 + u64::from(size);
     let end = checked_end(0, needed, available).ok_or(truncated(needed))?;
@@ -345,9 +319,8 @@ mod tests {
     const SEND_CMD: [u8; 8] = [0x08, 0x06, 0x32, 0x04, 0x08, 0x01, 0x10, 0x02];
     /// BaseCommand { type: MESSAGE(9), message: { consumer_id: 1,
     ///   message_id: { ledgerId: 10, entryId: 20 } } }
-    const MESSAGE_CMD: [u8; 12] = [
-        0x08, 0x09, 0x4a, 0x08, 0x08, 0x01, 0x12, 0x04, 0x08, 0x0a, 0x10, 0x14,
-    ];
+    const MESSAGE_CMD: [u8; 12] =
+        [0x08, 0x09, 0x4a, 0x08, 0x08, 0x01, 0x12, 0x04, 0x08, 0x0a, 0x10, 0x14];
     /// MessageMetadata { producer_name: "p", sequence_id: 2, publish_time: 3 }
     const METADATA: [u8; 7] = [0x0a, 0x01, b'p', 0x10, 0x02, 0x18, 0x03];
     /// BrokerEntryMetadata { broker_timestamp: 5, index: 6 }
@@ -444,17 +417,11 @@ mod tests {
         assert_eq!(frame.command_type(), Some(Type::Message));
         let msg = frame.command.message.as_ref().unwrap();
         assert_eq!(msg.consumer_id, 1);
-        assert_eq!(
-            (msg.message_id.ledger_id, msg.message_id.entry_id),
-            (10, 20)
-        );
+        assert_eq!((msg.message_id.ledger_id, msg.message_id.entry_id), (10, 20));
         let p = frame.payload.unwrap();
         let bem = p.broker_entry_metadata.unwrap();
         assert_eq!((bem.broker_timestamp, bem.index), (Some(5), Some(6)));
-        assert_eq!(
-            p.broker_entry_metadata_raw.as_deref(),
-            Some(&bem_section[..])
-        );
+        assert_eq!(p.broker_entry_metadata_raw.as_deref(), Some(&bem_section[..]));
         assert_eq!(p.checksum, Some(crc));
         assert_eq!(&p.payload[..], b"hi");
 
@@ -474,13 +441,8 @@ mod tests {
         let mp = hand_metadata_and_payload();
         let bem_section = cat(&[&[0x0e, 0x02], &be32(BEM.len() as u32), &BEM]);
         let total = (4 + MESSAGE_CMD.len() + bem_section.len() + mp.len()) as u32;
-        let wire = cat(&[
-            &be32(total),
-            &be32(MESSAGE_CMD.len() as u32),
-            &MESSAGE_CMD,
-            &bem_section,
-            &mp,
-        ]);
+        let wire =
+            cat(&[&be32(total), &be32(MESSAGE_CMD.len() as u32), &MESSAGE_CMD, &bem_section, &mp]);
         let p = decode_all(&wire).payload.unwrap();
         assert!(p.broker_entry_metadata.is_some());
         assert_eq!(p.checksum, None);
@@ -494,10 +456,7 @@ mod tests {
             producer_name: "producer-1".into(),
             sequence_id: 42,
             publish_time: 1_700_000_000_000,
-            properties: vec![KeyValue {
-                key: "k".into(),
-                value: "v".into(),
-            }],
+            properties: vec![KeyValue { key: "k".into(), value: "v".into() }],
             partition_key: Some("key".into()),
             compression: Some(CompressionType::Lz4 as i32),
             uncompressed_size: Some(100),
@@ -554,9 +513,7 @@ mod tests {
         }
         let payload_frames = &frames[simple.len()..];
         for (f, (cmd, has_bem)) in
-            payload_frames
-                .iter()
-                .zip([(&send, false), (&msg, true), (&msg, false)])
+            payload_frames.iter().zip([(&send, false), (&msg, true), (&msg, false)])
         {
             assert_eq!(&f.command, cmd);
             let p = f.payload.as_ref().unwrap();
@@ -590,10 +547,7 @@ mod tests {
         let mut wire = BytesMut::new();
         encode_payload_command(&commands::send(1, 1, 1), None, &mp, &mut wire).unwrap();
         let wire = wire.freeze();
-        let (f, _) = FrameDecoder::default()
-            .decode_bytes(&wire)
-            .unwrap()
-            .unwrap();
+        let (f, _) = FrameDecoder::default().decode_bytes(&wire).unwrap().unwrap();
         let p = f.payload.unwrap();
         let range = wire.as_ptr_range();
         assert!(range.contains(&p.payload.as_ptr()));
@@ -637,12 +591,7 @@ mod tests {
 
         let dec = FrameDecoder::default();
         match dec.decode(&wire) {
-            Err(FrameError::ChecksumMismatch {
-                expected,
-                actual,
-                frame_len,
-                command,
-            }) => {
+            Err(FrameError::ChecksumMismatch { expected, actual, frame_len, command }) => {
                 assert_eq!(expected, good_crc);
                 assert_ne!(actual, expected);
                 assert_eq!(frame_len, first_len);
@@ -666,10 +615,7 @@ mod tests {
         encode_payload_command(&commands::send(5, 77, 1), None, &mp, &mut wire).unwrap();
         let crc_at = wire.len() - mp.len() - 4;
         wire[crc_at] ^= 0xff;
-        assert!(matches!(
-            decode_one(&wire),
-            Err(FrameError::ChecksumMismatch { .. })
-        ));
+        assert!(matches!(decode_one(&wire), Err(FrameError::ChecksumMismatch { .. })));
     }
 
     // ---- sizes ------------------------------------------------------------
@@ -679,10 +625,7 @@ mod tests {
         let dec = FrameDecoder::default();
         // Exactly at the limit: accepted (waits for more bytes).
         let at_limit = (dec.max_frame_size() - 4) as u32;
-        assert_eq!(
-            dec.frame_len(&be32(at_limit)).unwrap(),
-            Some(dec.max_frame_size())
-        );
+        assert_eq!(dec.frame_len(&be32(at_limit)).unwrap(), Some(dec.max_frame_size()));
         assert!(dec.decode(&be32(at_limit)).unwrap().is_none());
         // One byte over: rejected with only 4 bytes buffered.
         let mut buf = BytesMut::from(&be32(at_limit + 1)[..]);
@@ -693,14 +636,8 @@ mod tests {
             }
             other => panic!("expected FrameTooLarge, got {other:?}"),
         }
-        assert!(
-            buf.capacity() < 1024,
-            "must not reserve room for a rejected frame"
-        );
-        assert!(matches!(
-            dec.decode(&be32(u32::MAX)),
-            Err(FrameError::FrameTooLarge { .. })
-        ));
+        assert!(buf.capacity() < 1024, "must not reserve room for a rejected frame");
+        assert!(matches!(dec.decode(&be32(u32::MAX)), Err(FrameError::FrameTooLarge { .. })));
         // Configurable limit.
         let small = FrameDecoder::with_max_message_size(100);
         assert_eq!(small.max_frame_size(), 100 + 10 * 1024);
@@ -728,16 +665,10 @@ mod tests {
         let wire = cat(&[&be32(4 + 5), &be32(6), &PING_CMD]);
         assert!(matches!(
             decode_one(&wire),
-            Err(FrameError::CommandSizeExceedsFrame {
-                command_size: 6,
-                available: 5
-            })
+            Err(FrameError::CommandSizeExceedsFrame { command_size: 6, available: 5 })
         ));
         let wire = cat(&[&be32(4), &be32(u32::MAX)]);
-        assert!(matches!(
-            decode_one(&wire),
-            Err(FrameError::CommandSizeExceedsFrame { .. })
-        ));
+        assert!(matches!(decode_one(&wire), Err(FrameError::CommandSizeExceedsFrame { .. })));
     }
 
     #[test]
@@ -747,10 +678,7 @@ mod tests {
         let wire = cat(&[&be32(4 + 3), &be32(3), &cmd]);
         assert!(matches!(
             decode_one(&wire),
-            Err(FrameError::CommandDecode {
-                command_size: 3,
-                ..
-            })
+            Err(FrameError::CommandDecode { command_size: 3, .. })
         ));
     }
 
@@ -781,10 +709,7 @@ mod tests {
     #[test]
     fn send_without_payload() {
         let wire = cat(&[&be32(4 + 8), &be32(8), &SEND_CMD]);
-        assert!(matches!(
-            decode_one(&wire),
-            Err(FrameError::MissingPayload { command: "SEND" })
-        ));
+        assert!(matches!(decode_one(&wire), Err(FrameError::MissingPayload { command: "SEND" })));
     }
 
     #[test]
@@ -801,29 +726,18 @@ mod tests {
         for n in 1..4 {
             assert!(matches!(
                 decode_one(&send_frame(&vec![0; n])),
-                Err(FrameError::TruncatedMetadata {
-                    offset: 16,
-                    needed: 4,
-                    ..
-                })
+                Err(FrameError::TruncatedMetadata { offset: 16, needed: 4, .. })
             ));
         }
         // metadataSize pointing past the end.
         assert!(matches!(
             decode_one(&send_frame(&cat(&[&be32(100), &METADATA]))),
-            Err(FrameError::TruncatedMetadata {
-                needed: 104,
-                available: 11,
-                ..
-            })
+            Err(FrameError::TruncatedMetadata { needed: 104, available: 11, .. })
         ));
         // Checksum magic with a short checksum.
         assert!(matches!(
             decode_one(&send_frame(&[0x0e, 0x01, 0, 0])),
-            Err(FrameError::TruncatedChecksum {
-                offset: 16,
-                available: 2
-            })
+            Err(FrameError::TruncatedChecksum { offset: 16, available: 2 })
         ));
         // Checksum present but nothing after it: CRC of nothing is 0.
         assert!(matches!(
@@ -833,11 +747,7 @@ mod tests {
         // Broker entry metadata cut short.
         assert!(matches!(
             decode_one(&send_frame(&[0x0e, 0x02, 0, 0])),
-            Err(FrameError::TruncatedBrokerEntryMetadata {
-                offset: 16,
-                needed: 6,
-                ..
-            })
+            Err(FrameError::TruncatedBrokerEntryMetadata { offset: 16, needed: 6, .. })
         ));
         assert!(matches!(
             decode_one(&send_frame(&cat(&[&[0x0e, 0x02], &be32(50), &BEM]))),
@@ -921,19 +831,11 @@ mod tests {
         let short = entry.slice(..10);
         assert!(matches!(
             parse_metadata_and_payload(&short),
-            Err(FrameError::TruncatedMetadata {
-                offset: 0,
-                available: 10,
-                ..
-            })
+            Err(FrameError::TruncatedMetadata { offset: 0, available: 10, .. })
         ));
         assert!(matches!(
             parse_metadata_and_payload(&Bytes::new()),
-            Err(FrameError::TruncatedMetadata {
-                needed: 4,
-                available: 0,
-                ..
-            })
+            Err(FrameError::TruncatedMetadata { needed: 4, available: 0, .. })
         ));
     }
 
@@ -955,16 +857,15 @@ mod tests {
     }
 
     fn seed() -> u64 {
-        let seed = std::env::var("MAGNETAR_FUZZ_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            })
-            | 1;
+        let seed =
+            std::env::var("MAGNETAR_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(
+                || {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos() as u64)
+                        .unwrap_or(1)
+                },
+            ) | 1;
         println!("random decoder test seed: {seed} (rerun with MAGNETAR_FUZZ_SEED={seed})");
         seed
     }
@@ -988,10 +889,7 @@ mod tests {
     /// (bytes are compared: consumer stats may hold NaN floats).
     fn check_round_trip(frame: &Frame) {
         let first = encode_frame(frame);
-        let (again, used) = FrameDecoder::new(usize::MAX)
-            .decode(&first)
-            .unwrap()
-            .unwrap();
+        let (again, used) = FrameDecoder::new(usize::MAX).decode(&first).unwrap().unwrap();
         assert_eq!(used, first.len());
         assert_eq!(encode_frame(&again), first);
     }

@@ -29,24 +29,18 @@ pub(crate) fn wire_u32(what: &'static str, size: usize) -> Result<u32, EncodeErr
 
 /// Sum of lengths, failing instead of overflowing.
 fn sum(what: &'static str, parts: &[usize]) -> Result<usize, EncodeError> {
-    parts
-        .iter()
-        .try_fold(0usize, |acc, &p| acc.checked_add(p))
-        .ok_or(EncodeError::TooLarge {
-            what,
-            size: u64::MAX,
-            max: u64::from(u32::MAX),
-        })
+    parts.iter().try_fold(0usize, |acc, &p| acc.checked_add(p)).ok_or(EncodeError::TooLarge {
+        what,
+        size: u64::MAX,
+        max: u64::from(u32::MAX),
+    })
 }
 
 /// Appends a simple frame, `[totalSize][commandSize][BaseCommand]`, to `out`.
 pub fn encode_command(command: &BaseCommand, out: &mut BytesMut) -> Result<(), EncodeError> {
     let command_len = command.encoded_len();
     let command_size = wire_u32("command", command_len)?;
-    let total_size = wire_u32(
-        "frame",
-        sum("frame", &[COMMAND_SIZE_FIELD_LEN, command_len])?,
-    )?;
+    let total_size = wire_u32("frame", sum("frame", &[COMMAND_SIZE_FIELD_LEN, command_len])?)?;
     out.reserve(FRAME_SIZE_FIELD_LEN + total_size as usize);
     out.put_u32(total_size);
     out.put_u32(command_size);

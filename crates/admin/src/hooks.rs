@@ -1,0 +1,110 @@
+//! The broker hooks: what the admin API asks the broker for, because only the broker knows.
+//!
+//! The admin API owns tenant, namespace and partitioned-topic metadata; the broker owns
+//! topics themselves (the `/topics/…` keys, ledgers, in-memory non-persistent topics,
+//! producers and subscriptions). The router calls [`BrokerHooks`] for everything on that side.
+//! Every method has a default, so [`NoopHooks`] (used by tests and by a broker that has not
+//! wired a method yet) is simply `impl BrokerHooks for NoopHooks {}`.
+//!
+//! Contract for implementors: hooks may be called concurrently, must not panic, and report
+//! failures through [`HookError`], whose variant picks the HTTP status the client sees.
+
+use async_trait::async_trait;
+use thiserror::Error;
+
+use crate::names::{NamespaceName, TopicDomain, TopicName};
+
+/// A failure reported by a broker hook. The variant decides the HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum HookError {
+    /// 404: the topic (or other resource) does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// 409: the topic already exists or is in a conflicting state.
+    #[error("{0}")]
+    Conflict(String),
+    /// 412: e.g. "Topic has active producers/subscriptions" on a non-forced delete.
+    #[error("{0}")]
+    PreconditionFailed(String),
+    /// 503: the broker is not ready to do this now.
+    #[error("{0}")]
+    Unavailable(String),
+    /// 500: anything else.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Operations the admin router delegates to the broker.
+#[async_trait]
+pub trait BrokerHooks: Send + Sync {
+    /// Topics the broker has in `namespace` / `domain` beyond the `/topics/…` keys of the
+    /// metadata store (typically live non-persistent topics). Names may be full
+    /// (`non-persistent://t/ns/x`) or local (`x`). The router merges them with the store's
+    /// `/topics/…` children and the partitions of partitioned topics. Default: none.
+    async fn list_topics(
+        &self,
+        namespace: &NamespaceName,
+        domain: TopicDomain,
+    ) -> Result<Vec<String>, HookError> {
+        let _ = (namespace, domain);
+        Ok(Vec::new())
+    }
+
+    /// Whether the broker has `topic` although no `/topics/…` key exists for it (e.g. a live
+    /// non-persistent topic). Default: `false`.
+    async fn topic_exists(&self, topic: &TopicName) -> Result<bool, HookError> {
+        let _ = topic;
+        Ok(false)
+    }
+
+    /// Creates the non-partitioned topic `topic` (`PUT /admin/v2/{domain}/{t}/{ns}/{topic}`).
+    /// The router has already checked that the namespace exists and that neither a
+    /// partitioned nor a non-partitioned topic of that name exists. Default: no-op.
+    async fn create_topic(&self, topic: &TopicName) -> Result<(), HookError> {
+        let _ = topic;
+        Ok(())
+    }
+
+    /// Deletes the non-partitioned topic (or partition) `topic` and its data. Called for
+    /// `DELETE …/{topic}` and for every partition by `DELETE …/{topic}/partitions` (where
+    /// `NotFound` is ignored: a partition nobody used may not exist). Default: no-op.
+    async fn delete_topic(&self, topic: &TopicName, force: bool) -> Result<(), HookError> {
+        let _ = (topic, force);
+        Ok(())
+    }
+
+    /// Called after partitioned-topic metadata was created (`old == 0`) or grown, so the
+    /// broker can create partitions eagerly. An error is reported to the client, but the
+    /// metadata change stays (as in Pulsar, where partition creation follows the metadata
+    /// write). Default: no-op.
+    async fn partitions_updated(
+        &self,
+        topic: &TopicName,
+        old: u32,
+        new: u32,
+    ) -> Result<(), HookError> {
+        let _ = (topic, old, new);
+        Ok(())
+    }
+
+    /// Liveness check behind `GET /admin/v2/brokers/health`. Default: healthy.
+    async fn health_check(&self) -> Result<(), HookError> {
+        Ok(())
+    }
+
+    /// Readiness behind `GET /admin/v2/brokers/ready`. Default: ready.
+    async fn is_ready(&self) -> bool {
+        true
+    }
+
+    /// Prometheus text exposition served at `GET /metrics`. Default: empty.
+    async fn metrics(&self) -> String {
+        String::new()
+    }
+}
+
+/// Hooks that do nothing: no extra topics, every create/delete succeeds, always healthy.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopHooks;
+
+impl BrokerHooks for NoopHooks {}

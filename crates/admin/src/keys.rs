@@ -1,0 +1,147 @@
+//! Metadata-store key layout shared by the admin API and the broker.
+//!
+//! These functions are pure (no HTTP types, no I/O) so the broker can depend on this crate
+//! for them without pulling the router in. The layout (see also the crate docs):
+//!
+//! | what | key | value |
+//! | --- | --- | --- |
+//! | tenant | `/admin/tenants/{tenant}` | JSON TenantInfo `{"adminRoles":[],"allowedClusters":["standalone"]}` |
+//! | namespace | `/admin/namespaces/{tenant}/{namespace}` | JSON policies, `{}` by default |
+//! | partitioned topic | `/admin/partitioned-topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | JSON `{"partitions":N}` |
+//! | non-partitioned topic (broker-owned) | `/topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | owned by the broker |
+//!
+//! `{domain}` is `persistent` or `non-persistent`; `{encoded-topic}` is the topic's local name
+//! encoded with [`encode_topic_name`] (Java `URLEncoder` rules, as Pulsar's
+//! `TopicName.getEncodedLocalName`), so a local name never introduces an extra path segment.
+//! Partitions of a partitioned topic are ordinary topics named `{topic}-partition-{i}`.
+//!
+//! The functions taking `&str` parts do not validate them: callers pass names already
+//! validated by [`crate::names`] (the typed variants take validated names).
+
+pub use crate::names::{decode_topic_name, encode_topic_name};
+use crate::names::{NamespaceName, TopicDomain, TopicName};
+
+/// Parent of every tenant key.
+pub const TENANTS_ROOT: &str = "/admin/tenants";
+/// Parent of every namespace key (grouped by tenant).
+pub const NAMESPACES_ROOT: &str = "/admin/namespaces";
+/// Parent of every partitioned-topic key.
+pub const PARTITIONED_TOPICS_ROOT: &str = "/admin/partitioned-topics";
+/// Parent of every broker-owned non-partitioned topic key.
+pub const TOPICS_ROOT: &str = "/topics";
+
+/// `/admin/tenants/{tenant}`.
+pub fn tenant(tenant: &str) -> String {
+    format!("{TENANTS_ROOT}/{tenant}")
+}
+
+/// `/admin/namespaces/{tenant}`: the parent of the tenant's namespace keys.
+pub fn namespaces_of(tenant: &str) -> String {
+    format!("{NAMESPACES_ROOT}/{tenant}")
+}
+
+/// `/admin/namespaces/{tenant}/{namespace}`.
+pub fn namespace(tenant: &str, namespace: &str) -> String {
+    format!("{NAMESPACES_ROOT}/{tenant}/{namespace}")
+}
+
+/// Key of a namespace given its typed name.
+pub fn namespace_key(ns: &NamespaceName) -> String {
+    namespace(ns.tenant(), ns.namespace())
+}
+
+/// `/admin/partitioned-topics/{tenant}/{namespace}/{domain}`: parent of the namespace's
+/// partitioned topics in one domain (children are encoded local names).
+pub fn partitioned_topics_of(tenant: &str, namespace: &str, domain: TopicDomain) -> String {
+    format!("{PARTITIONED_TOPICS_ROOT}/{tenant}/{namespace}/{domain}")
+}
+
+/// `/admin/partitioned-topics/{tenant}/{namespace}`: parent of all the namespace's partitioned
+/// topics, every domain.
+pub fn partitioned_topics_of_namespace(tenant: &str, namespace: &str) -> String {
+    format!("{PARTITIONED_TOPICS_ROOT}/{tenant}/{namespace}")
+}
+
+/// `/admin/partitioned-topics/{tenant}/{namespace}/{domain}/{encoded-topic}`; `local_name` is
+/// the decoded local name (it is encoded here).
+pub fn partitioned_topic(
+    tenant: &str,
+    namespace: &str,
+    domain: TopicDomain,
+    local_name: &str,
+) -> String {
+    format!(
+        "{}/{}",
+        partitioned_topics_of(tenant, namespace, domain),
+        encode_topic_name(local_name)
+    )
+}
+
+/// Partitioned-topic key of a typed topic name.
+pub fn partitioned_topic_key(topic: &TopicName) -> String {
+    partitioned_topic(
+        topic.tenant(),
+        topic.namespace().namespace(),
+        topic.domain(),
+        topic.local_name(),
+    )
+}
+
+/// `/topics/{tenant}/{namespace}/{domain}`: parent of the namespace's broker-owned topics in
+/// one domain (children are encoded local names).
+pub fn topics_of(tenant: &str, namespace: &str, domain: TopicDomain) -> String {
+    format!("{TOPICS_ROOT}/{tenant}/{namespace}/{domain}")
+}
+
+/// `/topics/{tenant}/{namespace}`: parent of all the namespace's broker-owned topics.
+pub fn topics_of_namespace(tenant: &str, namespace: &str) -> String {
+    format!("{TOPICS_ROOT}/{tenant}/{namespace}")
+}
+
+/// `/topics/{tenant}/{namespace}/{domain}/{encoded-topic}`; `local_name` is the decoded local
+/// name (it is encoded here).
+pub fn topic(tenant: &str, namespace: &str, domain: TopicDomain, local_name: &str) -> String {
+    format!("{}/{}", topics_of(tenant, namespace, domain), encode_topic_name(local_name))
+}
+
+/// Broker-owned topic key of a typed topic name.
+pub fn topic_key(topic: &TopicName) -> String {
+    self::topic(topic.tenant(), topic.namespace().namespace(), topic.domain(), topic.local_name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout() {
+        assert_eq!(tenant("public"), "/admin/tenants/public");
+        assert_eq!(namespace("public", "default"), "/admin/namespaces/public/default");
+        assert_eq!(namespaces_of("public"), "/admin/namespaces/public");
+        assert_eq!(
+            partitioned_topic("public", "default", TopicDomain::Persistent, "my topic/x"),
+            "/admin/partitioned-topics/public/default/persistent/my+topic%2Fx"
+        );
+        assert_eq!(
+            topic("t", "n", TopicDomain::NonPersistent, "a-partition-0"),
+            "/topics/t/n/non-persistent/a-partition-0"
+        );
+        let t = TopicName::parse("persistent://t/n/x y").unwrap();
+        assert_eq!(topic_key(&t), "/topics/t/n/persistent/x+y");
+        assert_eq!(partitioned_topic_key(&t), "/admin/partitioned-topics/t/n/persistent/x+y");
+        assert_eq!(namespace_key(t.namespace()), "/admin/namespaces/t/n");
+    }
+
+    #[test]
+    fn keys_are_valid_metadata_keys() {
+        let long = "é".repeat(crate::names::MAX_ENCODED_TOPIC_LEN / 6);
+        let ns_name = "n".repeat(crate::names::MAX_NAME_LEN);
+        let ns = NamespaceName::new(&ns_name, &ns_name).unwrap();
+        let t = TopicName::new(TopicDomain::NonPersistent, ns, &long).unwrap();
+        for key in
+            [topic_key(&t), partitioned_topic_key(&t), topic_key(&t.partition(i32::MAX as u32))]
+        {
+            magnetar_metadata::validate_key(&key).unwrap();
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Magnetar's HTTP admin API: the subset of Apache Pulsar's `/admin/v2` REST API that
+//! `pulsar-admin`, the official client libraries and the Helm charts need for clusters,
+//! tenants, namespaces and partitioned topics, built on axum.
+//!
+//! # Use
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use std::sync::Arc;
+//! use magnetar_admin::{bootstrap, router, serve, AdminState, NoopHooks};
+//! use magnetar_metadata::MemoryStore;
+//!
+//! let store = Arc::new(MemoryStore::new());
+//! bootstrap(store.as_ref(), "standalone").await.expect("bootstrap");
+//! let state = AdminState::new(store, Arc::new(NoopHooks), "standalone");
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! serve(listener, router(state), std::future::pending()).await
+//! # }
+//! ```
+//!
+//! The broker implements [`BrokerHooks`] for what only it knows (its topics, deleting topic
+//! data, health, metrics) and reuses [`keys`] and [`names`], which are pure (no HTTP types).
+//!
+//! # Metadata layout
+//!
+//! The admin API and the broker share these metadata-store keys ([`keys`] builds them):
+//!
+//! | what | key | value |
+//! | --- | --- | --- |
+//! | tenant | `/admin/tenants/{tenant}` | JSON TenantInfo `{"adminRoles":[],"allowedClusters":["standalone"]}` |
+//! | namespace | `/admin/namespaces/{tenant}/{namespace}` | JSON policies object (`{}` by default) |
+//! | partitioned topic | `/admin/partitioned-topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | JSON `{"partitions":N}` (optionally `"properties"`) |
+//! | non-partitioned topic | `/topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | owned by the broker; the admin API only reads existence and lists children |
+//!
+//! `{domain}` is `persistent` or `non-persistent`; `{encoded-topic}` is the local name encoded
+//! like Java's `URLEncoder` ([`names::encode_topic_name`]). Partitions are topics named
+//! `{topic}-partition-{i}`. [`bootstrap`] creates tenants `public` and `pulsar` and namespaces
+//! `public/default` and `pulsar/system` when absent.
+//!
+//! # Endpoints
+//!
+//! Errors carry Pulsar's JSON body `{"reason": "..."}`. `{d}` is `persistent` or
+//! `non-persistent`.
+//!
+//! | method and path | success | errors |
+//! | --- | --- | --- |
+//! | `GET /admin/v2/brokers/health`, `GET /admin/v2/brokers/ready` | 200 `ok` | 500 |
+//! | `GET /metrics` | 200 Prometheus text | |
+//! | `GET /admin/v2/clusters` | 200 `["standalone"]` | |
+//! | `GET /admin/v2/clusters/{c}` | 200 ClusterData | 404 |
+//! | `GET /admin/v2/tenants` | 200 names | |
+//! | `PUT /admin/v2/tenants/{t}` | 204 | 400, 409, 412 |
+//! | `GET /admin/v2/tenants/{t}` | 200 TenantInfo | 404 |
+//! | `POST /admin/v2/tenants/{t}` | 204 | 400, 404, 409, 412 |
+//! | `DELETE /admin/v2/tenants/{t}` | 204 | 404, 405 (force), 409 (has namespaces) |
+//! | `GET /admin/v2/namespaces/{t}` | 200 `["t/ns"]` | 404 |
+//! | `PUT /admin/v2/namespaces/{t}/{ns}` | 204 | 400, 403, 404, 409, 412 |
+//! | `GET /admin/v2/namespaces/{t}/{ns}` | 200 Policies | 404, 412 |
+//! | `DELETE /admin/v2/namespaces/{t}/{ns}` | 204 | 404, 405 (force), 409 (not empty), 412 |
+//! | `GET /admin/v2/namespaces/{t}/{ns}/topics` | 200 names | 400, 404, 412 |
+//! | `GET /admin/v2/{d}/{t}/{ns}` | 200 topics incl. partitions | 404, 412 |
+//! | `GET /admin/v2/{d}/{t}/{ns}/partitioned` | 200 partitioned topics | 404, 412 |
+//! | `PUT /admin/v2/{d}/{t}/{ns}/{topic}` | 204 | 404, 409, 412 |
+//! | `DELETE /admin/v2/{d}/{t}/{ns}/{topic}` | 204 | 404, 412, hook errors |
+//! | `PUT /admin/v2/{d}/{t}/{ns}/{topic}/partitions` body `N` | 204 | 400, 404, 406, 409, 412 |
+//! | `GET /admin/v2/{d}/{t}/{ns}/{topic}/partitions` | 200 `{"partitions":N}` | 404, 412 |
+//! | `POST /admin/v2/{d}/{t}/{ns}/{topic}/partitions` body `N` | 204 | 400, 406, 409, 412, 422 |
+//! | `DELETE /admin/v2/{d}/{t}/{ns}/{topic}/partitions` | 204 | 404, 409, 412, hook errors |
+//!
+//! Each handler documents its exact semantics (see `routes`).
+
+mod bootstrap;
+mod error;
+mod hooks;
+pub mod keys;
+mod model;
+pub mod names;
+mod routes;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use magnetar_metadata::MetadataStore;
+
+pub use bootstrap::{bootstrap, BOOTSTRAP_NAMESPACES};
+pub use error::AdminError;
+pub use hooks::{BrokerHooks, HookError, NoopHooks};
+pub use model::{PartitionedTopicMetadata, TenantInfo};
+pub use names::{NameError, NamespaceName, TopicDomain, TopicName};
+
+/// Default cap on the partitions of one topic. Pulsar's `maxNumPartitionsPerPartitionedTopic`
+/// defaults to unlimited; Magnetar caps it so a single request cannot make the broker create
+/// (and listings enumerate) billions of partitions. Set 0 for unlimited.
+pub const DEFAULT_MAX_PARTITIONS_PER_TOPIC: u32 = 10_000;
+
+/// Everything the admin handlers need; cheap to clone.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct AdminState {
+    /// The metadata store holding tenants, namespaces and partitioned topics.
+    pub store: Arc<dyn MetadataStore>,
+    /// The broker's side of the API.
+    pub hooks: Arc<dyn BrokerHooks>,
+    /// The (only) cluster's name, e.g. `standalone`.
+    pub cluster: String,
+    /// Upper bound on partitions per topic (406 on create, 422 on update); 0 = unlimited.
+    pub max_partitions_per_topic: u32,
+    /// `serviceUrl` reported by `GET /admin/v2/clusters/{cluster}`.
+    pub service_url: Option<String>,
+    /// `brokerServiceUrl` reported by `GET /admin/v2/clusters/{cluster}`.
+    pub broker_service_url: Option<String>,
+}
+
+impl AdminState {
+    /// State with [`DEFAULT_MAX_PARTITIONS_PER_TOPIC`] and no cluster URLs.
+    pub fn new(
+        store: Arc<dyn MetadataStore>,
+        hooks: Arc<dyn BrokerHooks>,
+        cluster: impl Into<String>,
+    ) -> Self {
+        AdminState {
+            store,
+            hooks,
+            cluster: cluster.into(),
+            max_partitions_per_topic: DEFAULT_MAX_PARTITIONS_PER_TOPIC,
+            service_url: None,
+            broker_service_url: None,
+        }
+    }
+
+    /// Sets the partition cap (0 = unlimited).
+    pub fn with_max_partitions_per_topic(mut self, max: u32) -> Self {
+        self.max_partitions_per_topic = max;
+        self
+    }
+
+    /// Sets the URLs reported as the cluster's `serviceUrl` and `brokerServiceUrl`.
+    pub fn with_cluster_urls(
+        mut self,
+        service_url: impl Into<String>,
+        broker_service_url: impl Into<String>,
+    ) -> Self {
+        self.service_url = Some(service_url.into());
+        self.broker_service_url = Some(broker_service_url.into());
+        self
+    }
+}
+
+impl fmt::Debug for AdminState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminState")
+            .field("cluster", &self.cluster)
+            .field("max_partitions_per_topic", &self.max_partitions_per_topic)
+            .field("service_url", &self.service_url)
+            .field("broker_service_url", &self.broker_service_url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The admin API router (all endpoints in the crate docs, plus a JSON 404 fallback).
+pub fn router(state: AdminState) -> axum::Router {
+    routes::build(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, then stops accepting and waits
+/// for in-flight requests to finish (graceful shutdown).
+pub async fn serve<F>(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    shutdown: F,
+) -> std::io::Result<()>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+}

@@ -1,0 +1,215 @@
+//! The axum router and the helpers its handlers share.
+//!
+//! Handlers read names from the *raw* request path ([`PathSegments`]) rather than axum's
+//! `Path` extractor, because Pulsar decodes the topic segment with Java's `URLDecoder` (`+`
+//! means space) while tenant and namespace segments are plain percent-decoded; axum's
+//! decoding cannot express that difference. Routing itself still happens on the encoded path,
+//! so an encoded `/` (`%2F`) never splits a segment.
+//!
+//! Invariant: no handler panics or unwraps request input; every failure is an
+//! [`AdminError`] rendered as `{"reason": …}` with Pulsar's status code.
+
+mod broker;
+mod tenants;
+mod topics;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::Uri;
+use axum::routing::{get, put};
+use axum::Router;
+use magnetar_metadata::Versioned;
+use serde::de::DeserializeOwned;
+
+use crate::error::AdminError;
+use crate::keys;
+use crate::model::PartitionedTopicMetadata;
+use crate::names::{decode_path_segment, decode_topic_name, NamespaceName, TopicDomain, TopicName};
+use crate::AdminState;
+
+/// Builds the admin router (see the crate docs for the endpoint list).
+pub(crate) fn build(state: AdminState) -> Router {
+    let mut router = Router::new()
+        .route("/admin/v2/brokers/health", get(broker::health))
+        .route("/admin/v2/brokers/ready", get(broker::ready))
+        .route("/metrics", get(broker::metrics))
+        .route("/metrics/", get(broker::metrics))
+        .route("/admin/v2/clusters", get(tenants::list_clusters))
+        .route("/admin/v2/clusters/{cluster}", get(tenants::get_cluster))
+        .route("/admin/v2/tenants", get(tenants::list_tenants))
+        .route(
+            "/admin/v2/tenants/{tenant}",
+            get(tenants::get_tenant)
+                .put(tenants::create_tenant)
+                .post(tenants::update_tenant)
+                .delete(tenants::delete_tenant),
+        )
+        .route("/admin/v2/namespaces/{tenant}", get(tenants::list_namespaces))
+        .route(
+            "/admin/v2/namespaces/{tenant}/{namespace}",
+            get(tenants::get_namespace)
+                .put(tenants::create_namespace)
+                .delete(tenants::delete_namespace),
+        )
+        .route("/admin/v2/namespaces/{tenant}/{namespace}/topics", get(tenants::namespace_topics));
+    for domain in TopicDomain::ALL {
+        let base = format!("/admin/v2/{domain}/{{tenant}}/{{namespace}}");
+        router = router
+            .route(&base, get(topics::list_topics))
+            .route(&format!("{base}/partitioned"), get(topics::list_partitioned_topics))
+            .route(
+                &format!("{base}/{{topic}}"),
+                put(topics::create_topic).delete(topics::delete_topic),
+            )
+            .route(
+                &format!("{base}/{{topic}}/partitions"),
+                put(topics::create_partitioned)
+                    .get(topics::get_partitioned)
+                    .post(topics::update_partitioned)
+                    .delete(topics::delete_partitioned),
+            );
+    }
+    router.fallback(not_found).with_state(state)
+}
+
+async fn not_found() -> AdminError {
+    AdminError::NotFound("Not Found".to_string())
+}
+
+/// The raw (still percent-encoded) segments of a request path after `/admin/v2/`.
+pub(crate) struct PathSegments<'a> {
+    segments: Vec<&'a str>,
+}
+
+impl<'a> PathSegments<'a> {
+    pub(crate) fn new(uri: &'a Uri) -> Self {
+        const PREFIX: &str = "/admin/v2/";
+        let path = uri.path();
+        let rest = path.find(PREFIX).map_or("", |i| &path[i + PREFIX.len()..]);
+        PathSegments { segments: rest.split('/').collect() }
+    }
+
+    fn raw(&self, index: usize) -> Result<&'a str, AdminError> {
+        self.segments
+            .get(index)
+            .copied()
+            .ok_or_else(|| AdminError::NotFound("Not Found".to_string()))
+    }
+
+    /// Segment `index`, percent-decoded like a JAX-RS `@PathParam`.
+    pub(crate) fn decoded(&self, index: usize) -> Result<Option<String>, AdminError> {
+        Ok(decode_path_segment(self.raw(index)?))
+    }
+
+    /// The tenant and namespace at `index` and `index + 1`; 412 when invalid.
+    pub(crate) fn namespace(&self, index: usize) -> Result<NamespaceName, AdminError> {
+        let invalid = || AdminError::PreconditionFailed("Namespace name is not valid".to_string());
+        let tenant = self.decoded(index)?.ok_or_else(invalid)?;
+        let namespace = self.decoded(index + 1)?.ok_or_else(invalid)?;
+        NamespaceName::new(&tenant, &namespace).map_err(|_| invalid())
+    }
+
+    /// For `/admin/v2/{domain}/{tenant}/{namespace}/…`: the domain and namespace.
+    pub(crate) fn domain_namespace(&self) -> Result<(TopicDomain, NamespaceName), AdminError> {
+        let domain = TopicDomain::parse(self.raw(0)?)
+            .map_err(|_| AdminError::NotFound("Not Found".to_string()))?;
+        Ok((domain, self.namespace(1)?))
+    }
+
+    /// For `/admin/v2/{domain}/{tenant}/{namespace}/{topic}…`: the topic, its segment decoded
+    /// with Pulsar's `Codec.decode`; 412 when the namespace or topic name is invalid.
+    pub(crate) fn topic(&self) -> Result<TopicName, AdminError> {
+        let (domain, namespace) = self.domain_namespace()?;
+        let invalid = || AdminError::PreconditionFailed("Topic name is not valid".to_string());
+        let local = decode_topic_name(self.raw(3)?).ok_or_else(invalid)?;
+        TopicName::new(domain, namespace, &local).map_err(|_| invalid())
+    }
+}
+
+/// The value of query parameter `name` (first occurrence), decoded like a form value.
+pub(crate) fn query_param(uri: &Uri, name: &str) -> Option<String> {
+    uri.query()?.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (decode_topic_name(k).as_deref() == Some(name)).then(|| decode_topic_name(v))?
+    })
+}
+
+/// A boolean query parameter, parsed like Java's `Boolean.valueOf` (`true`, any case, is true;
+/// anything else, or absence, is false).
+pub(crate) fn query_bool(uri: &Uri, name: &str) -> bool {
+    query_param(uri, name).is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// Unwraps a body extraction, mapping axum's rejection (e.g. 413 for an oversized body).
+pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, AdminError> {
+    body.map_err(|r| AdminError::Status(r.status(), r.body_text()))
+}
+
+/// Reads and decodes a JSON value; a value that does not decode is a 500 (corrupt metadata).
+pub(crate) async fn get_json<T: DeserializeOwned>(
+    state: &AdminState,
+    key: &str,
+) -> Result<Option<(T, u64)>, AdminError> {
+    match state.store.get(key).await? {
+        None => Ok(None),
+        Some(Versioned { value, version }) => match serde_json::from_slice(&value) {
+            Ok(v) => Ok(Some((v, version))),
+            Err(e) => Err(AdminError::Internal(format!("Corrupt metadata at {key}: {e}"))),
+        },
+    }
+}
+
+/// Serialises a value for the store.
+pub(crate) fn to_json_bytes<T: serde::Serialize>(value: &T) -> Result<Bytes, AdminError> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|e| AdminError::Internal(format!("cannot serialise metadata: {e}")))
+}
+
+/// Whether the namespace's key exists.
+pub(crate) async fn namespace_exists(
+    state: &AdminState,
+    ns: &NamespaceName,
+) -> Result<bool, AdminError> {
+    Ok(state.store.get(&keys::namespace_key(ns)).await?.is_some())
+}
+
+/// 404 "Namespace does not exist" unless the namespace exists.
+pub(crate) async fn require_namespace(
+    state: &AdminState,
+    ns: &NamespaceName,
+) -> Result<(), AdminError> {
+    if namespace_exists(state, ns).await? {
+        Ok(())
+    } else {
+        Err(AdminError::NotFound("Namespace does not exist".to_string()))
+    }
+}
+
+/// The partitioned-topic metadata of `topic` and its version, when it is partitioned.
+pub(crate) async fn partitioned_metadata(
+    state: &AdminState,
+    topic: &TopicName,
+) -> Result<Option<(PartitionedTopicMetadata, u64)>, AdminError> {
+    get_json(state, &keys::partitioned_topic_key(topic)).await
+}
+
+/// Whether `topic` exists as a non-partitioned topic (or partition): its `/topics/…` key
+/// exists, the broker reports it, or it is a partition `i < N` of a partitioned topic.
+pub(crate) async fn topic_exists(
+    state: &AdminState,
+    topic: &TopicName,
+) -> Result<bool, AdminError> {
+    if state.store.get(&keys::topic_key(topic)).await?.is_some() {
+        return Ok(true);
+    }
+    if state.hooks.topic_exists(topic).await? {
+        return Ok(true);
+    }
+    if let Some(index) = topic.partition_index() {
+        if let Some((meta, _)) = partitioned_metadata(state, &topic.partitioned_topic()).await? {
+            return Ok(index < meta.partitions);
+        }
+    }
+    Ok(false)
+}

@@ -1,0 +1,349 @@
+//! Cluster, tenant and namespace endpoints (`/admin/v2/clusters`, `/admin/v2/tenants`,
+//! `/admin/v2/namespaces`), following Pulsar's `ClustersBase`, `TenantsBase` and
+//! `NamespacesBase`.
+//!
+//! There is exactly one cluster, the one named in [`AdminState`]. Forced deletes of tenants and
+//! namespaces answer 405, which is Pulsar's answer under its default configuration
+//! (`forceDeleteTenantAllowed` / `forceDeleteNamespaceAllowed` are false).
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{StatusCode, Uri};
+use axum::Json;
+use magnetar_metadata::{ExpectedVersion, MetadataError};
+use serde_json::{Map, Value};
+
+use super::topics::{collect_topics, partitioned_topic_names};
+use super::{
+    body_bytes, get_json, query_bool, query_param, require_namespace, to_json_bytes, PathSegments,
+};
+use crate::error::AdminError;
+use crate::hooks::HookError;
+use crate::keys;
+use crate::model::{effective_policies, parse_object_body, TenantInfo};
+use crate::names::{is_system_topic, is_valid_entity_name, NamespaceName, TopicDomain};
+use crate::AdminState;
+
+/// `GET /admin/v2/clusters`: `["<cluster>"]`.
+pub(crate) async fn list_clusters(State(state): State<AdminState>) -> Json<Vec<String>> {
+    Json(vec![state.cluster.clone()])
+}
+
+/// `GET /admin/v2/clusters/{cluster}`: the cluster's `ClusterData` (service URLs when
+/// configured); 404 for any other cluster.
+pub(crate) async fn get_cluster(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<Value>, AdminError> {
+    let name = PathSegments::new(&uri).decoded(1)?;
+    if name.as_deref() != Some(state.cluster.as_str()) {
+        return Err(AdminError::NotFound("Cluster does not exist".to_string()));
+    }
+    let mut data = Map::new();
+    if let Some(url) = &state.service_url {
+        data.insert("serviceUrl".into(), Value::String(url.clone()));
+    }
+    if let Some(url) = &state.broker_service_url {
+        data.insert("brokerServiceUrl".into(), Value::String(url.clone()));
+    }
+    Ok(Json(Value::Object(data)))
+}
+
+/// `GET /admin/v2/tenants`: tenant names, sorted.
+pub(crate) async fn list_tenants(
+    State(state): State<AdminState>,
+) -> Result<Json<Vec<String>>, AdminError> {
+    Ok(Json(state.store.list_children(keys::TENANTS_ROOT).await?))
+}
+
+/// The tenant in path segment 1, or `None` when the name cannot name any tenant.
+fn tenant_segment(uri: &Uri) -> Result<Option<String>, AdminError> {
+    Ok(PathSegments::new(uri).decoded(1)?.filter(|t| is_valid_entity_name(t)))
+}
+
+async fn load_tenant(
+    state: &AdminState,
+    tenant: Option<&str>,
+) -> Result<Option<(TenantInfo, u64)>, AdminError> {
+    match tenant {
+        Some(t) => get_json(state, &keys::tenant(t)).await,
+        None => Ok(None),
+    }
+}
+
+/// `GET /admin/v2/tenants/{tenant}`: the TenantInfo; 404 "Tenant does not exist".
+pub(crate) async fn get_tenant(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<TenantInfo>, AdminError> {
+    let tenant = tenant_segment(&uri)?;
+    match load_tenant(&state, tenant.as_deref()).await? {
+        Some((info, _)) => Ok(Json(info)),
+        None => Err(AdminError::NotFound("Tenant does not exist".to_string())),
+    }
+}
+
+/// Parses a TenantInfo body and checks its clusters as Pulsar's `validateClusters`: 400 for a
+/// malformed body, 412 "Clusters can not be empty" / "Clusters do not exist".
+fn tenant_info_from_body(state: &AdminState, body: &[u8]) -> Result<TenantInfo, AdminError> {
+    let mut info = match parse_object_body(body, "tenant info")? {
+        Some(map) => serde_json::from_value::<TenantInfo>(Value::Object(map))
+            .map_err(|e| AdminError::BadRequest(format!("Invalid tenant info: {e}")))?,
+        None => TenantInfo::default(),
+    };
+    if info.allowed_clusters.is_empty() || info.allowed_clusters.iter().any(|c| c.trim().is_empty())
+    {
+        return Err(AdminError::PreconditionFailed("Clusters can not be empty".to_string()));
+    }
+    if info.allowed_clusters.iter().any(|c| c != &state.cluster && c != "global") {
+        return Err(AdminError::PreconditionFailed("Clusters do not exist".to_string()));
+    }
+    info.normalize();
+    Ok(info)
+}
+
+/// `PUT /admin/v2/tenants/{tenant}` with a TenantInfo body: 204; 400 bad body; 412 invalid
+/// name or clusters; 409 "Tenant already exist".
+pub(crate) async fn create_tenant(
+    State(state): State<AdminState>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, AdminError> {
+    let info = tenant_info_from_body(&state, &body_bytes(body)?)?;
+    let Some(tenant) = tenant_segment(&uri)? else {
+        return Err(AdminError::PreconditionFailed("Tenant name is not valid".to_string()));
+    };
+    match state
+        .store
+        .put(&keys::tenant(&tenant), to_json_bytes(&info)?, ExpectedVersion::Absent)
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(%tenant, "created tenant");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Err(MetadataError::BadVersion { .. }) => {
+            Err(AdminError::Conflict("Tenant already exist".to_string()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `POST /admin/v2/tenants/{tenant}` with a TenantInfo body: replaces it. 204; 400 bad body;
+/// 412 invalid clusters; 404 unknown tenant; 409 concurrent modification.
+pub(crate) async fn update_tenant(
+    State(state): State<AdminState>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, AdminError> {
+    let info = tenant_info_from_body(&state, &body_bytes(body)?)?;
+    let tenant = tenant_segment(&uri)?;
+    let Some((_, version)) = load_tenant(&state, tenant.as_deref()).await? else {
+        let shown = tenant.unwrap_or_default();
+        return Err(AdminError::NotFound(format!("Tenant {shown} not found")));
+    };
+    let tenant = tenant.unwrap_or_default();
+    state
+        .store
+        .put(&keys::tenant(&tenant), to_json_bytes(&info)?, ExpectedVersion::Exactly(version))
+        .await?;
+    tracing::info!(%tenant, "updated tenant");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /admin/v2/tenants/{tenant}[?force=true]`: 204; 404 unknown tenant; 405 forced;
+/// 409 "The tenant still has active namespaces".
+pub(crate) async fn delete_tenant(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    if query_bool(&uri, "force") {
+        return Err(AdminError::MethodNotAllowed(
+            "Broker doesn't allow forced deletion of tenants".to_string(),
+        ));
+    }
+    let tenant = tenant_segment(&uri)?;
+    let Some((_, version)) = load_tenant(&state, tenant.as_deref()).await? else {
+        return Err(AdminError::NotFound("Tenant doesn't exist".to_string()));
+    };
+    let tenant = tenant.unwrap_or_default();
+    if !state.store.list_children(&keys::namespaces_of(&tenant)).await?.is_empty() {
+        return Err(AdminError::Conflict("The tenant still has active namespaces".to_string()));
+    }
+    match state.store.delete(&keys::tenant(&tenant), ExpectedVersion::Exactly(version)).await {
+        Ok(()) => {
+            tracing::info!(%tenant, "deleted tenant");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Err(MetadataError::NotFound { .. }) => {
+            Err(AdminError::NotFound("Tenant doesn't exist".to_string()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `GET /admin/v2/namespaces/{tenant}`: `["tenant/ns", …]`; 404 "Tenant does not exist".
+pub(crate) async fn list_namespaces(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<Vec<String>>, AdminError> {
+    let tenant = tenant_segment(&uri)?;
+    if load_tenant(&state, tenant.as_deref()).await?.is_none() {
+        return Err(AdminError::NotFound("Tenant does not exist".to_string()));
+    }
+    let tenant = tenant.unwrap_or_default();
+    let children = state.store.list_children(&keys::namespaces_of(&tenant)).await?;
+    Ok(Json(children.into_iter().map(|ns| format!("{tenant}/{ns}")).collect()))
+}
+
+/// `PUT /admin/v2/namespaces/{tenant}/{namespace}` with an optional Policies body: 204;
+/// 400 bad body; 412 invalid name; 404 "Tenant does not exist"; 403 replication cluster not
+/// allowed for the tenant; 409 "Namespace already exists".
+pub(crate) async fn create_namespace(
+    State(state): State<AdminState>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, AdminError> {
+    let policies = parse_object_body(&body_bytes(body)?, "policies")?.unwrap_or_default();
+    let ns = PathSegments::new(&uri).namespace(1)?;
+    let Some((tenant_info, _)) = load_tenant(&state, Some(ns.tenant())).await? else {
+        return Err(AdminError::NotFound("Tenant does not exist".to_string()));
+    };
+    if let Some(clusters) = policies.get("replication_clusters") {
+        let clusters: Vec<String> = serde_json::from_value(clusters.clone()).map_err(|_| {
+            AdminError::BadRequest("Invalid policies: replication_clusters".to_string())
+        })?;
+        for c in clusters {
+            if !tenant_info.allowed_clusters.contains(&c) {
+                return Err(AdminError::Status(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "Cluster [{c}] is not in the list of allowed clusters list for tenant [{}]",
+                        ns.tenant()
+                    ),
+                ));
+            }
+        }
+    }
+    match state
+        .store
+        .put(
+            &keys::namespace_key(&ns),
+            to_json_bytes(&Value::Object(policies))?,
+            ExpectedVersion::Absent,
+        )
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(namespace = %ns, "created namespace");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Err(MetadataError::BadVersion { .. }) => {
+            Err(AdminError::Conflict("Namespace already exists".to_string()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `GET /admin/v2/namespaces/{tenant}/{namespace}`: the policies (stored values over
+/// Pulsar's defaults); 412 invalid name; 404 "Namespace does not exist".
+pub(crate) async fn get_namespace(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<Value>, AdminError> {
+    let ns = PathSegments::new(&uri).namespace(1)?;
+    let Some((stored, _)) =
+        get_json::<Map<String, Value>>(&state, &keys::namespace_key(&ns)).await?
+    else {
+        return Err(AdminError::NotFound("Namespace does not exist".to_string()));
+    };
+    Ok(Json(Value::Object(effective_policies(stored, &state.cluster))))
+}
+
+/// `DELETE /admin/v2/namespaces/{tenant}/{namespace}[?force=true]`: 204; 412 invalid name;
+/// 404 unknown namespace; 405 forced; 409 "Cannot delete non empty namespace" when a
+/// non-system topic exists. System topics (and their partitioned metadata) are deleted along.
+pub(crate) async fn delete_namespace(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    if query_bool(&uri, "force") {
+        return Err(AdminError::MethodNotAllowed(
+            "Broker doesn't allow forced deletion of namespaces".to_string(),
+        ));
+    }
+    let ns = PathSegments::new(&uri).namespace(1)?;
+    let key = keys::namespace_key(&ns);
+    let Some(current) = state.store.get(&key).await? else {
+        return Err(AdminError::NotFound("Namespace does not exist".to_string()));
+    };
+    let mut system_topics = Vec::new();
+    for domain in TopicDomain::ALL {
+        for topic in collect_topics(&state, &ns, domain).await? {
+            if !is_system_topic(&topic) {
+                return Err(AdminError::Conflict("Cannot delete non empty namespace".to_string()));
+            }
+            system_topics.push(topic);
+        }
+    }
+    for topic in &system_topics {
+        match state.hooks.delete_topic(topic, true).await {
+            Ok(()) | Err(HookError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    for domain in TopicDomain::ALL {
+        for base in partitioned_topic_names(&state, &ns, domain).await? {
+            match state
+                .store
+                .delete(&keys::partitioned_topic_key(&base), ExpectedVersion::Any)
+                .await
+            {
+                Ok(()) | Err(MetadataError::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    match state.store.delete(&key, ExpectedVersion::Exactly(current.version)).await {
+        Ok(()) => {
+            tracing::info!(namespace = %ns, "deleted namespace");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Err(MetadataError::NotFound { .. }) => {
+            Err(AdminError::NotFound("Namespace does not exist".to_string()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `GET /admin/v2/namespaces/{tenant}/{namespace}/topics[?mode=PERSISTENT|NON_PERSISTENT|ALL]
+/// [&includeSystemTopic=true]`: the namespace's topics (default mode PERSISTENT).
+pub(crate) async fn namespace_topics(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<Vec<String>>, AdminError> {
+    let ns: NamespaceName = PathSegments::new(&uri).namespace(1)?;
+    require_namespace(&state, &ns).await?;
+    let domains: &[TopicDomain] =
+        match query_param(&uri, "mode").map(|m| m.to_ascii_uppercase()).as_deref() {
+            None | Some("PERSISTENT") => &[TopicDomain::Persistent],
+            Some("NON_PERSISTENT") => &[TopicDomain::NonPersistent],
+            Some("ALL") => &TopicDomain::ALL,
+            Some(_) => {
+                return Err(AdminError::BadRequest(
+                    "Invalid mode: expected PERSISTENT, NON_PERSISTENT or ALL".to_string(),
+                ))
+            }
+        };
+    let include_system = query_bool(&uri, "includeSystemTopic");
+    let mut out = Vec::new();
+    for &domain in domains {
+        for topic in collect_topics(&state, &ns, domain).await? {
+            if include_system || !is_system_topic(&topic) {
+                out.push(topic.to_string());
+            }
+        }
+    }
+    Ok(Json(out))
+}
