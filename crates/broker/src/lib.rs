@@ -1,4 +1,21 @@
-//! Magnetar broker: topics, subscriptions and cursors. For now it holds only the cursor
-//! acknowledgement-state core (`cursor`), a pure data structure with no I/O.
+//! Magnetar broker: serves topics over the Pulsar binary protocol.
+//!
+//! - `connection`: one client connection, frames in and out, command handling.
+//! - `service`: the registry of loaded topics, topic names, partition metadata.
+//! - `topic`: a topic's producers and subscriptions over its managed ledger.
+//! - `managed_ledger`: a topic's ledgers in the ledger store, rolled over by size.
+//! - `subscription`: cursor, consumers and the dispatcher task.
+//! - `cursor`: the acknowledgement-state core (pure, no I/O).
 
+pub mod config;
+pub mod connection;
 pub mod cursor;
+pub mod error;
+pub mod managed_ledger;
+pub mod service;
+pub mod subscription;
+pub mod topic;
+
+pub use config::BrokerConfig;
+pub use error::BrokerError;
+pub use service::{AdminHooks, BrokerService};

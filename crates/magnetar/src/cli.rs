@@ -26,9 +26,18 @@ pub enum Command {
 
 #[derive(Args, Debug)]
 pub struct StandaloneArgs {
-    /// Directory for all persistent state.
-    #[arg(long, default_value = "./data")]
-    pub data_dir: PathBuf,
+    /// Configuration file (TOML); see magnetar.example.toml for every knob. Flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Directory for all persistent state [default: ./data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Binary protocol port [default: 6650].
+    #[arg(long)]
+    pub broker_port: Option<u16>,
+    /// HTTP admin port [default: 8080].
+    #[arg(long)]
+    pub web_port: Option<u16>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -1,9 +1,10 @@
 //! The one Magnetar binary. `cli.rs` says what each subcommand takes; this file wires them up.
 
 mod cli;
+mod standalone;
 
 use clap::Parser;
-use cli::{Cli, Command, DebugCommand, DiskProbeArgs, PerfCommand, StandaloneArgs};
+use cli::{Cli, Command, DebugCommand, DiskProbeArgs, PerfCommand};
 use std::time::Duration;
 
 fn main() -> anyhow::Result<()> {
@@ -20,7 +21,7 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
-        Command::Standalone(args) => standalone(args),
+        Command::Standalone(args) => standalone::run(args),
         Command::Perf(PerfCommand::Storage(args)) => {
             let options = magnetar_perf::storage::StorageBenchOptions {
                 dir: args.dir,
@@ -44,28 +45,7 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-fn standalone(args: StandaloneArgs) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async {
-        let config = magnetar_ledger::LedgerStoreConfig {
-            dir: args.data_dir.join("ledgers"),
-            ..Default::default()
-        };
-        let (store, recovery) = magnetar_ledger::LedgerStore::open(config)?;
-        tracing::info!(
-            data_dir = %args.data_dir.display(),
-            ledgers = recovery.ledgers,
-            entries = recovery.entries,
-            "magnetar standalone ready (storage engine only; the Pulsar protocol listener is not built yet)"
-        );
-        shutdown_signal().await?;
-        tracing::info!("shutting down");
-        tokio::task::spawn_blocking(move || drop(store)).await?;
-        anyhow::Ok(())
-    })
-}
-
-async fn shutdown_signal() -> anyhow::Result<()> {
+pub(crate) async fn shutdown_signal() -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut terminate = signal(SignalKind::terminate())?;
     tokio::select! {

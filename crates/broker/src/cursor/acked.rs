@@ -230,7 +230,7 @@ impl AckedEntries {
     /// Appends a decoded chunk; the decoder guarantees keys ascend and chunks are non-empty.
     pub(crate) fn push_chunk(&mut self, key: ChunkKey, chunk: Chunk) {
         assert!(!chunk.is_empty());
-        assert!(self.chunks.last_key_value().map_or(true, |(last, _)| *last < key));
+        assert!(self.chunks.last_key_value().is_none_or(|(last, _)| *last < key));
         self.entry_count += u64::from(chunk.acked_count());
         self.chunks.insert(key, chunk);
     }

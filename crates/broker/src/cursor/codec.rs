@@ -428,7 +428,7 @@ fn decode_chunk(reader: &mut Reader<'_>) -> Result<Chunk, CursorStateError> {
             let first_word = reader.varint()?;
             let word_count = reader.varint()?;
             let words_end = first_word.checked_add(word_count);
-            if word_count == 0 || words_end.map_or(true, |end| end > BITMAP_WORDS as u64) {
+            if word_count == 0 || words_end.is_none_or(|end| end > BITMAP_WORDS as u64) {
                 return Err(reader.invalid("bitmap words out of range"));
             }
             let mut bitmap: Box<Bitmap> = Box::new([0; BITMAP_WORDS]);

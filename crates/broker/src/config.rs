@@ -1,0 +1,67 @@
+//! Broker configuration: every knob, its default and why.
+
+use serde::Deserialize;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BrokerConfig {
+    /// Address the binary protocol listens on. Default loopback: standalone is for one machine.
+    pub bind_address: String,
+    /// Binary protocol port (Pulsar's default 6650).
+    pub broker_port: u16,
+    /// Host clients are told to connect to in LOOKUP answers.
+    pub advertised_address: String,
+    /// Largest message (metadata plus payload) accepted, as in Pulsar (5 MiB default). Frames may
+    /// be 10 KiB larger for the command around it.
+    pub max_message_size: usize,
+    /// Seconds of silence after which we ping a client; twice that and the connection closes.
+    pub keepalive_seconds: u64,
+    /// Create topics on first use, as Pulsar standalone does.
+    pub allow_auto_topic_creation: bool,
+    /// A topic's ledger is rolled over after this many entries (Pulsar: 50,000).
+    pub max_entries_per_ledger: u64,
+    /// Most entries read and sent per dispatch round of a subscription.
+    pub dispatch_batch_entries: usize,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            bind_address: "127.0.0.1".into(),
+            broker_port: 6650,
+            advertised_address: "127.0.0.1".into(),
+            max_message_size: 5 * 1024 * 1024,
+            keepalive_seconds: 30,
+            allow_auto_topic_creation: true,
+            max_entries_per_ledger: 50_000,
+            dispatch_batch_entries: 100,
+        }
+    }
+}
+
+impl BrokerConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_message_size < 1024 || self.max_message_size > 100 << 20 {
+            return Err(format!(
+                "max_message_size {} must be 1 KiB..100 MiB",
+                self.max_message_size
+            ));
+        }
+        if self.keepalive_seconds == 0 {
+            return Err("keepalive_seconds must be at least 1".into());
+        }
+        if self.max_entries_per_ledger == 0 || self.dispatch_batch_entries == 0 {
+            return Err("max_entries_per_ledger and dispatch_batch_entries must be positive".into());
+        }
+        Ok(())
+    }
+
+    pub fn keepalive(&self) -> Duration {
+        Duration::from_secs(self.keepalive_seconds)
+    }
+
+    pub fn service_url(&self) -> String {
+        format!("pulsar://{}:{}", self.advertised_address, self.broker_port)
+    }
+}

@@ -1,0 +1,600 @@
+//! One client connection: frames in, commands handled, frames out.
+//!
+//! A reader loop decodes frames and handles each command; a writer task drains the connection's
+//! [`Outbox`] (send receipts, messages, replies) into the socket, coalescing what is queued into
+//! one write. Receipts are sent from the storage completion callback, which runs in append
+//! order, so a producer's receipts are in order without any extra queue.
+//!
+//! Bad input: a malformed frame closes this connection (after an ERROR where a request id is
+//! known); a bad checksum on SEND answers SEND_ERROR and keeps the connection, as Pulsar does.
+//! Nothing a client sends can panic the broker.
+
+use crate::cursor::Position;
+use crate::error::BrokerError;
+use crate::service::BrokerService;
+use crate::subscription::{ConsumerHandle, Subscription};
+use crate::topic::{StartAt, Topic};
+use bytes::{Bytes, BytesMut};
+use magnetar_protocol::proto::{
+    base_command::Type,
+    command_ack::AckType,
+    command_lookup_topic_response::LookupType,
+    command_subscribe::{InitialPosition, SubType},
+    BaseCommand, CommandConsumerStatsResponse, ProducerAccessMode, ServerError,
+};
+use magnetar_protocol::{
+    commands, encode_command, encode_payload_command, Frame, FrameDecoder, FrameError,
+};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+/// Highest protocol version whose features we implement.
+const PROTOCOL_VERSION: i32 = 19;
+const SERVER_VERSION: &str = concat!("magnetar-", env!("CARGO_PKG_VERSION"));
+
+/// Encoded frames on their way to one connection's socket.
+#[derive(Clone)]
+pub struct Outbox {
+    sender: mpsc::UnboundedSender<Bytes>,
+}
+
+impl Outbox {
+    pub fn send_command(&self, command: &BaseCommand) {
+        let mut buf = BytesMut::new();
+        match encode_command(command, &mut buf) {
+            Ok(()) => {
+                let _ = self.sender.send(buf.freeze());
+            }
+            Err(error) => tracing::error!(%error, "command not encodable; dropped"),
+        }
+    }
+
+    pub fn send_payload(&self, command: &BaseCommand, metadata_and_payload: &[u8]) {
+        let mut buf = BytesMut::new();
+        match encode_payload_command(command, None, metadata_and_payload, &mut buf) {
+            Ok(()) => {
+                let _ = self.sender.send(buf.freeze());
+            }
+            Err(error) => tracing::error!(%error, "message not encodable; dropped"),
+        }
+    }
+}
+
+struct ProducerContext {
+    topic: Arc<Topic>,
+    name: String,
+    key: u64,
+    partition: i32,
+}
+
+struct ConsumerContext {
+    topic: Arc<Topic>,
+    subscription: Arc<Subscription>,
+    key: u64,
+}
+
+struct Connection {
+    service: Arc<BrokerService>,
+    outbox: Outbox,
+    connected: bool,
+    producers: HashMap<u64, ProducerContext>,
+    consumers: HashMap<u64, ConsumerContext>,
+    peer: String,
+}
+
+static PRODUCER_NAMES: AtomicU64 = AtomicU64::new(0);
+
+/// Serves one connection until the peer leaves, errs, idles out, or `shutdown` fires.
+pub async fn serve(
+    service: Arc<BrokerService>,
+    socket: TcpStream,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let peer = socket.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let _ = socket.set_nodelay(true);
+    let (mut reader, mut writer) = socket.into_split();
+    let (sender, mut receiver) = mpsc::unbounded_channel::<Bytes>();
+    let writer_task = tokio::spawn(async move {
+        let mut buf = BytesMut::new();
+        while let Some(frame) = receiver.recv().await {
+            buf.extend_from_slice(&frame);
+            while buf.len() < 1 << 20 {
+                match receiver.try_recv() {
+                    Ok(more) => buf.extend_from_slice(&more),
+                    Err(_) => break,
+                }
+            }
+            if writer.write_all(&buf).await.is_err() {
+                return;
+            }
+            buf.clear();
+        }
+        let _ = writer.shutdown().await;
+    });
+    let mut connection = Connection {
+        service: service.clone(),
+        outbox: Outbox { sender },
+        connected: false,
+        producers: HashMap::new(),
+        consumers: HashMap::new(),
+        peer,
+    };
+    let decoder = FrameDecoder::with_max_message_size(service.config.max_message_size);
+    let keepalive = service.config.keepalive();
+    let mut buf = BytesMut::with_capacity(64 << 10);
+    let mut idle_rounds = 0u32;
+    'connection: loop {
+        loop {
+            match decoder.decode_buf(&mut buf) {
+                Ok(Some(frame)) => {
+                    idle_rounds = 0;
+                    if let Err(why) = connection.handle(frame).await {
+                        tracing::debug!(peer = %connection.peer, %why, "closing connection");
+                        break 'connection;
+                    }
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    if !connection.handle_frame_error(&error) {
+                        tracing::info!(peer = %connection.peer, %error, "bad frame; closing connection");
+                        break 'connection;
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            read = tokio::time::timeout(keepalive, reader.read_buf(&mut buf)) => match read {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(_)) => {}
+                Err(_) => {
+                    idle_rounds += 1;
+                    if idle_rounds >= 2 {
+                        tracing::info!(peer = %connection.peer, "keepalive expired; closing connection");
+                        break;
+                    }
+                    connection.outbox.send_command(&commands::ping());
+                }
+            },
+            _ = shutdown.changed() => break,
+        }
+    }
+    connection.cleanup().await;
+    drop(connection);
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer_task).await;
+}
+
+type Handled = Result<(), String>;
+
+impl Connection {
+    /// Reacts to a frame that failed to decode. Returns whether the connection may go on.
+    fn handle_frame_error(&mut self, error: &FrameError) -> bool {
+        if let FrameError::ChecksumMismatch { command, .. } = error {
+            if let Some(send) = command.send.as_ref() {
+                let reply = commands::send_error(
+                    send.producer_id,
+                    send.sequence_id,
+                    ServerError::ChecksumError,
+                    "checksum mismatch",
+                );
+                self.outbox.send_command(&reply);
+                return true;
+            }
+        }
+        !error.is_fatal()
+    }
+
+    fn reply_error(&self, request_id: u64, error: &BrokerError) {
+        self.outbox.send_command(&commands::error(
+            request_id,
+            error.server_error(),
+            error.to_string(),
+        ));
+    }
+
+    async fn handle(&mut self, frame: Frame) -> Handled {
+        let Frame { command, payload } = frame;
+        let Some(kind) = commands::command_type(&command) else {
+            return Err(format!("unknown command type {}", command.r#type));
+        };
+        if !self.connected && kind != Type::Connect {
+            return Err(format!("{kind:?} before CONNECT"));
+        }
+        match kind {
+            Type::Connect => self.on_connect(&command),
+            Type::Ping => {
+                self.outbox.send_command(&commands::pong());
+                Ok(())
+            }
+            Type::Pong => Ok(()),
+            Type::PartitionedMetadata => self.on_partitioned_metadata(&command).await,
+            Type::Lookup => self.on_lookup(&command),
+            Type::Producer => self.on_producer(&command).await,
+            Type::Send => self.on_send(&command, payload.map(|p| p.metadata_and_payload)),
+            Type::CloseProducer => self.on_close_producer(&command),
+            Type::Subscribe => self.on_subscribe(&command).await,
+            Type::Flow => self.on_flow(&command),
+            Type::Ack => self.on_ack(&command),
+            Type::RedeliverUnacknowledgedMessages => self.on_redeliver(&command),
+            Type::CloseConsumer => self.on_close_consumer(&command).await,
+            Type::Unsubscribe => self.on_unsubscribe(&command).await,
+            Type::GetLastMessageId => self.on_get_last_message_id(&command),
+            Type::ConsumerStats => self.on_consumer_stats(&command),
+            Type::Seek => {
+                let seek = command.seek.as_ref().ok_or("SEEK without body")?;
+                let error = BrokerError::NotAllowed("seek is not supported yet".into());
+                self.reply_error(seek.request_id, &error);
+                Ok(())
+            }
+            other => Err(format!("unsupported command {other:?}")),
+        }
+    }
+
+    fn on_connect(&mut self, command: &BaseCommand) -> Handled {
+        let connect = command.connect.as_ref().ok_or("CONNECT without body")?;
+        if self.connected {
+            return Err("second CONNECT".into());
+        }
+        let client_version = connect.protocol_version.unwrap_or(0);
+        let version = client_version.clamp(0, PROTOCOL_VERSION);
+        let max_message_size = i32::try_from(self.service.config.max_message_size).ok();
+        self.outbox.send_command(&commands::connected(
+            SERVER_VERSION,
+            version,
+            max_message_size,
+            None,
+        ));
+        self.connected = true;
+        tracing::debug!(peer = %self.peer, client = %connect.client_version, version, "connected");
+        Ok(())
+    }
+
+    async fn on_partitioned_metadata(&mut self, command: &BaseCommand) -> Handled {
+        let request =
+            command.partition_metadata.as_ref().ok_or("PARTITIONED_METADATA without body")?;
+        let request_id = request.request_id;
+        let result = async {
+            let name = BrokerService::topic_name(&request.topic)?;
+            let partitions = self.service.partitions(&name).await?;
+            let may_create = request.metadata_auto_creation_enabled.unwrap_or(true)
+                && self.service.config.allow_auto_topic_creation;
+            if partitions == 0 && !may_create && !self.service.topic_exists(&name).await? {
+                return Err(BrokerError::TopicNotFound(name.to_string()));
+            }
+            Ok(partitions)
+        }
+        .await;
+        let reply = match result {
+            Ok(partitions) => commands::partitioned_metadata_response(request_id, partitions),
+            Err(error) => commands::partitioned_metadata_failed(
+                request_id,
+                error.server_error(),
+                error.to_string(),
+            ),
+        };
+        self.outbox.send_command(&reply);
+        Ok(())
+    }
+
+    fn on_lookup(&mut self, command: &BaseCommand) -> Handled {
+        let request = command.lookup_topic.as_ref().ok_or("LOOKUP without body")?;
+        let reply = match BrokerService::topic_name(&request.topic) {
+            Ok(_) => commands::lookup_response(
+                request.request_id,
+                LookupType::Connect,
+                self.service.config.service_url(),
+                None,
+                true,
+                false,
+            ),
+            Err(error) => {
+                commands::lookup_failed(request.request_id, error.server_error(), error.to_string())
+            }
+        };
+        self.outbox.send_command(&reply);
+        Ok(())
+    }
+
+    async fn on_producer(&mut self, command: &BaseCommand) -> Handled {
+        let request = command.producer.as_ref().ok_or("PRODUCER without body")?;
+        let (request_id, producer_id) = (request.request_id, request.producer_id);
+        if self.producers.contains_key(&producer_id) {
+            // A client retrying a create it already got: answer the same.
+            let existing = &self.producers[&producer_id];
+            let reply = commands::producer_success(request_id, existing.name.clone(), -1, None);
+            self.outbox.send_command(&reply);
+            return Ok(());
+        }
+        let mode = request
+            .producer_access_mode
+            .and_then(|m| ProducerAccessMode::try_from(m).ok())
+            .unwrap_or(ProducerAccessMode::Shared);
+        let result = async {
+            let name = BrokerService::topic_name(&request.topic)?;
+            let topic = self.service.topic(&name, true).await?;
+            let producer_name = match request.producer_name.clone().filter(|n| !n.is_empty()) {
+                Some(name) => name,
+                None => format!("standalone-{}", PRODUCER_NAMES.fetch_add(1, Ordering::Relaxed)),
+            };
+            let key = self.service.next_key();
+            let epoch = topic.add_producer(producer_name.clone(), key, mode).await?;
+            Ok((topic, producer_name, key, epoch))
+        }
+        .await;
+        match result {
+            Ok((topic, name, key, epoch)) => {
+                let schema_version = request.schema.as_ref().map(|_| Bytes::from_static(&[0; 8]));
+                let mut reply =
+                    commands::producer_success(request_id, name.clone(), -1, schema_version);
+                if mode != ProducerAccessMode::Shared {
+                    if let Some(success) = reply.producer_success.as_mut() {
+                        success.topic_epoch = Some(epoch);
+                    }
+                }
+                let partition = topic.partition;
+                self.producers.insert(producer_id, ProducerContext { topic, name, key, partition });
+                self.outbox.send_command(&reply);
+            }
+            Err(error) => self.reply_error(request_id, &error),
+        }
+        Ok(())
+    }
+
+    fn on_send(&mut self, command: &BaseCommand, entry: Option<Bytes>) -> Handled {
+        let send = command.send.as_ref().ok_or("SEND without body")?;
+        let entry = entry.ok_or("SEND without payload")?;
+        let (producer_id, sequence_id) = (send.producer_id, send.sequence_id);
+        let Some(producer) = self.producers.get(&producer_id) else {
+            let reply = commands::send_error(
+                producer_id,
+                sequence_id,
+                ServerError::ProducerBusy,
+                "unknown producer",
+            );
+            self.outbox.send_command(&reply);
+            return Ok(());
+        };
+        let highest = send.highest_sequence_id.unwrap_or(0).max(sequence_id);
+        let partition = (producer.partition >= 0).then_some(producer.partition);
+        let outbox = self.outbox.clone();
+        let staged = producer.topic.managed_ledger.append(
+            entry,
+            move |result: Result<Position, BrokerError>| {
+                let reply = match result {
+                    Ok(position) => {
+                        let id =
+                            commands::message_id(position.ledger_id, position.entry_id, partition);
+                        commands::send_receipt(producer_id, sequence_id, id, highest)
+                    }
+                    Err(error) => commands::send_error(
+                        producer_id,
+                        sequence_id,
+                        error.server_error(),
+                        error.to_string(),
+                    ),
+                };
+                outbox.send_command(&reply);
+            },
+        );
+        if let Err(error) = staged {
+            let reply = commands::send_error(
+                producer_id,
+                sequence_id,
+                error.server_error(),
+                error.to_string(),
+            );
+            self.outbox.send_command(&reply);
+        }
+        Ok(())
+    }
+
+    fn on_close_producer(&mut self, command: &BaseCommand) -> Handled {
+        let request = command.close_producer.as_ref().ok_or("CLOSE_PRODUCER without body")?;
+        if let Some(producer) = self.producers.remove(&request.producer_id) {
+            producer.topic.remove_producer(&producer.name, producer.key);
+        }
+        self.outbox.send_command(&commands::success(request.request_id));
+        Ok(())
+    }
+
+    async fn on_subscribe(&mut self, command: &BaseCommand) -> Handled {
+        let request = command.subscribe.as_ref().ok_or("SUBSCRIBE without body")?;
+        let (request_id, consumer_id) = (request.request_id, request.consumer_id);
+        if self.consumers.contains_key(&consumer_id) {
+            self.outbox.send_command(&commands::success(request_id));
+            return Ok(());
+        }
+        let sub_type = SubType::try_from(request.sub_type).unwrap_or(SubType::Exclusive);
+        let durable = request.durable.unwrap_or(true);
+        let start = match (&request.start_message_id, durable) {
+            (Some(id), false) => StartAt::MessageId(id.clone()),
+            _ => match request.initial_position.and_then(|p| InitialPosition::try_from(p).ok()) {
+                Some(InitialPosition::Earliest) => StartAt::Earliest,
+                _ => StartAt::Latest,
+            },
+        };
+        let result = async {
+            let name = BrokerService::topic_name(&request.topic)?;
+            let create = request.force_topic_creation.unwrap_or(true);
+            let topic = self.service.topic(&name, create).await?;
+            let subscription =
+                topic.subscription(&request.subscription, sub_type, durable, start).await?;
+            let key = self.service.next_key();
+            let handle = ConsumerHandle {
+                key,
+                consumer_id,
+                name: request.consumer_name.clone().unwrap_or_default(),
+                priority: request.priority_level.unwrap_or(0),
+                outbox: self.outbox.clone(),
+            };
+            subscription.add_consumer(handle, sub_type)?;
+            Ok((topic, subscription, key))
+        }
+        .await;
+        match result {
+            Ok((topic, subscription, key)) => {
+                self.consumers.insert(consumer_id, ConsumerContext { topic, subscription, key });
+                self.outbox.send_command(&commands::success(request_id));
+            }
+            Err(error) => self.reply_error(request_id, &error),
+        }
+        Ok(())
+    }
+
+    fn on_flow(&mut self, command: &BaseCommand) -> Handled {
+        let flow = command.flow.as_ref().ok_or("FLOW without body")?;
+        if let Some(consumer) = self.consumers.get(&flow.consumer_id) {
+            consumer.subscription.flow(consumer.key, flow.message_permits);
+        }
+        Ok(())
+    }
+
+    fn on_ack(&mut self, command: &BaseCommand) -> Handled {
+        let ack = command.ack.as_ref().ok_or("ACK without body")?;
+        let ack_type = AckType::try_from(ack.ack_type).unwrap_or(AckType::Individual);
+        let result = match self.consumers.get(&ack.consumer_id) {
+            Some(consumer) => consumer.subscription.ack(ack_type, &ack.message_id),
+            None => Err(BrokerError::InvalidRequest("unknown consumer".into())),
+        };
+        if let Some(request_id) = ack.request_id {
+            let error = result.err().map(|e| (e.server_error(), e.to_string()));
+            self.outbox.send_command(&commands::ack_response(ack.consumer_id, request_id, error));
+        }
+        Ok(())
+    }
+
+    fn on_redeliver(&mut self, command: &BaseCommand) -> Handled {
+        let request = command
+            .redeliver_unacknowledged_messages
+            .as_ref()
+            .ok_or("REDELIVER_UNACKNOWLEDGED_MESSAGES without body")?;
+        if let Some(consumer) = self.consumers.get(&request.consumer_id) {
+            consumer.subscription.redeliver(consumer.key, &request.message_ids);
+        }
+        Ok(())
+    }
+
+    async fn detach_consumer(&mut self, consumer_id: u64) {
+        if let Some(consumer) = self.consumers.remove(&consumer_id) {
+            let left = consumer.subscription.remove_consumer(consumer.key);
+            if left == 0 && !consumer.subscription.durable {
+                let _ = consumer.topic.remove_subscription(&consumer.subscription.name, true).await;
+            }
+        }
+    }
+
+    async fn on_close_consumer(&mut self, command: &BaseCommand) -> Handled {
+        let request = command.close_consumer.as_ref().ok_or("CLOSE_CONSUMER without body")?;
+        self.detach_consumer(request.consumer_id).await;
+        self.outbox.send_command(&commands::success(request.request_id));
+        Ok(())
+    }
+
+    async fn on_unsubscribe(&mut self, command: &BaseCommand) -> Handled {
+        let request = command.unsubscribe.as_ref().ok_or("UNSUBSCRIBE without body")?;
+        let Some(consumer) = self.consumers.get(&request.consumer_id) else {
+            self.reply_error(
+                request.request_id,
+                &BrokerError::InvalidRequest("unknown consumer".into()),
+            );
+            return Ok(());
+        };
+        if consumer.subscription.consumer_count() > 1 && !request.force.unwrap_or(false) {
+            let error =
+                BrokerError::NotAllowed("subscription has other connected consumers".into());
+            self.reply_error(request.request_id, &error);
+            return Ok(());
+        }
+        let (topic, name) = (consumer.topic.clone(), consumer.subscription.name.clone());
+        self.detach_consumer(request.consumer_id).await;
+        match topic.remove_subscription(&name, true).await {
+            Ok(()) => self.outbox.send_command(&commands::success(request.request_id)),
+            Err(error) => self.reply_error(request.request_id, &error),
+        }
+        Ok(())
+    }
+
+    fn on_get_last_message_id(&mut self, command: &BaseCommand) -> Handled {
+        let request =
+            command.get_last_message_id.as_ref().ok_or("GET_LAST_MESSAGE_ID without body")?;
+        let Some(consumer) = self.consumers.get(&request.consumer_id) else {
+            self.reply_error(
+                request.request_id,
+                &BrokerError::InvalidRequest("unknown consumer".into()),
+            );
+            return Ok(());
+        };
+        let managed_ledger = &consumer.topic.managed_ledger;
+        let partition = (consumer.topic.partition >= 0).then_some(consumer.topic.partition);
+        let last = match managed_ledger.last_confirmed() {
+            Some(p) => commands::message_id(p.ledger_id, p.entry_id, partition),
+            None => commands::message_id(managed_ledger.current_ledger(), u64::MAX, partition),
+        };
+        let mark_delete = consumer
+            .subscription
+            .mark_delete()
+            .map(|p| commands::message_id(p.ledger_id, p.entry_id, partition));
+        let reply = commands::get_last_message_id_response(request.request_id, last, mark_delete);
+        self.outbox.send_command(&reply);
+        Ok(())
+    }
+
+    fn on_consumer_stats(&mut self, command: &BaseCommand) -> Handled {
+        let request = command.consumer_stats.as_ref().ok_or("CONSUMER_STATS without body")?;
+        let mut response =
+            CommandConsumerStatsResponse { request_id: request.request_id, ..Default::default() };
+        match self.consumers.get(&request.consumer_id) {
+            Some(consumer) => {
+                response.r#type = Some(format!("{:?}", consumer.subscription.sub_type()));
+            }
+            None => {
+                response.error_code = Some(ServerError::ConsumerNotFound as i32);
+                response.error_message = Some("unknown consumer".into());
+            }
+        }
+        let reply = BaseCommand {
+            consumer_stats_response: Some(Box::new(response)),
+            ..commands::base(Type::ConsumerStatsResponse)
+        };
+        self.outbox.send_command(&reply);
+        Ok(())
+    }
+
+    /// The connection is gone: its producers and consumers leave their topics.
+    async fn cleanup(&mut self) {
+        for (_, producer) in self.producers.drain() {
+            producer.topic.remove_producer(&producer.name, producer.key);
+        }
+        let ids: Vec<u64> = self.consumers.keys().copied().collect();
+        for id in ids {
+            self.detach_consumer(id).await;
+        }
+    }
+}
+
+/// The broker's binary-protocol listener: accepts connections until `shutdown` fires.
+pub async fn run_listener(
+    service: Arc<BrokerService>,
+    listener: tokio::net::TcpListener,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut stop = shutdown.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((socket, _)) => {
+                    tokio::spawn(serve(service.clone(), socket, shutdown.clone()));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = stop.changed() => return,
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Broker errors and their one mapping to the protocol's `ServerError`.
+
+use magnetar_ledger::LedgerError;
+use magnetar_metadata::MetadataError;
+use magnetar_protocol::proto::ServerError;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BrokerError {
+    #[error("invalid topic name {0:?}")]
+    InvalidTopicName(String),
+    #[error("topic {0} not found")]
+    TopicNotFound(String),
+    #[error("{0}")]
+    ConsumerBusy(String),
+    #[error("{0}")]
+    ProducerBusy(String),
+    #[error("subscription {0} not found")]
+    SubscriptionNotFound(String),
+    #[error("{0}")]
+    NotAllowed(String),
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("storage: {0}")]
+    Storage(#[from] LedgerError),
+    #[error("metadata: {0}")]
+    Metadata(String),
+    #[error("broker is shutting down")]
+    ShuttingDown,
+}
+
+impl From<MetadataError> for BrokerError {
+    fn from(error: MetadataError) -> Self {
+        BrokerError::Metadata(error.to_string())
+    }
+}
+
+impl BrokerError {
+    /// The protocol error a client sees. Exhaustive on purpose: a new variant must choose.
+    pub fn server_error(&self) -> ServerError {
+        match self {
+            BrokerError::InvalidTopicName(_) => ServerError::InvalidTopicName,
+            BrokerError::TopicNotFound(_) => ServerError::TopicNotFound,
+            BrokerError::ConsumerBusy(_) => ServerError::ConsumerBusy,
+            BrokerError::ProducerBusy(_) => ServerError::ProducerBusy,
+            BrokerError::SubscriptionNotFound(_) => ServerError::SubscriptionNotFound,
+            BrokerError::NotAllowed(_) => ServerError::NotAllowedError,
+            BrokerError::InvalidRequest(_) => ServerError::UnknownError,
+            BrokerError::Storage(LedgerError::Journal(_)) => ServerError::PersistenceError,
+            BrokerError::Storage(_) => ServerError::PersistenceError,
+            BrokerError::Metadata(_) => ServerError::MetadataError,
+            BrokerError::ShuttingDown => ServerError::ServiceNotReady,
+        }
+    }
+}

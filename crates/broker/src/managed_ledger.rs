@@ -1,0 +1,268 @@
+//! A topic's managed ledger: an ordered list of ledgers in the ledger store, the last one open
+//! for appends, rolled over after `max_entries_per_ledger`. The ledger list lives in the
+//! metadata store; entry counts come from the ledger store itself.
+//!
+//! Invariants:
+//! - Every ledger that holds an entry is in the persisted list before its first append.
+//! - The confirmed count of a ledger only grows, and only after the entry is durable; readers
+//!   and dispatchers never see an entry before that.
+//! - On open, the previous writer's open ledger is closed at its durable count and a new ledger
+//!   is started, as BookKeeper-backed Pulsar does after a broker restart.
+
+use crate::cursor::{LedgerList, Position};
+use crate::error::BrokerError;
+use bytes::Bytes;
+use magnetar_ledger::{LedgerError, LedgerStore};
+use magnetar_metadata::{ExpectedVersion, MetadataStore};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct PersistedLedgers {
+    ledgers: Vec<u64>,
+}
+
+struct State {
+    /// Ledger id -> confirmed (durable) entry count, for every ledger of the topic.
+    ledgers: LedgerList,
+    ids: Vec<u64>,
+    current: u64,
+    staged_in_current: u64,
+    rolling: bool,
+    metadata_version: Option<u64>,
+}
+
+pub struct ManagedLedger {
+    topic: String,
+    key: String,
+    store: Arc<LedgerStore>,
+    metadata: Arc<dyn MetadataStore>,
+    max_entries_per_ledger: u64,
+    state: Mutex<State>,
+    listeners: Mutex<Vec<Arc<Notify>>>,
+}
+
+impl ManagedLedger {
+    /// Loads (or creates) the managed ledger of `topic`, whose ledger list is at `key`.
+    pub async fn open(
+        topic: String,
+        key: String,
+        store: Arc<LedgerStore>,
+        metadata: Arc<dyn MetadataStore>,
+        max_entries_per_ledger: u64,
+    ) -> Result<Arc<Self>, BrokerError> {
+        let (persisted, version) = match metadata.get(&key).await? {
+            Some(found) => {
+                let list: PersistedLedgers = serde_json::from_slice(&found.value).map_err(|e| {
+                    BrokerError::Metadata(format!("ledger list of {topic} is corrupt: {e}"))
+                })?;
+                (list, Some(found.version))
+            }
+            None => (PersistedLedgers::default(), None),
+        };
+        let mut ledgers = LedgerList::new();
+        let mut ids = Vec::new();
+        for &id in &persisted.ledgers {
+            let info = match store.ledger_info(id) {
+                Ok(info) => info,
+                Err(LedgerError::NoSuchLedger(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let count = if info.closed { info.entries } else { store.close_ledger(id).await? };
+            if count == 0 {
+                let _ = store.delete_ledger(id).await;
+                continue;
+            }
+            ledgers.set_entry_count(id, count);
+            ids.push(id);
+        }
+        let current = store.create_ledger().await?;
+        ledgers.set_entry_count(current, 0);
+        ids.push(current);
+        let state = State {
+            ledgers,
+            ids,
+            current,
+            staged_in_current: 0,
+            rolling: false,
+            metadata_version: version,
+        };
+        let managed = Arc::new(ManagedLedger {
+            topic,
+            key,
+            store,
+            metadata,
+            max_entries_per_ledger,
+            state: Mutex::new(state),
+            listeners: Mutex::new(Vec::new()),
+        });
+        managed.persist_ledger_list().await?;
+        Ok(managed)
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    async fn persist_ledger_list(&self) -> Result<(), BrokerError> {
+        let (ids, version) = {
+            let state = self.state.lock();
+            (state.ids.clone(), state.metadata_version)
+        };
+        let value = serde_json::to_vec(&PersistedLedgers { ledgers: ids })
+            .map_err(|e| BrokerError::Metadata(e.to_string()))?;
+        let expected = match version {
+            Some(v) => ExpectedVersion::Exactly(v),
+            None => ExpectedVersion::Absent,
+        };
+        let new_version = self.metadata.put(&self.key, value.into(), expected).await?;
+        self.state.lock().metadata_version = Some(new_version);
+        Ok(())
+    }
+
+    /// Stages an append; `done` runs once it is durable (on the storage completion thread:
+    /// keep it short). Completions of one managed ledger come in append order.
+    pub fn append(
+        self: &Arc<Self>,
+        data: Bytes,
+        done: impl FnOnce(Result<Position, BrokerError>) + Send + 'static,
+    ) -> Result<(), BrokerError> {
+        let mut state = self.state.lock();
+        let ledger = state.current;
+        let me = self.clone();
+        self.store.append_with(
+            ledger,
+            data,
+            Box::new(move |result| match result {
+                Ok(entry) => {
+                    me.confirm(ledger, entry);
+                    done(Ok(Position::new(ledger, entry)));
+                }
+                Err(error) => done(Err(error.into())),
+            }),
+        )?;
+        state.staged_in_current += 1;
+        if state.staged_in_current >= self.max_entries_per_ledger && !state.rolling {
+            state.rolling = true;
+            let me = self.clone();
+            tokio::spawn(async move { me.roll_over().await });
+        }
+        Ok(())
+    }
+
+    fn confirm(&self, ledger: u64, entry: u64) {
+        {
+            let mut state = self.state.lock();
+            let known = crate::cursor::entry_count(&state.ledgers, ledger).unwrap_or(0);
+            if entry + 1 > known {
+                state.ledgers.set_entry_count(ledger, entry + 1);
+            }
+        }
+        for listener in self.listeners.lock().iter() {
+            listener.notify_one();
+        }
+    }
+
+    async fn roll_over(self: Arc<Self>) {
+        let result: Result<(), BrokerError> = async {
+            let new_ledger = self.store.create_ledger().await?;
+            {
+                let mut state = self.state.lock();
+                state.ids.push(new_ledger);
+                state.ledgers.set_entry_count(new_ledger, 0);
+            }
+            self.persist_ledger_list().await?;
+            let old = {
+                let mut state = self.state.lock();
+                let old = state.current;
+                state.current = new_ledger;
+                state.staged_in_current = 0;
+                old
+            };
+            let count = self.store.close_ledger(old).await?;
+            self.state.lock().ledgers.set_entry_count(old, count);
+            Ok(())
+        }
+        .await;
+        if let Err(error) = result {
+            tracing::warn!(topic = %self.topic, %error, "ledger rollover failed; will retry");
+        }
+        self.state.lock().rolling = false;
+    }
+
+    /// Wakes `listener` whenever new entries become durable.
+    pub fn add_listener(&self, listener: Arc<Notify>) {
+        self.listeners.lock().push(listener);
+    }
+
+    pub fn remove_listener(&self, listener: &Arc<Notify>) {
+        self.listeners.lock().retain(|l| !Arc::ptr_eq(l, listener));
+    }
+
+    /// The ledger layout, for cursor computations.
+    pub fn ledgers(&self) -> LedgerList {
+        self.state.lock().ledgers.clone()
+    }
+
+    /// The last durable entry, if any.
+    pub fn last_confirmed(&self) -> Option<Position> {
+        let state = self.state.lock();
+        state.ids.iter().rev().find_map(|&id| {
+            let count = crate::cursor::entry_count(&state.ledgers, id)?;
+            (count > 0).then(|| Position::new(id, count - 1))
+        })
+    }
+
+    /// The ledger currently written to (for an empty topic's "last message id").
+    pub fn current_ledger(&self) -> u64 {
+        self.state.lock().current
+    }
+
+    /// Up to `max` durable entries starting at `from`, crossing ledgers. Blocks on disk reads.
+    pub fn read_from(
+        &self,
+        from: Position,
+        max: usize,
+    ) -> Result<Vec<(Position, Bytes)>, BrokerError> {
+        let ledgers = self.ledgers();
+        let mut out = Vec::new();
+        let mut next = Some(from).filter(|p| crate::cursor::position_exists(&ledgers, *p));
+        while let Some(position) = next {
+            if out.len() >= max {
+                break;
+            }
+            let count = crate::cursor::entry_count(&ledgers, position.ledger_id).unwrap_or(0);
+            let last = (position.entry_id + (max - out.len()) as u64 - 1).min(count - 1);
+            let entries = self.store.read_range(position.ledger_id, position.entry_id, last)?;
+            for (offset, data) in entries.into_iter().enumerate() {
+                out.push((
+                    Position::new(position.ledger_id, position.entry_id + offset as u64),
+                    data,
+                ));
+            }
+            next = crate::cursor::next_position(
+                &ledgers,
+                Some(Position::new(position.ledger_id, last)),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Reads the given durable entries (for redelivery); missing ones are skipped.
+    pub fn read_positions(
+        &self,
+        positions: &[Position],
+    ) -> Result<Vec<(Position, Bytes)>, BrokerError> {
+        let mut out = Vec::with_capacity(positions.len());
+        for &position in positions {
+            match self.store.read_entry(position.ledger_id, position.entry_id) {
+                Ok(data) => out.push((position, data)),
+                Err(LedgerError::NoSuchLedger(_)) | Err(LedgerError::NoSuchEntry { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(out)
+    }
+}
