@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Everything Magnetar tests, in the order CI runs it (CI calls exactly this script):
+#   1. a Python venv in .venv with the official Pulsar client and pytest (created if missing)
+#   2. cargo test --workspace --release          (Rust unit and integration tests)
+#   3. the release binary target/release/magnetar
+#   4. pytest tests/compat                         (Pulsar-protocol compatibility suite)
+# Exits non-zero as soon as a step fails or runs out of time. Each step is bounded, and so is the
+# whole run: TEST_SH_BUDGET_MIN minutes (default 85, CI allows 90).
+#
+# Extra pytest arguments can be given on the command line: scripts/test.sh -k readers
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+T0=$(date +%s)
+BUDGET_S=$(( ${TEST_SH_BUDGET_MIN:-85} * 60 ))
+VENV=$ROOT/.venv
+PY=$VENV/bin/python
+
+section() {
+  printf '\n==================== [%s, +%ds] %s ====================\n' \
+    "$(date +%H:%M:%S)" "$(( $(date +%s) - T0 ))" "$*"
+}
+
+fail() {
+  printf '\n==================== FAILED: %s (after %ds) ====================\n' \
+    "$*" "$(( $(date +%s) - T0 ))" >&2
+  exit 1
+}
+
+# bounded STEP_NAME MAX_SECONDS command...: runs the command with at most MAX_SECONDS, and never
+# past the overall budget. A time-out is a failure.
+bounded() {
+  local name=$1 max=$2; shift 2
+  local left=$(( BUDGET_S - ($(date +%s) - T0) ))
+  (( left < max )) && max=$left
+  (( max > 0 )) || fail "$name: no time left in the ${BUDGET_S}s budget"
+  local rc=0
+  timeout --kill-after=30 "$max" "$@" || rc=$?
+  if (( rc == 124 || rc == 137 )); then fail "$name: timed out after ${max}s"; fi
+  return "$rc"
+}
+
+# ------------------------------------------------------------------------------------ 1. venv
+section "Python venv (.venv): pulsar-client, pytest"
+if [ ! -x "$PY" ] || ! "$PY" -c 'import sys' 2>/dev/null; then
+  rm -rf "$VENV"
+  python3 -m venv "$VENV" || fail "python3 -m venv"
+fi
+bounded "pip install" 900 "$PY" -m pip install --quiet --disable-pip-version-check \
+  'pulsar-client>=3.5,<4' 'pytest>=8' 'pytest-timeout>=2' || fail "pip install"
+"$PY" -c 'import pulsar, pytest; print("pulsar-client", pulsar.__version__, "/ pytest", pytest.__version__)' \
+  || fail "the venv cannot import pulsar and pytest"
+
+# ------------------------------------------------------------------------------------ 2. cargo test
+section "cargo test --workspace --release"
+bounded "cargo test" 3000 cargo test --workspace --release || fail "cargo test --workspace --release"
+
+# ------------------------------------------------------------------------------------ 3. binary
+# Same binary as `cargo build --release -p magnetar`, but with the package set of the test build
+# above, so cargo resolves the same features and reuses its artifacts instead of compiling again.
+section "cargo build --release (magnetar binary)"
+bounded "cargo build" 1200 cargo build --release --workspace --bin magnetar \
+  || fail "cargo build --release -p magnetar"
+[ -x target/release/magnetar ] || fail "target/release/magnetar was not built"
+
+# ------------------------------------------------------------------------------------ 4. pytest
+section "pytest tests/compat (Pulsar compatibility, official Python client)"
+rc=0
+bounded "pytest" 1800 "$PY" -m pytest tests/compat -p no:cacheprovider --timeout=300 -ra "$@" || rc=$?
+case $rc in
+  0) ;;
+  5) fail "pytest collected no tests (exit code 5)" ;;
+  *) fail "pytest tests/compat (exit code $rc)" ;;
+esac
+
+section "all tests passed in $(( $(date +%s) - T0 ))s"

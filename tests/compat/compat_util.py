@@ -1,0 +1,100 @@
+"""Helpers shared by the compatibility tests (no fixtures here: see conftest.py)."""
+
+import urllib.error
+import urllib.request
+import uuid
+
+import pulsar
+
+RECEIVE_TIMEOUT_MS = 10_000   # one message must arrive within this
+QUIET_MS = 700                # "nothing more arrives": how long we listen for an unwanted message
+
+
+def unique_topic(prefix="t"):
+    return "persistent://public/default/%s-%s" % (prefix, uuid.uuid4().hex)
+
+
+def short_name(topic):
+    """persistent://public/default/x -> x"""
+    return topic.rsplit("/", 1)[1]
+
+
+def http_request(method, url, body=None, content_type="application/json", timeout=10):
+    """Returns (status, body bytes). Does not raise on HTTP error statuses."""
+    data = None if body is None else (body if isinstance(body, bytes) else str(body).encode())
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", content_type)
+    req.add_header("Accept", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def receive_n(consumer, n, timeout_ms=RECEIVE_TIMEOUT_MS, what="message"):
+    """Receives exactly n messages, each within timeout_ms; fails the test otherwise."""
+    got = []
+    for _ in range(n):
+        try:
+            got.append(consumer.receive(timeout_millis=timeout_ms))
+        except pulsar.Timeout:
+            raise AssertionError("received only %d of %d %ss (then nothing for %d ms); got %r"
+                                 % (len(got), n, what, timeout_ms,
+                                    [m.data()[:40] for m in got[-5:]]))
+    return got
+
+
+def read_n(reader, n, timeout_ms=RECEIVE_TIMEOUT_MS):
+    got = []
+    for _ in range(n):
+        try:
+            got.append(reader.read_next(timeout_millis=timeout_ms))
+        except pulsar.Timeout:
+            raise AssertionError("reader got only %d of %d messages; got %r"
+                                 % (len(got), n, [m.data()[:40] for m in got[-5:]]))
+    return got
+
+
+def assert_nothing_more(consumer_or_reader, wait_ms=QUIET_MS):
+    """Asserts no further message arrives within wait_ms."""
+    try:
+        if isinstance(consumer_or_reader, pulsar.Reader):
+            m = consumer_or_reader.read_next(timeout_millis=wait_ms)
+        else:
+            m = consumer_or_reader.receive(timeout_millis=wait_ms)
+    except pulsar.Timeout:
+        return
+    raise AssertionError("unexpected extra message %r (id %s)" % (m.data()[:80], m.message_id()))
+
+
+def drain(consumer, quiet_ms=3000, limit=1_000_000):
+    """Receives until nothing arrives for quiet_ms (bounded by limit messages)."""
+    got = []
+    while len(got) < limit:
+        try:
+            got.append(consumer.receive(timeout_millis=quiet_ms))
+        except pulsar.Timeout:
+            break
+    return got
+
+
+def payloads(msgs):
+    return [m.data().decode() for m in msgs]
+
+
+def check_round_trip(server, prefix="health"):
+    """A normal client can still produce and consume one message."""
+    topic = unique_topic(prefix)
+    client = server.client()
+    try:
+        consumer = client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic)
+        body = ("still-alive-" + uuid.uuid4().hex).encode()
+        producer.send(body)
+        msg = consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS)
+        assert msg.data() == body
+        consumer.acknowledge(msg)
+    finally:
+        client.close()
