@@ -19,8 +19,12 @@ pub struct BrokerConfig {
     pub keepalive_seconds: u64,
     /// Create topics on first use, as Pulsar standalone does.
     pub allow_auto_topic_creation: bool,
-    /// A topic's ledger is rolled over after this many entries (Pulsar: 50,000).
+    /// A topic's ledger is rolled over after this many entries (Pulsar: 50,000)...
     pub max_entries_per_ledger: u64,
+    /// ...or this many bytes (Pulsar: 2 GiB)...
+    pub max_bytes_per_ledger: u64,
+    /// ...or this many seconds after it was opened, checked at the next append (Pulsar: 4 h).
+    pub max_ledger_age_seconds: u64,
     /// Most entries read and sent per dispatch round of a subscription.
     pub dispatch_batch_entries: usize,
 }
@@ -35,6 +39,8 @@ impl Default for BrokerConfig {
             keepalive_seconds: 30,
             allow_auto_topic_creation: true,
             max_entries_per_ledger: 50_000,
+            max_bytes_per_ledger: 2 << 30,
+            max_ledger_age_seconds: 4 * 3600,
             dispatch_batch_entries: 100,
         }
     }
@@ -51,8 +57,12 @@ impl BrokerConfig {
         if self.keepalive_seconds == 0 {
             return Err("keepalive_seconds must be at least 1".into());
         }
-        if self.max_entries_per_ledger == 0 || self.dispatch_batch_entries == 0 {
-            return Err("max_entries_per_ledger and dispatch_batch_entries must be positive".into());
+        if self.max_entries_per_ledger == 0
+            || self.max_bytes_per_ledger == 0
+            || self.max_ledger_age_seconds == 0
+            || self.dispatch_batch_entries == 0
+        {
+            return Err("ledger rollover limits and dispatch_batch_entries must be positive".into());
         }
         Ok(())
     }

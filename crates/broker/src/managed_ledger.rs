@@ -17,7 +17,16 @@ use magnetar_metadata::{ExpectedVersion, MetadataStore};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::Notify;
+
+/// When a topic's ledger is rolled over.
+#[derive(Debug, Clone, Copy)]
+pub struct RolloverPolicy {
+    pub max_entries: u64,
+    pub max_bytes: u64,
+    pub max_age: Duration,
+}
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct PersistedLedgers {
@@ -30,6 +39,8 @@ struct State {
     ids: Vec<u64>,
     current: u64,
     staged_in_current: u64,
+    staged_bytes_in_current: u64,
+    current_opened: Instant,
     rolling: bool,
     metadata_version: Option<u64>,
 }
@@ -39,7 +50,7 @@ pub struct ManagedLedger {
     key: String,
     store: Arc<LedgerStore>,
     metadata: Arc<dyn MetadataStore>,
-    max_entries_per_ledger: u64,
+    rollover: RolloverPolicy,
     state: Mutex<State>,
     listeners: Mutex<Vec<Arc<Notify>>>,
 }
@@ -51,7 +62,7 @@ impl ManagedLedger {
         key: String,
         store: Arc<LedgerStore>,
         metadata: Arc<dyn MetadataStore>,
-        max_entries_per_ledger: u64,
+        rollover: RolloverPolicy,
     ) -> Result<Arc<Self>, BrokerError> {
         let (persisted, version) = match metadata.get(&key).await? {
             Some(found) => {
@@ -86,6 +97,8 @@ impl ManagedLedger {
             ids,
             current,
             staged_in_current: 0,
+            staged_bytes_in_current: 0,
+            current_opened: Instant::now(),
             rolling: false,
             metadata_version: version,
         };
@@ -94,7 +107,7 @@ impl ManagedLedger {
             key,
             store,
             metadata,
-            max_entries_per_ledger,
+            rollover,
             state: Mutex::new(state),
             listeners: Mutex::new(Vec::new()),
         });
@@ -131,6 +144,7 @@ impl ManagedLedger {
     ) -> Result<(), BrokerError> {
         let mut state = self.state.lock();
         let ledger = state.current;
+        let bytes = data.len() as u64;
         let me = self.clone();
         self.store.append_with(
             ledger,
@@ -144,7 +158,11 @@ impl ManagedLedger {
             }),
         )?;
         state.staged_in_current += 1;
-        if state.staged_in_current >= self.max_entries_per_ledger && !state.rolling {
+        state.staged_bytes_in_current += bytes;
+        let full = state.staged_in_current >= self.rollover.max_entries
+            || state.staged_bytes_in_current >= self.rollover.max_bytes
+            || state.current_opened.elapsed() >= self.rollover.max_age;
+        if full && !state.rolling {
             state.rolling = true;
             let me = self.clone();
             tokio::spawn(async move { me.roll_over().await });
@@ -179,6 +197,8 @@ impl ManagedLedger {
                 let old = state.current;
                 state.current = new_ledger;
                 state.staged_in_current = 0;
+                state.staged_bytes_in_current = 0;
+                state.current_opened = Instant::now();
                 old
             };
             let count = self.store.close_ledger(old).await?;
@@ -190,6 +210,11 @@ impl ManagedLedger {
             tracing::warn!(topic = %self.topic, %error, "ledger rollover failed; will retry");
         }
         self.state.lock().rolling = false;
+    }
+
+    /// Whether a rollover is under way.
+    pub fn is_rolling(&self) -> bool {
+        self.state.lock().rolling
     }
 
     /// Wakes `listener` whenever new entries become durable.
@@ -264,5 +289,83 @@ impl ManagedLedger {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use magnetar_journal::sim::SimStorage;
+    use magnetar_journal::JournalConfig;
+    use magnetar_ledger::LedgerStoreConfig;
+    use magnetar_metadata::MemoryStore;
+
+    fn store(storage: &SimStorage) -> Arc<LedgerStore> {
+        let config = LedgerStoreConfig {
+            journal: JournalConfig {
+                segment_size_bytes: 256 << 10,
+                max_group_bytes: 64 << 10,
+                ..JournalConfig::default()
+            },
+            ..LedgerStoreConfig::default()
+        };
+        Arc::new(LedgerStore::open_with_storage(config, Arc::new(storage.clone())).unwrap().0)
+    }
+
+    fn policy(max_entries: u64) -> RolloverPolicy {
+        RolloverPolicy { max_entries, max_bytes: u64::MAX, max_age: Duration::from_secs(3600) }
+    }
+
+    async fn append(ml: &Arc<ManagedLedger>, data: &'static [u8]) -> Position {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        ml.append(Bytes::from_static(data), move |result| {
+            let _ = sender.send(result);
+        })
+        .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), receiver).await.unwrap().unwrap().unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn rolls_over_reads_across_ledgers_and_reopens_after_the_last_entry() {
+        let storage = SimStorage::new(11);
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let key = "/managed-ledgers/t".to_string();
+        let first_store = store(&storage);
+        let ml = ManagedLedger::open(
+            "t".into(),
+            key.clone(),
+            first_store.clone(),
+            metadata.clone(),
+            policy(10),
+        )
+        .await
+        .unwrap();
+        let mut positions = Vec::new();
+        for _ in 0..35 {
+            positions.push(append(&ml, b"entry").await);
+        }
+        assert!(positions.windows(2).all(|w| w[0] < w[1]), "positions grow: {positions:?}");
+        let ledgers: std::collections::BTreeSet<u64> =
+            positions.iter().map(|p| p.ledger_id).collect();
+        assert!(
+            ledgers.len() >= 3,
+            "35 entries at 10 per ledger span several ledgers: {ledgers:?}"
+        );
+        let read = ml.read_from(positions[0], 100).unwrap();
+        assert_eq!(read.iter().map(|(p, _)| *p).collect::<Vec<_>>(), positions);
+        assert_eq!(ml.last_confirmed(), positions.last().copied());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ml.is_rolling() {
+            assert!(Instant::now() < deadline, "rollover finishes");
+            tokio::task::yield_now().await;
+        }
+        drop(ml);
+        tokio::task::spawn_blocking(move || first_store.close()).await.unwrap();
+        let reopened = ManagedLedger::open("t".into(), key, store(&storage), metadata, policy(10))
+            .await
+            .unwrap();
+        assert_eq!(reopened.last_confirmed(), positions.last().copied());
+        let next = append(&reopened, b"after restart").await;
+        assert!(next > *positions.last().unwrap(), "a reopened topic appends after its last entry");
     }
 }

@@ -72,7 +72,11 @@ impl Topic {
             format!("/managed-ledgers/{path}"),
             store,
             metadata.clone(),
-            config.max_entries_per_ledger,
+            crate::managed_ledger::RolloverPolicy {
+                max_entries: config.max_entries_per_ledger,
+                max_bytes: config.max_bytes_per_ledger,
+                max_age: std::time::Duration::from_secs(config.max_ledger_age_seconds),
+            },
         )
         .await?;
         let partition = name.partition_index().map_or(-1, |p| p as i32);

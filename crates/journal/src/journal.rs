@@ -548,9 +548,9 @@ fn writer_loop(shared: &Shared) {
         let result = write_all_at(&**file, group.buf.as_slice(), group.offset)
             .map_err(|e| format!("write to segment {}: {e}", group.seq))
             .and_then(|()| match shared.config.sync_mode {
-                SyncMode::Fdatasync => file
-                    .sync_data()
-                    .map_err(|e| format!("fdatasync of segment {}: {e}", group.seq)),
+                SyncMode::Fdatasync => {
+                    file.sync_data().map_err(|e| format!("fdatasync of segment {}: {e}", group.seq))
+                }
                 SyncMode::Dsync | SyncMode::None => Ok(()),
             });
         if let Err(why) = result {
@@ -691,7 +691,8 @@ fn switch_segment(
             .map_err(|e| JournalError::Failed(format!("open segment {seq}: {e}").into()))
     };
     let file = open(mode)?;
-    let small_file = if mode.direct_io { open(WriteMode { direct_io: false, ..mode })? } else { file.clone() };
+    let small_file =
+        if mode.direct_io { open(WriteMode { direct_io: false, ..mode })? } else { file.clone() };
     let reader = open_read(&**storage, seq)?;
     shared.readers.write().insert(seq, reader);
     Ok((file, small_file))

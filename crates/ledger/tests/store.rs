@@ -236,3 +236,39 @@ async fn crashes_never_lose_acknowledged_entries_or_leave_holes() {
         }
     }
 }
+
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum()
+}
+
+/// On a real file system: deleting ledgers frees journal segments and the directory shrinks.
+#[tokio::test]
+async fn deleting_ledgers_shrinks_the_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LedgerStoreConfig { dir: dir.path().to_path_buf(), ..config() };
+    let (store, _) = LedgerStore::open(config).unwrap();
+    let mut ledgers = Vec::new();
+    for _ in 0..4 {
+        let ledger = timed(store.create_ledger()).await.unwrap();
+        for entry in 0..300 {
+            timed(store.append(ledger, data(ledger, entry)).unwrap()).await.unwrap();
+        }
+        ledgers.push(ledger);
+    }
+    store.run_maintenance().unwrap();
+    let before = dir_bytes(dir.path());
+    for ledger in &ledgers[..3] {
+        timed(store.delete_ledger(*ledger)).await.unwrap();
+    }
+    store.run_maintenance().unwrap();
+    let after = dir_bytes(dir.path());
+    println!("data directory: {before} bytes before deleting 3 of 4 ledgers, {after} after");
+    assert!(
+        after * 2 < before,
+        "deleting 3 of 4 ledgers should free most space: {before} -> {after}"
+    );
+    let kept = ledgers[3];
+    for entry in 0..300 {
+        assert_eq!(store.read_entry(kept, entry).unwrap(), data(kept, entry));
+    }
+}

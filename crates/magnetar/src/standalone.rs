@@ -191,3 +191,29 @@ pub fn run(args: StandaloneArgs) -> anyhow::Result<()> {
         anyhow::Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_lists_every_knob_with_its_default() {
+        let text = include_str!("../../../magnetar.example.toml");
+        let parsed: StandaloneConfig = toml::from_str(text).expect("the example parses");
+        let default = StandaloneConfig::default();
+        assert_eq!(format!("{parsed:?}"), format!("{default:?}"), "example and defaults differ");
+        // Every field of every section appears in the example (no knob left undocumented).
+        let value: toml::Value = toml::from_str(text).unwrap();
+        let broker = value["broker"].as_table().unwrap();
+        let storage = value["storage"].as_table().unwrap();
+        let debug = format!("{:?}", default.broker);
+        let broker_fields = debug.matches(": ").count();
+        assert_eq!(broker.len(), broker_fields, "every broker knob is in the example");
+        let debug = format!("{:?}", default.storage);
+        assert_eq!(
+            storage.len(),
+            debug.matches(": ").count(),
+            "every storage knob is in the example"
+        );
+    }
+}
