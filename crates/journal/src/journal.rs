@@ -501,6 +501,9 @@ fn take_group(shared: &Shared) -> Option<Group> {
     }
 }
 
+/// A segment's write handles: for large groups (O_DIRECT when configured) and small ones.
+type SegmentWriters = (Arc<dyn SegmentFile>, Arc<dyn SegmentFile>);
+
 struct Active {
     seq: u64,
     /// For groups of at least `direct_io_min_group_bytes` (O_DIRECT when configured).
@@ -659,7 +662,7 @@ fn switch_segment(
     shared: &Shared,
     seq: u64,
     mode: WriteMode,
-) -> Result<(Arc<dyn SegmentFile>, Arc<dyn SegmentFile>), JournalError> {
+) -> Result<SegmentWriters, JournalError> {
     {
         let mut prep = shared.prep.lock();
         loop {
