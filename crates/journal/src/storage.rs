@@ -121,8 +121,8 @@ fn zero_fill(path: &Path, size: u64) -> io::Result<()> {
         OpenOptions::new().write(true).create(true).truncate(true).custom_flags(flags).open(path)
     };
     let (file, direct) = match open(libc::O_DIRECT) {
-        Ok(file) => (file, true),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (open(0)?, false),
+        Ok(file) => (FsFile(file), true),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (FsFile(open(0)?), false),
         Err(e) => return Err(e),
     };
     let mut zeros = crate::aligned::AlignedBuf::with_capacity(CHUNK);
@@ -131,27 +131,13 @@ fn zero_fill(path: &Path, size: u64) -> io::Result<()> {
     while written < size {
         let n = (size - written).min(CHUNK as u64) as usize;
         let n = if direct { n.next_multiple_of(4096) } else { n };
-        write_all_file(&file, &zeros.as_slice()[..n], written)?;
+        write_all_at(&file, &zeros.as_slice()[..n], written)?;
         written += n as u64;
     }
     if direct && written != size {
-        file.set_len(size)?;
+        file.0.set_len(size)?;
     }
-    file.sync_all()
-}
-
-fn write_all_file(file: &File, buf: &[u8], mut offset: u64) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.write_at(&buf[done..], offset)? {
-            0 => return Err(io::ErrorKind::WriteZero.into()),
-            n => {
-                done += n;
-                offset += n as u64;
-            }
-        }
-    }
-    Ok(())
+    file.0.sync_all()
 }
 
 struct FsFile(File);
