@@ -224,12 +224,8 @@ impl Connection {
             Type::Unsubscribe => self.on_unsubscribe(&command).await,
             Type::GetLastMessageId => self.on_get_last_message_id(&command),
             Type::ConsumerStats => self.on_consumer_stats(&command),
-            Type::Seek => {
-                let seek = command.seek.as_ref().ok_or("SEEK without body")?;
-                let error = BrokerError::NotAllowed("seek is not supported yet".into());
-                self.reply_error(seek.request_id, &error);
-                Ok(())
-            }
+            Type::Seek => self.on_seek(&command).await,
+            Type::GetTopicsOfNamespace => self.on_get_topics_of_namespace(&command).await,
             other => Err(format!("unsupported command {other:?}")),
         }
     }
@@ -305,8 +301,12 @@ impl Connection {
         if self.producers.contains_key(&producer_id) {
             // A client retrying a create it already got: answer the same.
             let existing = &self.producers[&producer_id];
-            let reply =
-                commands::producer_success(request_id, existing.name.clone(), -1, Some(Bytes::new()));
+            let reply = commands::producer_success(
+                request_id,
+                existing.name.clone(),
+                -1,
+                Some(Bytes::new()),
+            );
             self.outbox.send_command(&reply);
             return Ok(());
         }
@@ -317,6 +317,17 @@ impl Connection {
         let result = async {
             let name = BrokerService::topic_name(&request.topic)?;
             let topic = self.service.topic(&name, true).await?;
+            // The initial subscription (dead-letter producers): created at the earliest
+            // position before the producer may publish, as Pulsar's handleProducer does.
+            if let Some(initial) =
+                request.initial_subscription_name.as_deref().filter(|n| !n.is_empty())
+            {
+                if name.domain() == magnetar_admin::names::TopicDomain::Persistent {
+                    topic
+                        .subscription(initial, SubType::Exclusive, true, StartAt::Earliest)
+                        .await?;
+                }
+            }
             let producer_name = match request.producer_name.clone().filter(|n| !n.is_empty()) {
                 Some(name) => name,
                 None => format!("standalone-{}", PRODUCER_NAMES.fetch_add(1, Ordering::Relaxed)),
@@ -329,7 +340,10 @@ impl Connection {
         match result {
             Ok((topic, name, key, epoch)) => {
                 // Java clients read schema_version unconditionally: Pulsar sends it empty without a schema.
-                let schema_version = Some(match request.schema { Some(_) => Bytes::from_static(&[0; 8]), None => Bytes::new() });
+                let schema_version = Some(match request.schema {
+                    Some(_) => Bytes::from_static(&[0; 8]),
+                    None => Bytes::new(),
+                });
                 let mut reply =
                     commands::producer_success(request_id, name.clone(), -1, schema_version);
                 if mode != ProducerAccessMode::Shared {
@@ -406,9 +420,13 @@ impl Connection {
     async fn on_subscribe(&mut self, command: &BaseCommand) -> Handled {
         let request = command.subscribe.as_ref().ok_or("SUBSCRIBE without body")?;
         let (request_id, consumer_id) = (request.request_id, request.consumer_id);
-        if self.consumers.contains_key(&consumer_id) {
-            self.outbox.send_command(&commands::success(request_id));
-            return Ok(());
+        if let Some(existing) = self.consumers.get(&consumer_id) {
+            if existing.subscription.has_consumer(existing.key) {
+                self.outbox.send_command(&commands::success(request_id));
+                return Ok(());
+            }
+            // Detached by the broker (seek): the client subscribes again under the same id.
+            self.consumers.remove(&consumer_id);
         }
         let sub_type = SubType::try_from(request.sub_type).unwrap_or(SubType::Exclusive);
         let durable = request.durable.unwrap_or(true);
@@ -459,6 +477,11 @@ impl Connection {
         let ack = command.ack.as_ref().ok_or("ACK without body")?;
         let ack_type = AckType::try_from(ack.ack_type).unwrap_or(AckType::Individual);
         let result = match self.consumers.get(&ack.consumer_id) {
+            // A consumer detached by a seek: its late acks would undo the reset (Pulsar drops
+            // them too, the consumer being closed).
+            Some(consumer) if !consumer.subscription.has_consumer(consumer.key) => {
+                Err(BrokerError::InvalidRequest("consumer is closed".into()))
+            }
             Some(consumer) => consumer.subscription.ack(ack_type, &ack.message_id),
             None => Err(BrokerError::InvalidRequest("unknown consumer".into())),
         };
@@ -476,6 +499,132 @@ impl Connection {
             .ok_or("REDELIVER_UNACKNOWLEDGED_MESSAGES without body")?;
         if let Some(consumer) = self.consumers.get(&request.consumer_id) {
             consumer.subscription.redeliver(consumer.key, &request.message_ids);
+        }
+        Ok(())
+    }
+
+    /// GET_TOPICS_OF_NAMESPACE: the namespace's topics in the requested domains, filtered by the
+    /// optional pattern, with their hash (the list is left out when the client's hash matches),
+    /// as Pulsar's `ServerCnx.handleGetTopicsOfNamespace`.
+    async fn on_get_topics_of_namespace(&mut self, command: &BaseCommand) -> Handled {
+        use magnetar_admin::names::{NamespaceName, TopicDomain};
+        use magnetar_protocol::proto::command_get_topics_of_namespace::Mode;
+        let request = command
+            .get_topics_of_namespace
+            .as_ref()
+            .ok_or("GET_TOPICS_OF_NAMESPACE without body")?;
+        let request_id = request.request_id;
+        let Ok(ns) = NamespaceName::parse(&request.namespace) else {
+            let error = BrokerError::InvalidRequest(format!(
+                "invalid namespace name '{}'",
+                request.namespace
+            ));
+            self.reply_error(request_id, &error);
+            return Ok(());
+        };
+        let domains: &[TopicDomain] =
+            match request.mode.and_then(|m| Mode::try_from(m).ok()).unwrap_or(Mode::Persistent) {
+                Mode::Persistent => &[TopicDomain::Persistent],
+                Mode::NonPersistent => &[TopicDomain::NonPersistent],
+                Mode::All => &TopicDomain::ALL,
+            };
+        let topics = match self.service.topics_of_namespace(&ns, domains).await {
+            Ok(topics) => topics,
+            Err(error) => {
+                self.reply_error(request_id, &error);
+                return Ok(());
+            }
+        };
+        let (topics, filtered) = match request.topics_pattern.as_deref() {
+            Some(pattern) => match crate::service::filter_topics(&topics, pattern) {
+                Some(matched) => (matched, true),
+                None => (topics, false),
+            },
+            None => (topics, false),
+        };
+        let hash = crate::service::topics_hash(&topics);
+        let unchanged = request.topics_hash.as_deref() == Some(hash.as_str());
+        let reply = commands::get_topics_of_namespace_response(
+            request_id,
+            (!unchanged).then_some(topics),
+            filtered,
+            hash,
+        );
+        self.outbox.send_command(&reply);
+        Ok(())
+    }
+
+    /// SEEK: resets the consumer's subscription to a message id or a publish time.
+    async fn on_seek(&mut self, command: &BaseCommand) -> Handled {
+        let seek = command.seek.as_ref().ok_or("SEEK without body")?;
+        let request_id = seek.request_id;
+        // Error codes as Pulsar's handleSeek sends them.
+        if seek.message_id.is_none() && seek.message_publish_time.is_none() {
+            self.outbox.send_command(&commands::error(
+                request_id,
+                ServerError::MetadataError,
+                "Message id and message publish time were not present",
+            ));
+            return Ok(());
+        }
+        let Some(consumer) = self.consumers.get(&seek.consumer_id) else {
+            let reply =
+                commands::error(request_id, ServerError::MetadataError, "Consumer not found");
+            self.outbox.send_command(&reply);
+            return Ok(());
+        };
+        let (topic, subscription) = (consumer.topic.clone(), consumer.subscription.clone());
+        let managed_ledger = topic.managed_ledger.clone();
+        let ledgers = managed_ledger.ledgers();
+        let last_confirmed = managed_ledger.last_confirmed();
+        // The entry to deliver first, or `None` for "after the last entry".
+        let target: Result<Option<Position>, BrokerError> =
+            match (&seek.message_id, seek.message_publish_time) {
+                (Some(id), _) if id.ledger_id == u64::MAX => {
+                    // MessageId.earliest (-1, -1).
+                    Ok(crate::cursor::next_position(&ledgers, None))
+                }
+                (Some(id), _) if id.ledger_id >= i64::MAX as u64 => Ok(None), // latest
+                (Some(id), _) => {
+                    let position = Position::new(id.ledger_id, id.entry_id);
+                    Ok(last_confirmed.filter(|last| position <= *last).map(|_| position))
+                }
+                // A publish time (one of the two is present, checked above).
+                (None, time) => {
+                    let time = time.unwrap_or(0);
+                    tokio::task::spawn_blocking(move || {
+                        managed_ledger.first_published_at_or_after(time)
+                    })
+                    .await
+                    .unwrap_or(Err(BrokerError::ShuttingDown))
+                }
+            };
+        let result = match target {
+            Ok(target) => {
+                let mark_delete = match target {
+                    Some(position) => crate::subscription::previous_position(&ledgers, position),
+                    None => last_confirmed,
+                };
+                subscription.reset_cursor(mark_delete).await
+            }
+            Err(error) => Err(error),
+        };
+        match result {
+            Ok(detached) => {
+                // This connection's detached consumers are closed; the client subscribes again.
+                self.consumers.retain(|_, c| {
+                    !(Arc::ptr_eq(&c.subscription, &subscription) && detached.contains(&c.key))
+                });
+                tracing::info!(topic = %topic.full_name, subscription = %subscription.name,
+                    message_id = ?seek.message_id.as_ref().map(|m| (m.ledger_id, m.entry_id)),
+                    publish_time = ?seek.message_publish_time, "cursor reset by seek");
+                self.outbox.send_command(&commands::success(request_id));
+            }
+            Err(error) => self.outbox.send_command(&commands::error(
+                request_id,
+                ServerError::UnknownError,
+                format!("Error when resetting subscription: {error}"),
+            )),
         }
         Ok(())
     }

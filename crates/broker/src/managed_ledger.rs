@@ -275,6 +275,50 @@ impl ManagedLedger {
         Ok(out)
     }
 
+    /// The first durable entry whose publish time is at or after `publish_time` (ms), found by
+    /// binary search over the entries (publish times grow with positions, as Pulsar assumes).
+    /// `None` when every entry was published earlier. Blocks on disk reads.
+    pub fn first_published_at_or_after(
+        &self,
+        publish_time: u64,
+    ) -> Result<Option<Position>, BrokerError> {
+        let extents: Vec<(u64, u64)> = self
+            .ledgers()
+            .iter()
+            .filter(|extent| extent.entry_count > 0)
+            .map(|extent| (extent.ledger_id, extent.entry_count))
+            .collect();
+        let total: u64 = extents.iter().map(|&(_, count)| count).sum();
+        let position_at = |mut index: u64| {
+            for &(ledger_id, count) in &extents {
+                if index < count {
+                    return Position::new(ledger_id, index);
+                }
+                index -= count;
+            }
+            unreachable!("index within the total entry count")
+        };
+        // Invariant: entries before `low` were published earlier; entries from `high` on were not.
+        let (mut low, mut high) = (0u64, total);
+        while low < high {
+            let middle = low + (high - low) / 2;
+            let position = position_at(middle);
+            let earlier = match self.store.read_entry(position.ledger_id, position.entry_id) {
+                Ok(data) => magnetar_protocol::parse_metadata_and_payload(&data)
+                    .map(|(metadata, _)| metadata.publish_time < publish_time)
+                    .unwrap_or(true),
+                Err(LedgerError::NoSuchLedger(_)) | Err(LedgerError::NoSuchEntry { .. }) => true,
+                Err(e) => return Err(e.into()),
+            };
+            if earlier {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        Ok((low < total).then(|| position_at(low)))
+    }
+
     /// Reads the given durable entries (for redelivery); missing ones are skipped.
     pub fn read_positions(
         &self,
@@ -343,6 +387,12 @@ mod tests {
         let mut positions = Vec::new();
         for _ in 0..35 {
             positions.push(append(&ml, b"entry").await);
+            // Rollover runs in the background; let it finish so the layout is deterministic.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while ml.is_rolling() {
+                assert!(Instant::now() < deadline, "rollover finishes");
+                tokio::task::yield_now().await;
+            }
         }
         assert!(positions.windows(2).all(|w| w[0] < w[1]), "positions grow: {positions:?}");
         let ledgers: std::collections::BTreeSet<u64> =
@@ -354,11 +404,6 @@ mod tests {
         let read = ml.read_from(positions[0], 100).unwrap();
         assert_eq!(read.iter().map(|(p, _)| *p).collect::<Vec<_>>(), positions);
         assert_eq!(ml.last_confirmed(), positions.last().copied());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while ml.is_rolling() {
-            assert!(Instant::now() < deadline, "rollover finishes");
-            tokio::task::yield_now().await;
-        }
         drop(ml);
         tokio::task::spawn_blocking(move || first_store.close()).await.unwrap();
         let reopened = ManagedLedger::open("t".into(), key, store(&storage), metadata, policy(10))
@@ -367,5 +412,60 @@ mod tests {
         assert_eq!(reopened.last_confirmed(), positions.last().copied());
         let next = append(&reopened, b"after restart").await;
         assert!(next > *positions.last().unwrap(), "a reopened topic appends after its last entry");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn finds_the_first_entry_published_at_or_after_a_time_across_ledgers() {
+        let storage = SimStorage::new(12);
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let ml = ManagedLedger::open(
+            "t".into(),
+            "/managed-ledgers/t".into(),
+            store(&storage),
+            metadata,
+            policy(4),
+        )
+        .await
+        .unwrap();
+        assert_eq!(ml.first_published_at_or_after(0).unwrap(), None, "empty topic");
+        let mut positions = Vec::new();
+        // Publish times 1000, 1010, ..., 1130; equal neighbours at 1060 (twice).
+        let times: Vec<u64> =
+            (0..14u64).map(|i| if i == 7 { 1060 } else { 1000 + 10 * i }).collect();
+        for &time in &times {
+            let metadata = magnetar_protocol::proto::MessageMetadata {
+                producer_name: "p".into(),
+                publish_time: time,
+                ..Default::default()
+            };
+            let entry = magnetar_protocol::metadata_and_payload(&metadata, b"x").unwrap();
+            let (sender, receiver) = tokio::sync::oneshot::channel();
+            ml.append(entry, move |result| {
+                let _ = sender.send(result);
+            })
+            .unwrap();
+            positions.push(receiver.await.unwrap().unwrap());
+            // Rollover runs in the background; let it finish so the layout is deterministic.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while ml.is_rolling() {
+                assert!(Instant::now() < deadline, "rollover finishes");
+                tokio::task::yield_now().await;
+            }
+        }
+        let ledgers: std::collections::BTreeSet<u64> =
+            positions.iter().map(|p| p.ledger_id).collect();
+        assert!(ledgers.len() >= 2, "spans ledgers: {ledgers:?}");
+        let find = |t: u64| {
+            let ml = ml.clone();
+            move || ml.first_published_at_or_after(t).unwrap()
+        };
+        assert_eq!(tokio::task::spawn_blocking(find(0)).await.unwrap(), Some(positions[0]));
+        assert_eq!(tokio::task::spawn_blocking(find(1000)).await.unwrap(), Some(positions[0]));
+        assert_eq!(tokio::task::spawn_blocking(find(1001)).await.unwrap(), Some(positions[1]));
+        assert_eq!(tokio::task::spawn_blocking(find(1040)).await.unwrap(), Some(positions[4]));
+        assert_eq!(tokio::task::spawn_blocking(find(1060)).await.unwrap(), Some(positions[6]));
+        assert_eq!(tokio::task::spawn_blocking(find(1061)).await.unwrap(), Some(positions[8]));
+        assert_eq!(tokio::task::spawn_blocking(find(1130)).await.unwrap(), Some(positions[13]));
+        assert_eq!(tokio::task::spawn_blocking(find(1131)).await.unwrap(), None);
     }
 }

@@ -5,7 +5,9 @@ use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::topic::Topic;
 use magnetar_admin::keys;
-use magnetar_admin::names::TopicName;
+use magnetar_admin::names::{
+    decode_topic_name, is_system_topic, NamespaceName, TopicDomain, TopicName,
+};
 use magnetar_admin::PartitionedTopicMetadata;
 use magnetar_admin::{BrokerHooks, HookError};
 use magnetar_ledger::LedgerStore;
@@ -116,10 +118,73 @@ impl BrokerService {
         Ok(topic.clone())
     }
 
+    /// The user topics of a namespace in the given domains, sorted: every non-partitioned topic
+    /// and partition the broker created (`/topics/...`) plus every partition of the partitioned
+    /// topics (`/admin/partitioned-topics/...`), as Pulsar's `getListOfUserTopics` (system
+    /// topics left out).
+    pub async fn topics_of_namespace(
+        &self,
+        ns: &NamespaceName,
+        domains: &[TopicDomain],
+    ) -> Result<Vec<String>, BrokerError> {
+        let mut out = std::collections::BTreeSet::new();
+        for &domain in domains {
+            let parent = keys::topics_of(ns.tenant(), ns.namespace(), domain);
+            for child in self.metadata.list_children(&parent).await? {
+                if let Some(topic) = decode_topic_name(&child)
+                    .and_then(|local| TopicName::new(domain, ns.clone(), &local).ok())
+                {
+                    out.insert(topic);
+                }
+            }
+            let parent = keys::partitioned_topics_of(ns.tenant(), ns.namespace(), domain);
+            for child in self.metadata.list_children(&parent).await? {
+                let Some(base) = decode_topic_name(&child)
+                    .and_then(|local| TopicName::new(domain, ns.clone(), &local).ok())
+                else {
+                    continue;
+                };
+                let partitions = self.partitions(&base).await?;
+                out.extend((0..partitions).map(|i| base.partition(i)));
+            }
+        }
+        Ok(out.into_iter().filter(|t| !is_system_topic(t)).map(|t| t.to_string()).collect())
+    }
+
     /// Topics loaded now.
     pub fn loaded_topics(&self) -> Vec<Arc<Topic>> {
         self.topics.lock().values().filter_map(|cell| cell.get().cloned()).collect()
     }
+}
+
+/// Pulsar's `TopicList.filterTopics`: the topics whose name (partitions: their partitioned
+/// topic's name), without the `domain://` scheme, fully matches `pattern` (itself stripped of
+/// any scheme). `None` when the pattern is not a valid regular expression.
+pub fn filter_topics(topics: &[String], pattern: &str) -> Option<Vec<String>> {
+    let pattern = pattern.split_once("://").map_or(pattern, |(_, rest)| rest);
+    let regex = regex::Regex::new(&format!("^(?:{pattern})$")).ok()?;
+    Some(
+        topics
+            .iter()
+            .filter(|topic| {
+                let base = TopicName::parse(topic)
+                    .map(|t| t.partitioned_topic().to_string())
+                    .unwrap_or_else(|_| topic.to_string());
+                let without_scheme = base.split_once("://").map_or(base.as_str(), |(_, r)| r);
+                regex.is_match(without_scheme)
+            })
+            .cloned()
+            .collect(),
+    )
+}
+
+/// Pulsar's `TopicList.calculateHash`: CRC32C of the sorted names joined by `,`, rendered as
+/// Guava's `HashCode.toString()` does (the hash's bytes, little-endian, in lowercase hex).
+pub fn topics_hash(topics: &[String]) -> String {
+    let mut sorted: Vec<&str> = topics.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    let crc = crc32c::crc32c(sorted.join(",").as_bytes());
+    crc.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The admin API's view of the broker.
@@ -129,5 +194,40 @@ pub struct AdminHooks(pub Arc<BrokerService>);
 impl BrokerHooks for AdminHooks {
     async fn topic_exists(&self, topic: &TopicName) -> Result<bool, HookError> {
         self.0.topic_exists(topic).await.map_err(|e| HookError::Unavailable(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_topics_like_pulsar() {
+        let topics: Vec<String> = [
+            "persistent://public/default/pat-a",
+            "persistent://public/default/pat-b-partition-0",
+            "persistent://public/default/pat-b-partition-1",
+            "persistent://public/default/other",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let matched = filter_topics(&topics, "persistent://public/default/pat-.*").unwrap();
+        assert_eq!(matched, topics[..3].to_vec());
+        // A full match is needed; partitions match through their partitioned topic's name.
+        assert_eq!(filter_topics(&topics, "public/default/pat-b").unwrap(), topics[1..3].to_vec());
+        assert_eq!(filter_topics(&topics, "public/default/pat").unwrap(), Vec::<String>::new());
+        assert!(filter_topics(&topics, "public/default/(").is_none());
+    }
+
+    #[test]
+    fn hash_is_crc32c_of_sorted_names_in_guava_hex() {
+        let a = vec!["b".to_string(), "a".to_string()];
+        let expected = crc32c::crc32c(b"a,b").to_le_bytes();
+        let hex: String = expected.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(topics_hash(&a), hex);
+        assert_eq!(topics_hash(&a), topics_hash(&["a".to_string(), "b".to_string()]));
+        // Guava: crc32c of nothing is 0 -> "00000000".
+        assert_eq!(topics_hash(&[]), "00000000");
     }
 }

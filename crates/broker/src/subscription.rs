@@ -12,6 +12,8 @@
 //! - An acknowledged entry is never sent again.
 //! - Durable subscriptions persist their acknowledgement state after every change (coalesced:
 //!   at most one write in flight), so a restart redelivers only what was not acknowledged.
+//! - A cursor reset (seek) detaches every consumer (CLOSE_CONSUMER) and replaces the whole
+//!   dispatch state; a dispatch round that read before the reset sends nothing (`epoch`).
 
 use crate::connection::Outbox;
 use crate::cursor::{next_position, AckState, Position};
@@ -57,6 +59,8 @@ struct State {
     persist_in_flight: bool,
     persist_dirty: bool,
     closed: bool,
+    /// Bumped by every cursor reset, so a dispatch round that read before it sends nothing.
+    epoch: u64,
 }
 
 pub struct Subscription {
@@ -104,6 +108,7 @@ impl Subscription {
             persist_in_flight: false,
             persist_dirty: false,
             closed: false,
+            epoch: 0,
         };
         let subscription = Arc::new(Subscription {
             name,
@@ -132,6 +137,49 @@ impl Subscription {
 
     pub fn mark_delete(&self) -> Option<Position> {
         self.state.lock().ack.mark_delete()
+    }
+
+    /// Whether the consumer `key` is still attached (a reset detaches them all).
+    pub fn has_consumer(&self, key: u64) -> bool {
+        self.state.lock().consumers.iter().any(|slot| slot.handle.key == key)
+    }
+
+    /// Resets the cursor so that the next entry delivered is the one after `mark_delete`
+    /// (`None`: the start of the topic), as Pulsar's `resetCursor` (seek) does: every consumer
+    /// is disconnected (CLOSE_CONSUMER; clients reconnect and subscribe again), the
+    /// individual acknowledgements, pending and redelivery state are dropped, the read position
+    /// is reset and the new state is persisted before this returns.
+    /// Returns the keys of the consumers that were disconnected.
+    pub async fn reset_cursor(
+        self: &Arc<Self>,
+        mark_delete: Option<Position>,
+    ) -> Result<Vec<u64>, BrokerError> {
+        let detached = {
+            let mut state = self.state.lock();
+            if state.closed {
+                return Err(BrokerError::SubscriptionNotFound(self.name.clone()));
+            }
+            let detached: Vec<ConsumerHandle> =
+                state.consumers.drain(..).map(|slot| slot.handle).collect();
+            for handle in &detached {
+                let close = commands::close_consumer(handle.consumer_id, u64::MAX);
+                handle.outbox.send_command(&close);
+            }
+            state.active = None;
+            state.round_robin = 0;
+            state.pending.clear();
+            state.redeliver.clear();
+            state.redelivery_counts.clear();
+            state.ack = AckState::new(mark_delete);
+            state.last_read = mark_delete;
+            state.epoch += 1;
+            detached.into_iter().map(|handle| handle.key).collect()
+        };
+        // Any persist already in flight may write the old state: mark dirty so it writes again.
+        self.schedule_persist();
+        self.persist_now().await?;
+        self.wake.notify_one();
+        Ok(detached)
     }
 
     /// Adds a consumer, enforcing the subscription type's rules.
@@ -385,7 +433,7 @@ impl Subscription {
     /// One read-and-send round. Returns whether another round may find more to do.
     async fn dispatch_round(self: &Arc<Self>) -> Result<bool, BrokerError> {
         let ledgers = self.managed_ledger.ledgers();
-        let plan = {
+        let (plan, epoch) = {
             let state = self.state.lock();
             let capacity: i64 = match state.sub_type {
                 SubType::Exclusive | SubType::Failover => state
@@ -401,14 +449,15 @@ impl Subscription {
                 return Ok(false);
             }
             let count = (capacity as usize).min(self.batch_entries);
-            if !state.redeliver.is_empty() {
+            let plan = if !state.redeliver.is_empty() {
                 Plan::Redeliver(state.redeliver.iter().take(count).copied().collect())
             } else {
                 match next_position(&ledgers, state.last_read) {
                     Some(next) => Plan::New(next, count),
                     None => return Ok(false),
                 }
-            }
+            };
+            (plan, state.epoch)
         };
         let managed_ledger = self.managed_ledger.clone();
         let entries = match &plan {
@@ -424,6 +473,10 @@ impl Subscription {
         .await
         .map_err(|_| BrokerError::ShuttingDown)??;
         let mut state = self.state.lock();
+        if state.epoch != epoch {
+            // The cursor was reset while reading: what was read is stale.
+            return Ok(true);
+        }
         if let Plan::Redeliver(positions) = &plan {
             // Entries that no longer exist cannot be redelivered.
             for position in positions {

@@ -383,6 +383,29 @@ pub fn reached_end_of_topic(consumer_id: u64) -> BaseCommand {
     }
 }
 
+/// GET_TOPICS_OF_NAMESPACE_RESPONSE. `topics` is `None` when the list is left out because the
+/// client's hash still matches (then `changed` is false).
+pub fn get_topics_of_namespace_response(
+    request_id: u64,
+    topics: Option<Vec<String>>,
+    filtered: bool,
+    topics_hash: impl Into<String>,
+) -> BaseCommand {
+    let changed = topics.is_some();
+    BaseCommand {
+        get_topics_of_namespace_response: Some(Box::new(
+            crate::proto::CommandGetTopicsOfNamespaceResponse {
+                request_id,
+                topics: topics.unwrap_or_default(),
+                filtered: Some(filtered),
+                topics_hash: Some(topics_hash.into()),
+                changed: Some(changed),
+            },
+        )),
+        ..base(Type::GetTopicsOfNamespaceResponse)
+    }
+}
+
 /// GET_LAST_MESSAGE_ID_RESPONSE.
 pub fn get_last_message_id_response(
     request_id: u64,
