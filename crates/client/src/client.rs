@@ -1,0 +1,248 @@
+//! The [`Client`]: connection pool, topic lookup and partition metadata.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use magnetar_protocol::proto::base_command::Type;
+use magnetar_protocol::proto::command_lookup_topic_response::LookupType;
+use magnetar_protocol::proto::command_partitioned_topic_metadata_response::LookupType as PartitionedLookup;
+use magnetar_protocol::proto::{CommandLookupTopic, CommandPartitionedTopicMetadata};
+use magnetar_protocol::{commands, BaseCommand};
+use tokio::sync::Mutex;
+
+use crate::connection::{socket_address, Connection};
+use crate::consumer::{ConsumerBuilder, ReaderBuilder};
+use crate::error::{Error, Result};
+use crate::producer::ProducerBuilder;
+
+const MAX_REDIRECTS: usize = 20;
+
+/// Handle to a Pulsar service. Cheap to clone; clones share the
+/// connection pool.
+///
+/// ```no_run
+/// # async fn demo() -> magnetar_client::Result<()> {
+/// use magnetar_client::{Client, Compression, SubType};
+/// use std::time::Duration;
+///
+/// let client = Client::connect("pulsar://127.0.0.1:6650").await?;
+///
+/// let producer = client
+///     .producer("my-topic")
+///     .batching(1000, 128 * 1024, Duration::from_millis(5))
+///     .compression(Compression::Lz4)
+///     .create()
+///     .await?;
+/// let id = producer.send("hello").await?;
+///
+/// let mut consumer = client
+///     .consumer("my-topic")
+///     .subscription("my-sub")
+///     .sub_type(SubType::Shared)
+///     .subscribe()
+///     .await?;
+/// let msg = consumer.receive().await?;
+/// consumer.ack(&msg).await?;
+/// # let _ = id;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct ClientInner {
+    service_url: String,
+    pool: Mutex<HashMap<String, Arc<Connection>>>,
+    next_id: AtomicU64,
+}
+
+/// Where a topic is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LookupResult {
+    /// Broker to connect to (`pulsar://host:port`).
+    pub broker_url: String,
+    /// Whether to connect through the service URL (a proxy) instead.
+    pub proxy_through_service_url: bool,
+}
+
+/// Full topic name: `my-topic` → `persistent://public/default/my-topic`,
+/// `tenant/ns/t` → `persistent://tenant/ns/t`.
+pub fn full_topic_name(topic: &str) -> String {
+    if topic.contains("://") {
+        topic.to_string()
+    } else if topic.matches('/').count() == 2 {
+        format!("persistent://{topic}")
+    } else {
+        format!("persistent://public/default/{topic}")
+    }
+}
+
+/// Name of partition `index` of `topic`.
+pub fn partition_topic_name(topic: &str, index: u32) -> String {
+    format!("{}-partition-{index}", full_topic_name(topic))
+}
+
+impl Client {
+    /// Connects to a service URL such as `pulsar://127.0.0.1:6650`
+    /// (performs the handshake now, so a wrong address fails here).
+    pub async fn connect(service_url: impl Into<String>) -> Result<Self> {
+        let service_url = service_url.into();
+        socket_address(&service_url)?;
+        let client = Client {
+            inner: Arc::new(ClientInner {
+                service_url,
+                pool: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+            }),
+        };
+        client.connection(&client.inner.service_url.clone()).await?;
+        Ok(client)
+    }
+
+    /// The service URL given to [`Client::connect`].
+    pub fn service_url(&self) -> &str {
+        &self.inner.service_url
+    }
+
+    /// Builder for a producer on `topic`.
+    pub fn producer(&self, topic: impl Into<String>) -> ProducerBuilder {
+        ProducerBuilder::new(self.clone(), topic.into())
+    }
+
+    /// Builder for a consumer on `topic`.
+    pub fn consumer(&self, topic: impl Into<String>) -> ConsumerBuilder {
+        ConsumerBuilder::new(self.clone(), topic.into())
+    }
+
+    /// Builder for a reader on `topic`.
+    pub fn reader(&self, topic: impl Into<String>) -> ReaderBuilder {
+        ReaderBuilder::new(self.clone(), topic.into())
+    }
+
+    /// Closes every pooled connection. Producers and consumers created
+    /// from this client stop working.
+    pub async fn close(&self) {
+        let mut pool = self.inner.pool.lock().await;
+        for (_, conn) in pool.drain() {
+            conn.close();
+        }
+    }
+
+    /// A client-unique id for a producer or consumer.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.inner.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The pooled connection to `url`, (re)connecting if needed.
+    pub(crate) async fn connection(&self, url: &str) -> Result<Arc<Connection>> {
+        let mut pool = self.inner.pool.lock().await;
+        if let Some(conn) = pool.get(url) {
+            if !conn.is_closed() {
+                return Ok(conn.clone());
+            }
+        }
+        let conn = Connection::connect(url).await?;
+        pool.insert(url.to_string(), conn.clone());
+        Ok(conn)
+    }
+
+    /// Number of partitions of `topic` (0 for a non-partitioned topic).
+    pub async fn partitioned_topic_metadata(&self, topic: &str) -> Result<u32> {
+        let conn = self.connection(&self.inner.service_url).await?;
+        let request_id = conn.request_id();
+        let command = BaseCommand {
+            partition_metadata: Some(Box::new(CommandPartitionedTopicMetadata {
+                topic: full_topic_name(topic),
+                request_id,
+                ..Default::default()
+            })),
+            ..commands::base(Type::PartitionedMetadata)
+        };
+        let reply = conn.request(request_id, &command, "PARTITIONED_METADATA").await?;
+        let response = reply
+            .partition_metadata_response
+            .ok_or_else(|| Error::Protocol("unexpected reply to PARTITIONED_METADATA".into()))?;
+        if response.response == Some(PartitionedLookup::Failed as i32) {
+            return Err(Error::server(response.error.unwrap_or(0), response.message()));
+        }
+        Ok(response.partitions.unwrap_or(0))
+    }
+
+    /// Finds the broker serving `topic`, following redirects.
+    pub async fn lookup_topic(&self, topic: &str) -> Result<LookupResult> {
+        let topic = full_topic_name(topic);
+        let mut url = self.inner.service_url.clone();
+        let mut authoritative = false;
+        for _ in 0..MAX_REDIRECTS {
+            let conn = self.connection(&url).await?;
+            let request_id = conn.request_id();
+            let command = BaseCommand {
+                lookup_topic: Some(Box::new(CommandLookupTopic {
+                    topic: topic.clone(),
+                    request_id,
+                    authoritative: Some(authoritative),
+                    ..Default::default()
+                })),
+                ..commands::base(Type::Lookup)
+            };
+            let reply = conn.request(request_id, &command, "LOOKUP").await?;
+            let response = reply
+                .lookup_topic_response
+                .ok_or_else(|| Error::Protocol("unexpected reply to LOOKUP".into()))?;
+            let target = response.broker_service_url.clone().unwrap_or_default();
+            match response.response.and_then(|r| LookupType::try_from(r).ok()) {
+                Some(LookupType::Connect) => {
+                    let proxy = response.proxy_through_service_url();
+                    let broker_url = if proxy || target.is_empty() {
+                        self.inner.service_url.clone()
+                    } else {
+                        target
+                    };
+                    return Ok(LookupResult { broker_url, proxy_through_service_url: proxy });
+                }
+                Some(LookupType::Redirect) => {
+                    if !target.is_empty() {
+                        url = target;
+                    }
+                    authoritative = response.authoritative();
+                }
+                _ => {
+                    return Err(Error::server(response.error.unwrap_or(0), response.message()));
+                }
+            }
+        }
+        Err(Error::TooManyRedirects(topic))
+    }
+
+    /// Connection to the broker serving `topic`.
+    pub(crate) async fn topic_connection(&self, topic: &str) -> Result<Arc<Connection>> {
+        let lookup = self.lookup_topic(topic).await?;
+        self.connection(&lookup.broker_url).await
+    }
+
+    /// `topic`'s partitions, or the topic itself when it has none.
+    pub(crate) async fn topic_partitions(&self, topic: &str) -> Result<Vec<(String, i32)>> {
+        let partitions = self.partitioned_topic_metadata(topic).await?;
+        Ok(if partitions == 0 {
+            vec![(full_topic_name(topic), -1)]
+        } else {
+            (0..partitions).map(|i| (partition_topic_name(topic, i), i as i32)).collect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names() {
+        assert_eq!(full_topic_name("t"), "persistent://public/default/t");
+        assert_eq!(full_topic_name("a/b/t"), "persistent://a/b/t");
+        assert_eq!(full_topic_name("non-persistent://a/b/t"), "non-persistent://a/b/t");
+        assert_eq!(partition_topic_name("t", 2), "persistent://public/default/t-partition-2");
+    }
+}

@@ -1,0 +1,483 @@
+//! One TCP connection to a broker: CONNECT/CONNECTED handshake, a reader
+//! task (decodes frames, answers PINGs, routes replies by request id and
+//! events by producer/consumer id) and a writer task.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use magnetar_protocol::proto::base_command::Type;
+use magnetar_protocol::proto::{BaseCommand, CommandMessage, CommandSendError, CommandSendReceipt};
+use magnetar_protocol::{commands, encode_command, FrameDecoder, PayloadSection};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::error::{Error, Result};
+
+/// Protocol version announced in CONNECT.
+pub const PROTOCOL_VERSION: i32 = 19;
+
+/// Idle time after which the client pings the broker; the connection is
+/// closed after two silent intervals.
+pub(crate) const KEEPALIVE: Duration = Duration::from_secs(30);
+
+/// How long a request waits for its reply.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Events routed to a producer.
+#[derive(Debug)]
+pub(crate) enum ProducerEvent {
+    Receipt(CommandSendReceipt),
+    SendError(CommandSendError),
+    /// The broker closed the producer or the connection dropped.
+    Closed,
+}
+
+/// Events routed to a consumer.
+#[derive(Debug)]
+pub(crate) enum ConsumerEvent {
+    Message {
+        consumer_id: u64,
+        command: Box<CommandMessage>,
+        payload: Box<PayloadSection>,
+    },
+    /// The broker closed the consumer or the connection dropped.
+    Closed {
+        consumer_id: u64,
+    },
+}
+
+#[derive(Default)]
+struct Routes {
+    requests: HashMap<u64, oneshot::Sender<Result<BaseCommand>>>,
+    producers: HashMap<u64, mpsc::UnboundedSender<ProducerEvent>>,
+    consumers: HashMap<u64, (u64, mpsc::UnboundedSender<ConsumerEvent>)>,
+    closed: bool,
+}
+
+struct Shared {
+    routes: Mutex<Routes>,
+    out: mpsc::UnboundedSender<Bytes>,
+}
+
+impl Shared {
+    fn routes(&self) -> std::sync::MutexGuard<'_, Routes> {
+        self.routes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks the connection closed and tells everyone registered.
+    fn close(&self) {
+        let mut routes = self.routes();
+        if routes.closed {
+            return;
+        }
+        routes.closed = true;
+        for (_, tx) in routes.requests.drain() {
+            let _ = tx.send(Err(Error::Disconnected));
+        }
+        for (_, tx) in routes.producers.drain() {
+            let _ = tx.send(ProducerEvent::Closed);
+        }
+        for (id, (_, tx)) in routes.consumers.drain() {
+            let _ = tx.send(ConsumerEvent::Closed { consumer_id: id });
+        }
+    }
+}
+
+/// A live connection to one broker.
+pub(crate) struct Connection {
+    url: String,
+    shared: Arc<Shared>,
+    next_request_id: AtomicU64,
+    max_message_size: usize,
+    _shutdown: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+/// `pulsar://host:port` → `host:port`.
+pub(crate) fn socket_address(url: &str) -> Result<String> {
+    let rest = url.strip_prefix("pulsar://").ok_or_else(|| Error::InvalidUrl(url.into()))?;
+    let rest = rest.trim_end_matches('/');
+    // A service URL may list several hosts; take the first.
+    let first = rest.split(',').next().unwrap_or_default();
+    if first.is_empty() || !first.contains(':') {
+        return Err(Error::InvalidUrl(url.into()));
+    }
+    Ok(first.to_string())
+}
+
+/// Request id of a reply, if the command is one.
+fn reply_request_id(command: &BaseCommand) -> Option<u64> {
+    match commands::command_type(command)? {
+        Type::Success => command.success.as_ref().map(|c| c.request_id),
+        Type::Error => command.error.as_ref().map(|c| c.request_id),
+        Type::ProducerSuccess => command.producer_success.as_ref().map(|c| c.request_id),
+        Type::LookupResponse => command.lookup_topic_response.as_ref().map(|c| c.request_id),
+        Type::PartitionedMetadataResponse => {
+            command.partition_metadata_response.as_ref().map(|c| c.request_id)
+        }
+        Type::GetLastMessageIdResponse => {
+            command.get_last_message_id_response.as_ref().map(|c| c.request_id)
+        }
+        Type::AckResponse => command.ack_response.as_ref().and_then(|c| c.request_id),
+        Type::ConsumerStatsResponse => {
+            command.consumer_stats_response.as_ref().map(|c| c.request_id)
+        }
+        _ => None,
+    }
+}
+
+fn encode(command: &BaseCommand) -> Result<Bytes> {
+    let mut buf = BytesMut::new();
+    encode_command(command, &mut buf)?;
+    Ok(buf.freeze())
+}
+
+impl Connection {
+    /// Connects and performs the handshake.
+    pub(crate) async fn connect(url: &str) -> Result<Arc<Self>> {
+        let address = socket_address(url)?;
+        let mut stream = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(&address))
+            .await
+            .map_err(|_| Error::Timeout("TCP connect"))??;
+        stream.set_nodelay(true)?;
+        let connect = commands::connect(
+            concat!("magnetar-client-rust ", env!("CARGO_PKG_VERSION")),
+            PROTOCOL_VERSION,
+        );
+        stream.write_all(&encode(&connect)?).await?;
+
+        let decoder = FrameDecoder::default();
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        let connected = tokio::time::timeout(REQUEST_TIMEOUT, async {
+            loop {
+                if let Some(frame) =
+                    decoder.decode_buf(&mut buf).map_err(|e| Error::Protocol(e.to_string()))?
+                {
+                    match frame.command_type() {
+                        Some(Type::Connected) => {
+                            return frame
+                                .command
+                                .connected
+                                .ok_or_else(|| Error::Protocol("CONNECTED without body".into()));
+                        }
+                        Some(Type::Error) => {
+                            let e = frame.command.error.unwrap_or_default();
+                            return Err(Error::server(e.error, e.message));
+                        }
+                        other => {
+                            return Err(Error::Protocol(format!(
+                                "expected CONNECTED, got {other:?}"
+                            )))
+                        }
+                    }
+                }
+                if stream.read_buf(&mut buf).await? == 0 {
+                    return Err(Error::Disconnected);
+                }
+            }
+        })
+        .await
+        .map_err(|_| Error::Timeout("CONNECTED"))??;
+
+        let max_message_size = connected
+            .max_message_size
+            .and_then(|s| usize::try_from(s).ok())
+            .filter(|&s| s > 0)
+            .unwrap_or(magnetar_protocol::constants::DEFAULT_MAX_MESSAGE_SIZE);
+        tracing::debug!(url, server = %connected.server_version, "connected");
+
+        let (out_tx, out_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared { routes: Mutex::default(), out: out_tx });
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (read_half, write_half) = stream.into_split();
+        tokio::spawn(write_loop(write_half, out_rx, shutdown_rx.clone(), shared.clone()));
+        tokio::spawn(read_loop(
+            read_half,
+            buf,
+            FrameDecoder::with_max_message_size(max_message_size),
+            shared.clone(),
+            shutdown_rx,
+        ));
+        Ok(Arc::new(Self {
+            url: url.to_string(),
+            shared,
+            next_request_id: AtomicU64::new(1),
+            max_message_size,
+            _shutdown: shutdown_tx,
+        }))
+    }
+
+    /// Largest message (metadata + payload) the broker accepts.
+    pub(crate) fn max_message_size(&self) -> usize {
+        self.max_message_size
+    }
+
+    /// Whether the connection is gone.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shared.routes().closed
+    }
+
+    /// A fresh request id.
+    pub(crate) fn request_id(&self) -> u64 {
+        self.next_request_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Queues an encoded frame.
+    pub(crate) fn send_frame(&self, frame: Bytes) -> Result<()> {
+        self.shared.out.send(frame).map_err(|_| Error::Disconnected)
+    }
+
+    /// Queues a simple command.
+    pub(crate) fn send_command(&self, command: &BaseCommand) -> Result<()> {
+        self.send_frame(encode(command)?)
+    }
+
+    /// Sends a command carrying `request_id` and waits for its reply.
+    /// An ERROR reply becomes [`Error::Server`].
+    pub(crate) async fn request(
+        &self,
+        request_id: u64,
+        command: &BaseCommand,
+        what: &'static str,
+    ) -> Result<BaseCommand> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut routes = self.shared.routes();
+            if routes.closed {
+                return Err(Error::Disconnected);
+            }
+            routes.requests.insert(request_id, tx);
+        }
+        if let Err(e) = self.send_command(command) {
+            self.shared.routes().requests.remove(&request_id);
+            return Err(e);
+        }
+        let reply = match tokio::time::timeout(REQUEST_TIMEOUT, rx).await {
+            Ok(Ok(reply)) => reply?,
+            Ok(Err(_)) => return Err(Error::Disconnected),
+            Err(_) => {
+                self.shared.routes().requests.remove(&request_id);
+                return Err(Error::Timeout(what));
+            }
+        };
+        if let Some(error) = reply.error.as_ref() {
+            return Err(Error::server(error.error, error.message.clone()));
+        }
+        Ok(reply)
+    }
+
+    /// Routes events of `producer_id` to `tx`. Fails if the connection is closed.
+    pub(crate) fn register_producer(
+        &self,
+        producer_id: u64,
+        tx: mpsc::UnboundedSender<ProducerEvent>,
+    ) -> Result<()> {
+        let mut routes = self.shared.routes();
+        if routes.closed {
+            return Err(Error::Disconnected);
+        }
+        routes.producers.insert(producer_id, tx);
+        Ok(())
+    }
+
+    /// Stops routing events of `producer_id`.
+    pub(crate) fn unregister_producer(&self, producer_id: u64) {
+        self.shared.routes().producers.remove(&producer_id);
+    }
+
+    /// Routes events of `consumer_id` to `tx`. Fails if the connection is closed.
+    pub(crate) fn register_consumer(
+        &self,
+        consumer_id: u64,
+        tx: mpsc::UnboundedSender<ConsumerEvent>,
+    ) -> Result<()> {
+        let mut routes = self.shared.routes();
+        if routes.closed {
+            return Err(Error::Disconnected);
+        }
+        routes.consumers.insert(consumer_id, (consumer_id, tx));
+        Ok(())
+    }
+
+    /// Stops routing events of `consumer_id`.
+    pub(crate) fn unregister_consumer(&self, consumer_id: u64) {
+        self.shared.routes().consumers.remove(&consumer_id);
+    }
+
+    /// Closes the socket; everything registered is told.
+    pub(crate) fn close(&self) {
+        let _ = self._shutdown.send(true);
+        self.shared.close();
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        let _ = self._shutdown.send(true);
+    }
+}
+
+async fn write_loop(
+    mut socket: tokio::net::tcp::OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    mut shutdown: watch::Receiver<bool>,
+    shared: Arc<Shared>,
+) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    loop {
+        let first = tokio::select! {
+            frame = rx.recv() => frame,
+            _ = shutdown.changed() => None,
+        };
+        let Some(first) = first else { break };
+        buf.extend_from_slice(&first);
+        // Coalesce whatever else is queued into one write.
+        while buf.len() < 1024 * 1024 {
+            match rx.try_recv() {
+                Ok(frame) => buf.extend_from_slice(&frame),
+                Err(_) => break,
+            }
+        }
+        if let Err(error) = socket.write_all(&buf).await {
+            tracing::debug!(%error, "write failed");
+            break;
+        }
+        buf.clear();
+    }
+    let _ = socket.shutdown().await;
+    shared.close();
+}
+
+async fn read_loop(
+    mut socket: tokio::net::tcp::OwnedReadHalf,
+    mut buf: BytesMut,
+    decoder: FrameDecoder,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut ping_outstanding = false;
+    'outer: loop {
+        loop {
+            match decoder.decode_buf(&mut buf) {
+                Ok(Some(frame)) => dispatch(&shared, frame.command, frame.payload),
+                Ok(None) => break,
+                Err(error) if error.is_fatal() => {
+                    tracing::warn!(%error, "undecodable frame, closing connection");
+                    break 'outer;
+                }
+                Err(error) => tracing::warn!(%error, "frame dropped"),
+            }
+        }
+        let read = tokio::select! {
+            read = tokio::time::timeout(KEEPALIVE, socket.read_buf(&mut buf)) => read,
+            _ = shutdown.changed() => break,
+        };
+        match read {
+            // Idle: ping; a second silent interval means the broker is gone.
+            Err(_) if !ping_outstanding => {
+                ping_outstanding = true;
+                if let Ok(ping) = encode(&commands::ping()) {
+                    let _ = shared.out.send(ping);
+                }
+            }
+            Err(_) => {
+                tracing::warn!("broker silent for two keep-alive intervals, closing connection");
+                break;
+            }
+            Ok(Ok(0)) => break,
+            Ok(Ok(_)) => ping_outstanding = false,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "read failed");
+                break;
+            }
+        }
+    }
+    shared.close();
+}
+
+fn dispatch(shared: &Shared, mut command: BaseCommand, payload: Option<PayloadSection>) {
+    let Some(kind) = commands::command_type(&command) else {
+        tracing::debug!(kind = command.r#type, "unknown command ignored");
+        return;
+    };
+    match kind {
+        Type::Ping => {
+            if let Ok(pong) = encode(&commands::pong()) {
+                let _ = shared.out.send(pong);
+            }
+        }
+        Type::Pong => {}
+        Type::SendReceipt => {
+            if let Some(receipt) = command.send_receipt.take() {
+                if let Some(tx) = shared.routes().producers.get(&receipt.producer_id) {
+                    let _ = tx.send(ProducerEvent::Receipt(*receipt));
+                }
+            }
+        }
+        Type::SendError => {
+            if let Some(error) = command.send_error.take() {
+                if let Some(tx) = shared.routes().producers.get(&error.producer_id) {
+                    let _ = tx.send(ProducerEvent::SendError(*error));
+                }
+            }
+        }
+        Type::Message => {
+            let (Some(message), Some(payload)) = (command.message.take(), payload) else {
+                return;
+            };
+            let consumer_id = message.consumer_id;
+            if let Some((_, tx)) = shared.routes().consumers.get(&consumer_id) {
+                let _ = tx.send(ConsumerEvent::Message {
+                    consumer_id,
+                    command: message,
+                    payload: Box::new(payload),
+                });
+            }
+        }
+        Type::CloseProducer => {
+            if let Some(close) = command.close_producer.as_ref() {
+                if let Some(tx) = shared.routes().producers.remove(&close.producer_id) {
+                    let _ = tx.send(ProducerEvent::Closed);
+                }
+            }
+        }
+        Type::CloseConsumer => {
+            if let Some(close) = command.close_consumer.as_ref() {
+                let consumer_id = close.consumer_id;
+                if let Some((_, tx)) = shared.routes().consumers.remove(&consumer_id) {
+                    let _ = tx.send(ConsumerEvent::Closed { consumer_id });
+                }
+            }
+        }
+        _ => match reply_request_id(&command) {
+            Some(request_id) => {
+                if let Some(tx) = shared.routes().requests.remove(&request_id) {
+                    let _ = tx.send(Ok(command));
+                }
+            }
+            None => tracing::debug!(?kind, "command ignored"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(socket_address("pulsar://127.0.0.1:6650").unwrap(), "127.0.0.1:6650");
+        assert_eq!(socket_address("pulsar://a:1,b:2/").unwrap(), "a:1");
+        assert!(socket_address("http://a:1").is_err());
+        assert!(socket_address("pulsar://nohost").is_err());
+    }
+}

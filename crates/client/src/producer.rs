@@ -1,0 +1,701 @@
+//! Producers: batching, compression, bounded pending messages, receipts
+//! matched in order by sequence id, partition routing and reconnection
+//! with resend of pending messages.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use magnetar_protocol::proto::base_command::Type;
+use magnetar_protocol::proto::{
+    CommandCloseProducer, CommandProducer, KeyValue, MessageMetadata, SingleMessageMetadata,
+};
+use magnetar_protocol::{
+    commands, encode_payload_command, metadata_and_payload, BaseCommand, BatchBuilder,
+};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::compression::Compression;
+use crate::connection::{Connection, ProducerEvent};
+use crate::error::{Error, Result};
+use crate::hash::partition_for_key;
+use crate::message::{MessageId, ProducerMessage};
+
+/// How messages without a key are spread over the partitions of a
+/// partitioned topic. Messages with a key always go to partition
+/// `(murmur3_32(key) & i32::MAX) % partitions`, like the official clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Routing {
+    /// Round robin, one message at a time.
+    #[default]
+    RoundRobin,
+    /// Always this partition.
+    Single(u32),
+}
+
+/// Batching settings: a batch is sent when it holds `max_messages`, when
+/// adding a message would exceed `max_bytes`, or `max_delay` after its
+/// first message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Batching {
+    /// Maximum messages per batch.
+    pub max_messages: u32,
+    /// Maximum uncompressed payload bytes per batch.
+    pub max_bytes: usize,
+    /// Maximum time a message waits in a batch.
+    pub max_delay: Duration,
+}
+
+#[derive(Debug, Clone)]
+struct Config {
+    name: Option<String>,
+    batching: Option<Batching>,
+    compression: Compression,
+}
+
+/// Builds a [`Producer`]; get one from [`Client::producer`].
+#[derive(Debug)]
+pub struct ProducerBuilder {
+    client: Client,
+    topic: String,
+    config: Config,
+    max_pending: usize,
+    routing: Routing,
+}
+
+impl ProducerBuilder {
+    pub(crate) fn new(client: Client, topic: String) -> Self {
+        Self {
+            client,
+            topic,
+            config: Config { name: None, batching: None, compression: Compression::None },
+            max_pending: 1000,
+            routing: Routing::RoundRobin,
+        }
+    }
+
+    /// Producer name (the broker picks one when unset).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.config.name = Some(name.into());
+        self
+    }
+
+    /// Enables batching (off by default).
+    pub fn batching(mut self, max_messages: u32, max_bytes: usize, max_delay: Duration) -> Self {
+        self.config.batching =
+            Some(Batching { max_messages: max_messages.max(1), max_bytes, max_delay });
+        self
+    }
+
+    /// Compression of each entry (a whole batch, or a single message).
+    pub fn compression(mut self, compression: Compression) -> Self {
+        self.config.compression = compression;
+        self
+    }
+
+    /// Maximum messages sent but not yet acknowledged by the broker
+    /// (default 1000). When reached, [`Producer::send_async`] waits.
+    pub fn max_pending(mut self, max_pending: usize) -> Self {
+        self.max_pending = max_pending.max(1);
+        self
+    }
+
+    /// Routing of keyless messages on partitioned topics.
+    pub fn routing(mut self, routing: Routing) -> Self {
+        self.routing = routing;
+        self
+    }
+
+    /// Creates the producer (one per partition for a partitioned topic).
+    pub async fn create(self) -> Result<Producer> {
+        let partitions = self.client.topic_partitions(&self.topic).await?;
+        let config = Arc::new(self.config);
+        let mut handles = Vec::with_capacity(partitions.len());
+        for (topic, partition) in partitions {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let mut actor = PartitionProducer::new(
+                self.client.clone(),
+                topic.clone(),
+                partition,
+                config.clone(),
+            );
+            actor.connect().await?;
+            tokio::spawn(actor.run(rx));
+            handles.push(Handle { topic, tx });
+        }
+        Ok(Producer {
+            topic: crate::client::full_topic_name(&self.topic),
+            partitions: handles,
+            pending: Arc::new(Semaphore::new(self.max_pending)),
+            cursor: AtomicUsize::new(start_partition()),
+            routing: self.routing,
+            batching: config.batching,
+            sticky: std::sync::Mutex::new(Sticky { messages: 0, bytes: 0, since: Instant::now() }),
+        })
+    }
+}
+
+enum Command {
+    Send {
+        message: ProducerMessage,
+        reply: oneshot::Sender<Result<MessageId>>,
+        permit: OwnedSemaphorePermit,
+    },
+    Flush(oneshot::Sender<()>),
+    Close(oneshot::Sender<Result<()>>),
+}
+
+#[derive(Debug)]
+struct Handle {
+    topic: String,
+    tx: mpsc::UnboundedSender<Command>,
+}
+
+/// Publishes messages to a topic. Dropping it stops its background tasks
+/// once queued messages are sent; call [`Producer::close`] to wait.
+#[derive(Debug)]
+pub struct Producer {
+    topic: String,
+    partitions: Vec<Handle>,
+    pending: Arc<Semaphore>,
+    cursor: AtomicUsize,
+    routing: Routing,
+    batching: Option<Batching>,
+    sticky: std::sync::Mutex<Sticky>,
+}
+
+/// Round-robin state while batching: messages and bytes routed to the
+/// current partition since `since`.
+#[derive(Debug)]
+struct Sticky {
+    messages: u32,
+    bytes: usize,
+    since: Instant,
+}
+
+/// Resolves to the [`MessageId`] once the broker has stored the message.
+#[derive(Debug)]
+pub struct SendFuture(oneshot::Receiver<Result<MessageId>>);
+
+impl Future for SendFuture {
+    type Output = Result<MessageId>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx).map(|r| r.unwrap_or(Err(Error::Closed)))
+    }
+}
+
+impl Producer {
+    /// The topic (full name).
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Number of partitions (1 for a non-partitioned topic).
+    pub fn partitions(&self) -> usize {
+        self.partitions.len()
+    }
+
+    /// Sends a message and waits for the broker's receipt.
+    pub async fn send(&self, message: impl Into<ProducerMessage>) -> Result<MessageId> {
+        self.send_async(message).await?.await
+    }
+
+    /// Queues a message. Waits only while `max_pending` messages are
+    /// unacknowledged (backpressure), then returns a [`SendFuture`] for
+    /// the receipt. Receipts complete in send order.
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: magnetar_client::Producer) -> magnetar_client::Result<()> {
+    /// let mut receipts = Vec::new();
+    /// for i in 0..10_000 {
+    ///     receipts.push(producer.send_async(format!("msg-{i}")).await?);
+    /// }
+    /// for receipt in receipts {
+    ///     receipt.await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_async(&self, message: impl Into<ProducerMessage>) -> Result<SendFuture> {
+        let message = message.into();
+        let permit = self.pending.clone().acquire_owned().await.map_err(|_| Error::Closed)?;
+        let index = self.route(&message);
+        let (reply, rx) = oneshot::channel();
+        self.partitions[index]
+            .tx
+            .send(Command::Send { message, reply, permit })
+            .map_err(|_| Error::Closed)?;
+        Ok(SendFuture(rx))
+    }
+
+    fn route(&self, message: &ProducerMessage) -> usize {
+        let n = self.partitions.len();
+        if n == 1 {
+            return 0;
+        }
+        if let Some(key) = &message.key {
+            return partition_for_key(key.as_bytes(), n as u32) as usize;
+        }
+        match self.routing {
+            Routing::Single(p) => p as usize % n,
+            Routing::RoundRobin => match self.batching {
+                None => self.cursor.fetch_add(1, Ordering::Relaxed) % n,
+                Some(batching) => {
+                    // Stay on one partition for about a batch (count, bytes or
+                    // delay), then move on, like the official clients.
+                    let mut sticky = self.sticky.lock().unwrap_or_else(|e| e.into_inner());
+                    let size = message.payload.len();
+                    let now = Instant::now();
+                    if sticky.messages >= batching.max_messages
+                        || sticky.bytes + size > batching.max_bytes
+                        || now.duration_since(sticky.since) >= batching.max_delay
+                    {
+                        self.cursor.fetch_add(1, Ordering::Relaxed);
+                        *sticky = Sticky { messages: 0, bytes: 0, since: now };
+                    }
+                    sticky.messages += 1;
+                    sticky.bytes += size;
+                    self.cursor.load(Ordering::Relaxed) % n
+                }
+            },
+        }
+    }
+
+    /// Sends the messages waiting in batches now.
+    pub async fn flush(&self) -> Result<()> {
+        for handle in &self.partitions {
+            let (tx, rx) = oneshot::channel();
+            handle.tx.send(Command::Flush(tx)).map_err(|_| Error::Closed)?;
+            rx.await.map_err(|_| Error::Closed)?;
+        }
+        Ok(())
+    }
+
+    /// Flushes, waits for pending receipts and closes the producer on the broker.
+    pub async fn close(self) -> Result<()> {
+        let mut result = Ok(());
+        for handle in &self.partitions {
+            let (tx, rx) = oneshot::channel();
+            if handle.tx.send(Command::Close(tx)).is_ok() {
+                if let Ok(Err(e)) = rx.await {
+                    tracing::debug!(topic = %handle.topic, error = %e, "close failed");
+                    result = Err(e);
+                }
+            }
+        }
+        result
+    }
+}
+
+struct Waiter {
+    reply: oneshot::Sender<Result<MessageId>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// An entry sent and not yet acknowledged.
+struct Pending {
+    sequence_id: u64,
+    frame: Bytes,
+    batched: bool,
+    waiters: Vec<Waiter>,
+}
+
+struct Queued {
+    message: ProducerMessage,
+    sequence_id: u64,
+    waiter: Waiter,
+}
+
+/// The task behind one (partition) producer.
+struct PartitionProducer {
+    client: Client,
+    topic: String,
+    partition: i32,
+    config: Arc<Config>,
+    producer_id: u64,
+    name: String,
+    conn: Option<Arc<Connection>>,
+    events: Option<mpsc::UnboundedReceiver<ProducerEvent>>,
+    next_sequence_id: u64,
+    batch: Vec<Queued>,
+    batch_bytes: usize,
+    batch_deadline: Option<Instant>,
+    pending: VecDeque<Pending>,
+}
+
+/// A pseudo-random first partition, so that producers do not all start on 0.
+fn start_partition() -> usize {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos() as usize).unwrap_or(0)
+}
+
+fn now_millis() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn key_values(message: &ProducerMessage) -> Vec<KeyValue> {
+    message.properties.iter().map(|(k, v)| KeyValue { key: k.clone(), value: v.clone() }).collect()
+}
+
+impl PartitionProducer {
+    fn new(client: Client, topic: String, partition: i32, config: Arc<Config>) -> Self {
+        let producer_id = client.next_id();
+        Self {
+            client,
+            topic,
+            partition,
+            name: config.name.clone().unwrap_or_default(),
+            config,
+            producer_id,
+            conn: None,
+            events: None,
+            next_sequence_id: 0,
+            batch: Vec::new(),
+            batch_bytes: 0,
+            batch_deadline: None,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// Looks the topic up, registers the producer on the broker's connection.
+    async fn connect(&mut self) -> Result<()> {
+        let conn = self.client.topic_connection(&self.topic).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        conn.register_producer(self.producer_id, tx)?;
+        let request_id = conn.request_id();
+        let command = BaseCommand {
+            producer: Some(Box::new(CommandProducer {
+                topic: self.topic.clone(),
+                producer_id: self.producer_id,
+                request_id,
+                producer_name: (!self.name.is_empty()).then(|| self.name.clone()),
+                user_provided_producer_name: Some(self.config.name.is_some()),
+                ..Default::default()
+            })),
+            ..commands::base(Type::Producer)
+        };
+        let reply = match conn.request(request_id, &command, "PRODUCER").await {
+            Ok(reply) => reply,
+            Err(e) => {
+                conn.unregister_producer(self.producer_id);
+                return Err(e);
+            }
+        };
+        let success = reply
+            .producer_success
+            .ok_or_else(|| Error::Protocol("unexpected reply to PRODUCER".into()))?;
+        self.name = success.producer_name.clone();
+        if let Some(last) = success.last_sequence_id.filter(|&s| s >= 0) {
+            self.next_sequence_id = self.next_sequence_id.max(last as u64 + 1);
+        }
+        tracing::debug!(topic = %self.topic, name = %self.name, "producer ready");
+        self.conn = Some(conn);
+        self.events = Some(rx);
+        Ok(())
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
+        loop {
+            let deadline = self.batch_deadline;
+            let timer = async move {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let events = self.events.as_mut();
+            let event = async move {
+                match events {
+                    Some(ev) => ev.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                command = rx.recv() => match command {
+                    Some(Command::Send { message, reply, permit }) => {
+                        // After a reconnection gave up: one attempt per message.
+                        if self.conn.is_none() {
+                            match self.connect().await {
+                                Ok(()) => self.resend_pending(),
+                                Err(e) => {
+                                    let _ = reply.send(Err(e));
+                                    continue;
+                                }
+                            }
+                        }
+                        self.enqueue(message, Waiter { reply, _permit: permit });
+                    }
+                    Some(Command::Flush(done)) => {
+                        self.flush();
+                        let _ = done.send(());
+                    }
+                    Some(Command::Close(done)) => {
+                        let result = self.close().await;
+                        let _ = done.send(result);
+                        return;
+                    }
+                    None => {
+                        let _ = self.close().await;
+                        return;
+                    }
+                },
+                event = event => match event {
+                    Some(ProducerEvent::Receipt(receipt)) => self.on_receipt(&receipt),
+                    Some(ProducerEvent::SendError(error)) => {
+                        tracing::warn!(topic = %self.topic, error = ?error, "send error");
+                        // The broker rejected the oldest pending entry: fail it.
+                        if self.pending.front().is_some_and(|p| p.sequence_id == error.sequence_id) {
+                            if let Some(p) = self.pending.pop_front() {
+                                for w in p.waiters {
+                                    let e = Error::server(error.error, error.message.clone());
+                                    let _ = w.reply.send(Err(e));
+                                }
+                            }
+                        }
+                    }
+                    Some(ProducerEvent::Closed) | None => self.reconnect().await,
+                },
+                () = timer => self.flush(),
+            }
+        }
+    }
+
+    fn enqueue(&mut self, message: ProducerMessage, waiter: Waiter) {
+        let sequence_id = self.next_sequence_id;
+        self.next_sequence_id += 1;
+        let Some(batching) = self.config.batching else {
+            self.send_single(message, sequence_id, waiter);
+            return;
+        };
+        let size = message.payload.len();
+        if !self.batch.is_empty() && self.batch_bytes + size > batching.max_bytes {
+            self.flush();
+        }
+        if self.batch.is_empty() {
+            self.batch_deadline = Some(Instant::now() + batching.max_delay);
+        }
+        self.batch_bytes += size;
+        self.batch.push(Queued { message, sequence_id, waiter });
+        if self.batch.len() >= batching.max_messages as usize
+            || self.batch_bytes >= batching.max_bytes
+        {
+            self.flush();
+        }
+    }
+
+    fn metadata(&self, sequence_id: u64, raw_len: usize) -> MessageMetadata {
+        let compression = self.config.compression;
+        MessageMetadata {
+            producer_name: self.name.clone(),
+            sequence_id,
+            publish_time: now_millis(),
+            compression: (compression != Compression::None).then(|| compression.wire() as i32),
+            uncompressed_size: (compression != Compression::None).then_some(raw_len as u32),
+            ..Default::default()
+        }
+    }
+
+    fn send_single(&mut self, message: ProducerMessage, sequence_id: u64, waiter: Waiter) {
+        let built = self.config.compression.compress(&message.payload).and_then(|payload| {
+            let mut metadata = self.metadata(sequence_id, message.payload.len());
+            metadata.properties = key_values(&message);
+            metadata.partition_key = message.key.clone();
+            metadata.event_time = message.event_time;
+            self.frame(&metadata, &payload, sequence_id, None, 1)
+        });
+        match built {
+            Ok(frame) => {
+                self.transmit(Pending { sequence_id, frame, batched: false, waiters: vec![waiter] })
+            }
+            Err(e) => {
+                let _ = waiter.reply.send(Err(e));
+            }
+        }
+    }
+
+    /// Sends the current batch.
+    fn flush(&mut self) {
+        self.batch_deadline = None;
+        self.batch_bytes = 0;
+        let batch = std::mem::take(&mut self.batch);
+        let (Some(first), Some(last)) = (batch.first(), batch.last()) else { return };
+        let (sequence_id, highest) = (first.sequence_id, last.sequence_id);
+        let built = (|| {
+            let mut builder = BatchBuilder::new();
+            for q in &batch {
+                let single = SingleMessageMetadata {
+                    properties: key_values(&q.message),
+                    partition_key: q.message.key.clone(),
+                    event_time: q.message.event_time,
+                    sequence_id: Some(q.sequence_id),
+                    ..Default::default()
+                };
+                builder.push(single, &q.message.payload)?;
+            }
+            let count = builder.len() as i32;
+            let raw = builder.finish();
+            let payload = self.config.compression.compress(&raw)?;
+            let mut metadata = self.metadata(sequence_id, raw.len());
+            metadata.num_messages_in_batch = Some(count);
+            metadata.highest_sequence_id = Some(highest);
+            self.frame(&metadata, &payload, sequence_id, Some(highest), count)
+        })();
+        let waiters: Vec<Waiter> = batch.into_iter().map(|q| q.waiter).collect();
+        match built {
+            Ok(frame) => self.transmit(Pending { sequence_id, frame, batched: true, waiters }),
+            Err(e) => {
+                let text = e.to_string();
+                for w in waiters {
+                    let _ = w.reply.send(Err(Error::Protocol(text.clone())));
+                }
+            }
+        }
+    }
+
+    fn frame(
+        &self,
+        metadata: &MessageMetadata,
+        payload: &[u8],
+        sequence_id: u64,
+        highest: Option<u64>,
+        num_messages: i32,
+    ) -> Result<Bytes> {
+        let entry = metadata_and_payload(metadata, payload)?;
+        let max = self
+            .conn
+            .as_ref()
+            .map_or(magnetar_protocol::constants::DEFAULT_MAX_MESSAGE_SIZE, |c| {
+                c.max_message_size()
+            });
+        if entry.len() > max {
+            return Err(Error::MessageTooLarge { size: entry.len(), max });
+        }
+        let mut command = commands::send(self.producer_id, sequence_id, num_messages);
+        if let Some(send) = command.send.as_mut() {
+            send.highest_sequence_id = highest;
+        }
+        let mut out = BytesMut::new();
+        encode_payload_command(&command, None, &entry, &mut out)?;
+        Ok(out.freeze())
+    }
+
+    fn transmit(&mut self, pending: Pending) {
+        if let Some(conn) = &self.conn {
+            // On failure the connection is closing: the resend after
+            // reconnection covers this entry.
+            let _ = conn.send_frame(pending.frame.clone());
+        }
+        self.pending.push_back(pending);
+    }
+
+    fn on_receipt(&mut self, receipt: &magnetar_protocol::proto::CommandSendReceipt) {
+        let Some(front) = self.pending.front() else {
+            tracing::debug!(seq = receipt.sequence_id, "receipt with nothing pending");
+            return;
+        };
+        if receipt.sequence_id < front.sequence_id {
+            tracing::debug!(seq = receipt.sequence_id, "duplicate receipt ignored");
+            return;
+        }
+        if receipt.sequence_id > front.sequence_id {
+            // Out of order: the broker lost something. Resend from scratch.
+            tracing::warn!(
+                got = receipt.sequence_id,
+                expected = front.sequence_id,
+                "receipt out of order"
+            );
+            if let Some(conn) = &self.conn {
+                conn.close();
+            }
+            return;
+        }
+        let Some(pending) = self.pending.pop_front() else { return };
+        let wire = receipt.message_id.clone().unwrap_or_default();
+        let partition = if self.partition >= 0 { self.partition } else { wire.partition() };
+        let size = pending.waiters.len() as i32;
+        for (i, waiter) in pending.waiters.into_iter().enumerate() {
+            let mut id = MessageId::new(wire.ledger_id, wire.entry_id, partition);
+            if pending.batched {
+                id.batch_index = i as i32;
+                id.batch_size = size;
+            }
+            let _ = waiter.reply.send(Ok(id));
+        }
+    }
+
+    /// Re-creates the producer (possibly on another broker) and resends
+    /// every pending entry in order. Gives up after about a minute, failing
+    /// what is pending.
+    async fn reconnect(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            conn.unregister_producer(self.producer_id);
+        }
+        self.events = None;
+        let mut backoff = Duration::from_millis(50);
+        let give_up = Instant::now() + Duration::from_secs(60);
+        loop {
+            match self.connect().await {
+                Ok(()) => break,
+                Err(error) if Instant::now() < give_up => {
+                    tracing::debug!(topic = %self.topic, %error, "reconnect failed, retrying");
+                    // Backoff between attempts, not synchronisation.
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(error) => {
+                    tracing::warn!(topic = %self.topic, %error, "producer reconnect gave up");
+                    for p in self.pending.drain(..) {
+                        for w in p.waiters {
+                            let _ = w.reply.send(Err(Error::Disconnected));
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+        self.resend_pending();
+    }
+
+    fn resend_pending(&self) {
+        if let Some(conn) = &self.conn {
+            for p in &self.pending {
+                let _ = conn.send_frame(p.frame.clone());
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.flush();
+        // Wait for the receipts of what is pending.
+        while !self.pending.is_empty() {
+            let Some(events) = self.events.as_mut() else { break };
+            match tokio::time::timeout(crate::connection::REQUEST_TIMEOUT, events.recv()).await {
+                Ok(Some(ProducerEvent::Receipt(r))) => self.on_receipt(&r),
+                Ok(Some(ProducerEvent::SendError(_)))
+                | Ok(Some(ProducerEvent::Closed))
+                | Ok(None) => {
+                    self.reconnect().await;
+                }
+                Err(_) => return Err(Error::Timeout("pending receipts")),
+            }
+        }
+        let Some(conn) = self.conn.take() else { return Ok(()) };
+        conn.unregister_producer(self.producer_id);
+        let request_id = conn.request_id();
+        let command = BaseCommand {
+            close_producer: Some(Box::new(CommandCloseProducer {
+                producer_id: self.producer_id,
+                request_id,
+                ..Default::default()
+            })),
+            ..commands::base(Type::CloseProducer)
+        };
+        conn.request(request_id, &command, "CLOSE_PRODUCER").await.map(|_| ())
+    }
+}
