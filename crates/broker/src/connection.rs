@@ -301,12 +301,7 @@ impl Connection {
         if self.producers.contains_key(&producer_id) {
             // A client retrying a create it already got: answer the same.
             let existing = &self.producers[&producer_id];
-            let reply = commands::producer_success(
-                request_id,
-                existing.name.clone(),
-                -1,
-                Some(Bytes::new()),
-            );
+            let reply = commands::producer_success(request_id, existing.name.clone(), -1, None);
             self.outbox.send_command(&reply);
             return Ok(());
         }
@@ -339,11 +334,7 @@ impl Connection {
         .await;
         match result {
             Ok((topic, name, key, epoch)) => {
-                // Java clients read schema_version unconditionally: Pulsar sends it empty without a schema.
-                let schema_version = Some(match request.schema {
-                    Some(_) => Bytes::from_static(&[0; 8]),
-                    None => Bytes::new(),
-                });
+                let schema_version = request.schema.as_ref().map(|_| Bytes::from_static(&[0; 8]));
                 let mut reply =
                     commands::producer_success(request_id, name.clone(), -1, schema_version);
                 if mode != ProducerAccessMode::Shared {

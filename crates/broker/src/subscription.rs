@@ -63,6 +63,24 @@ struct State {
     epoch: u64,
 }
 
+impl State {
+    /// Entries sent to consumer `key` and not acknowledged.
+    fn pending_of(&self, key: u64) -> Vec<Position> {
+        self.pending.iter().filter(|(_, &owner)| owner == key).map(|(&p, _)| p).collect()
+    }
+
+    /// Moves pending entries to the redelivery queue, counting a redelivery if asked.
+    fn requeue(&mut self, positions: Vec<Position>, count_redelivery: bool) {
+        for position in positions {
+            self.pending.remove(&position);
+            if count_redelivery {
+                *self.redelivery_counts.entry(position).or_insert(0) += 1;
+            }
+            self.redeliver.insert(position);
+        }
+    }
+}
+
 pub struct Subscription {
     pub name: String,
     pub durable: bool,
@@ -219,13 +237,8 @@ impl Subscription {
     pub fn remove_consumer(&self, key: u64) -> usize {
         let mut state = self.state.lock();
         state.consumers.retain(|slot| slot.handle.key != key);
-        let orphaned: Vec<Position> =
-            state.pending.iter().filter(|(_, &owner)| owner == key).map(|(&p, _)| p).collect();
-        for position in orphaned {
-            state.pending.remove(&position);
-            *state.redelivery_counts.entry(position).or_insert(0) += 1;
-            state.redeliver.insert(position);
-        }
+        let orphaned = state.pending_of(key);
+        state.requeue(orphaned, true);
         self.pick_active(&mut state);
         let left = state.consumers.len();
         drop(state);
@@ -257,12 +270,8 @@ impl Subscription {
         state.active = chosen;
         // What the previous active consumer held goes to the new one.
         if let Some(previous) = previous {
-            let held: Vec<Position> =
-                state.pending.iter().filter(|(_, &o)| o == previous).map(|(&p, _)| p).collect();
-            for position in held {
-                state.pending.remove(&position);
-                state.redeliver.insert(position);
-            }
+            let held = state.pending_of(previous);
+            state.requeue(held, false);
         }
         if state.sub_type == SubType::Failover {
             for slot in &state.consumers {
@@ -337,18 +346,14 @@ impl Subscription {
     pub fn redeliver(&self, key: u64, ids: &[MessageIdData]) {
         let mut state = self.state.lock();
         let chosen: Vec<Position> = if ids.is_empty() {
-            state.pending.iter().filter(|(_, &o)| o == key).map(|(&p, _)| p).collect()
+            state.pending_of(key)
         } else {
             ids.iter()
                 .map(|id| Position::new(id.ledger_id, id.entry_id))
                 .filter(|p| state.pending.get(p) == Some(&key))
                 .collect()
         };
-        for position in chosen {
-            state.pending.remove(&position);
-            *state.redelivery_counts.entry(position).or_insert(0) += 1;
-            state.redeliver.insert(position);
-        }
+        state.requeue(chosen, true);
         drop(state);
         self.wake.notify_one();
     }

@@ -216,7 +216,8 @@ pub fn lookup_failed(
 // ---------------------------------------------------------------------------
 
 /// PRODUCER_SUCCESS (ready producer). `last_sequence_id` is -1 without
-/// deduplication.
+/// deduplication. `schema_version` is always sent, empty without a schema, as
+/// Pulsar does: the Java client reads it unconditionally.
 pub fn producer_success(
     request_id: u64,
     producer_name: impl Into<String>,
@@ -228,7 +229,7 @@ pub fn producer_success(
             request_id,
             producer_name: producer_name.into(),
             last_sequence_id: Some(last_sequence_id),
-            schema_version,
+            schema_version: Some(schema_version.unwrap_or_default()),
             topic_epoch: None,
             producer_ready: Some(true),
         })),
@@ -513,6 +514,10 @@ mod tests {
         assert_eq!(id.batch_index(), -1);
         let ps = producer_success(1, "p", -1, None);
         assert!(ps.producer_success.as_ref().is_some_and(|p| p.producer_ready()));
+        assert_eq!(
+            ps.producer_success.as_ref().and_then(|p| p.schema_version.clone()),
+            Some(Bytes::new())
+        );
         let sub = crate::proto::CommandSubscribe::default();
         assert!(sub.durable());
         assert!(sub.force_topic_creation());
