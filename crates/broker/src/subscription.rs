@@ -61,6 +61,9 @@ struct State {
     closed: bool,
     /// Bumped by every cursor reset, so a dispatch round that read before it sends nothing.
     epoch: u64,
+    /// Moving average of messages per entry, to turn message permits into entries to read
+    /// (reading one entry per permit re-read batched entries many times over).
+    messages_per_entry: f64,
 }
 
 impl State {
@@ -127,6 +130,7 @@ impl Subscription {
             persist_dirty: false,
             closed: false,
             epoch: 0,
+            messages_per_entry: 1.0,
         };
         let subscription = Arc::new(Subscription {
             name,
@@ -453,7 +457,8 @@ impl Subscription {
             if capacity <= 0 {
                 return Ok(false);
             }
-            let count = (capacity as usize).min(self.batch_entries);
+            let entries = (capacity as f64 / state.messages_per_entry.max(1.0)).ceil() as usize;
+            let count = entries.clamp(1, self.batch_entries);
             let plan = if !state.redeliver.is_empty() {
                 Plan::Redeliver(state.redeliver.iter().take(count).copied().collect())
             } else {
@@ -505,6 +510,7 @@ impl Subscription {
                 continue;
             }
             let (messages, key) = entry_shape(&data);
+            state.messages_per_entry = 0.9 * state.messages_per_entry + 0.1 * f64::from(messages);
             let Some(slot_index) = choose_consumer(&mut state, key.as_deref()) else {
                 sent_all = false;
                 break;

@@ -201,7 +201,23 @@ pub struct Consumer {
     /// Messages of each batch entry not acknowledged yet:
     /// (consumer id, ledger, entry) → remaining.
     batches: Mutex<HashMap<(u64, u64, u64), u32>>,
+    /// Acknowledgements of [`Consumer::ack_grouped`] not sent yet.
+    grouped: Mutex<GroupedAcks>,
 }
+
+/// Grouped acknowledgements waiting to go out in one ACK command per partition.
+#[derive(Debug, Default)]
+struct GroupedAcks {
+    ids: HashMap<u64, Vec<MessageIdData>>,
+    count: usize,
+    /// When the oldest waiting acknowledgement was added.
+    since: Option<Instant>,
+}
+
+/// Grouped acknowledgements are sent at least this often ...
+const ACK_GROUP_TIME: Duration = Duration::from_millis(100);
+/// ... or as soon as this many are waiting (like the Java client's defaults).
+const ACK_GROUP_MAX: usize = 1000;
 
 impl Consumer {
     async fn subscribe(client: Client, topic: &str, options: Options) -> Result<Self> {
@@ -215,6 +231,7 @@ impl Consumer {
             events,
             queue: VecDeque::new(),
             batches: Mutex::new(HashMap::new()),
+            grouped: Mutex::new(GroupedAcks::default()),
         };
         for (part_topic, _) in client.topic_partitions(topic).await? {
             let consumer_id = client.next_id();
@@ -280,7 +297,18 @@ impl Consumer {
                 }
                 return Ok(message);
             }
-            match self.events.recv().await {
+            let flush_at = self.lock_grouped().since.map(|since| since + ACK_GROUP_TIME);
+            let event = match flush_at {
+                Some(at) => tokio::select! {
+                    event = self.events.recv() => event,
+                    () = tokio::time::sleep_until(at) => {
+                        self.flush_acks()?;
+                        continue;
+                    }
+                },
+                None => self.events.recv().await,
+            };
+            match event {
                 Some(ConsumerEvent::Message { consumer_id, command, payload }) => {
                     if self.parts.contains_key(&consumer_id) {
                         self.unpack(consumer_id, &command, *payload)?;
@@ -471,24 +499,86 @@ impl Consumer {
     /// A message of a batch is acknowledged to the broker together with the
     /// last unacknowledged message of its batch (the broker tracks entries).
     pub async fn ack(&self, message: &Message) -> Result<()> {
-        let id = message.id;
-        if id.batch_index >= 0 {
-            let mut batches = self.lock_batches();
-            let key = (message.consumer_id, id.ledger_id, id.entry_id);
-            match batches.get_mut(&key) {
-                // The batch was negatively acknowledged: it comes back whole
-                // and is acknowledged from the new delivery.
-                Some(&mut NACKED) => return Ok(()),
-                Some(left) if *left > 1 => {
-                    *left -= 1;
-                    return Ok(());
-                }
-                _ => {
-                    batches.remove(&key);
-                }
+        if !self.entry_done(message) {
+            return Ok(());
+        }
+        self.ack_entry(message.consumer_id, message.id.entry(), AckType::Individual).await
+    }
+
+    /// Acknowledges one message without waiting: acknowledgements are
+    /// grouped into one ACK command per partition, sent when 1000 are
+    /// waiting, 100 ms after the oldest (while [`Consumer::receive`] runs),
+    /// on [`Consumer::flush_acks`] and on [`Consumer::close`]. This is what
+    /// the official clients do by default; use it for throughput.
+    pub fn ack_grouped(&self, message: &Message) -> Result<()> {
+        if !self.entry_done(message) {
+            return Ok(());
+        }
+        let full = {
+            let mut grouped = self.lock_grouped();
+            grouped.ids.entry(message.consumer_id).or_default().push(message.id.entry());
+            grouped.count += 1;
+            grouped.since.get_or_insert_with(Instant::now);
+            grouped.count >= ACK_GROUP_MAX
+        };
+        if full {
+            self.flush_acks()?;
+        }
+        Ok(())
+    }
+
+    /// Sends the acknowledgements [`Consumer::ack_grouped`] holds.
+    pub fn flush_acks(&self) -> Result<()> {
+        let ids = {
+            let mut grouped = self.lock_grouped();
+            grouped.count = 0;
+            grouped.since = None;
+            std::mem::take(&mut grouped.ids)
+        };
+        for (consumer_id, message_id) in ids {
+            let command = BaseCommand {
+                ack: Some(Box::new(CommandAck {
+                    consumer_id,
+                    ack_type: AckType::Individual as i32,
+                    message_id,
+                    ..Default::default()
+                })),
+                ..commands::base(Type::Ack)
+            };
+            // A partition closed meanwhile redelivers these messages: not an error.
+            if let Ok(conn) = self.conn_of(consumer_id) {
+                conn.send_command(&command)?;
             }
         }
-        self.ack_entry(message.consumer_id, id.entry(), AckType::Individual).await
+        Ok(())
+    }
+
+    /// Whether acknowledging `message` completes its entry (always for a
+    /// message outside a batch; for the last unacknowledged one of a batch).
+    fn entry_done(&self, message: &Message) -> bool {
+        let id = message.id;
+        if id.batch_index < 0 {
+            return true;
+        }
+        let mut batches = self.lock_batches();
+        let key = (message.consumer_id, id.ledger_id, id.entry_id);
+        match batches.get_mut(&key) {
+            // The batch was negatively acknowledged: it comes back whole
+            // and is acknowledged from the new delivery.
+            Some(&mut NACKED) => false,
+            Some(left) if *left > 1 => {
+                *left -= 1;
+                false
+            }
+            _ => {
+                batches.remove(&key);
+                true
+            }
+        }
+    }
+
+    fn lock_grouped(&self) -> std::sync::MutexGuard<'_, GroupedAcks> {
+        self.grouped.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Acknowledges this message and every earlier one of its partition.
@@ -574,6 +664,7 @@ impl Consumer {
     /// Closes the consumer; unacknowledged messages go to other consumers.
     /// (Dropping a consumer also closes it, without waiting.)
     pub async fn close(mut self) -> Result<()> {
+        self.flush_acks()?;
         let parts = std::mem::take(&mut self.parts);
         for (&consumer_id, part) in &parts {
             part.conn.unregister_consumer(consumer_id);
@@ -594,6 +685,7 @@ impl Consumer {
 
 impl Drop for Consumer {
     fn drop(&mut self) {
+        let _ = self.flush_acks();
         // Not closed explicitly: tell the broker without waiting for the reply.
         for (&consumer_id, part) in &self.parts {
             part.conn.unregister_consumer(consumer_id);

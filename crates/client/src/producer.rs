@@ -42,7 +42,8 @@ pub enum Routing {
 
 /// Batching settings: a batch is sent when it holds `max_messages`, when
 /// adding a message would exceed `max_bytes`, or `max_delay` after its
-/// first message.
+/// first message; and at once whenever nothing sent before is waiting for
+/// its receipt (so a lone message does not wait for `max_delay`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Batching {
     /// Maximum messages per batch.
@@ -143,11 +144,7 @@ impl ProducerBuilder {
 }
 
 enum Command {
-    Send {
-        message: ProducerMessage,
-        reply: oneshot::Sender<Result<MessageId>>,
-        permit: OwnedSemaphorePermit,
-    },
+    Send { message: ProducerMessage, reply: Reply, permit: OwnedSemaphorePermit },
     Flush(oneshot::Sender<()>),
     Close(oneshot::Sender<Result<()>>),
 }
@@ -224,15 +221,42 @@ impl Producer {
     /// # Ok(()) }
     /// ```
     pub async fn send_async(&self, message: impl Into<ProducerMessage>) -> Result<SendFuture> {
-        let message = message.into();
+        let (reply, rx) = oneshot::channel();
+        self.queue(message.into(), Reply::Future(reply)).await?;
+        Ok(SendFuture(rx))
+    }
+
+    /// Queues a message like [`Producer::send_async`], and calls `callback`
+    /// with its outcome once the broker has stored it (or it failed).
+    /// Callbacks run on the producer's task, in send order: keep them short.
+    /// At high rates this is cheaper than a future per message.
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: magnetar_client::Producer) -> magnetar_client::Result<()> {
+    /// producer
+    ///     .send_with_callback("event", |result| {
+    ///         if let Err(e) = result {
+    ///             eprintln!("not stored: {e}");
+    ///         }
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_with_callback(
+        &self,
+        message: impl Into<ProducerMessage>,
+        callback: impl FnOnce(Result<MessageId>) + Send + 'static,
+    ) -> Result<()> {
+        self.queue(message.into(), Reply::Callback(Box::new(callback))).await
+    }
+
+    async fn queue(&self, message: ProducerMessage, reply: Reply) -> Result<()> {
         let permit = self.pending.clone().acquire_owned().await.map_err(|_| Error::Closed)?;
         let index = self.route(&message);
-        let (reply, rx) = oneshot::channel();
         self.partitions[index]
             .tx
             .send(Command::Send { message, reply, permit })
-            .map_err(|_| Error::Closed)?;
-        Ok(SendFuture(rx))
+            .map_err(|_| Error::Closed)
     }
 
     fn route(&self, message: &ProducerMessage) -> usize {
@@ -294,9 +318,27 @@ impl Producer {
     }
 }
 
+/// Where the outcome of a message goes.
+enum Reply {
+    Future(oneshot::Sender<Result<MessageId>>),
+    Callback(Box<dyn FnOnce(Result<MessageId>) + Send>),
+}
+
 struct Waiter {
-    reply: oneshot::Sender<Result<MessageId>>,
+    reply: Reply,
     _permit: OwnedSemaphorePermit,
+}
+
+impl Waiter {
+    /// Reports the outcome; the pending-message permit is released after it.
+    fn complete(self, result: Result<MessageId>) {
+        match self.reply {
+            Reply::Future(tx) => {
+                let _ = tx.send(result);
+            }
+            Reply::Callback(callback) => callback(result),
+        }
+    }
 }
 
 /// An entry sent and not yet acknowledged.
@@ -329,6 +371,9 @@ struct PartitionProducer {
     batch_deadline: Option<Instant>,
     pending: VecDeque<Pending>,
 }
+
+/// Commands handled per wake-up of a producer task before it looks at receipts and timers.
+const MAX_COMMANDS_PER_WAKE: usize = 256;
 
 /// A pseudo-random first partition, so that producers do not all start on 0.
 fn start_partition() -> usize {
@@ -401,14 +446,17 @@ impl PartitionProducer {
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
+        // One timer for the batch deadline, re-armed once per batch (not per message).
+        let timer = tokio::time::sleep(Duration::from_secs(3600));
+        tokio::pin!(timer);
+        let mut armed = None;
         loop {
-            let deadline = self.batch_deadline;
-            let timer = async move {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
+            if self.batch_deadline != armed {
+                armed = self.batch_deadline;
+                if let Some(deadline) = armed {
+                    timer.as_mut().reset(deadline);
                 }
-            };
+            }
             let events = self.events.as_mut();
             let event = async move {
                 match events {
@@ -417,36 +465,24 @@ impl PartitionProducer {
                 }
             };
             tokio::select! {
-                command = rx.recv() => match command {
-                    Some(Command::Send { message, reply, permit }) => {
-                        // After a reconnection gave up: one attempt per message.
-                        if self.conn.is_none() {
-                            match self.connect().await {
-                                Ok(()) => self.resend_pending(),
-                                Err(e) => {
-                                    let _ = reply.send(Err(e));
-                                    continue;
-                                }
-                            }
+                command = rx.recv() => {
+                    if !self.on_command(command).await {
+                        return;
+                    }
+                    // Take what else is queued without another trip through select.
+                    for _ in 0..MAX_COMMANDS_PER_WAKE {
+                        let Ok(command) = rx.try_recv() else { break };
+                        if !self.on_command(Some(command)).await {
+                            return;
                         }
-                        self.enqueue(message, Waiter { reply, _permit: permit });
                     }
-                    Some(Command::Flush(done)) => {
-                        self.flush();
-                        let _ = done.send(());
-                    }
-                    Some(Command::Close(done)) => {
-                        let result = self.close().await;
-                        let _ = done.send(result);
-                        return;
-                    }
-                    None => {
-                        let _ = self.close().await;
-                        return;
-                    }
-                },
+                    self.flush_if_idle();
+                }
                 event = event => match event {
-                    Some(ProducerEvent::Receipt(receipt)) => self.on_receipt(&receipt),
+                    Some(ProducerEvent::Receipt(receipt)) => {
+                        self.on_receipt(&receipt);
+                        self.flush_if_idle();
+                    }
                     Some(ProducerEvent::SendError(error)) => {
                         tracing::warn!(topic = %self.topic, error = ?error, "send error");
                         // The broker rejected the oldest pending entry: fail it.
@@ -454,14 +490,48 @@ impl PartitionProducer {
                             if let Some(p) = self.pending.pop_front() {
                                 for w in p.waiters {
                                     let e = Error::server(error.error, error.message.clone());
-                                    let _ = w.reply.send(Err(e));
+                                    w.complete(Err(e));
                                 }
                             }
                         }
                     }
                     Some(ProducerEvent::Closed) | None => self.reconnect().await,
                 },
-                () = timer => self.flush(),
+                () = &mut timer, if armed.is_some() => self.flush(),
+            }
+        }
+    }
+
+    /// Handles one command; false when the producer is done.
+    async fn on_command(&mut self, command: Option<Command>) -> bool {
+        match command {
+            Some(Command::Send { message, reply, permit }) => {
+                // After a reconnection gave up: one attempt per message.
+                if self.conn.is_none() {
+                    match self.connect().await {
+                        Ok(()) => self.resend_pending(),
+                        Err(e) => {
+                            Waiter { reply, _permit: permit }.complete(Err(e));
+                            return true;
+                        }
+                    }
+                }
+                self.enqueue(message, Waiter { reply, _permit: permit });
+                true
+            }
+            Some(Command::Flush(done)) => {
+                self.flush();
+                let _ = done.send(());
+                true
+            }
+            Some(Command::Close(done)) => {
+                let result = self.close().await;
+                let _ = done.send(result);
+                false
+            }
+            None => {
+                let _ = self.close().await;
+                false
             }
         }
     }
@@ -485,6 +555,16 @@ impl PartitionProducer {
         if self.batch.len() >= batching.max_messages as usize
             || self.batch_bytes >= batching.max_bytes
         {
+            self.flush();
+        }
+    }
+
+    /// Group commit on the client side: a batch goes out at once when nothing is in flight,
+    /// and otherwise fills while the previous one is being stored (up to the count, bytes and
+    /// delay limits). Low rates get round-trip latency instead of the batching delay; high
+    /// rates still get full batches.
+    fn flush_if_idle(&mut self) {
+        if self.pending.is_empty() && !self.batch.is_empty() {
             self.flush();
         }
     }
@@ -514,7 +594,7 @@ impl PartitionProducer {
                 self.transmit(Pending { sequence_id, frame, batched: false, waiters: vec![waiter] })
             }
             Err(e) => {
-                let _ = waiter.reply.send(Err(e));
+                waiter.complete(Err(e));
             }
         }
     }
@@ -552,7 +632,7 @@ impl PartitionProducer {
             Err(e) => {
                 let text = e.to_string();
                 for w in waiters {
-                    let _ = w.reply.send(Err(Error::Protocol(text.clone())));
+                    w.complete(Err(Error::Protocol(text.clone())));
                 }
             }
         }
@@ -625,7 +705,7 @@ impl PartitionProducer {
                 id.batch_index = i as i32;
                 id.batch_size = size;
             }
-            let _ = waiter.reply.send(Ok(id));
+            waiter.complete(Ok(id));
         }
     }
 
@@ -652,7 +732,7 @@ impl PartitionProducer {
                     tracing::warn!(topic = %self.topic, %error, "producer reconnect gave up");
                     for p in self.pending.drain(..) {
                         for w in p.waiters {
-                            let _ = w.reply.send(Err(Error::Disconnected));
+                            w.complete(Err(Error::Disconnected));
                         }
                     }
                     return;

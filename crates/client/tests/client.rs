@@ -409,3 +409,82 @@ async fn batched_round_robin_on_partitioned_topic() {
         consumer.ack(&m).await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn callbacks_complete_in_order() {
+    let broker = start_broker();
+    let client = Client::connect(broker.url()).await.unwrap();
+    let producer = client
+        .producer("callbacks")
+        .batching(50, 128 * 1024, Duration::from_millis(5))
+        .max_pending(200)
+        .create()
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..1000u32 {
+        let tx = tx.clone();
+        producer
+            .send_with_callback(i.to_be_bytes().to_vec(), move |result| {
+                let _ = tx.send((i, result));
+            })
+            .await
+            .unwrap();
+    }
+    let mut last: Option<MessageId> = None;
+    for expected in 0..1000u32 {
+        let (i, result) = timeout(WAIT, rx.recv()).await.expect("callback timed out").unwrap();
+        assert_eq!(i, expected, "callbacks run in send order");
+        let id = result.expect("stored");
+        assert!(last.is_none_or(|prev| prev < id), "{last:?} then {id}");
+        last = Some(id);
+    }
+}
+
+#[tokio::test]
+async fn grouped_acks_are_sent_and_kept() {
+    let broker = start_broker();
+    let client = Client::connect(broker.url()).await.unwrap();
+    let topic = "grouped-acks";
+    let sub = |client: &Client| {
+        client
+            .consumer(topic)
+            .subscription("g")
+            .sub_type(SubType::Shared)
+            .initial_position(InitialPosition::Earliest)
+    };
+    let mut consumer = sub(&client).subscribe().await.unwrap();
+    // No batching: a partly acknowledged batch would come back whole.
+    let producer = client.producer(topic).max_pending(200).create().await.unwrap();
+    let mut receipts = Vec::new();
+    for i in 0..1000u32 {
+        receipts.push(producer.send_async(i.to_be_bytes().to_vec()).await.unwrap());
+    }
+    for r in receipts {
+        timeout(WAIT, r).await.unwrap().unwrap();
+    }
+    // Grouped acks for the first 600; the rest left unacknowledged.
+    for i in 0..1000u32 {
+        let m = recv(&mut consumer).await;
+        assert_eq!(&m.payload[..], &i.to_be_bytes());
+        if i < 600 {
+            consumer.ack_grouped(&m).unwrap();
+        }
+    }
+    consumer.close().await.unwrap(); // close sends what is grouped
+
+    // A new consumer gets exactly the 400 that were not acknowledged.
+    let mut consumer = sub(&client).subscribe().await.unwrap();
+    let mut again = Vec::new();
+    for _ in 0..400 {
+        let m = recv(&mut consumer).await;
+        again.push(u32::from_be_bytes(m.payload[..4].try_into().unwrap()));
+        consumer.ack_grouped(&m).unwrap();
+    }
+    again.sort_unstable();
+    assert_eq!(again, (600..1000).collect::<Vec<_>>());
+    // Nothing else is redelivered: the next message is a new one.
+    producer.send("after").await.unwrap();
+    assert_eq!(recv(&mut consumer).await.text(), Some("after"));
+    consumer.close().await.unwrap();
+}

@@ -42,8 +42,194 @@ pub struct StandaloneArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum PerfCommand {
+    /// Publish load against any Pulsar-protocol broker; publish (send-to-receipt) latency.
+    Produce(PerfProduceArgs),
+    /// Consume from any Pulsar-protocol broker; publish-to-receive latency.
+    Consume(PerfConsumeArgs),
+    /// Produce and consume in one process; end-to-end (send-to-receive) latency.
+    E2e(PerfE2eArgs),
     /// Storage engine appends next to the raw disk, measured in one run.
     Storage(PerfStorageArgs),
+}
+
+/// Options shared by produce, consume and e2e (named as in pulsar-perf where it has them).
+#[derive(Args, Debug)]
+pub struct PerfTargetArgs {
+    /// Topic (short names go to public/default).
+    #[arg(default_value = "perf")]
+    pub topic: String,
+    /// Pulsar binary protocol URL of the broker.
+    #[arg(long, short = 'u', default_value = "pulsar://127.0.0.1:6650")]
+    pub service_url: String,
+    /// Admin REST URL (only used to create partitioned topics).
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub admin_url: String,
+    /// Number of topics: <topic>-0, <topic>-1, ... when more than one.
+    #[arg(long, short = 't', default_value_t = 1)]
+    pub num_topics: usize,
+    /// Create the topics as partitioned topics with this many partitions.
+    #[arg(long, default_value_t = 0)]
+    pub partitions: u32,
+    /// Stop after this many seconds (0: no limit).
+    #[arg(long = "time", short = 'd', default_value_t = 0.0)]
+    pub time: f64,
+    /// Stop after this many messages, counted over all producers or consumers (0: no limit).
+    #[arg(long = "num-messages", short = 'm', default_value_t = 0)]
+    pub num_messages: u64,
+    /// Seconds not counted at the start (ignored with --num-messages).
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup_time: f64,
+    /// Seconds between live lines.
+    #[arg(long, default_value_t = 5.0)]
+    pub report_interval: f64,
+    /// Print the final summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Client threads; 1 runs everything on one thread (fastest for one producer on 2 cores).
+    #[arg(long = "num-io-threads", short = 'i', default_value_t = 1)]
+    pub threads: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct PerfProducerArgs {
+    /// Messages per second over all producers (0: as fast as possible).
+    #[arg(long, short = 'r', default_value_t = 0.0)]
+    pub rate: f64,
+    /// Message size in bytes.
+    #[arg(long, short = 's', default_value_t = 1024)]
+    pub size: usize,
+    /// Producers per topic.
+    #[arg(long = "num-producers", short = 'n', default_value_t = 1)]
+    pub producers: usize,
+    /// Batching window in milliseconds.
+    #[arg(long = "batch-time-window", short = 'b', default_value_t = 1.0)]
+    pub batch_time_window_ms: f64,
+    /// Maximum messages per batch.
+    #[arg(long = "batch-max-messages", default_value_t = 1000)]
+    pub batch_max_messages: u32,
+    /// Maximum bytes per batch.
+    #[arg(long = "batch-max-bytes", default_value_t = 128 * 1024)]
+    pub batch_max_bytes: usize,
+    /// Send every message as its own entry.
+    #[arg(long)]
+    pub disable_batching: bool,
+    /// Messages in flight per producer (pulsar-perf's --max-outstanding).
+    #[arg(long = "max-outstanding", short = 'o', default_value_t = 1000)]
+    pub max_pending: usize,
+    /// NONE, LZ4, ZLIB, ZSTD or SNAPPY.
+    #[arg(long, short = 'z', default_value = "NONE")]
+    pub compression: magnetar_perf::pulsar::PerfCompression,
+    /// One message in flight per producer (durable round-trip latency); implies no batching.
+    #[arg(long)]
+    pub sync: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PerfConsumerArgs {
+    /// Consumers per topic.
+    #[arg(long = "num-consumers", short = 'c', default_value_t = 1)]
+    pub consumers: usize,
+    /// Subscription name.
+    #[arg(long = "subscriptions", visible_alias = "subscription", default_value = "perf-sub")]
+    pub subscription: String,
+    /// Exclusive, Shared, Failover or Key_Shared.
+    #[arg(long = "subscription-type", short = 'T', default_value = "Exclusive")]
+    pub sub_type: magnetar_perf::pulsar::PerfSubType,
+    /// Receiver queue size per consumer.
+    #[arg(long = "receiver-queue-size", short = 'q', default_value_t = 1000)]
+    pub receiver_queue: u32,
+    /// Where a new subscription starts: Latest or Earliest.
+    #[arg(long = "subscription-position", default_value = "Latest")]
+    pub position: magnetar_perf::pulsar::PerfPosition,
+}
+
+#[derive(Args, Debug)]
+pub struct PerfProduceArgs {
+    #[command(flatten)]
+    pub target: PerfTargetArgs,
+    #[command(flatten)]
+    pub producer: PerfProducerArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct PerfConsumeArgs {
+    #[command(flatten)]
+    pub target: PerfTargetArgs,
+    #[command(flatten)]
+    pub consumer: PerfConsumerArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct PerfE2eArgs {
+    #[command(flatten)]
+    pub target: PerfTargetArgs,
+    #[command(flatten)]
+    pub producer: PerfProducerArgs,
+    #[command(flatten)]
+    pub consumer: PerfConsumerArgs,
+}
+
+impl PerfTargetArgs {
+    fn validate(&self) -> Result<(), String> {
+        if !self.service_url.starts_with("pulsar://") {
+            return Err("--service-url must be pulsar://host:port".into());
+        }
+        if self.num_topics == 0 || self.num_topics > 100_000 {
+            return Err("--num-topics must be between 1 and 100000".into());
+        }
+        if !(0.0..=86_400.0 * 365.0).contains(&self.time) {
+            return Err("--time must be between 0 and a year of seconds".into());
+        }
+        if !(0.0..=3600.0).contains(&self.warmup_time) {
+            return Err("--warmup-time must be between 0 and 3600".into());
+        }
+        if !(0.1..=3600.0).contains(&self.report_interval) {
+            return Err("--report-interval must be between 0.1 and 3600".into());
+        }
+        if self.threads == 0 || self.threads > 1024 {
+            return Err("--num-io-threads must be between 1 and 1024".into());
+        }
+        Ok(())
+    }
+}
+
+impl PerfProducerArgs {
+    fn validate(&self) -> Result<(), String> {
+        if !(0.0..=1e9).contains(&self.rate) {
+            return Err("--rate must be between 0 (unlimited) and 1e9".into());
+        }
+        if self.size > 256 << 20 {
+            return Err("--size must be at most 256 MiB".into());
+        }
+        if self.producers == 0 || self.producers > 10_000 {
+            return Err("--num-producers must be between 1 and 10000".into());
+        }
+        if self.max_pending == 0 {
+            return Err("--max-outstanding must be at least 1".into());
+        }
+        if !(0.0..=60_000.0).contains(&self.batch_time_window_ms) {
+            return Err("--batch-time-window must be between 0 and 60000 ms".into());
+        }
+        if self.batch_max_messages == 0 || self.batch_max_bytes == 0 {
+            return Err("--batch-max-messages and --batch-max-bytes must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+impl PerfConsumerArgs {
+    fn validate(&self) -> Result<(), String> {
+        if self.consumers == 0 || self.consumers > 10_000 {
+            return Err("--num-consumers must be between 1 and 10000".into());
+        }
+        if self.receiver_queue == 0 {
+            return Err("--receiver-queue-size must be at least 1".into());
+        }
+        if self.subscription.is_empty() {
+            return Err("--subscription must not be empty".into());
+        }
+        Ok(())
+    }
 }
 
 #[derive(Args, Debug)]
@@ -113,6 +299,24 @@ impl Cli {
     /// Checks what can be checked without touching any file.
     pub fn validate(&self) -> Result<(), String> {
         match &self.command {
+            Command::Perf(PerfCommand::Produce(args)) => {
+                args.target.validate()?;
+                args.producer.validate()?;
+            }
+            Command::Perf(PerfCommand::Consume(args)) => {
+                args.target.validate()?;
+                args.consumer.validate()?;
+            }
+            Command::Perf(PerfCommand::E2e(args)) => {
+                args.target.validate()?;
+                args.producer.validate()?;
+                args.consumer.validate()?;
+                if args.producer.size < 8 {
+                    return Err(
+                        "e2e needs --size of at least 8 (messages carry the send time)".into()
+                    );
+                }
+            }
             Command::Perf(PerfCommand::Storage(args)) => {
                 if args.appenders.iter().any(|&a| a == 0 || a > 100_000) {
                     return Err("--appenders must be between 1 and 100000".into());

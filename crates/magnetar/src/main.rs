@@ -1,6 +1,7 @@
 //! The one Magnetar binary. `cli.rs` says what each subcommand takes; this file wires them up.
 
 mod cli;
+mod perf;
 mod standalone;
 
 use clap::Parser;
@@ -22,6 +23,9 @@ fn main() -> anyhow::Result<()> {
         .init();
     match cli.command {
         Command::Standalone(args) => standalone::run(args),
+        Command::Perf(PerfCommand::Produce(args)) => perf::produce(args),
+        Command::Perf(PerfCommand::Consume(args)) => perf::consume(args),
+        Command::Perf(PerfCommand::E2e(args)) => perf::e2e(args),
         Command::Perf(PerfCommand::Storage(args)) => {
             let options = magnetar_perf::storage::StorageBenchOptions {
                 dir: args.dir,

@@ -4,4 +4,6 @@
 pub mod crash;
 pub mod disk;
 pub mod latency;
+pub mod pulsar;
+pub mod stats;
 pub mod storage;

@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""Magnetar vs Apache Pulsar standalone, side by side, on this machine, in one run.
+
+Called by bench/compare.sh (which finds the Pulsar anchor and builds the binary). Both brokers
+fsync before acknowledging (Pulsar: journalSyncData=true). Both are driven by the same tool,
+`magnetar perf` (our client), so the client side costs the same for both.
+
+Cases (the workload table Pulsar operators publish):
+  sync      one message in flight: 128 B, 1 KiB, 16 KiB, 512 KiB
+  async     one producer, one partition, batching on: 128 B, 1 KiB, 16 KiB
+  drain     consume a backlog of BACKLOG x 1 KiB messages
+  e2e       publish-to-receive latency at a fixed E2E_RATE msg/s of 1 KiB
+  idle      PSS right after start, time from launch to ready
+Prints one table (both systems and the ratio) and the raw fdatasync p50 of the disk measured in
+the same run, and writes it with the raw JSON under bench/results/.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+BROKER_PORT, WEB_PORT = 6650, 8080
+SERVICE_URL = "pulsar://127.0.0.1:%d" % BROKER_PORT
+ADMIN_URL = "http://127.0.0.1:%d" % WEB_PORT
+
+
+def log(*args):
+    print("[%s]" % time.strftime("%H:%M:%S"), *args, file=sys.stderr, flush=True)
+
+
+def port_busy(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def http_ok(path, timeout=0.5):
+    try:
+        with urllib.request.urlopen(ADMIN_URL + path, timeout=timeout) as r:
+            return 200 <= r.status < 300
+    except Exception:
+        return False
+
+
+def pss_kib(pid):
+    """Proportional set size of a process and its children (kB)."""
+    total = 0
+    pids = [pid]
+    try:
+        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+        pids += [int(p) for p in out.split()]
+    except Exception:
+        pass
+    for p in pids:
+        try:
+            with open("/proc/%d/smaps_rollup" % p) as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+class Magnetar:
+    name = "Magnetar"
+
+    def __init__(self, binary):
+        self.binary = binary
+        self.proc = None
+        self.tmp = None
+
+    def start(self):
+        self.tmp = tempfile.mkdtemp(prefix="magnetar-compare-", dir=os.environ.get("COMPARE_DATA_ROOT"))
+        t0 = time.monotonic()
+        self.log = open(os.path.join(self.tmp, "server.log"), "w")
+        self.proc = subprocess.Popen(
+            [self.binary, "standalone", "--data-dir", os.path.join(self.tmp, "data"),
+             "--broker-port", str(BROKER_PORT), "--web-port", str(WEB_PORT)],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = t0 + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("magnetar exited during start; log in %s" % self.tmp)
+            if http_ok("/admin/v2/brokers/health", 0.2) and port_busy(BROKER_PORT):
+                return time.monotonic() - t0
+            time.sleep(0.002)
+        raise RuntimeError("magnetar not ready within 60 s")
+
+    def pid(self):
+        return self.proc.pid
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class Pulsar:
+    name = "Apache Pulsar"
+
+    def __init__(self, anchor):
+        self.anchor = anchor
+
+    def start(self):
+        out = subprocess.run(["bash", os.path.join(self.anchor, "run.sh"), "start", "fsync"],
+                             capture_output=True, text=True, timeout=600)
+        sys.stderr.write(out.stderr[-2000:])
+        if out.returncode != 0:
+            raise RuntimeError("Pulsar did not start (run.sh start fsync)")
+        if "journalSyncData\" : \"true" not in out.stderr and "bookie \"journalSyncData\" : \"true\"" not in out.stderr:
+            log("warning: could not confirm journalSyncData=true in Pulsar's log")
+        for token in out.stderr.split():
+            if token.startswith("launch_to_health_s="):
+                return float(token.split("=")[1])
+        return float("nan")
+
+    def pid(self):
+        with open(os.path.join(self.anchor, "work", "broker.pid")) as f:
+            return int(f.read().strip())
+
+    def stop(self):
+        subprocess.run(["bash", os.path.join(self.anchor, "run.sh"), "stop"], timeout=120)
+        shutil.rmtree(os.path.join(self.anchor, "work", "data"), ignore_errors=True)
+
+
+def perf(binary, mode, topic, *args, timeout=1800):
+    cmd = [binary, "perf", mode, "-u", SERVICE_URL, "--admin-url", ADMIN_URL,
+           "--json", "--report-interval", "5", topic] + [str(a) for a in args]
+    log("  " + " ".join(cmd[1:]))
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError("perf failed: %s\n%s" % (" ".join(cmd), out.stderr[-3000:]))
+    return json.loads(out.stdout)
+
+
+def stream(report, name):
+    for s in report["streams"]:
+        if s["name"] == name:
+            return s
+    raise KeyError(name)
+
+
+def raw_disk(binary, scratch):
+    """Raw 4 KiB append + fdatasync latency, from `magnetar perf storage` (same disk, same run)."""
+    out = subprocess.run([binary, "perf", "storage", "--dir", scratch, "--appenders", "1",
+                          "--sizes", "4096", "--seconds", "2", "--json"],
+                         capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError("perf storage failed: " + out.stderr[-2000:])
+    text = out.stdout[out.stdout.index("{"):]
+    report = json.loads(text)
+    raw = report["raw"]
+    return {"growing_p50_us": raw["sync_4k_growing"]["latency"]["p50_us"],
+            "prewritten_p50_us": raw["sync_4k_prewritten"]["latency"]["p50_us"]}
+
+
+def run_system(system, binary, opts):
+    results = {}
+    log("== %s: start" % system.name)
+    ready_s = system.start()
+    try:
+        time.sleep(opts.idle_secs)  # idle: nothing runs yet
+        results["idle"] = {"ready_s": ready_s, "pss_kib": pss_kib(system.pid())}
+        log("  ready in %.3f s, idle PSS %.1f MiB" % (ready_s, results["idle"]["pss_kib"] / 1024))
+        stamp = str(int(time.time()))
+        for size in opts.sync_sizes:
+            r = perf(binary, "produce", "sync-%d-%s" % (size, stamp), "--sync", "-s", size,
+                     "-d", opts.sync_secs)
+            results["sync_%d" % size] = stream(r, "publish")
+        for size in opts.async_sizes:
+            r = perf(binary, "produce", "async-%d-%s" % (size, stamp), "-s", size, "-d", opts.secs,
+                     "-o", opts.max_pending)
+            results["async_%d" % size] = stream(r, "publish")
+        if opts.backlog > 0:
+            topic = "backlog-%s" % stamp
+            r = perf(binary, "produce", topic, "-s", 1024, "-m", opts.backlog, "-o", opts.max_pending)
+            results["backlog_fill"] = stream(r, "publish")
+            r = perf(binary, "consume", topic, "-m", opts.backlog,
+                     "--subscription-position", "Earliest", "-q", 1000)
+            results["drain"] = stream(r, "consume")
+        if opts.e2e_rate > 0:
+            r = perf(binary, "e2e", "e2e-%s" % stamp, "-s", 1024, "-r", opts.e2e_rate,
+                     "-d", opts.secs, *opts.e2e_args)
+            results["e2e"] = stream(r, "e2e")
+            results["e2e_publish"] = stream(r, "publish")
+    finally:
+        log("== %s: stop" % system.name)
+        system.stop()
+    return results
+
+
+def fmt_rate(v):
+    return "{:,.0f}".format(v)
+
+
+def table(results, raw, opts):
+    m, p = results.get("magnetar", {}), results.get("pulsar", {})
+    rows = []
+
+    def ratio(a, b, higher_better=True):
+        if a is None or b is None or a == 0 or b == 0:
+            return "n/a"
+        return "%.2fx" % ((a / b) if higher_better else (b / a))
+
+    def lat(s, q):
+        return s["latency"][q] / 1000.0 if s and s.get("latency") else None
+
+    def ms(v):
+        return "n/a" if v is None else "%.3f" % v
+
+    def throughput_row(label, key):
+        a, b = m.get(key), p.get(key)
+        rows.append("| %s | %s | %s | %s / %s | %s | %s | %s / %s | %s | %s |" % (
+            label,
+            fmt_rate(a["msg_per_s"]) if a else "n/a", "%.1f" % a["mb_per_s"] if a else "n/a",
+            ms(lat(a, "p50_us")), ms(lat(a, "p99_us")),
+            fmt_rate(b["msg_per_s"]) if b else "n/a", "%.1f" % b["mb_per_s"] if b else "n/a",
+            ms(lat(b, "p50_us")), ms(lat(b, "p99_us")),
+            ratio(a and a["msg_per_s"], b and b["msg_per_s"]),
+            ratio(lat(a, "p50_us"), lat(b, "p50_us"), higher_better=False)))
+
+    out = []
+    out.append("| case | Magnetar msg/s | MB/s | p50 / p99 ms | Pulsar msg/s | MB/s | p50 / p99 ms "
+               "| throughput ratio | p50 latency ratio |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    for size in opts.sync_sizes:
+        throughput_row("sync %s" % human(size), "sync_%d" % size)
+    for size in opts.async_sizes:
+        throughput_row("async batched %s" % human(size), "async_%d" % size)
+    if opts.backlog > 0:
+        throughput_row("backlog fill %s x 1 KiB (async batched)" % fmt_rate(opts.backlog), "backlog_fill")
+        throughput_row("drain %s x 1 KiB backlog" % fmt_rate(opts.backlog), "drain")
+    out += rows
+    out.append("")
+    if opts.e2e_rate > 0:
+        out.append("| e2e latency at %s msg/s, 1 KiB | p50 ms | p99 ms | p99.9 ms | max ms |" % fmt_rate(opts.e2e_rate))
+        out.append("|---|---|---|---|---|")
+        for name, r in (("Magnetar", m), ("Apache Pulsar", p)):
+            s = r.get("e2e")
+            if s:
+                out.append("| %s (%s msg/s received) | %s | %s | %s | %s |" % (
+                    name, fmt_rate(s["msg_per_s"]), ms(lat(s, "p50_us")), ms(lat(s, "p99_us")),
+                    ms(lat(s, "p999_us")), ms(lat(s, "max_us"))))
+        out.append("")
+    out.append("| idle | Magnetar | Apache Pulsar | ratio |")
+    out.append("|---|---|---|---|")
+    mi, pi = m.get("idle"), p.get("idle")
+    if mi or pi:
+        out.append("| PSS MiB | %s | %s | %s |" % (
+            "%.1f" % (mi["pss_kib"] / 1024) if mi else "n/a",
+            "%.1f" % (pi["pss_kib"] / 1024) if pi else "n/a",
+            "1/%.0f" % (pi["pss_kib"] / mi["pss_kib"]) if mi and pi and mi["pss_kib"] else "n/a"))
+        out.append("| launch to ready s | %s | %s | %s |" % (
+            "%.3f" % mi["ready_s"] if mi else "n/a", "%.2f" % pi["ready_s"] if pi else "n/a",
+            "1/%.0f" % (pi["ready_s"] / mi["ready_s"]) if mi and pi and mi["ready_s"] else "n/a"))
+    out.append("")
+    if raw:
+        out.append("Raw disk, same run: 4 KiB append + fdatasync p50 %.3f ms (growing file), "
+                   "%.3f ms (pre-written file)." % (raw["growing_p50_us"] / 1000.0,
+                                                   raw["prewritten_p50_us"] / 1000.0))
+        s = m.get("sync_1024")
+        if s and s.get("latency"):
+            out.append("Magnetar sync 1 KiB p50 = %.2fx raw fdatasync p50 (growing file)." % (
+                s["latency"]["p50_us"] / raw["growing_p50_us"]))
+        s = p.get("sync_1024")
+        if s and s.get("latency"):
+            out.append("Apache Pulsar sync 1 KiB p50 = %.2fx raw fdatasync p50 (growing file)." % (
+                s["latency"]["p50_us"] / raw["growing_p50_us"]))
+    return "\n".join(out)
+
+
+def human(size):
+    if size >= 1024 and size % 1024 == 0:
+        return "%d KiB" % (size // 1024)
+    return "%d B" % size
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--binary", required=True)
+    ap.add_argument("--anchor", help="Pulsar anchor directory (run.sh with fetched jars)")
+    ap.add_argument("--systems", default="magnetar,pulsar")
+    ap.add_argument("--secs", type=float, default=20, help="seconds per async / e2e case")
+    ap.add_argument("--sync-secs", type=float, default=10, help="seconds per sync case")
+    ap.add_argument("--sync-sizes", default="128,1024,16384,524288")
+    ap.add_argument("--async-sizes", default="128,1024,16384")
+    ap.add_argument("--max-pending", type=int, default=10000)
+    ap.add_argument("--backlog", type=int, default=10_000_000)
+    ap.add_argument("--e2e-rate", type=int, default=50_000)
+    ap.add_argument("--e2e-args", default="", help="extra perf e2e arguments, e.g. --disable-batching")
+    ap.add_argument("--idle-secs", type=float, default=5)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    opts = ap.parse_args()
+    opts.sync_sizes = [int(s) for s in opts.sync_sizes.split(",") if s]
+    opts.async_sizes = [int(s) for s in opts.async_sizes.split(",") if s]
+    opts.e2e_args = opts.e2e_args.split()
+    systems = opts.systems.split(",")
+    if port_busy(BROKER_PORT) or port_busy(WEB_PORT):
+        sys.exit("ports %d/%d are busy: stop what listens there first" % (BROKER_PORT, WEB_PORT))
+    os.makedirs(opts.out, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="magnetar-compare-disk-", dir=os.environ.get("COMPARE_DATA_ROOT"))
+    started = datetime.datetime.now(datetime.timezone.utc)
+    try:
+        log("raw disk probe")
+        raw = raw_disk(opts.binary, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    results = {}
+    for name in systems:
+        if name == "magnetar":
+            results[name] = run_system(Magnetar(opts.binary), opts.binary, opts)
+        elif name == "pulsar":
+            if not opts.anchor:
+                sys.exit("--anchor is required for pulsar")
+            results[name] = run_system(Pulsar(opts.anchor), opts.binary, opts)
+        else:
+            sys.exit("unknown system %r" % name)
+    text = table(results, raw, opts)
+    header = "Run %s UTC on %s (%d CPUs), both brokers fsync before ack; client: magnetar perf.\n" % (
+        started.strftime("%Y-%m-%d %H:%M"), socket.gethostname(), os.cpu_count() or 0)
+    print(header)
+    print(text)
+    base = os.path.join(opts.out, "compare-" + started.strftime("%Y%m%d-%H%M%S"))
+    with open(base + ".md", "w") as f:
+        f.write(header + "\n" + text + "\n")
+    with open(base + ".json", "w") as f:
+        json.dump({"started": started.isoformat(), "raw_disk": raw, "results": results,
+                   "options": {k: v for k, v in vars(opts).items()}}, f, indent=2)
+    log("written %s.md and .json" % base)
+
+
+if __name__ == "__main__":
+    main()

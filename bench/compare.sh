@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Magnetar vs Apache Pulsar standalone, side by side on this machine, in one run (a benchmark,
+# not a test: CI does not run it). Both brokers fsync before acknowledging; both are driven by
+# `magnetar perf`. Prints one table with both systems and the ratios, and the raw fdatasync p50
+# of the disk measured in the same run; writes it to bench/results/compare-<time>.{md,json}.
+#
+#   bench/compare.sh                      the whole table (about 15 minutes)
+#   bench/compare.sh --systems magnetar   Magnetar only (no Pulsar needed)
+#   bench/compare.sh --backlog 1000000 --secs 10    a shorter run
+#   bench/compare.sh --help               every option
+#
+# Needs ports 6650 and 8080 free. Apache Pulsar comes from the anchor in shared/anchors/pulsar
+# (Maven Central jars, `run.sh start fsync`); if its jars are not fetched there, the anchor is
+# copied to $TMPDIR and fetched (about 3 minutes, 320 MB). PULSAR_ANCHOR_DIR names an anchor copy
+# whose jars are fetched already. MAGNETAR_BIN overrides the binary (default: a release build).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+if [ -z "${MAGNETAR_BIN:-}" ]; then
+  cargo build --release -p magnetar
+  MAGNETAR_BIN=$ROOT/target/release/magnetar
+fi
+
+anchor_args=()
+if [[ " $* " != *" --systems magnetar "* ]]; then
+  anchor=${PULSAR_ANCHOR_DIR:-}
+  if [ -z "$anchor" ]; then
+    src=$ROOT/../shared/anchors/pulsar
+    if [ -f "$src/work/lib-broker/.complete" ]; then
+      anchor=$src
+    else
+      anchor=${TMPDIR:-/tmp}/magnetar-pulsar-anchor
+      if [ ! -f "$anchor/run.sh" ]; then
+        [ -f "$src/run.sh" ] || { echo "no Pulsar anchor at $src" >&2; exit 2; }
+        cp -r "$src" "$anchor" && chmod -R u+w "$anchor"
+      fi
+      [ -f "$anchor/work/lib-broker/.complete" ] || bash "$anchor/run.sh" fetch
+    fi
+  fi
+  anchor_args=(--anchor "$anchor")
+fi
+
+exec python3 "$ROOT/bench/compare.py" --binary "$MAGNETAR_BIN" "${anchor_args[@]}" "$@"

@@ -1,0 +1,685 @@
+//! `magnetar perf produce|consume|e2e`: load against any Pulsar-protocol broker (Magnetar or
+//! Apache Pulsar) through our client, with the knobs pulsar-perf users know.
+//!
+//! - produce: publish latency is send-to-receipt (the broker has stored the message);
+//! - consume: publish-to-receive latency from the broker's `publish_time` (millisecond clock);
+//! - e2e: producer and consumer in one process; the payload carries the send instant, so the
+//!   latency is send-to-receive on one monotonic clock.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use bytes::{BufMut, Bytes, BytesMut};
+use magnetar_client::{
+    Client, Compression, Consumer, InitialPosition, MessageId, Producer, ProducerMessage, SubType,
+};
+use serde::Serialize;
+use tokio::sync::{watch, Notify};
+
+use crate::stats::{print_summary, Reporter, Stream, StreamSummary};
+
+/// Where to send load and how many topics.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub service_url: String,
+    /// Admin REST base URL, used only to create partitioned topics.
+    pub admin_url: String,
+    pub topic: String,
+    /// With more than one, topics are `<topic>-0`, `<topic>-1`, ... (as pulsar-perf names them).
+    pub num_topics: usize,
+    /// Create each topic as partitioned with this many partitions (0: leave as is).
+    pub partitions: u32,
+}
+
+/// When to stop and how to report.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Stop after this long (None: until the message count or Ctrl-C).
+    pub duration: Option<Duration>,
+    /// Stop after this many messages (published and acknowledged, or received).
+    pub messages: Option<u64>,
+    /// Not counted at the start (ignored with a message count, which counts everything).
+    pub warmup: Duration,
+    pub report_interval: Duration,
+    /// Print the summary as JSON on stdout (live lines still go to stderr).
+    pub json: bool,
+    /// Client threads (1: a single-threaded runtime).
+    pub threads: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchingOptions {
+    pub max_messages: u32,
+    pub max_bytes: usize,
+    pub max_delay: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProduceOptions {
+    /// Total messages per second over all producers (0: as fast as possible).
+    pub rate: f64,
+    pub size: usize,
+    /// Producers per topic.
+    pub producers: usize,
+    pub batching: Option<BatchingOptions>,
+    /// Messages in flight per producer.
+    pub max_pending: usize,
+    pub compression: PerfCompression,
+    /// One message in flight per producer: send, wait for the receipt, send the next.
+    pub sync: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumeOptions {
+    /// Consumers per topic (all on one subscription).
+    pub consumers: usize,
+    pub subscription: String,
+    pub sub_type: PerfSubType,
+    pub receiver_queue: u32,
+    pub initial_position: PerfPosition,
+}
+
+/// Compression names as pulsar-perf spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerfCompression(pub Compression);
+
+impl FromStr for PerfCompression {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(PerfCompression(match s.to_ascii_uppercase().as_str() {
+            "NONE" => Compression::None,
+            "LZ4" => Compression::Lz4,
+            "ZLIB" => Compression::Zlib,
+            "ZSTD" => Compression::Zstd,
+            "SNAPPY" => Compression::Snappy,
+            _ => return Err(format!("unknown compression {s:?}: NONE, LZ4, ZLIB, ZSTD, SNAPPY")),
+        }))
+    }
+}
+
+/// Subscription types as pulsar-perf spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerfSubType(pub SubType);
+
+impl FromStr for PerfSubType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(PerfSubType(match s.to_ascii_lowercase().replace('_', "").as_str() {
+            "exclusive" => SubType::Exclusive,
+            "shared" => SubType::Shared,
+            "failover" => SubType::Failover,
+            "keyshared" => SubType::KeyShared,
+            _ => {
+                return Err(format!(
+                    "unknown subscription type {s:?}: Exclusive, Shared, Failover, Key_Shared"
+                ))
+            }
+        }))
+    }
+}
+
+/// Initial position of a new subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerfPosition(pub InitialPosition);
+
+impl FromStr for PerfPosition {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(PerfPosition(match s.to_ascii_lowercase().as_str() {
+            "latest" => InitialPosition::Latest,
+            "earliest" => InitialPosition::Earliest,
+            _ => return Err(format!("unknown position {s:?}: Latest, Earliest")),
+        }))
+    }
+}
+
+/// What a run measured, for `--json`.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub mode: &'static str,
+    pub service_url: String,
+    pub topics: Vec<String>,
+    pub message_size: Option<usize>,
+    pub streams: Vec<StreamSummary>,
+}
+
+/// Shared stop signal and message budget of a run.
+struct Control {
+    stop: watch::Receiver<bool>,
+    /// Messages still to send (produce) when a count was given.
+    to_send: Option<AtomicU64>,
+    /// Messages to count before the run is complete.
+    target: Option<u64>,
+    /// Signalled when `target` is reached.
+    done: Notify,
+}
+
+impl Control {
+    /// Takes one message from the send budget; false when none is left or the run stops.
+    fn take_one(&self) -> bool {
+        if *self.stop.borrow() {
+            return false;
+        }
+        match &self.to_send {
+            None => true,
+            Some(left) => left
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok(),
+        }
+    }
+
+    /// Called after counting a message on `stream`.
+    fn counted(&self, stream: &Stream) {
+        if self.target.is_some_and(|t| stream.messages() >= t) {
+            self.done.notify_one();
+        }
+    }
+}
+
+pub fn topics(target: &Target) -> Vec<String> {
+    if target.num_topics <= 1 {
+        vec![target.topic.clone()]
+    } else {
+        (0..target.num_topics).map(|i| format!("{}-{i}", target.topic)).collect()
+    }
+}
+
+pub fn produce(
+    target: &Target,
+    run: &RunOptions,
+    options: &ProduceOptions,
+) -> anyhow::Result<Report> {
+    runtime(run.threads)?.block_on(async {
+        let client = connect(target).await?;
+        let topics = prepare_topics(target)?;
+        let publish = Arc::new(Stream::new("publish"));
+        let (control, stop) = control(run, true);
+        let mut workers = Vec::new();
+        for producer in create_producers(&client, &topics, options).await? {
+            workers.push(tokio::spawn(produce_loop(
+                producer,
+                options.clone(),
+                per_producer_rate(options, topics.len()),
+                publish.clone(),
+                control.clone(),
+                None,
+            )));
+        }
+        let streams = drive(run, &control, stop, vec![&publish], workers).await;
+        client.close().await;
+        Ok(report("produce", target, topics, Some(options.size), streams, run.json))
+    })
+}
+
+pub fn consume(
+    target: &Target,
+    run: &RunOptions,
+    options: &ConsumeOptions,
+) -> anyhow::Result<Report> {
+    runtime(run.threads)?.block_on(async {
+        let client = connect(target).await?;
+        let topics = prepare_topics(target)?;
+        let received = Arc::new(Stream::new("consume"));
+        let (control, stop) = control(run, false);
+        let mut workers = Vec::new();
+        for consumer in create_consumers(&client, &topics, options).await? {
+            workers.push(tokio::spawn(consume_loop(
+                consumer,
+                received.clone(),
+                control.clone(),
+                Latency::PublishTime,
+            )));
+        }
+        let streams = drive(run, &control, stop, vec![&received], workers).await;
+        client.close().await;
+        Ok(report("consume", target, topics, None, streams, run.json))
+    })
+}
+
+pub fn e2e(
+    target: &Target,
+    run: &RunOptions,
+    produce: &ProduceOptions,
+    consume: &ConsumeOptions,
+) -> anyhow::Result<Report> {
+    if produce.size < 8 {
+        bail!("e2e needs messages of at least 8 bytes (they carry the send time)");
+    }
+    runtime(run.threads)?.block_on(async {
+        let client = connect(target).await?;
+        let topics = prepare_topics(target)?;
+        let publish = Arc::new(Stream::new("publish"));
+        let e2e = Arc::new(Stream::new("e2e"));
+        // The consumers count toward the message target: the run ends when all arrived.
+        let (control, stop) = control(run, false);
+        let epoch = Instant::now();
+        let mut workers = Vec::new();
+        for consumer in create_consumers(&client, &topics, consume).await? {
+            let latency = Latency::SendInstant(epoch);
+            workers.push(tokio::spawn(consume_loop(
+                consumer,
+                e2e.clone(),
+                control.clone(),
+                latency,
+            )));
+        }
+        let send_budget = run.messages.map(AtomicU64::new);
+        let producer_control = Arc::new(Control {
+            stop: control.stop.clone(),
+            to_send: send_budget,
+            target: None,
+            done: Notify::new(),
+        });
+        for producer in create_producers(&client, &topics, produce).await? {
+            workers.push(tokio::spawn(produce_loop(
+                producer,
+                produce.clone(),
+                per_producer_rate(produce, topics.len()),
+                publish.clone(),
+                producer_control.clone(),
+                Some(epoch),
+            )));
+        }
+        let streams = drive(run, &control, stop, vec![&publish, &e2e], workers).await;
+        client.close().await;
+        Ok(report("e2e", target, topics, Some(produce.size), streams, run.json))
+    })
+}
+
+fn report(
+    mode: &'static str,
+    target: &Target,
+    topics: Vec<String>,
+    message_size: Option<usize>,
+    streams: Vec<StreamSummary>,
+    json: bool,
+) -> Report {
+    let report =
+        Report { mode, service_url: target.service_url.clone(), topics, message_size, streams };
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("error: cannot encode the report: {e}"),
+        }
+    } else {
+        print_summary(&report.streams);
+    }
+    report
+}
+
+/// One thread (the default) runs the load and the client without cross-thread wake-ups, which
+/// measured faster on 2 cores than a multi-threaded runtime (docs/benchmarks.md); more threads
+/// help only with many producers or consumers.
+fn runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(if threads <= 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?
+    })
+}
+
+async fn connect(target: &Target) -> anyhow::Result<Client> {
+    Client::connect(target.service_url.clone())
+        .await
+        .with_context(|| format!("cannot connect to {}", target.service_url))
+}
+
+fn control(run: &RunOptions, count_sends: bool) -> (Arc<Control>, watch::Sender<bool>) {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let control = Arc::new(Control {
+        stop: stop_rx,
+        to_send: if count_sends { run.messages.map(AtomicU64::new) } else { None },
+        target: run.messages,
+        done: Notify::new(),
+    });
+    (control, stop_tx)
+}
+
+fn per_producer_rate(options: &ProduceOptions, topics: usize) -> f64 {
+    options.rate / (options.producers * topics).max(1) as f64
+}
+
+/// Creates partitioned topics through the admin API when asked to.
+fn prepare_topics(target: &Target) -> anyhow::Result<Vec<String>> {
+    let topics = topics(target);
+    if target.partitions > 0 {
+        for topic in &topics {
+            create_partitioned_topic(&target.admin_url, topic, target.partitions)?;
+        }
+    }
+    Ok(topics)
+}
+
+async fn create_producers(
+    client: &Client,
+    topics: &[String],
+    options: &ProduceOptions,
+) -> anyhow::Result<Vec<Producer>> {
+    let mut producers = Vec::new();
+    for topic in topics {
+        for _ in 0..options.producers {
+            let mut builder = client
+                .producer(topic.clone())
+                .max_pending(if options.sync { 1 } else { options.max_pending })
+                .compression(options.compression.0);
+            if let Some(b) = options.batching {
+                builder = builder.batching(b.max_messages, b.max_bytes, b.max_delay);
+            }
+            producers.push(
+                builder
+                    .create()
+                    .await
+                    .with_context(|| format!("cannot create a producer on {topic}"))?,
+            );
+        }
+    }
+    Ok(producers)
+}
+
+async fn create_consumers(
+    client: &Client,
+    topics: &[String],
+    options: &ConsumeOptions,
+) -> anyhow::Result<Vec<Consumer>> {
+    let mut consumers = Vec::new();
+    for topic in topics {
+        for _ in 0..options.consumers {
+            consumers.push(
+                client
+                    .consumer(topic.clone())
+                    .subscription(options.subscription.clone())
+                    .sub_type(options.sub_type.0)
+                    .receiver_queue(options.receiver_queue)
+                    .initial_position(options.initial_position.0)
+                    .subscribe()
+                    .await
+                    .with_context(|| format!("cannot subscribe to {topic}"))?,
+            );
+        }
+    }
+    Ok(consumers)
+}
+
+/// Runs until the duration, the message target or Ctrl-C; prints live lines meanwhile.
+async fn drive(
+    run: &RunOptions,
+    control: &Control,
+    stop: watch::Sender<bool>,
+    streams: Vec<&Stream>,
+    workers: Vec<tokio::task::JoinHandle<()>>,
+) -> Vec<StreamSummary> {
+    let mut reporter = Reporter::new(streams, false);
+    if run.messages.is_none() && !run.warmup.is_zero() {
+        tokio::time::sleep(run.warmup).await;
+    }
+    reporter.start();
+    let deadline = run.duration.map(|d| tokio::time::Instant::now() + d);
+    let mut ticks = tokio::time::interval(run.report_interval);
+    ticks.tick().await; // the first tick is immediate
+    loop {
+        let until_deadline = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = ticks.tick() => reporter.tick(),
+            () = until_deadline => break,
+            () = control.done.notified() => break,
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    let summaries = reporter.summaries();
+    let _ = stop.send(true);
+    // Workers finish their in-flight messages; do not wait forever on a stuck broker.
+    let join = futures_join(workers);
+    if tokio::time::timeout(Duration::from_secs(30), join).await.is_err() {
+        eprintln!("warning: workers did not stop within 30 s");
+    }
+    summaries
+}
+
+async fn futures_join(workers: Vec<tokio::task::JoinHandle<()>>) {
+    for worker in workers {
+        let _ = worker.await;
+    }
+}
+
+async fn produce_loop(
+    producer: Producer,
+    options: ProduceOptions,
+    rate: f64,
+    publish: Arc<Stream>,
+    control: Arc<Control>,
+    stamp_from: Option<Instant>,
+) {
+    let template = payload_template(options.size);
+    let interval = (rate > 0.0).then(|| Duration::from_secs_f64(1.0 / rate));
+    let mut next_send = tokio::time::Instant::now();
+    while control.take_one() {
+        if let Some(interval) = interval {
+            // Pace at `rate`: sleep when more than a millisecond ahead (the timer's grain);
+            // after a stall, do not burst to catch up more than a second.
+            next_send += interval;
+            let now = tokio::time::Instant::now();
+            if next_send > now + Duration::from_millis(1) {
+                tokio::time::sleep_until(next_send).await;
+            } else if now.duration_since(next_send) > Duration::from_secs(1) {
+                next_send = now;
+            }
+        }
+        let payload = match stamp_from {
+            Some(epoch) => stamped(&template, epoch),
+            None => template.clone(),
+        };
+        let sent_at = Instant::now();
+        if options.sync {
+            match producer.send(ProducerMessage::new(payload)).await {
+                Ok(_) => publish.record(options.size, Some(sent_at.elapsed())),
+                Err(e) => report_error(&publish, &e),
+            }
+            control.counted(&publish);
+        } else {
+            // The receipt callback records the latency when the receipt arrives.
+            let (stream, control, size) = (publish.clone(), control.clone(), options.size);
+            let on_receipt = move |result: Result<MessageId, magnetar_client::Error>| {
+                match result {
+                    Ok(_) => stream.record(size, Some(sent_at.elapsed())),
+                    Err(e) => report_error(&stream, &e),
+                }
+                control.counted(&stream);
+            };
+            if let Err(e) =
+                producer.send_with_callback(ProducerMessage::new(payload), on_receipt).await
+            {
+                report_error(&publish, &e);
+            }
+        }
+    }
+    if let Err(e) = producer.flush().await {
+        report_error(&publish, &e);
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), producer.close()).await;
+}
+
+fn report_error(stream: &Stream, error: &magnetar_client::Error) {
+    // Print the first few, count all.
+    if stream.errors() < 10 {
+        eprintln!("{}: {error}", stream.name);
+    }
+    stream.error();
+}
+
+#[derive(Clone, Copy)]
+enum Latency {
+    /// From the message's publish time (milliseconds since the epoch).
+    PublishTime,
+    /// From the send instant written into the first 8 payload bytes (nanoseconds since `epoch`).
+    SendInstant(Instant),
+}
+
+async fn consume_loop(
+    mut consumer: Consumer,
+    received: Arc<Stream>,
+    control: Arc<Control>,
+    latency: Latency,
+) {
+    let mut stop = control.stop.clone();
+    loop {
+        let message = tokio::select! {
+            message = consumer.receive() => message,
+            _ = stop.wait_for(|stopped| *stopped) => break,
+        };
+        let message = match message {
+            Ok(message) => message,
+            Err(e) => {
+                report_error(&received, &e);
+                break;
+            }
+        };
+        let elapsed = match latency {
+            Latency::PublishTime => {
+                let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+                Some(now.saturating_sub(Duration::from_millis(message.publish_time)))
+            }
+            Latency::SendInstant(epoch) => message.payload.get(..8).map(|stamp| {
+                let sent = u64::from_be_bytes(stamp.try_into().unwrap_or_default());
+                epoch.elapsed().saturating_sub(Duration::from_nanos(sent))
+            }),
+        };
+        received.record(message.payload.len(), elapsed);
+        if let Err(e) = consumer.ack_grouped(&message) {
+            report_error(&received, &e);
+        }
+        control.counted(&received);
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), consumer.close()).await;
+}
+
+/// A payload of `size` bytes that compresses like text, not like zeros.
+fn payload_template(size: usize) -> Bytes {
+    let pattern = b"magnetar perf payload 0123456789 abcdefghijklmnopqrstuvwxyz ";
+    let mut payload = BytesMut::with_capacity(size);
+    while payload.len() < size {
+        let n = (size - payload.len()).min(pattern.len());
+        payload.put_slice(&pattern[..n]);
+    }
+    payload.freeze()
+}
+
+/// The template with its first 8 bytes replaced by the nanoseconds since `epoch`.
+fn stamped(template: &Bytes, epoch: Instant) -> Bytes {
+    let mut payload = BytesMut::with_capacity(template.len());
+    payload.put_u64(epoch.elapsed().as_nanos() as u64);
+    payload.put_slice(&template[8..]);
+    payload.freeze()
+}
+
+/// PUT /admin/v2/{persistent|non-persistent}/{tenant}/{ns}/{topic}/partitions; an existing
+/// partitioned topic (409) is fine.
+fn create_partitioned_topic(admin_url: &str, topic: &str, partitions: u32) -> anyhow::Result<()> {
+    let full = magnetar_client::full_topic_name(topic);
+    let (domain, rest) = full.split_once("://").context("topic name without domain")?;
+    let path = format!("/admin/v2/{domain}/{rest}/partitions");
+    let status = http_put(admin_url, &path, &partitions.to_string())?;
+    match status {
+        200..=299 | 409 => Ok(()),
+        _ => bail!("creating {full} with {partitions} partitions: HTTP {status}"),
+    }
+}
+
+/// A minimal HTTP/1.1 PUT (the benchmark needs one request; no HTTP client dependency).
+fn http_put(base_url: &str, path: &str, body: &str) -> anyhow::Result<u16> {
+    let host = base_url
+        .strip_prefix("http://")
+        .with_context(|| format!("admin URL {base_url:?} must start with http://"))?
+        .trim_end_matches('/');
+    let address = host
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve {host}"))?
+        .next()
+        .with_context(|| format!("no address for {host}"))?;
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(5))
+        .with_context(|| format!("cannot connect to {base_url}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "PUT {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = Vec::new();
+    stream.take(64 * 1024).read_to_end(&mut response)?;
+    let text = String::from_utf8_lossy(&response);
+    let status = text
+        .strip_prefix("HTTP/1.1 ")
+        .or_else(|| text.strip_prefix("HTTP/1.0 "))
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .with_context(|| format!("bad HTTP response from {base_url}: {:?}", text.lines().next()))?;
+    Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_as_pulsar_perf_spells_them() {
+        assert_eq!("lz4".parse::<PerfCompression>().unwrap().0, Compression::Lz4);
+        assert_eq!("Key_Shared".parse::<PerfSubType>().unwrap().0, SubType::KeyShared);
+        assert_eq!("Earliest".parse::<PerfPosition>().unwrap().0, InitialPosition::Earliest);
+        assert!("gzip".parse::<PerfCompression>().is_err());
+        assert!("Queue".parse::<PerfSubType>().is_err());
+    }
+
+    #[test]
+    fn topics_are_numbered_only_when_several() {
+        let mut target = Target {
+            service_url: String::new(),
+            admin_url: String::new(),
+            topic: "t".into(),
+            num_topics: 1,
+            partitions: 0,
+        };
+        assert_eq!(topics(&target), vec!["t"]);
+        target.num_topics = 3;
+        assert_eq!(topics(&target), vec!["t-0", "t-1", "t-2"]);
+    }
+
+    #[test]
+    fn stamped_payload_keeps_size_and_carries_the_time() {
+        let template = payload_template(100);
+        assert_eq!(template.len(), 100);
+        let epoch = Instant::now() - Duration::from_millis(5);
+        let payload = stamped(&template, epoch);
+        assert_eq!(payload.len(), 100);
+        assert_eq!(payload[8..], template[8..]);
+        let nanos = u64::from_be_bytes(payload[..8].try_into().unwrap());
+        assert!(nanos >= 5_000_000, "{nanos}");
+    }
+
+    #[test]
+    fn send_budget_runs_out() {
+        let (control, _stop) = control(
+            &RunOptions {
+                duration: None,
+                messages: Some(2),
+                warmup: Duration::ZERO,
+                report_interval: Duration::from_secs(1),
+                json: false,
+                threads: 1,
+            },
+            true,
+        );
+        assert!(control.take_one());
+        assert!(control.take_one());
+        assert!(!control.take_one());
+    }
+}
