@@ -15,10 +15,11 @@ import urllib.parse
 
 # BaseCommand.Type values
 CONNECT, CONNECTED, SUBSCRIBE, PRODUCER, SEND, SEND_RECEIPT, SEND_ERROR = 2, 3, 4, 5, 6, 7, 8
+MESSAGE, FLOW = 9, 11
 SUCCESS, ERROR, PRODUCER_SUCCESS, PING, PONG = 13, 14, 17, 18, 19
 LOOKUP, LOOKUP_RESPONSE = 23, 24
 TYPE_NAMES = {2: "CONNECT", 3: "CONNECTED", 4: "SUBSCRIBE", 5: "PRODUCER", 6: "SEND",
-              7: "SEND_RECEIPT", 8: "SEND_ERROR", 13: "SUCCESS", 14: "ERROR",
+              7: "SEND_RECEIPT", 8: "SEND_ERROR", 9: "MESSAGE", 11: "FLOW", 13: "SUCCESS", 14: "ERROR",
               17: "PRODUCER_SUCCESS", 18: "PING", 19: "PONG", 23: "LOOKUP", 24: "LOOKUP_RESPONSE"}
 
 CHECKSUM_ERROR = 9  # ServerError.ChecksumError
@@ -115,6 +116,19 @@ def cmd_producer(topic, producer_id, request_id):
                         + f_varint(3, request_id))
 
 
+def cmd_subscribe(topic, subscription, consumer_id, request_id, earliest=True):
+    # CommandSubscribe: topic = 1, subscription = 2, subType = 3 (Exclusive = 0),
+    # consumer_id = 4, request_id = 5, initialPosition = 13 (Latest = 0, Earliest = 1)
+    return base_command(SUBSCRIBE, 4, f_bytes(1, topic) + f_bytes(2, subscription)
+                        + f_varint(3, 0) + f_varint(4, consumer_id) + f_varint(5, request_id)
+                        + f_varint(13, 1 if earliest else 0))
+
+
+def cmd_flow(consumer_id, permits):
+    # CommandFlow: consumer_id = 1, messagePermits = 2
+    return base_command(FLOW, 11, f_varint(1, consumer_id) + f_varint(2, permits))
+
+
 def cmd_send(producer_id, sequence_id, num_messages=1):
     # CommandSend: producer_id = 1, sequence_id = 2, num_messages = 3
     return base_command(SEND, 6, f_varint(1, producer_id) + f_varint(2, sequence_id)
@@ -124,6 +138,20 @@ def cmd_send(producer_id, sequence_id, num_messages=1):
 def message_metadata(producer_name, sequence_id, publish_time_ms):
     # MessageMetadata: producer_name = 1, sequence_id = 2, publish_time = 3
     return f_bytes(1, producer_name) + f_varint(2, sequence_id) + f_varint(3, publish_time_ms)
+
+
+def cmd_send_chunk(producer_id, sequence_id):
+    # CommandSend with is_chunk = 7 (what clients set on every chunk of a chunked message)
+    return base_command(SEND, 6, f_varint(1, producer_id) + f_varint(2, sequence_id)
+                        + f_varint(3, 1) + f_varint(7, 1))
+
+
+def chunk_metadata(producer_name, sequence_id, publish_time_ms, uuid, num_chunks, total_size,
+                   chunk_id):
+    # MessageMetadata of one chunk: uuid = 26, num_chunks_from_msg = 27,
+    # total_chunk_msg_size = 28, chunk_id = 29
+    return (message_metadata(producer_name, sequence_id, publish_time_ms) + f_bytes(26, uuid)
+            + f_varint(27, num_chunks) + f_varint(28, total_size) + f_varint(29, chunk_id))
 
 
 # ---------------------------------------------------------------- framing
@@ -260,3 +288,26 @@ class RawConnection:
         self.send(simple_frame(cmd_producer(topic, producer_id, request_id + 1)))
         fields = self.expect(PRODUCER_SUCCESS)
         return fields[2][0].decode()  # CommandProducerSuccess.producer_name = 2
+
+    def subscribe(self, topic, subscription, consumer_id=1, request_id=100, permits=1000):
+        """LOOKUP, an Exclusive SUBSCRIBE (a new subscription starts at the earliest message),
+        then FLOW with `permits`."""
+        self.send(simple_frame(cmd_lookup(topic, request_id)))
+        self.expect(LOOKUP_RESPONSE)
+        self.send(simple_frame(cmd_subscribe(topic, subscription, consumer_id, request_id + 1)))
+        self.expect(SUCCESS)
+        self.send(simple_frame(cmd_flow(consumer_id, permits)))
+
+    def next_message_id(self, timeout=None):
+        """(ledger_id, entry_id) of the next MESSAGE frame (its payload is not decoded)."""
+        fields = self.expect(MESSAGE, timeout)
+        msg_id = decode_fields(fields[2][0])  # CommandMessage.message_id = 2
+        return msg_id[1][0], msg_id[2][0]  # MessageIdData: ledgerId = 1, entryId = 2
+
+    def send_chunk(self, producer_id, producer_name, sequence_id, uuid, num_chunks, total_size,
+                   chunk_id, data):
+        """Sends one chunk of a chunked message and waits for its SEND_RECEIPT."""
+        meta = chunk_metadata(producer_name, sequence_id, int(time.time() * 1000), uuid,
+                              num_chunks, total_size, chunk_id)
+        self.send(payload_frame(cmd_send_chunk(producer_id, sequence_id), meta, data))
+        return self.expect(SEND_RECEIPT)
