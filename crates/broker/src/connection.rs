@@ -1,8 +1,8 @@
 //! One client connection: frames in, commands handled, frames out.
 //!
 //! A reader loop decodes frames and handles each command; a writer task drains the connection's
-//! [`Outbox`] (send receipts, messages, replies) into the socket, coalescing what is queued into
-//! one write. Receipts are sent from the storage completion callback, which runs in append
+//! [`Outbox`] (send receipts, messages, replies) into the socket, gathering what is queued into
+//! one vectored write (stored entries are sent from their own buffers, never copied). Receipts are sent from the storage completion callback, which runs in append
 //! order, so a producer's receipts are in order without any extra queue.
 //!
 //! Bad input: a malformed frame closes this connection (after an ERROR where a request id is
@@ -23,9 +23,9 @@ use magnetar_protocol::proto::{
     BaseCommand, CommandConsumerStatsResponse, ProducerAccessMode, ServerError,
 };
 use magnetar_protocol::{
-    commands, encode_command, encode_payload_command, Frame, FrameDecoder, FrameError,
+    commands, encode_command, encode_payload_command_header, Frame, FrameDecoder, FrameError,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,7 +40,14 @@ const SERVER_VERSION: &str = concat!("magnetar-", env!("CARGO_PKG_VERSION"));
 /// Encoded frames on their way to one connection's socket.
 #[derive(Clone)]
 pub struct Outbox {
-    sender: mpsc::UnboundedSender<Bytes>,
+    sender: mpsc::UnboundedSender<OutFrame>,
+}
+
+/// One frame: its encoded head and, for a MESSAGE, the stored entry it carries (shared, not
+/// copied). Sent as one item so frames from different tasks never interleave.
+struct OutFrame {
+    head: Bytes,
+    body: Bytes,
 }
 
 impl Outbox {
@@ -48,21 +55,81 @@ impl Outbox {
         let mut buf = BytesMut::new();
         match encode_command(command, &mut buf) {
             Ok(()) => {
-                let _ = self.sender.send(buf.freeze());
+                let _ = self.sender.send(OutFrame { head: buf.freeze(), body: Bytes::new() });
             }
             Err(error) => tracing::error!(%error, "command not encodable; dropped"),
         }
     }
 
-    pub fn send_payload(&self, command: &BaseCommand, metadata_and_payload: &[u8]) {
+    pub fn send_payload(&self, command: &BaseCommand, metadata_and_payload: &Bytes) {
         let mut buf = BytesMut::new();
-        match encode_payload_command(command, None, metadata_and_payload, &mut buf) {
+        match encode_payload_command_header(command, None, metadata_and_payload, &mut buf) {
             Ok(()) => {
-                let _ = self.sender.send(buf.freeze());
+                let frame = OutFrame { head: buf.freeze(), body: metadata_and_payload.clone() };
+                let _ = self.sender.send(frame);
             }
             Err(error) => tracing::error!(%error, "message not encodable; dropped"),
         }
     }
+}
+
+/// Most bytes and buffers gathered into one vectored write.
+const MAX_WRITE_BYTES: usize = 1 << 20;
+const MAX_WRITE_BUFFERS: usize = 512;
+
+/// Drains the outbox into the socket until every sender is gone or the socket fails.
+async fn write_frames(
+    mut receiver: mpsc::UnboundedReceiver<OutFrame>,
+    mut writer: tokio::net::tcp::OwnedWriteHalf,
+) {
+    let mut queued: VecDeque<Bytes> = VecDeque::new();
+    let push = |frame: OutFrame, queued: &mut VecDeque<Bytes>| {
+        let len = frame.head.len() + frame.body.len();
+        queued.push_back(frame.head);
+        if !frame.body.is_empty() {
+            queued.push_back(frame.body);
+        }
+        len
+    };
+    while let Some(frame) = receiver.recv().await {
+        let mut bytes = push(frame, &mut queued);
+        while bytes < MAX_WRITE_BYTES && queued.len() < MAX_WRITE_BUFFERS {
+            match receiver.try_recv() {
+                Ok(more) => bytes += push(more, &mut queued),
+                Err(_) => break,
+            }
+        }
+        if write_all_vectored(&mut writer, &mut queued).await.is_err() {
+            return;
+        }
+    }
+    let _ = writer.shutdown().await;
+}
+
+/// Writes every queued buffer, in order, with as few syscalls as the socket allows.
+async fn write_all_vectored(
+    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+    queued: &mut VecDeque<Bytes>,
+) -> std::io::Result<()> {
+    while !queued.is_empty() {
+        let slices: Vec<std::io::IoSlice<'_>> =
+            queued.iter().map(|b| std::io::IoSlice::new(b)).collect();
+        let mut written = writer.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while written > 0 {
+            let Some(front) = queued.front_mut() else { break };
+            if written >= front.len() {
+                written -= front.len();
+                queued.pop_front();
+            } else {
+                let _ = front.split_to(written);
+                written = 0;
+            }
+        }
+    }
+    Ok(())
 }
 
 struct ProducerContext {
@@ -97,25 +164,9 @@ pub async fn serve(
 ) {
     let peer = socket.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let _ = socket.set_nodelay(true);
-    let (mut reader, mut writer) = socket.into_split();
-    let (sender, mut receiver) = mpsc::unbounded_channel::<Bytes>();
-    let writer_task = tokio::spawn(async move {
-        let mut buf = BytesMut::new();
-        while let Some(frame) = receiver.recv().await {
-            buf.extend_from_slice(&frame);
-            while buf.len() < 1 << 20 {
-                match receiver.try_recv() {
-                    Ok(more) => buf.extend_from_slice(&more),
-                    Err(_) => break,
-                }
-            }
-            if writer.write_all(&buf).await.is_err() {
-                return;
-            }
-            buf.clear();
-        }
-        let _ = writer.shutdown().await;
-    });
+    let (mut reader, writer) = socket.into_split();
+    let (sender, receiver) = mpsc::unbounded_channel::<OutFrame>();
+    let writer_task = tokio::spawn(write_frames(receiver, writer));
     let mut connection = Connection {
         service: service.clone(),
         outbox: Outbox { sender },
