@@ -44,6 +44,12 @@ pub struct Outbox {
 }
 
 impl Outbox {
+    /// An outbox and the receiving end of its frames (tests drive dispatch through it).
+    pub fn channel() -> (Outbox, mpsc::UnboundedReceiver<Bytes>) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        (Outbox { sender }, receiver)
+    }
+
     pub fn send_command(&self, command: &BaseCommand) {
         let mut buf = BytesMut::new();
         match encode_command(command, &mut buf) {
@@ -442,7 +448,7 @@ impl Connection {
                 priority: request.priority_level.unwrap_or(0),
                 outbox: self.outbox.clone(),
             };
-            subscription.add_consumer(handle, sub_type)?;
+            subscription.add_consumer(handle, sub_type, request.key_shared_meta.as_ref())?;
             Ok((topic, subscription, key))
         }
         .await;
