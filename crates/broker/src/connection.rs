@@ -45,12 +45,19 @@ pub struct Outbox {
 
 /// One frame: its encoded head and, for a MESSAGE, the stored entry it carries (shared, not
 /// copied). Sent as one item so frames from different tasks never interleave.
-struct OutFrame {
+pub(crate) struct OutFrame {
     head: Bytes,
     body: Bytes,
 }
 
 impl Outbox {
+    /// An outbox and the receiving end of its frames (tests drive dispatch through it).
+    #[cfg(test)]
+    pub(crate) fn channel() -> (Outbox, mpsc::UnboundedReceiver<OutFrame>) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        (Outbox { sender }, receiver)
+    }
+
     pub fn send_command(&self, command: &BaseCommand) {
         let mut buf = BytesMut::new();
         match encode_command(command, &mut buf) {
@@ -493,7 +500,7 @@ impl Connection {
                 priority: request.priority_level.unwrap_or(0),
                 outbox: self.outbox.clone(),
             };
-            subscription.add_consumer(handle, sub_type)?;
+            subscription.add_consumer(handle, sub_type, request.key_shared_meta.as_ref())?;
             Ok((topic, subscription, key))
         }
         .await;

@@ -14,6 +14,9 @@ pub enum BrokerError {
     ConsumerBusy(String),
     #[error("{0}")]
     ProducerBusy(String),
+    /// Key_Shared: the consumer's hash ranges cannot be assigned (overlap, out of bounds).
+    #[error("{0}")]
+    ConsumerAssign(String),
     #[error("subscription {0} not found")]
     SubscriptionNotFound(String),
     #[error("{0}")]
@@ -42,6 +45,7 @@ impl BrokerError {
             BrokerError::TopicNotFound(_) => ServerError::TopicNotFound,
             BrokerError::ConsumerBusy(_) => ServerError::ConsumerBusy,
             BrokerError::ProducerBusy(_) => ServerError::ProducerBusy,
+            BrokerError::ConsumerAssign(_) => ServerError::ConsumerAssignError,
             BrokerError::SubscriptionNotFound(_) => ServerError::SubscriptionNotFound,
             BrokerError::NotAllowed(_) => ServerError::NotAllowedError,
             BrokerError::InvalidRequest(_) => ServerError::UnknownError,

@@ -6,11 +6,15 @@
 //! - `managed_ledger`: a topic's ledgers in the ledger store, rolled over by size.
 //! - `subscription`: cursor, consumers and the dispatcher task.
 //! - `cursor`: the acknowledgement-state core (pure, no I/O).
+//! - `key_shared`: Key_Shared hashing, selectors and draining hashes (pure).
+//! - `delayed`: the bounded delayed-delivery index (pure).
 
 pub mod config;
 pub mod connection;
 pub mod cursor;
+pub mod delayed;
 pub mod error;
+pub mod key_shared;
 pub mod managed_ledger;
 pub mod service;
 pub mod subscription;

@@ -3,12 +3,22 @@
 //!
 //! Dispatch order: entries queued for redelivery first (oldest first), then new entries after
 //! the read position. An entry goes to the active consumer (Exclusive, Failover), the next
-//! consumer with permits (Shared), or the consumer owning its key's hash (Key_Shared).
+//! consumer with permits (Shared), or the consumer owning its key's hash (Key_Shared, see
+//! `key_shared`). On Shared and Key_Shared an entry whose `deliver_at_time` is still ahead goes
+//! into the delayed-delivery index (`delayed`) and back into the redelivery queue when due.
+//!
+//! Key_Shared, per key order without stalls: an entry whose owner cannot take it now (no permits,
+//! or its hash still drains at the previous owner) is parked in the redelivery queue and the
+//! stream goes on for the other keys; a later entry of a parked hash is parked behind it; the
+//! queue is served in position order. At most `KEY_SHARED_LOOKAHEAD` entries are parked before
+//! reading new entries pauses (as Pulsar's look-ahead limit).
 //!
 //! Invariants:
 //! - Nothing is sent to a consumer without a permit; a batch entry takes as many permits as it
 //!   has messages (so permits may go negative, as in Pulsar).
 //! - An entry is in at most one of `pending` (sent, unacknowledged) and `redeliver`.
+//! - Key_Shared without `allowOutOfOrderDelivery`: an entry goes only to its hash's owner, never
+//!   while an earlier entry of its hash is queued or held by another consumer.
 //! - An acknowledged entry is never sent again.
 //! - Durable subscriptions persist their acknowledgement state after every change (coalesced:
 //!   at most one write in flight), so a restart redelivers only what was not acknowledged.
@@ -16,17 +26,32 @@
 //!   dispatch state; a dispatch round that read before the reset sends nothing (`epoch`).
 
 use crate::connection::Outbox;
-use crate::cursor::{next_position, AckState, Position};
+use crate::cursor::{next_position, AckState, LedgerList, Position};
+use crate::delayed::{DelayConfig, DelayTracker, Rescan};
 use crate::error::BrokerError;
+use crate::key_shared::{
+    sticky_key_hash, ConsistentRing, DrainingHashes, Selector, StickyRanges, NONE_KEY,
+};
 use crate::managed_ledger::ManagedLedger;
 use bytes::Bytes;
 use magnetar_metadata::{ExpectedVersion, MetadataStore};
-use magnetar_protocol::proto::{command_ack::AckType, command_subscribe::SubType, MessageIdData};
+use magnetar_protocol::proto::{
+    command_ack::AckType, command_subscribe::SubType, KeySharedMeta, KeySharedMode, MessageIdData,
+};
 use magnetar_protocol::{commands, parse_metadata_and_payload};
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
+
+/// Key_Shared: entries parked in the redelivery queue before reading new entries pauses.
+pub const KEY_SHARED_LOOKAHEAD: usize = 10_000;
+/// Due delayed entries are moved to the redelivery queue only while it is shorter than this,
+/// so a backlog of due messages stays in the (bounded) delay index.
+const DUE_QUEUE_LIMIT: usize = 1_000;
+/// Entries read per re-read of a delayed-index bucket.
+const RESCAN_CHUNK: usize = 500;
 
 /// A consumer attached to a subscription.
 #[derive(Clone)]
@@ -45,16 +70,35 @@ struct ConsumerSlot {
     permits: i64,
 }
 
+/// An entry sent and not yet acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pending {
+    consumer: u64,
+    /// Key_Shared hash of the entry (0: not Key_Shared).
+    hash: u32,
+}
+
+/// Key_Shared routing state.
+struct KeyShared {
+    selector: Selector,
+    allow_out_of_order: bool,
+    draining: DrainingHashes,
+}
+
 struct State {
     sub_type: SubType,
     ack: AckState,
-    /// The last entry sent from the stream of new entries (None: nothing yet).
+    /// The last entry read from the stream of new entries (None: nothing yet).
     last_read: Option<Position>,
     consumers: Vec<ConsumerSlot>,
     round_robin: usize,
     redeliver: BTreeSet<Position>,
+    /// Key_Shared hashes of queued entries, where known (read before).
+    redeliver_hash: HashMap<Position, u32>,
     redelivery_counts: HashMap<Position, u32>,
-    pending: HashMap<Position, u64>,
+    pending: HashMap<Position, Pending>,
+    key_shared: Option<KeyShared>,
+    delayed: DelayTracker,
     active: Option<u64>,
     persist_in_flight: bool,
     persist_dirty: bool,
@@ -67,21 +111,342 @@ struct State {
 }
 
 impl State {
-    /// Entries sent to consumer `key` and not acknowledged.
+    fn new(sub_type: SubType, ack: AckState, last_read: Option<Position>) -> State {
+        State {
+            sub_type,
+            ack,
+            last_read,
+            consumers: Vec::new(),
+            round_robin: 0,
+            redeliver: BTreeSet::new(),
+            redeliver_hash: HashMap::new(),
+            redelivery_counts: HashMap::new(),
+            pending: HashMap::new(),
+            key_shared: None,
+            delayed: DelayTracker::new(DelayConfig::default()),
+            active: None,
+            persist_in_flight: false,
+            persist_dirty: false,
+            closed: false,
+            epoch: 0,
+            messages_per_entry: 1.0,
+        }
+    }
+
+    /// Entries sent to consumer `key` and not acknowledged, in position order.
     fn pending_of(&self, key: u64) -> Vec<Position> {
-        self.pending.iter().filter(|(_, &owner)| owner == key).map(|(&p, _)| p).collect()
+        let mut held: Vec<Position> =
+            self.pending.iter().filter(|(_, p)| p.consumer == key).map(|(&p, _)| p).collect();
+        held.sort_unstable();
+        held
+    }
+
+    /// Forgets a pending entry (acknowledged or taken back); its hash may finish draining.
+    fn take_pending(&mut self, position: Position) -> Option<Pending> {
+        let pending = self.pending.remove(&position)?;
+        if let Some(key_shared) = &mut self.key_shared {
+            key_shared.draining.release(pending.hash, pending.consumer);
+        }
+        Some(pending)
+    }
+
+    fn queue(&mut self, position: Position, hash: Option<u32>) {
+        self.redeliver.insert(position);
+        if let Some(hash) = hash.filter(|&h| h != 0) {
+            self.redeliver_hash.insert(position, hash);
+        }
+    }
+
+    fn unqueue(&mut self, position: Position) {
+        self.redeliver.remove(&position);
+        self.redeliver_hash.remove(&position);
     }
 
     /// Moves pending entries to the redelivery queue, counting a redelivery if asked.
     fn requeue(&mut self, positions: Vec<Position>, count_redelivery: bool) {
         for position in positions {
-            self.pending.remove(&position);
+            let Some(pending) = self.take_pending(position) else { continue };
             if count_redelivery {
                 *self.redelivery_counts.entry(position).or_insert(0) += 1;
             }
-            self.redeliver.insert(position);
+            self.queue(position, Some(pending.hash));
         }
     }
+
+    /// Key_Shared, after the consumers changed: every hash whose messages are held by a
+    /// consumer that no longer owns it drains before its new owner gets more of it.
+    fn recompute_draining(&mut self) {
+        let Some(key_shared) = &mut self.key_shared else { return };
+        key_shared.draining = DrainingHashes::default();
+        if key_shared.allow_out_of_order {
+            return;
+        }
+        for pending in self.pending.values() {
+            if pending.hash != 0
+                && key_shared.selector.select(pending.hash) != Some(pending.consumer)
+            {
+                key_shared.draining.add(pending.hash, pending.consumer);
+            }
+        }
+    }
+
+    /// Drops acknowledged entries from the dispatch state. Returns whether the dispatcher
+    /// should look again (Key_Shared: an ack may end a hash's draining and free parked entries).
+    fn forget_acked(&mut self) -> bool {
+        let acked: Vec<Position> =
+            self.pending.keys().copied().filter(|p| self.ack.is_acked(*p)).collect();
+        for position in acked {
+            self.take_pending(position);
+        }
+        let State { ack, redeliver, redeliver_hash, redelivery_counts, .. } = self;
+        redeliver.retain(|p| !ack.is_acked(*p));
+        redeliver_hash.retain(|p, _| !ack.is_acked(*p));
+        redelivery_counts.retain(|p, _| !ack.is_acked(*p));
+        self.key_shared.is_some() && !self.redeliver.is_empty()
+    }
+
+    fn delays_apply(&self) -> bool {
+        matches!(self.sub_type, SubType::Shared | SubType::KeyShared)
+    }
+
+    fn capacity(&self) -> i64 {
+        match self.sub_type {
+            SubType::Exclusive | SubType::Failover => self
+                .consumers
+                .iter()
+                .find(|s| Some(s.handle.key) == self.active)
+                .map_or(0, |s| s.permits.max(0)),
+            SubType::Shared | SubType::KeyShared => {
+                self.consumers.iter().map(|s| s.permits.max(0)).sum()
+            }
+        }
+    }
+
+    /// What the next dispatch round reads, if anything.
+    fn plan(&mut self, ledgers: &LedgerList, batch_entries: usize, now: u64) -> Option<Plan> {
+        let capacity = self.capacity();
+        if capacity <= 0 {
+            return None;
+        }
+        if self.delays_apply() {
+            if self.redeliver.len() < DUE_QUEUE_LIMIT {
+                let room = DUE_QUEUE_LIMIT - self.redeliver.len();
+                for position in self.delayed.pop_due(now, room) {
+                    if !self.ack.is_acked(position) && !self.pending.contains_key(&position) {
+                        self.queue(position, None);
+                    }
+                }
+            }
+            if self.redeliver.len() < DUE_QUEUE_LIMIT {
+                if let Some(rescan) = self.delayed.rescan(now) {
+                    let start = if rescan.inclusive {
+                        Some(rescan.from)
+                    } else {
+                        next_position(ledgers, Some(rescan.from))
+                    };
+                    return Some(Plan::Rescan(rescan, start));
+                }
+            }
+        }
+        let entries = (capacity as f64 / self.messages_per_entry.max(1.0)).ceil() as usize;
+        let count = entries.clamp(1, batch_entries);
+        if !self.redeliver.is_empty() {
+            if self.key_shared.is_none() {
+                return Some(Plan::Redeliver(self.redeliver.iter().take(count).copied().collect()));
+            }
+            let candidates = self.key_shared_candidates(count);
+            if !candidates.is_empty() {
+                return Some(Plan::Redeliver(candidates));
+            }
+            if self.redeliver.len() >= KEY_SHARED_LOOKAHEAD {
+                return None;
+            }
+        }
+        next_position(ledgers, self.last_read).map(|next| Plan::New(next, count))
+    }
+
+    /// Key_Shared: queued entries that may go out now, in position order. A queued entry that
+    /// cannot go blocks the later entries of its hash.
+    fn key_shared_candidates(&self, count: usize) -> Vec<Position> {
+        let Some(key_shared) = &self.key_shared else { return Vec::new() };
+        let mut budget: HashMap<u64, i64> =
+            self.consumers.iter().map(|s| (s.handle.key, s.permits)).collect();
+        let mut blocked = HashSet::new();
+        let mut candidates = Vec::new();
+        for (scanned, &position) in self.redeliver.iter().enumerate() {
+            if candidates.len() >= count || scanned >= KEY_SHARED_LOOKAHEAD {
+                break;
+            }
+            let Some(&hash) = self.redeliver_hash.get(&position) else {
+                // Not read yet: read it to learn its hash.
+                candidates.push(position);
+                continue;
+            };
+            let ordered = !key_shared.allow_out_of_order;
+            if ordered && blocked.contains(&hash) {
+                continue;
+            }
+            let target = key_shared.selector.select(hash);
+            let go = target.is_some_and(|target| {
+                budget.get(&target).is_some_and(|&p| p > 0)
+                    && !(ordered && key_shared.draining.blocks(hash, target))
+            });
+            match target {
+                Some(target) if go => {
+                    if let Some(permits) = budget.get_mut(&target) {
+                        *permits -= 1;
+                    }
+                    candidates.push(position);
+                }
+                _ => {
+                    blocked.insert(hash);
+                }
+            }
+        }
+        candidates
+    }
+
+    /// Applies what a round read: sends (as `Outgoing`) what may go now, parks or indexes the
+    /// rest. Returns the messages to send and whether another round may make progress.
+    fn apply(
+        &mut self,
+        plan: &Plan,
+        entries: Vec<(Position, Bytes)>,
+        now: u64,
+        partition: i32,
+    ) -> (Vec<Outgoing>, bool) {
+        let mut out = Vec::new();
+        if let Plan::Rescan(rescan, _) = plan {
+            let shaped: Vec<(Position, Option<u64>)> =
+                entries.iter().map(|(p, data)| (*p, entry_shape(data).deliver_at)).collect();
+            for position in self.delayed.on_rescanned(*rescan, &shaped, now) {
+                if !self.ack.is_acked(position) && !self.pending.contains_key(&position) {
+                    self.queue(position, None);
+                }
+            }
+            return (out, true);
+        }
+        let from_stream = matches!(plan, Plan::New(..));
+        if let Plan::Redeliver(positions) = plan {
+            // Entries that no longer exist cannot be redelivered.
+            for position in positions {
+                if !entries.iter().any(|(p, _)| p == position) {
+                    self.unqueue(*position);
+                }
+            }
+        }
+        // Key_Shared: hashes with an entry waiting in the queue (a newer one must wait behind).
+        let mut blocked: HashSet<u32> = if from_stream && self.key_shared.is_some() {
+            self.redeliver.iter().filter_map(|p| self.redeliver_hash.get(p).copied()).collect()
+        } else {
+            HashSet::new()
+        };
+        let mut progress = false;
+        for (position, data) in entries {
+            if from_stream && self.last_read.is_some_and(|last| position <= last) {
+                continue;
+            }
+            if !from_stream && !self.redeliver.contains(&position) {
+                continue;
+            }
+            if self.ack.is_acked(position) || self.pending.contains_key(&position) {
+                if from_stream {
+                    self.last_read = Some(position);
+                } else {
+                    self.unqueue(position);
+                }
+                progress = true;
+                continue;
+            }
+            let shape = entry_shape(&data);
+            self.messages_per_entry =
+                0.9 * self.messages_per_entry + 0.1 * f64::from(shape.messages.max(1));
+            if from_stream && self.delays_apply() {
+                if let Some(at) = shape.deliver_at.filter(|&at| at > now) {
+                    self.delayed.add(at, position);
+                    self.last_read = Some(position);
+                    progress = true;
+                    continue;
+                }
+            }
+            let (slot_index, hash) = if let Some(key_shared) = &self.key_shared {
+                let hash = sticky_key_hash(shape.key.as_deref().unwrap_or(NONE_KEY));
+                let ordered = !key_shared.allow_out_of_order;
+                let target = key_shared.selector.select(hash);
+                let slot =
+                    target.and_then(|t| self.consumers.iter().position(|s| s.handle.key == t));
+                let go = match (target, slot) {
+                    (Some(target), Some(slot)) => {
+                        self.consumers[slot].permits > 0
+                            && !(ordered
+                                && (blocked.contains(&hash)
+                                    || key_shared.draining.blocks(hash, target)))
+                    }
+                    _ => false,
+                };
+                if !go {
+                    // Parked: the stream goes on for the other keys.
+                    if ordered {
+                        blocked.insert(hash);
+                    }
+                    if from_stream {
+                        self.queue(position, Some(hash));
+                        self.last_read = Some(position);
+                        progress = true;
+                    } else if self.redeliver_hash.insert(position, hash).is_none() {
+                        progress = true;
+                    }
+                    continue;
+                }
+                (slot.unwrap_or_default(), hash)
+            } else {
+                match choose_consumer(self) {
+                    Some(index) => (index, 0),
+                    None => return (out, progress),
+                }
+            };
+            let slot = &mut self.consumers[slot_index];
+            slot.permits -= i64::from(shape.messages);
+            let consumer = slot.handle.key;
+            let consumer_id = slot.handle.consumer_id;
+            let outbox = slot.handle.outbox.clone();
+            let redelivery_count = self.redelivery_counts.get(&position).copied().unwrap_or(0);
+            let ack_set: Vec<i64> = self
+                .ack
+                .partial_batch(position)
+                .map(|batch| batch.ack_set().iter().map(|&w| w as i64).collect())
+                .unwrap_or_default();
+            let partition = (partition >= 0).then_some(partition);
+            let message_id = commands::message_id(position.ledger_id, position.entry_id, partition);
+            let command =
+                commands::message(consumer_id, message_id, redelivery_count, ack_set, None);
+            out.push(Outgoing { outbox, consumer, position, command, data });
+            self.pending.insert(position, Pending { consumer, hash });
+            if from_stream {
+                self.last_read = Some(position);
+            } else {
+                self.unqueue(position);
+            }
+            progress = true;
+        }
+        // Shared and others: a full batch sent means there may be more to send.
+        (out, progress)
+    }
+}
+
+/// A MESSAGE to send, decided under the lock, sent after it.
+struct Outgoing {
+    outbox: Outbox,
+    #[cfg_attr(not(test), allow(dead_code))]
+    consumer: u64,
+    #[cfg_attr(not(test), allow(dead_code))]
+    position: Position,
+    command: magnetar_protocol::BaseCommand,
+    data: Bytes,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 pub struct Subscription {
@@ -100,6 +465,8 @@ pub struct Subscription {
 enum Plan {
     Redeliver(Vec<Position>),
     New(Position, usize),
+    /// Re-read a delayed-index bucket's span, starting at the given existing position.
+    Rescan(Rescan, Option<Position>),
 }
 
 impl Subscription {
@@ -116,22 +483,7 @@ impl Subscription {
         last_read: Option<Position>,
         batch_entries: usize,
     ) -> Arc<Self> {
-        let state = State {
-            sub_type,
-            ack,
-            last_read,
-            consumers: Vec::new(),
-            round_robin: 0,
-            redeliver: BTreeSet::new(),
-            redelivery_counts: HashMap::new(),
-            pending: HashMap::new(),
-            active: None,
-            persist_in_flight: false,
-            persist_dirty: false,
-            closed: false,
-            epoch: 0,
-            messages_per_entry: 1.0,
-        };
+        let state = State::new(sub_type, ack, last_read);
         let subscription = Arc::new(Subscription {
             name,
             durable,
@@ -191,7 +543,10 @@ impl Subscription {
             state.round_robin = 0;
             state.pending.clear();
             state.redeliver.clear();
+            state.redeliver_hash.clear();
             state.redelivery_counts.clear();
+            state.key_shared = None;
+            state.delayed.clear();
             state.ack = AckState::new(mark_delete);
             state.last_read = mark_delete;
             state.epoch += 1;
@@ -209,42 +564,109 @@ impl Subscription {
         &self,
         handle: ConsumerHandle,
         sub_type: SubType,
+        key_shared_meta: Option<&KeySharedMeta>,
     ) -> Result<(), BrokerError> {
         let mut state = self.state.lock();
-        if state.closed {
-            return Err(BrokerError::SubscriptionNotFound(self.name.clone()));
-        }
-        if !state.consumers.is_empty() {
-            if state.sub_type != sub_type {
-                return Err(BrokerError::ConsumerBusy(format!(
-                    "subscription {} is of a different type",
-                    self.name
-                )));
-            }
-            if sub_type == SubType::Exclusive {
-                return Err(BrokerError::ConsumerBusy(format!(
-                    "exclusive consumer is already connected to subscription {}",
-                    self.name
-                )));
-            }
-        }
-        state.sub_type = sub_type;
-        state.consumers.push(ConsumerSlot { handle, permits: 0 });
+        state.add_consumer(handle, sub_type, key_shared_meta, &self.name)?;
         self.pick_active(&mut state);
         drop(state);
         self.wake.notify_one();
         Ok(())
     }
+}
 
+impl State {
+    fn add_consumer(
+        &mut self,
+        handle: ConsumerHandle,
+        sub_type: SubType,
+        key_shared_meta: Option<&KeySharedMeta>,
+        name: &str,
+    ) -> Result<(), BrokerError> {
+        let state = self;
+        if state.closed {
+            return Err(BrokerError::SubscriptionNotFound(name.to_string()));
+        }
+        if !state.consumers.is_empty() {
+            if state.sub_type != sub_type {
+                return Err(BrokerError::ConsumerBusy(format!(
+                    "subscription {name} is of a different type"
+                )));
+            }
+            if sub_type == SubType::Exclusive {
+                return Err(BrokerError::ConsumerBusy(format!(
+                    "exclusive consumer is already connected to subscription {name}"
+                )));
+            }
+        }
+        if sub_type == SubType::KeyShared {
+            let sticky =
+                key_shared_meta.is_some_and(|m| m.key_shared_mode() == KeySharedMode::Sticky);
+            let allow_out_of_order =
+                key_shared_meta.and_then(|m| m.allow_out_of_order_delivery).unwrap_or(false);
+            if state.consumers.is_empty() || state.key_shared.is_none() {
+                let selector = if sticky {
+                    Selector::Sticky(StickyRanges::default())
+                } else {
+                    Selector::AutoSplit(ConsistentRing::default())
+                };
+                state.key_shared = Some(KeyShared {
+                    selector,
+                    allow_out_of_order,
+                    draining: DrainingHashes::default(),
+                });
+            }
+            let Some(key_shared) = &mut state.key_shared else {
+                return Err(BrokerError::InvalidRequest("no Key_Shared state".into()));
+            };
+            if key_shared.selector.is_sticky() != sticky
+                || key_shared.allow_out_of_order != allow_out_of_order
+            {
+                return Err(BrokerError::ConsumerBusy(format!(
+                    "subscription {name} has a different Key_Shared policy"
+                )));
+            }
+            match &mut key_shared.selector {
+                Selector::Sticky(ranges) => {
+                    let wanted: Vec<(i32, i32)> = key_shared_meta
+                        .map(|m| m.hash_ranges.iter().map(|r| (r.start, r.end)).collect())
+                        .unwrap_or_default();
+                    ranges
+                        .add(handle.key, &handle.name, &wanted)
+                        .map_err(|e| BrokerError::ConsumerAssign(e.to_string()))?;
+                }
+                Selector::AutoSplit(ring) => ring.add(handle.key, &handle.name),
+            }
+        } else {
+            state.key_shared = None;
+        }
+        state.sub_type = sub_type;
+        state.consumers.push(ConsumerSlot { handle, permits: 0 });
+        state.recompute_draining();
+        Ok(())
+    }
+
+    /// Removes a consumer; what it had not acknowledged goes back to the queue (in order, ahead
+    /// of newer entries of the same keys). Returns the number of consumers left.
+    fn remove_consumer(&mut self, key: u64) -> usize {
+        self.consumers.retain(|slot| slot.handle.key != key);
+        if let Some(key_shared) = &mut self.key_shared {
+            key_shared.selector.remove(key);
+        }
+        let orphaned = self.pending_of(key);
+        self.requeue(orphaned, true);
+        self.recompute_draining();
+        self.consumers.len()
+    }
+}
+
+impl Subscription {
     /// Removes a consumer; what it had not acknowledged is redelivered to the others.
     /// Returns the number of consumers left.
     pub fn remove_consumer(&self, key: u64) -> usize {
         let mut state = self.state.lock();
-        state.consumers.retain(|slot| slot.handle.key != key);
-        let orphaned = state.pending_of(key);
-        state.requeue(orphaned, true);
+        let left = state.remove_consumer(key);
         self.pick_active(&mut state);
-        let left = state.consumers.len();
         drop(state);
         self.wake.notify_one();
         left
@@ -337,11 +759,11 @@ impl Subscription {
                 tracing::debug!(subscription = %self.name, %error, "ignored acknowledgement");
             }
         }
-        let State { ack, pending, redeliver, redelivery_counts, .. } = &mut *state;
-        pending.retain(|p, _| !ack.is_acked(*p));
-        redeliver.retain(|p| !ack.is_acked(*p));
-        redelivery_counts.retain(|p, _| !ack.is_acked(*p));
+        let wake = state.forget_acked();
         drop(state);
+        if wake {
+            self.wake.notify_one();
+        }
         self.schedule_persist();
         Ok(())
     }
@@ -354,7 +776,7 @@ impl Subscription {
         } else {
             ids.iter()
                 .map(|id| Position::new(id.ledger_id, id.entry_id))
-                .filter(|p| state.pending.get(p) == Some(&key))
+                .filter(|p| state.pending.get(p).is_some_and(|pending| pending.consumer == key))
                 .collect()
         };
         state.requeue(chosen, true);
@@ -422,7 +844,28 @@ impl Subscription {
 
     async fn run_dispatcher(self: Arc<Self>) {
         loop {
-            self.wake.notified().await;
+            // Sleep until woken, or until the next delayed message is due (only when a consumer
+            // could take it: permits arrive with a wake-up).
+            let deadline = {
+                let state = self.state.lock();
+                if state.capacity() > 0 {
+                    state.delayed.next_wake()
+                } else {
+                    None
+                }
+            };
+            match deadline {
+                Some(at) => {
+                    // A deadline already passed but blocked (queue full) is retried at a
+                    // short, not a zero, interval.
+                    let wait = at.saturating_sub(now_ms()).max(10);
+                    tokio::select! {
+                        _ = self.wake.notified() => {}
+                        _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
+                    }
+                }
+                None => self.wake.notified().await,
+            }
             loop {
                 if self.state.lock().closed {
                     return;
@@ -443,31 +886,11 @@ impl Subscription {
     async fn dispatch_round(self: &Arc<Self>) -> Result<bool, BrokerError> {
         let ledgers = self.managed_ledger.ledgers();
         let (plan, epoch) = {
-            let state = self.state.lock();
-            let capacity: i64 = match state.sub_type {
-                SubType::Exclusive | SubType::Failover => state
-                    .consumers
-                    .iter()
-                    .find(|s| Some(s.handle.key) == state.active)
-                    .map_or(0, |s| s.permits.max(0)),
-                SubType::Shared | SubType::KeyShared => {
-                    state.consumers.iter().map(|s| s.permits.max(0)).sum()
-                }
-            };
-            if capacity <= 0 {
-                return Ok(false);
+            let mut state = self.state.lock();
+            match state.plan(&ledgers, self.batch_entries, now_ms()) {
+                Some(plan) => (plan, state.epoch),
+                None => return Ok(false),
             }
-            let entries = (capacity as f64 / state.messages_per_entry.max(1.0)).ceil() as usize;
-            let count = entries.clamp(1, self.batch_entries);
-            let plan = if !state.redeliver.is_empty() {
-                Plan::Redeliver(state.redeliver.iter().take(count).copied().collect())
-            } else {
-                match next_position(&ledgers, state.last_read) {
-                    Some(next) => Plan::New(next, count),
-                    None => return Ok(false),
-                }
-            };
-            (plan, state.epoch)
         };
         let managed_ledger = self.managed_ledger.clone();
         let entries = match &plan {
@@ -479,87 +902,59 @@ impl Subscription {
                 let (from, count) = (*from, *count);
                 tokio::task::spawn_blocking(move || managed_ledger.read_from(from, count))
             }
+            Plan::Rescan(_, start) => {
+                let start = *start;
+                tokio::task::spawn_blocking(move || match start {
+                    Some(from) => managed_ledger.read_from(from, RESCAN_CHUNK),
+                    None => Ok(Vec::new()),
+                })
+            }
         }
         .await
         .map_err(|_| BrokerError::ShuttingDown)??;
-        let mut state = self.state.lock();
-        if state.epoch != epoch {
-            // The cursor was reset while reading: what was read is stale.
-            return Ok(true);
+        let outgoing = {
+            let mut state = self.state.lock();
+            if state.epoch != epoch {
+                // The cursor was reset while reading: what was read is stale.
+                return Ok(true);
+            }
+            state.apply(&plan, entries, now_ms(), self.partition)
+        };
+        let (messages, progress) = outgoing;
+        for message in messages {
+            message.outbox.send_payload(&message.command, &message.data);
         }
-        if let Plan::Redeliver(positions) = &plan {
-            // Entries that no longer exist cannot be redelivered.
-            for position in positions {
-                if !entries.iter().any(|(p, _)| p == position) {
-                    state.redeliver.remove(position);
-                }
-            }
-        }
-        let mut sent_all = true;
-        for (position, data) in entries {
-            let from_stream = matches!(plan, Plan::New(..));
-            if from_stream && state.last_read.is_some_and(|last| position <= last) {
-                continue;
-            }
-            if state.ack.is_acked(position) || state.pending.contains_key(&position) {
-                if from_stream {
-                    state.last_read = Some(position);
-                } else {
-                    state.redeliver.remove(&position);
-                }
-                continue;
-            }
-            let (messages, key) = entry_shape(&data);
-            state.messages_per_entry = 0.9 * state.messages_per_entry + 0.1 * f64::from(messages);
-            let Some(slot_index) = choose_consumer(&mut state, key.as_deref()) else {
-                sent_all = false;
-                break;
-            };
-            let slot = &mut state.consumers[slot_index];
-            slot.permits -= i64::from(messages);
-            let consumer_key = slot.handle.key;
-            let consumer_id = slot.handle.consumer_id;
-            let outbox = slot.handle.outbox.clone();
-            let redelivery_count = state.redelivery_counts.get(&position).copied().unwrap_or(0);
-            let ack_set: Vec<i64> = state
-                .ack
-                .partial_batch(position)
-                .map(|batch| batch.ack_set().iter().map(|&w| w as i64).collect())
-                .unwrap_or_default();
-            let partition = (self.partition >= 0).then_some(self.partition);
-            let message_id = commands::message_id(position.ledger_id, position.entry_id, partition);
-            let command =
-                commands::message(consumer_id, message_id, redelivery_count, ack_set, None);
-            outbox.send_payload(&command, &data);
-            state.pending.insert(position, consumer_key);
-            if from_stream {
-                state.last_read = Some(position);
-            } else {
-                state.redeliver.remove(&position);
-            }
-        }
-        Ok(sent_all)
+        Ok(progress)
     }
 }
 
-/// Messages in an entry and its routing key (ordering key, else partition key).
-fn entry_shape(data: &Bytes) -> (u32, Option<Vec<u8>>) {
+/// What the dispatcher needs of an entry's metadata.
+struct EntryShape {
+    /// Messages in the entry (a batch counts each).
+    messages: u32,
+    /// Sticky key: ordering key, else partition key (a batch's is the batch metadata's, set by
+    /// the clients' key-based batcher).
+    key: Option<Vec<u8>>,
+    deliver_at: Option<u64>,
+}
+
+fn entry_shape(data: &Bytes) -> EntryShape {
     match parse_metadata_and_payload(data) {
-        Ok((metadata, _)) => {
-            let messages = metadata.num_messages_in_batch.unwrap_or(1).max(1) as u32;
-            let key = metadata
+        Ok((metadata, _)) => EntryShape {
+            messages: metadata.num_messages_in_batch.unwrap_or(1).max(1) as u32,
+            key: metadata
                 .ordering_key
                 .clone()
                 .map(|k| k.to_vec())
-                .or_else(|| metadata.partition_key.clone().map(String::into_bytes));
-            (messages, key)
-        }
-        Err(_) => (1, None),
+                .or_else(|| metadata.partition_key.clone().map(String::into_bytes)),
+            deliver_at: metadata.deliver_at_time.and_then(|t| u64::try_from(t).ok()),
+        },
+        Err(_) => EntryShape { messages: 1, key: None, deliver_at: None },
     }
 }
 
-/// The consumer the next entry goes to, if one may take it now.
-fn choose_consumer(state: &mut State, key: Option<&[u8]>) -> Option<usize> {
+/// The consumer the next entry goes to, if one may take it now (not Key_Shared).
+fn choose_consumer(state: &mut State) -> Option<usize> {
     let count = state.consumers.len();
     if count == 0 {
         return None;
@@ -579,18 +974,8 @@ fn choose_consumer(state: &mut State, key: Option<&[u8]>) -> Option<usize> {
             }
             None
         }
-        SubType::KeyShared => {
-            // Sticky by key hash, so each key keeps its order on one consumer.
-            let index = match key {
-                Some(key) => (crc32c::crc32c(key) as usize) % count,
-                None => {
-                    let index = state.round_robin % count;
-                    state.round_robin = (index + 1) % count;
-                    index
-                }
-            };
-            (state.consumers[index].permits > 0).then_some(index)
-        }
+        // Routed by `State::apply`.
+        SubType::KeyShared => None,
     }
 }
 
@@ -603,10 +988,7 @@ fn first_set_bit(words: &[u64]) -> Option<u32> {
 }
 
 /// The entry before `position`, crossing back over empty ledgers.
-pub fn previous_position(
-    ledgers: &crate::cursor::LedgerList,
-    position: Position,
-) -> Option<Position> {
+pub fn previous_position(ledgers: &LedgerList, position: Position) -> Option<Position> {
     if position.entry_id > 0 {
         return Some(Position::new(position.ledger_id, position.entry_id - 1));
     }
@@ -616,3 +998,6 @@ pub fn previous_position(
         .last()
         .map(|extent| Position::new(extent.ledger_id, extent.entry_count - 1))
 }
+
+#[cfg(test)]
+mod dispatch_tests;
