@@ -49,7 +49,7 @@ if [ ! -x "$PY" ] || ! "$PY" -c 'import sys' 2>/dev/null; then
   python3 -m venv "$VENV" || fail "python3 -m venv"
 fi
 bounded "pip install" 900 "$PY" -m pip install --quiet --disable-pip-version-check \
-  'pulsar-client>=3.5,<4' 'pytest>=8' 'pytest-timeout>=2' || fail "pip install"
+  'pulsar-client>=3.5,<4' 'pytest>=8' 'pytest-timeout>=2' 'fastavro>=1.9' || fail "pip install"
 "$PY" -c 'import pulsar, pytest; print("pulsar-client", pulsar.__version__, "/ pytest", pytest.__version__)' \
   || fail "the venv cannot import pulsar and pytest"
 

@@ -115,3 +115,14 @@ impl IntoResponse for AdminError {
         (status, Json(ErrorBody { reason: &reason })).into_response()
     }
 }
+
+/// Incompatible -> 409 and invalid -> 422, as Pulsar's `SchemasResource`.
+impl From<crate::schema::SchemaError> for AdminError {
+    fn from(error: crate::schema::SchemaError) -> Self {
+        match error {
+            crate::schema::SchemaError::Incompatible(why) => AdminError::Conflict(why),
+            crate::schema::SchemaError::Invalid(why) => AdminError::Unprocessable(why),
+            crate::schema::SchemaError::Metadata(why) => AdminError::Internal(why),
+        }
+    }
+}

@@ -31,6 +31,7 @@
 //! | namespace | `/admin/namespaces/{tenant}/{namespace}` | JSON policies object (`{}` by default) |
 //! | partitioned topic | `/admin/partitioned-topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | JSON `{"partitions":N}` (optionally `"properties"`) |
 //! | non-partitioned topic | `/topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | owned by the broker; the admin API only reads existence and lists children |
+//! | topic schema history | `/schemas/{tenant}/{namespace}/{encoded-topic}` | JSON [`schema::SchemaHistory`] (partitions share their topic's) |
 //!
 //! `{domain}` is `persistent` or `non-persistent`; `{encoded-topic}` is the local name encoded
 //! like Java's `URLEncoder` ([`names::encode_topic_name`]). Partitions are topics named
@@ -66,6 +67,12 @@
 //! | `GET /admin/v2/{d}/{t}/{ns}/{topic}/partitions` | 200 `{"partitions":N}` | 404, 412 |
 //! | `POST /admin/v2/{d}/{t}/{ns}/{topic}/partitions` body `N` | 204 | 400, 406, 409, 412, 422 |
 //! | `DELETE /admin/v2/{d}/{t}/{ns}/{topic}/partitions` | 204 | 404, 409, 412, hook errors |
+//! | `GET /admin/v2/schemas/{t}/{ns}/{topic}/schema` | 200 GetSchemaResponse | 404, 412 |
+//! | `GET /admin/v2/schemas/{t}/{ns}/{topic}/schema/{version}` | 200 GetSchemaResponse | 400, 404, 412 |
+//! | `GET /admin/v2/schemas/{t}/{ns}/{topic}/schemas` | 200 `{"getSchemaResponses":[…]}` | 404, 412 |
+//! | `POST /admin/v2/schemas/{t}/{ns}/{topic}/schema` PostSchemaPayload | 202 `{"version":{"version":N}}` | 400, 409, 422 |
+//! | `DELETE /admin/v2/schemas/{t}/{ns}/{topic}/schema[?force=true]` | 200 `{"version":N}` | 404, 412 |
+//! | `POST /admin/v2/schemas/{t}/{ns}/{topic}/compatibility` PostSchemaPayload | 202 `{"isCompatibility":…,"schemaCompatibilityStrategy":…}` | 400 |
 //!
 //! Each handler documents its exact semantics (see `routes`).
 
@@ -76,6 +83,7 @@ pub mod keys;
 mod model;
 pub mod names;
 mod routes;
+pub mod schema;
 
 use std::fmt;
 use std::future::Future;

@@ -808,3 +808,64 @@ async fn serves_over_a_real_listener_with_graceful_shutdown() {
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test]
+async fn schema_endpoints() {
+    let app = App::new().await;
+    let base = "/admin/v2/schemas/public/default/sch%20ema";
+    let v1 = r#"{"type":"record","name":"U","fields":[{"name":"a","type":"int"}]}"#;
+    let v2 = r#"{"type":"record","name":"U","fields":[{"name":"a","type":"int"},{"name":"b","type":["null","string"],"default":null}]}"#;
+    let bad = r#"{"type":"record","name":"U","fields":[{"name":"a","type":"string"}]}"#;
+    let payload = |schema: &str| json!({"type": "AVRO", "schema": schema}).to_string();
+
+    assert_eq!(app.get(&format!("{base}/schema")).await.status, StatusCode::NOT_FOUND);
+    let r = app.call(Method::POST, &format!("{base}/schema"), payload(v1)).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.body);
+    assert_eq!(r.json(), json!({"version": {"version": 0}}));
+    let r = app.call(Method::POST, &format!("{base}/schema"), payload(v1)).await;
+    assert_eq!(r.json(), json!({"version": {"version": 0}}), "same schema, same version");
+    let r = app.call(Method::POST, &format!("{base}/schema"), payload(v2)).await;
+    assert_eq!(r.json(), json!({"version": {"version": 1}}));
+    let r = app.call(Method::POST, &format!("{base}/schema"), payload(bad)).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    let r = app.call(Method::POST, &format!("{base}/schema"), payload("{nope")).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
+
+    let r = app.get(&format!("{base}/schema")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let latest = r.json();
+    assert_eq!((latest["version"].as_u64(), latest["type"].as_str()), (Some(1), Some("AVRO")));
+    assert_eq!(latest["data"], v2);
+    assert_eq!(app.get(&format!("{base}/schema/0")).await.json()["data"], v1);
+    assert_eq!(app.get(&format!("{base}/schema/9")).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(app.get(&format!("{base}/schema/x")).await.status, StatusCode::BAD_REQUEST);
+    let all = app.get(&format!("{base}/schemas")).await.json();
+    let versions: Vec<u64> = all["getSchemaResponses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["version"].as_u64())
+        .collect();
+    assert_eq!(versions, vec![0, 1]);
+
+    let r = app.call(Method::POST, &format!("{base}/compatibility"), payload(bad)).await;
+    assert_eq!(r.json(), json!({"isCompatibility": false, "schemaCompatibilityStrategy": "FULL"}));
+    let r = app.call(Method::POST, &format!("{base}/compatibility"), payload(v1)).await;
+    assert_eq!(r.json()["isCompatibility"], true);
+    let r = app.call(Method::POST, &format!("{base}/compatibility"), r#"{"type":"NOPE"}"#).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+
+    let r = app.call(Method::DELETE, &format!("{base}/schema"), "").await;
+    assert_eq!(r.json(), json!({"version": 2}));
+    let r = app.get(&format!("{base}/schema")).await;
+    assert_eq!((r.status, r.reason()), (StatusCode::NOT_FOUND, "Schema is deleted".to_string()));
+    assert_eq!(app.get(&format!("{base}/schemas")).await.json()["getSchemaResponses"], json!([]));
+    let r = app.call(Method::DELETE, &format!("{base}/schema"), "").await;
+    assert_eq!(r.json(), json!({"version": -1}), "nothing left to delete");
+    // The history lives under the topic's schema key.
+    assert!(app.store.get("/schemas/public/default/sch+ema").await.unwrap().is_some());
+    assert_eq!(
+        app.get("/admin/v2/schemas/public/nope/t/schema").await.status,
+        StatusCode::NOT_FOUND
+    );
+}

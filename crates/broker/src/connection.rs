@@ -15,12 +15,14 @@ use crate::service::BrokerService;
 use crate::subscription::{ConsumerHandle, Subscription};
 use crate::topic::{StartAt, Topic};
 use bytes::{Bytes, BytesMut};
+use magnetar_admin::names::TopicName;
+use magnetar_admin::schema::{SchemaData, TYPE_AUTO_CONSUME};
 use magnetar_protocol::proto::{
     base_command::Type,
     command_ack::AckType,
     command_lookup_topic_response::LookupType,
     command_subscribe::{InitialPosition, SubType},
-    BaseCommand, CommandConsumerStatsResponse, ProducerAccessMode, ServerError,
+    BaseCommand, CommandConsumerStatsResponse, ProducerAccessMode, Schema, ServerError,
 };
 use magnetar_protocol::{
     commands, encode_command, encode_payload_command_header, Frame, FrameDecoder, FrameError,
@@ -144,6 +146,7 @@ struct ProducerContext {
     name: String,
     key: u64,
     partition: i32,
+    schema_version: Option<u64>,
 }
 
 struct ConsumerContext {
@@ -284,6 +287,8 @@ impl Connection {
             Type::ConsumerStats => self.on_consumer_stats(&command),
             Type::Seek => self.on_seek(&command).await,
             Type::GetTopicsOfNamespace => self.on_get_topics_of_namespace(&command).await,
+            Type::GetSchema => self.on_get_schema(&command).await,
+            Type::GetOrCreateSchema => self.on_get_or_create_schema(&command).await,
             other => Err(format!("unsupported command {other:?}")),
         }
     }
@@ -359,7 +364,8 @@ impl Connection {
         if self.producers.contains_key(&producer_id) {
             // A client retrying a create it already got: answer the same.
             let existing = &self.producers[&producer_id];
-            let reply = commands::producer_success(request_id, existing.name.clone(), -1, None);
+            let version = existing.schema_version.map(commands::schema_version_bytes);
+            let reply = commands::producer_success(request_id, existing.name.clone(), -1, version);
             self.outbox.send_command(&reply);
             return Ok(());
         }
@@ -370,6 +376,8 @@ impl Connection {
         let result = async {
             let name = BrokerService::topic_name(&request.topic)?;
             let topic = self.service.topic(&name, true).await?;
+            // The schema first: an incompatible one fails the producer (Pulsar's tryAddSchema).
+            let schema_version = self.producer_schema(&name, request.schema.as_ref()).await?;
             // The initial subscription (dead-letter producers): created at the earliest
             // position before the producer may publish, as Pulsar's handleProducer does.
             if let Some(initial) =
@@ -387,21 +395,22 @@ impl Connection {
             };
             let key = self.service.next_key();
             let epoch = topic.add_producer(producer_name.clone(), key, mode).await?;
-            Ok((topic, producer_name, key, epoch))
+            Ok((topic, producer_name, key, epoch, schema_version))
         }
         .await;
         match result {
-            Ok((topic, name, key, epoch)) => {
-                let schema_version = request.schema.as_ref().map(|_| Bytes::from_static(&[0; 8]));
+            Ok((topic, name, key, epoch, schema_version)) => {
+                let version_bytes = schema_version.map(commands::schema_version_bytes);
                 let mut reply =
-                    commands::producer_success(request_id, name.clone(), -1, schema_version);
+                    commands::producer_success(request_id, name.clone(), -1, version_bytes);
                 if mode != ProducerAccessMode::Shared {
                     if let Some(success) = reply.producer_success.as_mut() {
                         success.topic_epoch = Some(epoch);
                     }
                 }
                 let partition = topic.partition;
-                self.producers.insert(producer_id, ProducerContext { topic, name, key, partition });
+                let context = ProducerContext { topic, name, key, partition, schema_version };
+                self.producers.insert(producer_id, context);
                 self.outbox.send_command(&reply);
             }
             Err(error) => self.reply_error(request_id, &error),
@@ -490,6 +499,10 @@ impl Connection {
             let name = BrokerService::topic_name(&request.topic)?;
             let create = request.force_topic_creation.unwrap_or(true);
             let topic = self.service.topic(&name, create).await?;
+            if let Some(schema) = request.schema.as_ref().filter(|s| s.r#type != TYPE_AUTO_CONSUME)
+            {
+                self.consumer_schema(&name, &topic, schema).await?;
+            }
             let subscription =
                 topic.subscription(&request.subscription, sub_type, durable, start).await?;
             let key = self.service.next_key();
@@ -678,6 +691,136 @@ impl Connection {
         Ok(())
     }
 
+    /// The schema version a producer gets (Pulsar's `tryAddSchema`): its schema registered
+    /// (or found) when it has one; without one, nothing, unless the namespace enforces schema
+    /// validation and the topic has a schema.
+    async fn producer_schema(
+        &self,
+        topic: &TopicName,
+        schema: Option<&Schema>,
+    ) -> Result<Option<u64>, BrokerError> {
+        let registry = &self.service.schemas;
+        let policies = registry.policies(topic).await?;
+        match schema {
+            Some(schema) => {
+                Ok(Some(registry.put_if_absent(topic, &schema_data(schema), policies).await?))
+            }
+            None if policies.validation_enforced => {
+                if registry.history(topic).await?.0.latest().is_some() {
+                    return Err(BrokerError::IncompatibleSchema(
+                        "Producers cannot connect without a schema to topics with a schema \
+                         when schema validation is enforced"
+                            .into(),
+                    ));
+                }
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// A consumer's schema (Pulsar's `addSchemaIfIdleOrCheckCompatible`): it becomes the
+    /// topic's schema when the topic has none and is idle (no producer, consumer or data);
+    /// otherwise it must be able to read the topic's schema.
+    async fn consumer_schema(
+        &self,
+        name: &TopicName,
+        topic: &Topic,
+        schema: &Schema,
+    ) -> Result<(), BrokerError> {
+        let registry = &self.service.schemas;
+        let policies = registry.policies(name).await?;
+        let data = schema_data(schema);
+        let (history, _) = registry.history(name).await?;
+        if history.latest().is_some() || !topic.is_idle() {
+            history.check_consumer(&data, policies.strategy)?;
+        } else {
+            registry.put_if_absent(name, &data, policies).await?;
+        }
+        Ok(())
+    }
+
+    /// GET_SCHEMA: the topic's schema at the requested version (latest when none is given).
+    async fn on_get_schema(&mut self, command: &BaseCommand) -> Handled {
+        let request = command.get_schema.as_ref().ok_or("GET_SCHEMA without body")?;
+        let request_id = request.request_id;
+        let not_found = || {
+            commands::get_schema_error(
+                request_id,
+                ServerError::TopicNotFound,
+                format!("Topic not found or no-schema {}", request.topic),
+            )
+        };
+        let name = match BrokerService::topic_name(&request.topic) {
+            Ok(name) => name,
+            Err(error) => {
+                let reply =
+                    commands::get_schema_error(request_id, error.server_error(), error.to_string());
+                self.outbox.send_command(&reply);
+                return Ok(());
+            }
+        };
+        let reply = match self.service.schemas.history(&name).await {
+            Err(error) => {
+                let error = BrokerError::from(error);
+                commands::get_schema_error(request_id, error.server_error(), error.to_string())
+            }
+            Ok((history, _)) => {
+                let wanted = match request.schema_version.as_deref() {
+                    None | Some([]) => history.versions.last(),
+                    Some(bytes) => {
+                        commands::parse_schema_version(bytes).and_then(|v| history.get(v))
+                    }
+                };
+                match wanted.filter(|s| !s.deleted) {
+                    None => not_found(),
+                    Some(stored) => {
+                        let base = name.partitioned_topic();
+                        let schema = Schema {
+                            name: format!(
+                                "{}/{}/{}",
+                                base.tenant(),
+                                base.namespace().namespace(),
+                                base.local_name()
+                            ),
+                            schema_data: stored.data.clone().into(),
+                            r#type: stored.schema_type,
+                            properties: stored
+                                .properties
+                                .iter()
+                                .map(|(key, value)| magnetar_protocol::proto::KeyValue {
+                                    key: key.clone(),
+                                    value: value.clone(),
+                                })
+                                .collect(),
+                        };
+                        commands::get_schema_response(request_id, schema, stored.version)
+                    }
+                }
+            }
+        };
+        self.outbox.send_command(&reply);
+        Ok(())
+    }
+
+    /// GET_OR_CREATE_SCHEMA: the version of the schema on an existing topic, registered as a
+    /// producer's would be.
+    async fn on_get_or_create_schema(&mut self, command: &BaseCommand) -> Handled {
+        let request =
+            command.get_or_create_schema.as_ref().ok_or("GET_OR_CREATE_SCHEMA without body")?;
+        let result = async {
+            let name = BrokerService::topic_name(&request.topic)?;
+            self.service.topic(&name, false).await?;
+            let version = self.producer_schema(&name, Some(&request.schema)).await?;
+            Ok::<_, BrokerError>(version.unwrap_or(0))
+        }
+        .await;
+        let result = result.map_err(|error| (error.server_error(), error.to_string()));
+        let reply = commands::get_or_create_schema_response(request.request_id, result);
+        self.outbox.send_command(&reply);
+        Ok(())
+    }
+
     async fn detach_consumer(&mut self, consumer_id: u64) {
         if let Some(consumer) = self.consumers.remove(&consumer_id) {
             let left = consumer.subscription.remove_consumer(consumer.key);
@@ -773,6 +916,15 @@ impl Connection {
         for id in ids {
             self.detach_consumer(id).await;
         }
+    }
+}
+
+/// A schema as the registry sees it.
+fn schema_data(schema: &Schema) -> SchemaData {
+    SchemaData {
+        schema_type: schema.r#type,
+        data: schema.schema_data.to_vec(),
+        properties: schema.properties.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect(),
     }
 }
 

@@ -29,6 +29,21 @@ pub enum BrokerError {
     Metadata(String),
     #[error("broker is shutting down")]
     ShuttingDown,
+    #[error("{0}")]
+    IncompatibleSchema(String),
+}
+
+impl From<magnetar_admin::schema::SchemaError> for BrokerError {
+    fn from(error: magnetar_admin::schema::SchemaError) -> Self {
+        use magnetar_admin::schema::SchemaError;
+        match error {
+            // Pulsar answers both with IncompatibleSchema.
+            SchemaError::Incompatible(why) | SchemaError::Invalid(why) => {
+                BrokerError::IncompatibleSchema(why)
+            }
+            SchemaError::Metadata(why) => BrokerError::Metadata(why),
+        }
+    }
 }
 
 impl From<MetadataError> for BrokerError {
@@ -53,6 +68,7 @@ impl BrokerError {
             BrokerError::Storage(_) => ServerError::PersistenceError,
             BrokerError::Metadata(_) => ServerError::MetadataError,
             BrokerError::ShuttingDown => ServerError::ServiceNotReady,
+            BrokerError::IncompatibleSchema(_) => ServerError::IncompatibleSchema,
         }
     }
 }

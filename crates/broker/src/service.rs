@@ -8,6 +8,7 @@ use magnetar_admin::keys;
 use magnetar_admin::names::{
     decode_topic_name, is_system_topic, NamespaceName, TopicDomain, TopicName,
 };
+use magnetar_admin::schema::SchemaRegistry;
 use magnetar_admin::PartitionedTopicMetadata;
 use magnetar_admin::{BrokerHooks, HookError};
 use magnetar_ledger::LedgerStore;
@@ -22,6 +23,7 @@ pub struct BrokerService {
     pub config: BrokerConfig,
     pub store: Arc<LedgerStore>,
     pub metadata: Arc<dyn MetadataStore>,
+    pub schemas: SchemaRegistry,
     topics: Mutex<HashMap<String, Arc<OnceCell<Arc<Topic>>>>>,
     next_key: AtomicU64,
 }
@@ -35,6 +37,7 @@ impl BrokerService {
         Arc::new(BrokerService {
             config,
             store,
+            schemas: SchemaRegistry::new(metadata.clone()),
             metadata,
             topics: Mutex::default(),
             next_key: AtomicU64::new(1),

@@ -254,6 +254,14 @@ impl Topic {
         Ok(())
     }
 
+    /// No producer, no consumer and no data: only then may a consumer's schema become the
+    /// topic's first schema (Pulsar's `addSchemaIfIdleOrCheckCompatible`).
+    pub fn is_idle(&self) -> bool {
+        self.producers.lock().by_name.is_empty()
+            && self.subscriptions.lock().values().all(|s| s.consumer_count() == 0)
+            && self.managed_ledger.last_confirmed().is_none()
+    }
+
     pub fn subscription_names(&self) -> Vec<String> {
         self.subscriptions.lock().keys().cloned().collect()
     }

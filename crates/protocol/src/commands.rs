@@ -13,10 +13,11 @@ use crate::proto::command_partitioned_topic_metadata_response::LookupType as Par
 use crate::proto::{
     AuthData, BaseCommand, CommandAckResponse, CommandActiveConsumerChange, CommandAuthChallenge,
     CommandCloseConsumer, CommandCloseProducer, CommandConnect, CommandConnected, CommandError,
-    CommandFlow, CommandGetLastMessageIdResponse, CommandLookupTopicResponse, CommandMessage,
+    CommandFlow, CommandGetLastMessageIdResponse, CommandGetOrCreateSchemaResponse,
+    CommandGetSchemaResponse, CommandLookupTopicResponse, CommandMessage,
     CommandPartitionedTopicMetadataResponse, CommandPing, CommandPong, CommandProducerSuccess,
     CommandReachedEndOfTopic, CommandSend, CommandSendError, CommandSendReceipt, CommandSuccess,
-    FeatureFlags, MessageIdData, ServerError,
+    FeatureFlags, MessageIdData, Schema, ServerError,
 };
 
 /// The command type, or `None` for a type number unknown to this crate.
@@ -237,6 +238,75 @@ pub fn producer_success(
     }
 }
 
+// ---------------------------------------------------------------------------
+// Schemas
+// ---------------------------------------------------------------------------
+
+/// A schema version as Pulsar puts it on the wire: the version number as an 8-byte
+/// big-endian long.
+pub fn schema_version_bytes(version: u64) -> Bytes {
+    Bytes::copy_from_slice(&version.to_be_bytes())
+}
+
+/// The version number in schema-version bytes (`None` unless exactly 8 bytes).
+pub fn parse_schema_version(bytes: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(bytes.try_into().ok()?))
+}
+
+/// GET_SCHEMA_RESPONSE with the schema and its version.
+pub fn get_schema_response(request_id: u64, schema: Schema, version: u64) -> BaseCommand {
+    BaseCommand {
+        get_schema_response: Some(Box::new(CommandGetSchemaResponse {
+            request_id,
+            schema: Some(schema),
+            schema_version: Some(schema_version_bytes(version)),
+            ..Default::default()
+        })),
+        ..base(Type::GetSchemaResponse)
+    }
+}
+
+/// GET_SCHEMA_RESPONSE carrying an error.
+pub fn get_schema_error(
+    request_id: u64,
+    error: ServerError,
+    message: impl Into<String>,
+) -> BaseCommand {
+    BaseCommand {
+        get_schema_response: Some(Box::new(CommandGetSchemaResponse {
+            request_id,
+            error_code: Some(error as i32),
+            error_message: Some(message.into()),
+            ..Default::default()
+        })),
+        ..base(Type::GetSchemaResponse)
+    }
+}
+
+/// GET_OR_CREATE_SCHEMA_RESPONSE: the schema's version, or an error.
+pub fn get_or_create_schema_response(
+    request_id: u64,
+    result: Result<u64, (ServerError, String)>,
+) -> BaseCommand {
+    let response = match result {
+        Ok(version) => CommandGetOrCreateSchemaResponse {
+            request_id,
+            schema_version: Some(schema_version_bytes(version)),
+            ..Default::default()
+        },
+        Err((error, message)) => CommandGetOrCreateSchemaResponse {
+            request_id,
+            error_code: Some(error as i32),
+            error_message: Some(message),
+            ..Default::default()
+        },
+    };
+    BaseCommand {
+        get_or_create_schema_response: Some(Box::new(response)),
+        ..base(Type::GetOrCreateSchemaResponse)
+    }
+}
+
 /// SEND command header, as a client sends it (payload frame).
 pub fn send(producer_id: u64, sequence_id: u64, num_messages: i32) -> BaseCommand {
     BaseCommand {
@@ -446,6 +516,23 @@ mod tests {
         assert_eq!(used, buf.len());
         assert_eq!(frame.payload.is_some(), is_payload);
         frame.command
+    }
+
+    #[test]
+    fn schema_versions_are_big_endian_longs() {
+        assert_eq!(&schema_version_bytes(1)[..], &[0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(parse_schema_version(&schema_version_bytes(258)), Some(258));
+        assert_eq!(parse_schema_version(&[0, 1]), None);
+        let reply = round_trip(&get_or_create_schema_response(7, Ok(3)));
+        let body = reply.get_or_create_schema_response.expect("body");
+        assert_eq!(body.schema_version.as_deref(), Some(&[0, 0, 0, 0, 0, 0, 0, 3][..]));
+        let schema = Schema { name: "t/ns/x".into(), r#type: 4, ..Default::default() };
+        let reply = round_trip(&get_schema_response(8, schema.clone(), 2));
+        let body = reply.get_schema_response.expect("body");
+        assert_eq!((body.request_id, body.schema), (8, Some(schema)));
+        let reply = round_trip(&get_schema_error(9, ServerError::TopicNotFound, "none"));
+        let body = reply.get_schema_response.expect("body");
+        assert_eq!(body.error_code, Some(ServerError::TopicNotFound as i32));
     }
 
     #[test]

@@ -10,13 +10,14 @@
 //! [`AdminError`] rendered as `{"reason": …}` with Pulsar's status code.
 
 mod broker;
+mod schemas;
 mod tenants;
 mod topics;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::Uri;
-use axum::routing::{get, put};
+use axum::routing::{get, post, put};
 use axum::Router;
 use magnetar_metadata::Versioned;
 use serde::de::DeserializeOwned;
@@ -51,7 +52,20 @@ pub(crate) fn build(state: AdminState) -> Router {
                 .put(tenants::create_namespace)
                 .delete(tenants::delete_namespace),
         )
-        .route("/admin/v2/namespaces/{tenant}/{namespace}/topics", get(tenants::namespace_topics));
+        .route("/admin/v2/namespaces/{tenant}/{namespace}/topics", get(tenants::namespace_topics))
+        .route(
+            "/admin/v2/schemas/{tenant}/{namespace}/{topic}/schema",
+            get(schemas::get_latest).post(schemas::upload).delete(schemas::delete),
+        )
+        .route(
+            "/admin/v2/schemas/{tenant}/{namespace}/{topic}/schema/{version}",
+            get(schemas::get_version),
+        )
+        .route("/admin/v2/schemas/{tenant}/{namespace}/{topic}/schemas", get(schemas::get_all))
+        .route(
+            "/admin/v2/schemas/{tenant}/{namespace}/{topic}/compatibility",
+            post(schemas::compatibility),
+        );
     for domain in TopicDomain::ALL {
         let base = format!("/admin/v2/{domain}/{{tenant}}/{{namespace}}");
         router = router
@@ -123,6 +137,22 @@ impl<'a> PathSegments<'a> {
         let invalid = || AdminError::PreconditionFailed("Topic name is not valid".to_string());
         let local = decode_topic_name(self.raw(3)?).ok_or_else(invalid)?;
         TopicName::new(domain, namespace, &local).map_err(|_| invalid())
+    }
+}
+
+impl PathSegments<'_> {
+    /// For `/admin/v2/schemas/{tenant}/{namespace}/{topic}/…`: the (persistent) topic; 412
+    /// when a name is invalid.
+    pub(crate) fn schema_topic(&self) -> Result<TopicName, AdminError> {
+        let namespace = self.namespace(1)?;
+        let invalid = || AdminError::PreconditionFailed("Topic name is not valid".to_string());
+        let local = decode_topic_name(self.raw(3)?).ok_or_else(invalid)?;
+        TopicName::new(TopicDomain::Persistent, namespace, &local).map_err(|_| invalid())
+    }
+
+    /// Raw segment `index` (for plain values such as a version number).
+    pub(crate) fn segment(&self, index: usize) -> Result<&str, AdminError> {
+        self.raw(index)
     }
 }
 

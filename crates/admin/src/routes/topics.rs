@@ -28,6 +28,7 @@ use crate::names::{
     decode_topic_name, is_system_topic, partition_index, NamespaceName, TopicDomain, TopicName,
     PARTITIONED_TOPIC_SUFFIX,
 };
+use crate::schema::SchemaRegistry;
 use crate::AdminState;
 
 /// `GET /admin/v2/{domain}/{tenant}/{namespace}[?includeSystemTopic=true]`: every topic of
@@ -336,6 +337,8 @@ pub(crate) async fn delete_partitioned(
         }
         Err(e) => return Err(e.into()),
     }
+    // The partitions share this schema; it goes with the topic (Pulsar's deleteSchema).
+    SchemaRegistry::new(state.store.clone()).delete(&topic, true).await?;
     tracing::info!(%topic, "deleted partitioned topic");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -372,6 +375,10 @@ pub(crate) async fn delete_topic(
         return Err(AdminError::NotFound(format!("Topic {topic} not found")));
     }
     state.hooks.delete_topic(&topic, force).await?;
+    // A partition leaves the schema to its partitioned topic, as Pulsar's deleteSchema does.
+    if topic.partition_index().is_none() {
+        SchemaRegistry::new(state.store.clone()).delete(&topic, true).await?;
+    }
     tracing::info!(%topic, "deleted topic");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -1,0 +1,280 @@
+//! [`SchemaRegistry`]: schema histories in the metadata store, one key per topic, updated by
+//! compare-and-set so that concurrent registrations (two producers, or a producer and the
+//! REST API) never lose a version.
+
+use super::{CompatibilityStrategy, SchemaData, SchemaError, SchemaHistory};
+use crate::keys::{self, encode_topic_name};
+use crate::names::TopicName;
+use bytes::Bytes;
+use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Parent of every schema key: `/schemas/{tenant}/{namespace}/{encoded-topic}`.
+pub const SCHEMAS_ROOT: &str = "/schemas";
+
+/// The schema key of a topic: partitions share their partitioned topic's key, and the domain
+/// plays no part (Pulsar's schema id is `tenant/namespace/topic`).
+pub fn schema_key(topic: &TopicName) -> String {
+    let base = topic.partitioned_topic();
+    format!(
+        "{SCHEMAS_ROOT}/{}/{}/{}",
+        base.tenant(),
+        base.namespace().namespace(),
+        encode_topic_name(base.local_name())
+    )
+}
+
+/// Bounded compare-and-set retries: contention on one topic's schema is rare and short.
+const MAX_CAS_ATTEMPTS: usize = 64;
+
+fn metadata_error(error: MetadataError) -> SchemaError {
+    SchemaError::Metadata(error.to_string())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The schema policies of a namespace that the registry obeys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemaPolicies {
+    pub strategy: CompatibilityStrategy,
+    /// `is_allow_auto_update_schema`: producers may add new versions.
+    pub allow_auto_update: bool,
+    /// `schema_validation_enforced`: producers without a schema are refused on topics with one.
+    pub validation_enforced: bool,
+}
+
+impl Default for SchemaPolicies {
+    fn default() -> Self {
+        SchemaPolicies {
+            strategy: CompatibilityStrategy::DEFAULT,
+            allow_auto_update: true,
+            validation_enforced: false,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct SchemaRegistry {
+    store: Arc<dyn MetadataStore>,
+}
+
+impl SchemaRegistry {
+    pub fn new(store: Arc<dyn MetadataStore>) -> Self {
+        SchemaRegistry { store }
+    }
+
+    /// The topic's history and the version of its metadata key (`None`: no key).
+    pub async fn history(
+        &self,
+        topic: &TopicName,
+    ) -> Result<(SchemaHistory, Option<u64>), SchemaError> {
+        let key = schema_key(topic);
+        match self.store.get(&key).await.map_err(metadata_error)? {
+            None => Ok((SchemaHistory::default(), None)),
+            Some(found) => {
+                let history = serde_json::from_slice(&found.value)
+                    .map_err(|e| SchemaError::Metadata(format!("corrupt schema at {key}: {e}")))?;
+                Ok((history, Some(found.version)))
+            }
+        }
+    }
+
+    /// Applies `change` to the topic's history and stores the result if `change` says it
+    /// changed, retrying on concurrent updates. Returns what `change` returned.
+    async fn update<T>(
+        &self,
+        topic: &TopicName,
+        mut change: impl FnMut(&mut SchemaHistory) -> Result<(T, bool), SchemaError>,
+    ) -> Result<T, SchemaError> {
+        let key = schema_key(topic);
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let (mut history, version) = self.history(topic).await?;
+            let (out, changed) = change(&mut history)?;
+            if !changed {
+                return Ok(out);
+            }
+            let value = serde_json::to_vec(&history)
+                .map_err(|e| SchemaError::Metadata(format!("cannot encode schema: {e}")))?;
+            let expected = version.map_or(ExpectedVersion::Absent, ExpectedVersion::Exactly);
+            match self.store.put(&key, Bytes::from(value), expected).await {
+                Ok(_) => return Ok(out),
+                Err(e) if e.is_bad_version() => continue,
+                Err(e) => return Err(metadata_error(e)),
+            }
+        }
+        Err(SchemaError::Metadata(format!("too much contention on {key}")))
+    }
+
+    /// Pulsar's `putSchemaIfAbsent` (with `isAllowAutoUpdateSchema` honoured): the version of
+    /// `schema`, added if needed and allowed.
+    pub async fn put_if_absent(
+        &self,
+        topic: &TopicName,
+        schema: &SchemaData,
+        policies: SchemaPolicies,
+    ) -> Result<u64, SchemaError> {
+        let now = now_ms();
+        self.update(topic, |history| {
+            if !policies.allow_auto_update {
+                return match history.find(schema) {
+                    Some(version) => Ok((version, false)),
+                    None => Err(SchemaError::Incompatible(
+                        "Schema not found and schema auto updating is disabled.".into(),
+                    )),
+                };
+            }
+            history.put_if_absent(schema, policies.strategy, now)
+        })
+        .await
+    }
+
+    /// Appends a tombstone (or, with `force`, removes every version). Returns the tombstone's
+    /// version, `None` when there was nothing to delete.
+    pub async fn delete(&self, topic: &TopicName, force: bool) -> Result<Option<u64>, SchemaError> {
+        if force {
+            let (history, version) = self.history(topic).await?;
+            let last = history.latest().map(|s| s.version);
+            if let Some(version) = version {
+                match self.store.delete(&schema_key(topic), ExpectedVersion::Exactly(version)).await
+                {
+                    Ok(()) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(metadata_error(e)),
+                }
+            }
+            return Ok(last);
+        }
+        let now = now_ms();
+        self.update(topic, |history| {
+            let deleted = history.delete(now);
+            Ok((deleted, deleted.is_some()))
+        })
+        .await
+    }
+
+    /// The schema policies of the topic's namespace (its stored policies; absent fields take
+    /// Pulsar's defaults, `UNDEFINED` strategy meaning the broker default `FULL`).
+    pub async fn policies(&self, topic: &TopicName) -> Result<SchemaPolicies, SchemaError> {
+        let key = keys::namespace_key(topic.namespace());
+        let mut policies = SchemaPolicies::default();
+        let Some(found) = self.store.get(&key).await.map_err(metadata_error)? else {
+            return Ok(policies);
+        };
+        // Unreadable policies are the admin API's to report; schemas fall back to defaults.
+        let Ok(Value::Object(stored)) = serde_json::from_slice::<Value>(&found.value) else {
+            return Ok(policies);
+        };
+        if let Some(name) = stored.get("schema_compatibility_strategy").and_then(Value::as_str) {
+            policies.strategy = CompatibilityStrategy::parse_or_default(name);
+        }
+        if let Some(allow) = stored.get("is_allow_auto_update_schema").and_then(Value::as_bool) {
+            policies.allow_auto_update = allow;
+        }
+        if let Some(enforced) = stored.get("schema_validation_enforced").and_then(Value::as_bool) {
+            policies.validation_enforced = enforced;
+        }
+        Ok(policies)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::TYPE_AVRO;
+    use magnetar_metadata::MemoryStore;
+    use std::collections::BTreeMap;
+
+    fn record(fields: &str) -> SchemaData {
+        SchemaData {
+            schema_type: TYPE_AVRO,
+            data: format!(r#"{{"type":"record","name":"R","fields":[{fields}]}}"#).into_bytes(),
+            properties: BTreeMap::new(),
+        }
+    }
+
+    fn run<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().build().expect("runtime").block_on(f)
+    }
+
+    #[test]
+    fn partitions_share_their_topics_schema_key() {
+        let topic = TopicName::parse("persistent://t/ns/a b").unwrap();
+        assert_eq!(schema_key(&topic), "/schemas/t/ns/a+b");
+        assert_eq!(schema_key(&topic.partition(3)), schema_key(&topic));
+        let np = TopicName::parse("non-persistent://t/ns/a b").unwrap();
+        assert_eq!(schema_key(&np), schema_key(&topic));
+    }
+
+    #[test]
+    fn versions_are_stored_and_reused() {
+        run(async {
+            let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+            let registry = SchemaRegistry::new(store.clone());
+            let topic = TopicName::parse("persistent://t/ns/x").unwrap();
+            let policies = SchemaPolicies::default();
+            let v1 = record(r#"{"name":"a","type":"int"}"#);
+            let v2 = record(r#"{"name":"a","type":"int"},{"name":"b","type":"int","default":1}"#);
+            assert_eq!(registry.put_if_absent(&topic, &v1, policies).await, Ok(0));
+            assert_eq!(registry.put_if_absent(&topic.partition(1), &v1, policies).await, Ok(0));
+            assert_eq!(registry.put_if_absent(&topic, &v2, policies).await, Ok(1));
+            let bad = record(r#"{"name":"a","type":"string"}"#);
+            assert!(matches!(
+                registry.put_if_absent(&topic, &bad, policies).await,
+                Err(SchemaError::Incompatible(_))
+            ));
+            // A second registry over the same store (a restart) sees the same history.
+            let (history, _) = SchemaRegistry::new(store).history(&topic).await.unwrap();
+            assert_eq!(history.versions.len(), 2);
+            // Auto update off: known schemas pass, new ones are refused.
+            let frozen = SchemaPolicies { allow_auto_update: false, ..policies };
+            assert_eq!(registry.put_if_absent(&topic, &v1, frozen).await, Ok(0));
+            let v3 = record(r#"{"name":"a","type":"int"},{"name":"c","type":"int","default":1}"#);
+            assert!(registry.put_if_absent(&topic, &v3, frozen).await.is_err());
+        });
+    }
+
+    #[test]
+    fn delete_and_force_delete() {
+        run(async {
+            let registry = SchemaRegistry::new(Arc::new(MemoryStore::new()));
+            let topic = TopicName::parse("persistent://t/ns/d").unwrap();
+            let policies = SchemaPolicies::default();
+            assert_eq!(registry.delete(&topic, false).await, Ok(None));
+            registry
+                .put_if_absent(&topic, &record(r#"{"name":"a","type":"int"}"#), policies)
+                .await
+                .unwrap();
+            assert_eq!(registry.delete(&topic, false).await, Ok(Some(1)));
+            let (history, _) = registry.history(&topic).await.unwrap();
+            assert!(history.latest().is_none());
+            let other = record(r#"{"name":"z","type":"string"}"#);
+            assert_eq!(registry.put_if_absent(&topic, &other, policies).await, Ok(2));
+            assert_eq!(registry.delete(&topic, true).await, Ok(Some(2)));
+            let (history, version) = registry.history(&topic).await.unwrap();
+            assert!(history.versions.is_empty() && version.is_none());
+        });
+    }
+
+    #[test]
+    fn namespace_policies_are_read() {
+        run(async {
+            let store: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+            let topic = TopicName::parse("persistent://t/ns/p").unwrap();
+            let registry = SchemaRegistry::new(store.clone());
+            assert_eq!(registry.policies(&topic).await, Ok(SchemaPolicies::default()));
+            let policies = br#"{"schema_compatibility_strategy":"BACKWARD","is_allow_auto_update_schema":false}"#;
+            store
+                .put("/admin/namespaces/t/ns", Bytes::from_static(policies), ExpectedVersion::Any)
+                .await
+                .unwrap();
+            let read = registry.policies(&topic).await.unwrap();
+            assert_eq!(read.strategy, CompatibilityStrategy::Backward);
+            assert!(!read.allow_auto_update && !read.validation_enforced);
+        });
+    }
+}
