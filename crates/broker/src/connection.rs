@@ -544,12 +544,30 @@ impl Connection {
             Some(consumer) if !consumer.subscription.has_consumer(consumer.key) => {
                 Err(BrokerError::InvalidRequest("consumer is closed".into()))
             }
-            Some(consumer) => consumer.subscription.ack(ack_type, &ack.message_id),
+            Some(consumer) => consumer
+                .subscription
+                .ack(ack_type, &ack.message_id)
+                .map(|ticket| (consumer.subscription.clone(), ticket)),
             None => Err(BrokerError::InvalidRequest("unknown consumer".into())),
         };
-        if let Some(request_id) = ack.request_id {
-            let error = result.err().map(|e| (e.server_error(), e.to_string()));
-            self.outbox.send_command(&commands::ack_response(ack.consumer_id, request_id, error));
+        let Some(request_id) = ack.request_id else { return Ok(()) };
+        let (consumer_id, outbox) = (ack.consumer_id, self.outbox.clone());
+        match result {
+            // The receipt promises durability: it waits for the cursor write.
+            Ok((subscription, ticket)) => {
+                tokio::spawn(async move {
+                    let error = subscription
+                        .persisted(ticket)
+                        .await
+                        .err()
+                        .map(|e| (e.server_error(), e.to_string()));
+                    outbox.send_command(&commands::ack_response(consumer_id, request_id, error));
+                });
+            }
+            Err(e) => {
+                let error = Some((e.server_error(), e.to_string()));
+                outbox.send_command(&commands::ack_response(consumer_id, request_id, error));
+            }
         }
         Ok(())
     }

@@ -459,7 +459,18 @@ pub struct Subscription {
     batch_entries: usize,
     state: Mutex<State>,
     wake: Arc<Notify>,
+    /// Acknowledgements made so far (a counter), and the count covered by the last cursor
+    /// write that reached the metadata store: an ack receipt waits for the second to pass it.
+    acks_made: std::sync::atomic::AtomicU64,
+    acks_persisted: tokio::sync::watch::Sender<u64>,
 }
+
+/// How long an acknowledgement with a receipt waits for its cursor write.
+const ACK_PERSIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Identifies an acknowledgement, to wait for its cursor write ([`Subscription::persisted`]).
+#[derive(Debug, Clone, Copy)]
+pub struct AckTicket(u64);
 
 /// What one dispatch round reads.
 enum Plan {
@@ -494,6 +505,8 @@ impl Subscription {
             batch_entries,
             state: Mutex::new(state),
             wake: Arc::new(Notify::new()),
+            acks_made: std::sync::atomic::AtomicU64::new(0),
+            acks_persisted: tokio::sync::watch::Sender::new(0),
         });
         subscription.managed_ledger.add_listener(subscription.wake.clone());
         let dispatcher = subscription.clone();
@@ -722,7 +735,7 @@ impl Subscription {
         self: &Arc<Self>,
         ack_type: AckType,
         ids: &[MessageIdData],
-    ) -> Result<(), BrokerError> {
+    ) -> Result<AckTicket, BrokerError> {
         let ledgers = self.managed_ledger.ledgers();
         let mut state = self.state.lock();
         if ack_type == AckType::Cumulative
@@ -760,12 +773,32 @@ impl Subscription {
             }
         }
         let wake = state.forget_acked();
+        // Counted under the state lock, so a cursor encoding that sees this count includes
+        // these acknowledgements.
+        let ticket = self.acks_made.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         drop(state);
         if wake {
             self.wake.notify_one();
         }
         self.schedule_persist();
-        Ok(())
+        Ok(AckTicket(ticket))
+    }
+
+    /// Waits until the cursor write that covers `ticket` is in the metadata store (at once for
+    /// non-durable subscriptions), so an ack receipt never promises more than a restart keeps.
+    pub async fn persisted(&self, ticket: AckTicket) -> Result<(), BrokerError> {
+        if !self.durable {
+            return Ok(());
+        }
+        let mut persisted = self.acks_persisted.subscribe();
+        let done = tokio::time::timeout(ACK_PERSIST_TIMEOUT, async {
+            persisted.wait_for(|&n| n >= ticket.0).await.is_ok()
+        })
+        .await;
+        match done {
+            Ok(true) => Ok(()),
+            _ => Err(BrokerError::Metadata("the cursor could not be persisted in time".into())),
+        }
     }
 
     /// Queues unacknowledged entries of a consumer for redelivery: the given ones, or all.
@@ -823,15 +856,25 @@ impl Subscription {
         let me = self.clone();
         tokio::spawn(async move {
             loop {
-                let bytes = {
+                let (bytes, covers) = {
                     let mut state = me.state.lock();
                     state.persist_dirty = false;
-                    state.ack.encode()
+                    (state.ack.encode(), me.acks_made.load(std::sync::atomic::Ordering::SeqCst))
                 };
-                if let Err(error) =
-                    me.metadata.put(&me.cursor_key, bytes.into(), ExpectedVersion::Any).await
-                {
-                    tracing::warn!(subscription = %me.name, %error, "cursor not persisted");
+                match me.metadata.put(&me.cursor_key, bytes.into(), ExpectedVersion::Any).await {
+                    Ok(_) => {
+                        me.acks_persisted.send_if_modified(|n| {
+                            let advanced = covers > *n;
+                            *n = (*n).max(covers);
+                            advanced
+                        });
+                    }
+                    Err(error) => {
+                        tracing::warn!(subscription = %me.name, %error, "cursor not persisted");
+                        // Try again (not in a hot loop): receipts wait, bounded, for it.
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        me.state.lock().persist_dirty = true;
+                    }
                 }
                 let mut state = me.state.lock();
                 if !state.persist_dirty || state.closed {
@@ -1001,3 +1044,6 @@ pub fn previous_position(ledgers: &LedgerList, position: Position) -> Option<Pos
 
 #[cfg(test)]
 mod dispatch_tests;
+
+#[cfg(test)]
+mod ack_receipt_tests;

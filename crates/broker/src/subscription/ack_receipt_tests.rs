@@ -1,0 +1,118 @@
+//! An acknowledgement's receipt waits for the cursor write that covers it.
+
+use super::*;
+use crate::managed_ledger::RolloverPolicy;
+use async_trait::async_trait;
+use magnetar_journal::sim::SimStorage;
+use magnetar_ledger::{LedgerStore, LedgerStoreConfig};
+use magnetar_metadata::{MemoryStore, Versioned, WatchStream};
+use magnetar_protocol::proto::MessageIdData;
+use tokio::sync::Semaphore;
+
+/// A memory store whose cursor writes wait for a permit: the test decides when they land.
+struct GatedStore {
+    inner: MemoryStore,
+    gate: Semaphore,
+}
+
+#[async_trait]
+impl MetadataStore for GatedStore {
+    async fn get(&self, key: &str) -> magnetar_metadata::Result<Option<Versioned>> {
+        self.inner.get(key).await
+    }
+    async fn put(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: ExpectedVersion,
+    ) -> magnetar_metadata::Result<u64> {
+        if key.starts_with("/cursors/") {
+            self.gate.acquire().await.expect("gate open").forget();
+        }
+        self.inner.put(key, value, expected).await
+    }
+    async fn delete(&self, key: &str, expected: ExpectedVersion) -> magnetar_metadata::Result<()> {
+        self.inner.delete(key, expected).await
+    }
+    async fn list(&self, prefix: &str) -> magnetar_metadata::Result<Vec<String>> {
+        self.inner.list(prefix).await
+    }
+    async fn list_children(&self, path: &str) -> magnetar_metadata::Result<Vec<String>> {
+        self.inner.list_children(path).await
+    }
+    async fn watch(&self, prefix: &str) -> magnetar_metadata::Result<WatchStream> {
+        self.inner.watch(prefix).await
+    }
+    async fn close(&self) -> magnetar_metadata::Result<()> {
+        self.inner.close().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_receipt_waits_for_the_cursor_write() {
+    let storage = SimStorage::new(7);
+    let store = Arc::new(
+        LedgerStore::open_with_storage(LedgerStoreConfig::default(), Arc::new(storage)).unwrap().0,
+    );
+    let gated = Arc::new(GatedStore { inner: MemoryStore::new(), gate: Semaphore::new(0) });
+    let metadata: Arc<dyn MetadataStore> = gated.clone();
+    let policy =
+        RolloverPolicy { max_entries: 100, max_bytes: u64::MAX, max_age: Duration::from_secs(60) };
+    let ml = ManagedLedger::open(
+        "t".into(),
+        "/managed-ledgers/t".into(),
+        store,
+        metadata.clone(),
+        policy,
+    )
+    .await
+    .unwrap();
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    ml.append(Bytes::from_static(b"entry"), move |result| {
+        let _ = sender.send(result);
+    })
+    .unwrap();
+    let position = tokio::time::timeout(Duration::from_secs(10), receiver)
+        .await
+        .expect("append completes")
+        .unwrap()
+        .unwrap();
+    let cursor_key = "/cursors/t/sub".to_string();
+    let subscription = Subscription::start(
+        "sub".into(),
+        SubType::Shared,
+        true,
+        -1,
+        ml,
+        metadata.clone(),
+        cursor_key.clone(),
+        AckState::new(None),
+        None,
+        10,
+    );
+    let id = MessageIdData {
+        ledger_id: position.ledger_id,
+        entry_id: position.entry_id,
+        ..Default::default()
+    };
+    let ticket = subscription.ack(AckType::Individual, &[id]).unwrap();
+    let waiting = tokio::spawn({
+        let subscription = subscription.clone();
+        async move { subscription.persisted(ticket).await }
+    });
+    // The cursor write is held at the gate: the receipt must not be ready. (A bounded wait that
+    // is expected to run out: nothing can complete it while the gate is shut.)
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished(), "receipt sent before the cursor was written");
+    assert!(metadata.get(&cursor_key).await.unwrap().is_none());
+
+    gated.gate.add_permits(1);
+    let result = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("receipt once the write lands")
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+    let stored = metadata.get(&cursor_key).await.unwrap().expect("cursor written");
+    let decoded = AckState::decode(&stored.value).unwrap();
+    assert!(decoded.is_acked(position), "the written cursor holds the ack");
+}
