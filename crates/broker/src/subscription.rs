@@ -327,6 +327,14 @@ impl State {
             return (out, true);
         }
         let from_stream = matches!(plan, Plan::New(..));
+        if from_stream
+            && matches!(self.sub_type, SubType::Exclusive | SubType::Failover)
+            && !self.redeliver.is_empty()
+        {
+            // Entries came back (a consumer left) while this round read ahead: they go first,
+            // so the single active consumer sees the stream in order. The read is dropped.
+            return (out, true);
+        }
         if let Plan::Redeliver(positions) = plan {
             // Entries that no longer exist cannot be redelivered.
             for position in positions {

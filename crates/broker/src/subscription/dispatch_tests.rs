@@ -402,3 +402,31 @@ fn delayed_overflow_is_rescanned_from_the_ledger_and_delivered_on_time() {
         }
     }
 }
+
+#[test]
+fn failover_sends_taken_back_entries_before_a_stream_read_in_flight() {
+    let mut model = Model::new(SubType::Failover);
+    model.add(1, None).unwrap();
+    model.flow(1, 2);
+    for _ in 0..4 {
+        model.append(None, None);
+    }
+    let first = model.settle(0);
+    assert_eq!(first, vec![(1, Position::new(1, 0)), (1, Position::new(1, 1))]);
+
+    // Consumer 2 takes over with permits; a round reads entries 2 and 3 ...
+    model.add(2, None).unwrap();
+    model.flow(2, 10);
+    model.state.active = Some(2);
+    let ledgers = model.ledgers();
+    let plan = model.state.plan(&ledgers, 16, 0).expect("something to read");
+    assert!(matches!(plan, Plan::New(..)));
+    let read: Vec<(Position, Bytes)> = model.ledger[2..].to_vec();
+    // ... while consumer 1 leaves: entries 0 and 1 come back.
+    model.state.remove_consumer(1);
+    let (sent, progress) = model.state.apply(&plan, read, 0, -1);
+    assert!(sent.is_empty(), "stream entries must not overtake the taken-back ones");
+    assert!(progress);
+    let order: Vec<Position> = model.settle(0).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(order, (0..4).map(|e| Position::new(1, e)).collect::<Vec<_>>());
+}
