@@ -6,12 +6,16 @@
 //! - `managed_ledger`: a topic's ledgers in the ledger store, rolled over by size.
 //! - `subscription`: cursor, consumers and the dispatcher task.
 //! - `cursor`: the acknowledgement-state core (pure, no I/O).
+//! - `dedup`: producer deduplication state (pure).
+//! - `non_persistent`: in-memory, at-most-once topics and their subscriptions.
 
 pub mod config;
 pub mod connection;
 pub mod cursor;
+pub mod dedup;
 pub mod error;
 pub mod managed_ledger;
+pub mod non_persistent;
 pub mod service;
 pub mod subscription;
 pub mod topic;
