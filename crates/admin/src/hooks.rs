@@ -87,6 +87,17 @@ pub trait BrokerHooks: Send + Sync {
         Ok(())
     }
 
+    /// Called after a namespace's or a topic's policies changed (`topic` is `None` for a
+    /// namespace), so loaded topics can apply them. Default: no-op.
+    async fn policies_updated(
+        &self,
+        namespace: &NamespaceName,
+        topic: Option<&TopicName>,
+    ) -> Result<(), HookError> {
+        let _ = (namespace, topic);
+        Ok(())
+    }
+
     /// Liveness check behind `GET /admin/v2/brokers/health`. Default: healthy.
     async fn health_check(&self) -> Result<(), HookError> {
         Ok(())

@@ -8,6 +8,7 @@
 //! | tenant | `/admin/tenants/{tenant}` | JSON TenantInfo `{"adminRoles":[],"allowedClusters":["standalone"]}` |
 //! | namespace | `/admin/namespaces/{tenant}/{namespace}` | JSON policies, `{}` by default |
 //! | partitioned topic | `/admin/partitioned-topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | JSON `{"partitions":N}` |
+//! | topic policies | `/admin/topic-policies/{tenant}/{namespace}/{domain}/{encoded-topic}` | JSON, e.g. `{"deduplicationEnabled":true}` |
 //! | non-partitioned topic (broker-owned) | `/topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | owned by the broker |
 //!
 //! `{domain}` is `persistent` or `non-persistent`; `{encoded-topic}` is the topic's local name
@@ -27,6 +28,8 @@ pub const TENANTS_ROOT: &str = "/admin/tenants";
 pub const NAMESPACES_ROOT: &str = "/admin/namespaces";
 /// Parent of every partitioned-topic key.
 pub const PARTITIONED_TOPICS_ROOT: &str = "/admin/partitioned-topics";
+/// Parent of every topic-policies key.
+pub const TOPIC_POLICIES_ROOT: &str = "/admin/topic-policies";
 /// Parent of every broker-owned non-partitioned topic key.
 pub const TOPICS_ROOT: &str = "/topics";
 
@@ -109,6 +112,18 @@ pub fn topic_key(topic: &TopicName) -> String {
     self::topic(topic.tenant(), topic.namespace().namespace(), topic.domain(), topic.local_name())
 }
 
+/// `/admin/topic-policies/{tenant}/{namespace}/{domain}/{encoded-topic}`: the policies set on
+/// one topic (Pulsar keeps them in a system topic; one key per topic does here).
+pub fn topic_policies_key(topic: &TopicName) -> String {
+    format!(
+        "{TOPIC_POLICIES_ROOT}/{}/{}/{}/{}",
+        topic.tenant(),
+        topic.namespace().namespace(),
+        topic.domain(),
+        encode_topic_name(topic.local_name())
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +145,7 @@ mod tests {
         assert_eq!(topic_key(&t), "/topics/t/n/persistent/x+y");
         assert_eq!(partitioned_topic_key(&t), "/admin/partitioned-topics/t/n/persistent/x+y");
         assert_eq!(namespace_key(t.namespace()), "/admin/namespaces/t/n");
+        assert_eq!(topic_policies_key(&t), "/admin/topic-policies/t/n/persistent/x+y");
     }
 
     #[test]

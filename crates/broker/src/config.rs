@@ -27,6 +27,9 @@ pub struct BrokerConfig {
     pub max_ledger_age_seconds: u64,
     /// Most entries read and sent per dispatch round of a subscription.
     pub dispatch_batch_entries: usize,
+    /// Producer deduplication where neither the topic nor its namespace sets it (Pulsar's
+    /// `brokerDeduplicationEnabled`, default off).
+    pub broker_deduplication_enabled: bool,
 }
 
 impl Default for BrokerConfig {
@@ -42,6 +45,7 @@ impl Default for BrokerConfig {
             max_bytes_per_ledger: 2 << 30,
             max_ledger_age_seconds: 4 * 3600,
             dispatch_batch_entries: 100,
+            broker_deduplication_enabled: false,
         }
     }
 }

@@ -10,12 +10,14 @@
 //! Nothing a client sends can panic the broker.
 
 use crate::cursor::Position;
+use crate::dedup::DupStatus;
 use crate::error::BrokerError;
+use crate::non_persistent::{NonPersistentTopic, NpConsumer, NpSubscription};
 use crate::service::BrokerService;
 use crate::subscription::{ConsumerHandle, Subscription};
 use crate::topic::{StartAt, Topic};
 use bytes::{Bytes, BytesMut};
-use magnetar_admin::names::TopicName;
+use magnetar_admin::names::{TopicDomain, TopicName};
 use magnetar_admin::schema::{SchemaData, TYPE_AUTO_CONSUME};
 use magnetar_protocol::proto::{
     base_command::Type,
@@ -155,12 +157,28 @@ struct ConsumerContext {
     key: u64,
 }
 
+struct NpProducerContext {
+    topic: Arc<NonPersistentTopic>,
+    name: String,
+    key: u64,
+}
+
+struct NpConsumerContext {
+    topic: Arc<NonPersistentTopic>,
+    subscription: Arc<NpSubscription>,
+    key: u64,
+}
+
 struct Connection {
     service: Arc<BrokerService>,
     outbox: Outbox,
     connected: bool,
     producers: HashMap<u64, ProducerContext>,
     consumers: HashMap<u64, ConsumerContext>,
+    /// Producers and consumers of non-persistent topics (ids share the client's id space with
+    /// the persistent ones).
+    np_producers: HashMap<u64, NpProducerContext>,
+    np_consumers: HashMap<u64, NpConsumerContext>,
     peer: String,
 }
 
@@ -183,6 +201,8 @@ pub async fn serve(
         connected: false,
         producers: HashMap::new(),
         consumers: HashMap::new(),
+        np_producers: HashMap::new(),
+        np_consumers: HashMap::new(),
         peer,
     };
     let decoder = FrameDecoder::with_max_message_size(service.config.max_message_size);
@@ -365,7 +385,9 @@ impl Connection {
             // A client retrying a create it already got: answer the same.
             let existing = &self.producers[&producer_id];
             let version = existing.schema_version.map(commands::schema_version_bytes);
-            let reply = commands::producer_success(request_id, existing.name.clone(), -1, version);
+            let last = existing.topic.last_sequence_id(&existing.name);
+            let reply =
+                commands::producer_success(request_id, existing.name.clone(), last, version);
             self.outbox.send_command(&reply);
             return Ok(());
         }
@@ -373,6 +395,16 @@ impl Connection {
             .producer_access_mode
             .and_then(|m| ProducerAccessMode::try_from(m).ok())
             .unwrap_or(ProducerAccessMode::Shared);
+        if let Some(existing) = self.np_producers.get(&producer_id) {
+            let reply = commands::producer_success(request_id, existing.name.clone(), -1, None);
+            self.outbox.send_command(&reply);
+            return Ok(());
+        }
+        if let Ok(name) = BrokerService::topic_name(&request.topic) {
+            if name.domain() == TopicDomain::NonPersistent {
+                return self.on_np_producer(command, name, mode).await;
+            }
+        }
         let result = async {
             let name = BrokerService::topic_name(&request.topic)?;
             let topic = self.service.topic(&name, true).await?;
@@ -394,6 +426,9 @@ impl Connection {
                 None => format!("standalone-{}", PRODUCER_NAMES.fetch_add(1, Ordering::Relaxed)),
             };
             let key = self.service.next_key();
+            // Policies may have changed since the topic was loaded (another broker's admin
+            // API in cluster mode; here a cheap re-read keeps this path obviously right).
+            topic.refresh_policies().await?;
             let epoch = topic.add_producer(producer_name.clone(), key, mode).await?;
             Ok((topic, producer_name, key, epoch, schema_version))
         }
@@ -401,8 +436,14 @@ impl Connection {
         match result {
             Ok((topic, name, key, epoch, schema_version)) => {
                 let version_bytes = schema_version.map(commands::schema_version_bytes);
-                let mut reply =
-                    commands::producer_success(request_id, name.clone(), -1, version_bytes);
+                // A reconnecting producer resumes after its last stored sequence id.
+                let last_sequence_id = topic.last_sequence_id(&name);
+                let mut reply = commands::producer_success(
+                    request_id,
+                    name.clone(),
+                    last_sequence_id,
+                    version_bytes,
+                );
                 if mode != ProducerAccessMode::Shared {
                     if let Some(success) = reply.producer_success.as_mut() {
                         success.topic_epoch = Some(epoch);
@@ -418,10 +459,64 @@ impl Connection {
         Ok(())
     }
 
+    /// PRODUCER on a non-persistent topic: registered in memory; no deduplication (Pulsar's
+    /// non-persistent topics have none), so `last_sequence_id` is -1.
+    async fn on_np_producer(
+        &mut self,
+        command: &BaseCommand,
+        name: TopicName,
+        mode: ProducerAccessMode,
+    ) -> Handled {
+        let request = command.producer.as_ref().ok_or("PRODUCER without body")?;
+        let (request_id, producer_id) = (request.request_id, request.producer_id);
+        let result = async {
+            let topic = self.service.non_persistent_topic(&name, true).await?;
+            let producer_name = match request.producer_name.clone().filter(|n| !n.is_empty()) {
+                Some(name) => name,
+                None => format!("standalone-{}", PRODUCER_NAMES.fetch_add(1, Ordering::Relaxed)),
+            };
+            let key = self.service.next_key();
+            let epoch = topic.producers.add(producer_name.clone(), key, mode).await?;
+            Ok::<_, BrokerError>((topic, producer_name, key, epoch))
+        }
+        .await;
+        match result {
+            Ok((topic, name, key, epoch)) => {
+                let schema_version = request.schema.as_ref().map(|_| Bytes::from_static(&[0; 8]));
+                let mut reply =
+                    commands::producer_success(request_id, name.clone(), -1, schema_version);
+                if mode != ProducerAccessMode::Shared {
+                    if let Some(success) = reply.producer_success.as_mut() {
+                        success.topic_epoch = Some(epoch);
+                    }
+                }
+                self.np_producers.insert(producer_id, NpProducerContext { topic, name, key });
+                self.outbox.send_command(&reply);
+            }
+            Err(error) => self.reply_error(request_id, &error),
+        }
+        Ok(())
+    }
+
     fn on_send(&mut self, command: &BaseCommand, entry: Option<Bytes>) -> Handled {
         let send = command.send.as_ref().ok_or("SEND without body")?;
         let entry = entry.ok_or("SEND without payload")?;
         let (producer_id, sequence_id) = (send.producer_id, send.sequence_id);
+        if let Some(producer) = self.np_producers.get(&producer_id) {
+            // At most once: acknowledged at once with 0:0, as Pulsar's NonPersistentTopic,
+            // then handed to the consumers that have permits.
+            let highest = send.highest_sequence_id.unwrap_or(0).max(sequence_id);
+            let partition = (producer.topic.partition >= 0).then_some(producer.topic.partition);
+            let id = crate::non_persistent::message_id(partition);
+            self.outbox.send_command(&commands::send_receipt(
+                producer_id,
+                sequence_id,
+                id,
+                highest,
+            ));
+            producer.topic.publish(&entry);
+            return Ok(());
+        }
         let Some(producer) = self.producers.get(&producer_id) else {
             let reply = commands::send_error(
                 producer_id,
@@ -434,27 +529,68 @@ impl Connection {
         };
         let highest = send.highest_sequence_id.unwrap_or(0).max(sequence_id);
         let partition = (producer.partition >= 0).then_some(producer.partition);
+        // Chunks before a message's last share its sequence id: only the last one is checked
+        // and recorded (metadata parsed only where deduplication is on).
+        let counts = !(producer.topic.deduplication_enabled()
+            && magnetar_protocol::parse_metadata_and_payload(&entry)
+                .is_ok_and(|(metadata, _)| crate::dedup::is_intermediate_chunk(&metadata)));
+        let status = if counts {
+            producer.topic.check_duplicate(&producer.name, sequence_id, highest)
+        } else {
+            DupStatus::NotDup
+        };
+        match status {
+            DupStatus::NotDup => {}
+            DupStatus::Dup => {
+                // Stored before: acknowledged at once with message id -1:-1, as Pulsar does.
+                let id = commands::message_id(u64::MAX, u64::MAX, partition);
+                let reply = commands::send_receipt(producer_id, sequence_id, id, highest);
+                self.outbox.send_command(&reply);
+                return Ok(());
+            }
+            DupStatus::Unknown => {
+                // The original is still being written: Pulsar answers PersistenceError and the
+                // client resends after reconnecting, when the outcome is known.
+                let reply = commands::send_error(
+                    producer_id,
+                    highest,
+                    ServerError::PersistenceError,
+                    "Cannot determine whether the message is a duplicate at this time",
+                );
+                self.outbox.send_command(&reply);
+                return Ok(());
+            }
+        }
         let outbox = self.outbox.clone();
+        let topic = producer.topic.clone();
+        let producer_name = producer.name.clone();
         let staged = producer.topic.managed_ledger.append(
             entry,
             move |result: Result<Position, BrokerError>| {
                 let reply = match result {
                     Ok(position) => {
+                        if counts {
+                            topic.entry_persisted(&producer_name, highest, position);
+                        }
                         let id =
                             commands::message_id(position.ledger_id, position.entry_id, partition);
                         commands::send_receipt(producer_id, sequence_id, id, highest)
                     }
-                    Err(error) => commands::send_error(
-                        producer_id,
-                        sequence_id,
-                        error.server_error(),
-                        error.to_string(),
-                    ),
+                    Err(error) => {
+                        topic.entry_failed();
+                        commands::send_error(
+                            producer_id,
+                            sequence_id,
+                            error.server_error(),
+                            error.to_string(),
+                        )
+                    }
                 };
                 outbox.send_command(&reply);
             },
         );
         if let Err(error) = staged {
+            producer.topic.entry_failed();
             let reply = commands::send_error(
                 producer_id,
                 sequence_id,
@@ -471,6 +607,9 @@ impl Connection {
         if let Some(producer) = self.producers.remove(&request.producer_id) {
             producer.topic.remove_producer(&producer.name, producer.key);
         }
+        if let Some(producer) = self.np_producers.remove(&request.producer_id) {
+            producer.topic.producers.remove(&producer.name, producer.key);
+        }
         self.outbox.send_command(&commands::success(request.request_id));
         Ok(())
     }
@@ -486,7 +625,40 @@ impl Connection {
             // Detached by the broker (seek): the client subscribes again under the same id.
             self.consumers.remove(&consumer_id);
         }
+        if self.np_consumers.contains_key(&consumer_id) {
+            self.outbox.send_command(&commands::success(request_id));
+            return Ok(());
+        }
         let sub_type = SubType::try_from(request.sub_type).unwrap_or(SubType::Exclusive);
+        if let Ok(name) = BrokerService::topic_name(&request.topic) {
+            if name.domain() == TopicDomain::NonPersistent {
+                let result = async {
+                    let create = request.force_topic_creation.unwrap_or(true);
+                    let topic = self.service.non_persistent_topic(&name, create).await?;
+                    let key = self.service.next_key();
+                    let consumer = NpConsumer::new(
+                        key,
+                        consumer_id,
+                        request.consumer_name.clone().unwrap_or_default(),
+                        request.priority_level.unwrap_or(0),
+                        self.outbox.clone(),
+                    );
+                    let subscription =
+                        topic.subscribe(&request.subscription, sub_type, consumer)?;
+                    Ok::<_, BrokerError>((topic, subscription, key))
+                }
+                .await;
+                match result {
+                    Ok((topic, subscription, key)) => {
+                        self.np_consumers
+                            .insert(consumer_id, NpConsumerContext { topic, subscription, key });
+                        self.outbox.send_command(&commands::success(request_id));
+                    }
+                    Err(error) => self.reply_error(request_id, &error),
+                }
+                return Ok(());
+            }
+        }
         let durable = request.durable.unwrap_or(true);
         let start = match (&request.start_message_id, durable) {
             (Some(id), false) => StartAt::MessageId(id.clone()),
@@ -529,6 +701,10 @@ impl Connection {
 
     fn on_flow(&mut self, command: &BaseCommand) -> Handled {
         let flow = command.flow.as_ref().ok_or("FLOW without body")?;
+        if let Some(consumer) = self.np_consumers.get(&flow.consumer_id) {
+            consumer.subscription.flow(consumer.key, flow.message_permits);
+            return Ok(());
+        }
         if let Some(consumer) = self.consumers.get(&flow.consumer_id) {
             consumer.subscription.flow(consumer.key, flow.message_permits);
         }
@@ -538,6 +714,14 @@ impl Connection {
     fn on_ack(&mut self, command: &BaseCommand) -> Handled {
         let ack = command.ack.as_ref().ok_or("ACK without body")?;
         let ack_type = AckType::try_from(ack.ack_type).unwrap_or(AckType::Individual);
+        if self.np_consumers.contains_key(&ack.consumer_id) {
+            // Non-persistent: nothing to acknowledge; accepted and ignored.
+            if let Some(request_id) = ack.request_id {
+                let reply = commands::ack_response(ack.consumer_id, request_id, None);
+                self.outbox.send_command(&reply);
+            }
+            return Ok(());
+        }
         let result = match self.consumers.get(&ack.consumer_id) {
             // A consumer detached by a seek: its late acks would undo the reset (Pulsar drops
             // them too, the consumer being closed).
@@ -587,7 +771,7 @@ impl Connection {
     /// optional pattern, with their hash (the list is left out when the client's hash matches),
     /// as Pulsar's `ServerCnx.handleGetTopicsOfNamespace`.
     async fn on_get_topics_of_namespace(&mut self, command: &BaseCommand) -> Handled {
-        use magnetar_admin::names::{NamespaceName, TopicDomain};
+        use magnetar_admin::names::NamespaceName;
         use magnetar_protocol::proto::command_get_topics_of_namespace::Mode;
         let request = command
             .get_topics_of_namespace
@@ -645,6 +829,15 @@ impl Connection {
                 ServerError::MetadataError,
                 "Message id and message publish time were not present",
             ));
+            return Ok(());
+        }
+        if self.np_consumers.contains_key(&seek.consumer_id) {
+            let reply = commands::error(
+                request_id,
+                ServerError::NotAllowedError,
+                "Seek is not supported on non-persistent topics",
+            );
+            self.outbox.send_command(&reply);
             return Ok(());
         }
         let Some(consumer) = self.consumers.get(&seek.consumer_id) else {
@@ -840,6 +1033,9 @@ impl Connection {
     }
 
     async fn detach_consumer(&mut self, consumer_id: u64) {
+        if let Some(consumer) = self.np_consumers.remove(&consumer_id) {
+            consumer.topic.unsubscribe_consumer(&consumer.subscription, consumer.key);
+        }
         if let Some(consumer) = self.consumers.remove(&consumer_id) {
             let left = consumer.subscription.remove_consumer(consumer.key);
             if left == 0 && !consumer.subscription.durable {
@@ -857,6 +1053,17 @@ impl Connection {
 
     async fn on_unsubscribe(&mut self, command: &BaseCommand) -> Handled {
         let request = command.unsubscribe.as_ref().ok_or("UNSUBSCRIBE without body")?;
+        if let Some(consumer) = self.np_consumers.get(&request.consumer_id) {
+            if consumer.subscription.consumer_count() > 1 && !request.force.unwrap_or(false) {
+                let error =
+                    BrokerError::NotAllowed("subscription has other connected consumers".into());
+                self.reply_error(request.request_id, &error);
+                return Ok(());
+            }
+            self.detach_consumer(request.consumer_id).await;
+            self.outbox.send_command(&commands::success(request.request_id));
+            return Ok(());
+        }
         let Some(consumer) = self.consumers.get(&request.consumer_id) else {
             self.reply_error(
                 request.request_id,
@@ -882,6 +1089,14 @@ impl Connection {
     fn on_get_last_message_id(&mut self, command: &BaseCommand) -> Handled {
         let request =
             command.get_last_message_id.as_ref().ok_or("GET_LAST_MESSAGE_ID without body")?;
+        if let Some(consumer) = self.np_consumers.get(&request.consumer_id) {
+            // Nothing is stored: the "last" id is the one every message carries.
+            let partition = (consumer.topic.partition >= 0).then_some(consumer.topic.partition);
+            let last = crate::non_persistent::message_id(partition);
+            let reply = commands::get_last_message_id_response(request.request_id, last, None);
+            self.outbox.send_command(&reply);
+            return Ok(());
+        }
         let Some(consumer) = self.consumers.get(&request.consumer_id) else {
             self.reply_error(
                 request.request_id,
@@ -912,6 +1127,10 @@ impl Connection {
             Some(consumer) => {
                 response.r#type = Some(format!("{:?}", consumer.subscription.sub_type()));
             }
+            None if self.np_consumers.contains_key(&request.consumer_id) => {
+                let consumer = &self.np_consumers[&request.consumer_id];
+                response.r#type = Some(format!("{:?}", consumer.subscription.sub_type()));
+            }
             None => {
                 response.error_code = Some(ServerError::ConsumerNotFound as i32);
                 response.error_message = Some("unknown consumer".into());
@@ -930,7 +1149,11 @@ impl Connection {
         for (_, producer) in self.producers.drain() {
             producer.topic.remove_producer(&producer.name, producer.key);
         }
-        let ids: Vec<u64> = self.consumers.keys().copied().collect();
+        for (_, producer) in self.np_producers.drain() {
+            producer.topic.producers.remove(&producer.name, producer.key);
+        }
+        let ids: Vec<u64> =
+            self.consumers.keys().chain(self.np_consumers.keys()).copied().collect();
         for id in ids {
             self.detach_consumer(id).await;
         }

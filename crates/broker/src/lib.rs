@@ -8,14 +8,18 @@
 //! - `cursor`: the acknowledgement-state core (pure, no I/O).
 //! - `key_shared`: Key_Shared hashing, selectors and draining hashes (pure).
 //! - `delayed`: the bounded delayed-delivery index (pure).
+//! - `dedup`: producer deduplication state (pure).
+//! - `non_persistent`: in-memory, at-most-once topics and their subscriptions.
 
 pub mod config;
 pub mod connection;
 pub mod cursor;
+pub mod dedup;
 pub mod delayed;
 pub mod error;
 pub mod key_shared;
 pub mod managed_ledger;
+pub mod non_persistent;
 pub mod service;
 pub mod subscription;
 pub mod topic;

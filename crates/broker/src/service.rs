@@ -3,6 +3,7 @@
 
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
+use crate::non_persistent::NonPersistentTopic;
 use crate::topic::Topic;
 use magnetar_admin::keys;
 use magnetar_admin::names::{
@@ -25,6 +26,8 @@ pub struct BrokerService {
     pub metadata: Arc<dyn MetadataStore>,
     pub schemas: SchemaRegistry,
     topics: Mutex<HashMap<String, Arc<OnceCell<Arc<Topic>>>>>,
+    /// Live non-persistent topics: in memory only, gone with the process (as in Pulsar).
+    non_persistent: Mutex<HashMap<String, Arc<NonPersistentTopic>>>,
     next_key: AtomicU64,
 }
 
@@ -40,6 +43,7 @@ impl BrokerService {
             schemas: SchemaRegistry::new(metadata.clone()),
             metadata,
             topics: Mutex::default(),
+            non_persistent: Mutex::default(),
             next_key: AtomicU64::new(1),
         })
     }
@@ -82,6 +86,9 @@ impl BrokerService {
     }
 
     pub async fn topic_exists(&self, name: &TopicName) -> Result<bool, BrokerError> {
+        if name.domain() == TopicDomain::NonPersistent {
+            return Ok(self.non_persistent.lock().contains_key(&name.to_string()));
+        }
         if self.topics.lock().get(&name.to_string()).is_some_and(|cell| cell.initialized()) {
             return Ok(true);
         }
@@ -121,6 +128,44 @@ impl BrokerService {
         Ok(topic.clone())
     }
 
+    /// The live non-persistent topic `name`, created on first use if allowed. Nothing about it
+    /// is stored.
+    pub async fn non_persistent_topic(
+        &self,
+        name: &TopicName,
+        create: bool,
+    ) -> Result<Arc<NonPersistentTopic>, BrokerError> {
+        let full = name.to_string();
+        if let Some(topic) = self.non_persistent.lock().get(&full) {
+            return Ok(topic.clone());
+        }
+        if !(create && self.config.allow_auto_topic_creation) {
+            return Err(BrokerError::TopicNotFound(full));
+        }
+        if self.partitions(name).await? > 0 {
+            return Err(BrokerError::NotAllowed(format!(
+                "{full} is a partitioned topic: use its partitions"
+            )));
+        }
+        let topic = self
+            .non_persistent
+            .lock()
+            .entry(full)
+            .or_insert_with(|| NonPersistentTopic::new(name.clone()))
+            .clone();
+        Ok(topic)
+    }
+
+    /// Live non-persistent topics of a namespace.
+    pub fn non_persistent_topics_of(&self, ns: &NamespaceName) -> Vec<String> {
+        self.non_persistent
+            .lock()
+            .values()
+            .filter(|topic| topic.name.namespace() == ns)
+            .map(|topic| topic.full_name.clone())
+            .collect()
+    }
+
     /// The user topics of a namespace in the given domains, sorted: every non-partitioned topic
     /// and partition the broker created (`/topics/...`) plus every partition of the partitioned
     /// topics (`/admin/partitioned-topics/...`), as Pulsar's `getListOfUserTopics` (system
@@ -149,6 +194,13 @@ impl BrokerService {
                 };
                 let partitions = self.partitions(&base).await?;
                 out.extend((0..partitions).map(|i| base.partition(i)));
+            }
+            if domain == TopicDomain::NonPersistent {
+                out.extend(
+                    self.non_persistent_topics_of(ns)
+                        .iter()
+                        .filter_map(|name| TopicName::parse(name).ok()),
+                );
             }
         }
         Ok(out.into_iter().filter(|t| !is_system_topic(t)).map(|t| t.to_string()).collect())
@@ -197,6 +249,35 @@ pub struct AdminHooks(pub Arc<BrokerService>);
 impl BrokerHooks for AdminHooks {
     async fn topic_exists(&self, topic: &TopicName) -> Result<bool, HookError> {
         self.0.topic_exists(topic).await.map_err(|e| HookError::Unavailable(e.to_string()))
+    }
+
+    async fn list_topics(
+        &self,
+        namespace: &NamespaceName,
+        domain: TopicDomain,
+    ) -> Result<Vec<String>, HookError> {
+        Ok(match domain {
+            TopicDomain::NonPersistent => self.0.non_persistent_topics_of(namespace),
+            TopicDomain::Persistent => Vec::new(),
+        })
+    }
+
+    async fn policies_updated(
+        &self,
+        namespace: &NamespaceName,
+        topic: Option<&TopicName>,
+    ) -> Result<(), HookError> {
+        let base = topic.map(|t| t.partitioned_topic());
+        for loaded in self.0.loaded_topics() {
+            let affected = match &base {
+                Some(base) => loaded.name.partitioned_topic() == *base,
+                None => loaded.name.namespace() == namespace,
+            };
+            if affected {
+                loaded.refresh_policies().await.map_err(|e| HookError::Internal(e.to_string()))?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -10,6 +10,7 @@
 //! [`AdminError`] rendered as `{"reason": …}` with Pulsar's status code.
 
 mod broker;
+mod policies;
 mod schemas;
 mod tenants;
 mod topics;
@@ -65,6 +66,12 @@ pub(crate) fn build(state: AdminState) -> Router {
         .route(
             "/admin/v2/schemas/{tenant}/{namespace}/{topic}/compatibility",
             post(schemas::compatibility),
+        )
+        .route(
+            "/admin/v2/namespaces/{tenant}/{namespace}/deduplication",
+            get(policies::get_namespace_dedup)
+                .post(policies::set_namespace_dedup)
+                .delete(policies::remove_namespace_dedup),
         );
     for domain in TopicDomain::ALL {
         let base = format!("/admin/v2/{domain}/{{tenant}}/{{namespace}}");
@@ -74,6 +81,12 @@ pub(crate) fn build(state: AdminState) -> Router {
             .route(
                 &format!("{base}/{{topic}}"),
                 put(topics::create_topic).delete(topics::delete_topic),
+            )
+            .route(
+                &format!("{base}/{{topic}}/deduplicationEnabled"),
+                get(policies::get_topic_dedup)
+                    .post(policies::set_topic_dedup)
+                    .delete(policies::remove_topic_dedup),
             )
             .route(
                 &format!("{base}/{{topic}}/partitions"),

@@ -1,0 +1,400 @@
+//! Non-persistent topics (`non-persistent://…`): at-most-once, in-memory fan-out, as Pulsar's
+//! `NonPersistentTopic`. A SEND is acknowledged at once with message id 0:0 and handed to every
+//! subscription's consumers that have permits; a subscription whose chosen consumer has no
+//! permit drops the message (Pulsar counts it as `msgDrop`). Nothing is written to storage, so
+//! there is no backlog: a subscription only sees what is published while it has consumers, and
+//! nothing survives a restart. Acks are accepted and ignored.
+//!
+//! Invariants:
+//! - Nothing is sent to a consumer without a permit (a batch takes one permit per message).
+//! - A subscription exists only while it has consumers (removed with its last one).
+
+use crate::connection::Outbox;
+use crate::error::BrokerError;
+use crate::topic::ProducerRegistry;
+use bytes::Bytes;
+use magnetar_admin::names::TopicName;
+use magnetar_protocol::proto::command_subscribe::SubType;
+use magnetar_protocol::{commands, parse_metadata_and_payload};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Key_Shared hash space (Pulsar's `DEFAULT_RANGE_SIZE`).
+const HASH_RANGE_SIZE: u32 = 65_536;
+/// The sticky key of a message without key, as Pulsar's `peekStickyKey`.
+const NONE_KEY: &[u8] = b"NONE_KEY";
+
+/// A consumer attached to a non-persistent subscription.
+pub struct NpConsumer {
+    pub key: u64,
+    pub consumer_id: u64,
+    pub name: String,
+    pub priority: i32,
+    pub outbox: Outbox,
+    permits: i64,
+}
+
+impl NpConsumer {
+    pub fn new(key: u64, consumer_id: u64, name: String, priority: i32, outbox: Outbox) -> Self {
+        NpConsumer { key, consumer_id, name, priority, outbox, permits: 0 }
+    }
+}
+
+/// The pure routing state of one subscription: its type, consumers and their permits.
+#[derive(Default)]
+struct Consumers {
+    sub_type: Option<SubType>,
+    list: Vec<NpConsumer>,
+    round_robin: usize,
+    active: Option<u64>,
+}
+
+impl Consumers {
+    /// The consumer the next message goes to, if it may take it now (else it is dropped).
+    fn choose(&mut self, key: &[u8]) -> Option<usize> {
+        let count = self.list.len();
+        if count == 0 {
+            return None;
+        }
+        let index = match self.sub_type.unwrap_or(SubType::Exclusive) {
+            SubType::Exclusive | SubType::Failover => {
+                self.list.iter().position(|c| Some(c.key) == self.active)?
+            }
+            SubType::Shared => {
+                // Round robin over the consumers with permits (Pulsar's getNextConsumer).
+                let found = (0..count)
+                    .map(|step| (self.round_robin + step) % count)
+                    .find(|&i| self.list[i].permits > 0)?;
+                self.round_robin = (found + 1) % count;
+                found
+            }
+            SubType::KeyShared => key_shared_index(key, count),
+        };
+        (self.list[index].permits > 0).then_some(index)
+    }
+
+    /// Failover and Exclusive: the active consumer (lowest priority level, then name; a
+    /// partition spreads by its index), announced to Failover consumers when it changes.
+    fn pick_active(&mut self, partition: i32) {
+        let sub_type = self.sub_type.unwrap_or(SubType::Exclusive);
+        if !matches!(sub_type, SubType::Failover | SubType::Exclusive) {
+            self.active = None;
+            return;
+        }
+        let mut order: Vec<&NpConsumer> = self.list.iter().collect();
+        order.sort_by(|a, b| (a.priority, &a.name).cmp(&(b.priority, &b.name)));
+        let chosen = (!order.is_empty()).then(|| {
+            let index = if partition >= 0 { partition as usize % order.len() } else { 0 };
+            order[index].key
+        });
+        if chosen == self.active {
+            return;
+        }
+        self.active = chosen;
+        if sub_type == SubType::Failover {
+            for consumer in &self.list {
+                let is_active = Some(consumer.key) == chosen;
+                let command = commands::active_consumer_change(consumer.consumer_id, is_active);
+                consumer.outbox.send_command(&command);
+            }
+        }
+    }
+}
+
+/// Key_Shared routing: Murmur3_32(key) (made non-negative, as Pulsar's `Murmur3_32Hash`)
+/// modulo 65,536, the hash space split into equal contiguous ranges, one per consumer in join
+/// order. Simpler than Pulsar's AUTO_SPLIT selector (which halves the largest range at each
+/// join), with the same guarantee: one key, one consumer, while the consumers do not change.
+fn key_shared_index(key: &[u8], consumers: usize) -> usize {
+    let slot = (murmur3_32(key) & 0x7fff_ffff) % HASH_RANGE_SIZE;
+    (slot as usize * consumers) / HASH_RANGE_SIZE as usize
+}
+
+/// Murmur3 x86 32-bit, seed 0 (the hash Pulsar's Key_Shared selectors use).
+fn murmur3_32(data: &[u8]) -> u32 {
+    const C1: u32 = 0xcc9e_2d51;
+    const C2: u32 = 0x1b87_3593;
+    let scramble = |k: u32| k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
+    let mut hash = 0u32;
+    let blocks = data.chunks_exact(4);
+    let tail = blocks.remainder();
+    for block in blocks {
+        let k = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+        hash = (hash ^ scramble(k)).rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
+    }
+    let k = tail.iter().rev().fold(0u32, |k, &b| (k << 8) | u32::from(b));
+    hash ^= scramble(k);
+    hash ^= data.len() as u32;
+    hash ^= hash >> 16;
+    hash = hash.wrapping_mul(0x85eb_ca6b);
+    hash ^= hash >> 13;
+    hash = hash.wrapping_mul(0xc2b2_ae35);
+    hash ^ (hash >> 16)
+}
+
+pub struct NpSubscription {
+    pub name: String,
+    partition: i32,
+    consumers: Mutex<Consumers>,
+}
+
+impl NpSubscription {
+    fn add(&self, consumer: NpConsumer, sub_type: SubType) -> Result<(), BrokerError> {
+        let mut consumers = self.consumers.lock();
+        if !consumers.list.is_empty() {
+            if consumers.sub_type != Some(sub_type) {
+                return Err(BrokerError::ConsumerBusy(format!(
+                    "subscription {} is of a different type",
+                    self.name
+                )));
+            }
+            if sub_type == SubType::Exclusive {
+                return Err(BrokerError::ConsumerBusy(format!(
+                    "exclusive consumer is already connected to subscription {}",
+                    self.name
+                )));
+            }
+        }
+        consumers.sub_type = Some(sub_type);
+        consumers.list.push(consumer);
+        consumers.pick_active(self.partition);
+        Ok(())
+    }
+
+    /// Removes a consumer; returns how many are left.
+    fn remove(&self, key: u64) -> usize {
+        let mut consumers = self.consumers.lock();
+        consumers.list.retain(|c| c.key != key);
+        consumers.pick_active(self.partition);
+        consumers.list.len()
+    }
+
+    pub fn flow(&self, key: u64, permits: u32) {
+        let mut consumers = self.consumers.lock();
+        if let Some(consumer) = consumers.list.iter_mut().find(|c| c.key == key) {
+            consumer.permits += i64::from(permits);
+        }
+    }
+
+    pub fn sub_type(&self) -> SubType {
+        self.consumers.lock().sub_type.unwrap_or(SubType::Exclusive)
+    }
+
+    pub fn consumer_count(&self) -> usize {
+        self.consumers.lock().list.len()
+    }
+
+    /// Sends one entry to the consumer it routes to, or drops it. Returns whether it was sent.
+    fn deliver(&self, entry: &Bytes, messages: u32, key: &[u8]) -> bool {
+        let mut consumers = self.consumers.lock();
+        let Some(index) = consumers.choose(key) else {
+            return false;
+        };
+        let consumer = &mut consumers.list[index];
+        consumer.permits -= i64::from(messages);
+        let partition = (self.partition >= 0).then_some(self.partition);
+        let command =
+            commands::message(consumer.consumer_id, message_id(partition), 0, Vec::new(), None);
+        consumer.outbox.send_payload(&command, entry);
+        true
+    }
+}
+
+/// Every message of a non-persistent topic has id 0:0 (Pulsar builds each entry at position
+/// 0:0), with the partition index on a partition.
+pub fn message_id(partition: Option<i32>) -> magnetar_protocol::proto::MessageIdData {
+    commands::message_id(0, 0, partition)
+}
+
+pub struct NonPersistentTopic {
+    pub name: TopicName,
+    pub full_name: String,
+    pub partition: i32,
+    pub producers: ProducerRegistry,
+    subscriptions: Mutex<HashMap<String, Arc<NpSubscription>>>,
+}
+
+impl NonPersistentTopic {
+    pub fn new(name: TopicName) -> Arc<Self> {
+        let full_name = name.to_string();
+        let partition = name.partition_index().map_or(-1, |p| p as i32);
+        Arc::new(NonPersistentTopic {
+            producers: ProducerRegistry::new(full_name.clone()),
+            name,
+            full_name,
+            partition,
+            subscriptions: Mutex::default(),
+        })
+    }
+
+    /// Attaches a consumer to subscription `name`, creating it if needed.
+    pub fn subscribe(
+        &self,
+        name: &str,
+        sub_type: SubType,
+        consumer: NpConsumer,
+    ) -> Result<Arc<NpSubscription>, BrokerError> {
+        let mut subscriptions = self.subscriptions.lock();
+        let subscription = subscriptions
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                Arc::new(NpSubscription {
+                    name: name.to_string(),
+                    partition: self.partition,
+                    consumers: Mutex::default(),
+                })
+            })
+            .clone();
+        let added = subscription.add(consumer, sub_type);
+        if added.is_err() && subscription.consumer_count() == 0 {
+            subscriptions.remove(name);
+        }
+        added.map(|()| subscription)
+    }
+
+    /// Detaches a consumer; the subscription goes with its last consumer.
+    pub fn unsubscribe_consumer(&self, subscription: &Arc<NpSubscription>, key: u64) {
+        let mut subscriptions = self.subscriptions.lock();
+        if subscription.remove(key) == 0 {
+            if let Some(current) = subscriptions.get(&subscription.name) {
+                if Arc::ptr_eq(current, subscription) {
+                    subscriptions.remove(&subscription.name);
+                }
+            }
+        }
+    }
+
+    pub fn subscription_names(&self) -> Vec<String> {
+        self.subscriptions.lock().keys().cloned().collect()
+    }
+
+    /// Fans one entry out to every subscription; returns to how many it was delivered.
+    pub fn publish(&self, entry: &Bytes) -> usize {
+        let (messages, key) = match parse_metadata_and_payload(entry) {
+            Ok((metadata, _)) => {
+                let messages = metadata.num_messages_in_batch.unwrap_or(1).max(1) as u32;
+                let key = metadata
+                    .ordering_key
+                    .map(|k| k.to_vec())
+                    .or_else(|| metadata.partition_key.map(String::into_bytes));
+                (messages, key)
+            }
+            Err(_) => (1, None),
+        };
+        let key = key.as_deref().unwrap_or(NONE_KEY);
+        let subscriptions: Vec<Arc<NpSubscription>> =
+            self.subscriptions.lock().values().cloned().collect();
+        subscriptions.iter().filter(|s| s.deliver(entry, messages, key)).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use tokio::sync::mpsc;
+
+    fn consumer(
+        key: u64,
+        name: &str,
+    ) -> (NpConsumer, mpsc::UnboundedReceiver<crate::connection::OutFrame>) {
+        let (outbox, receiver) = Outbox::channel();
+        (NpConsumer::new(key, key, name.to_string(), 0, outbox), receiver)
+    }
+
+    fn count(receiver: &mut mpsc::UnboundedReceiver<crate::connection::OutFrame>) -> usize {
+        let mut n = 0;
+        while receiver.try_recv().is_ok() {
+            n += 1;
+        }
+        n
+    }
+
+    fn entry(key: Option<&str>) -> Bytes {
+        let metadata = magnetar_protocol::proto::MessageMetadata {
+            producer_name: "p".into(),
+            partition_key: key.map(str::to_string),
+            ..Default::default()
+        };
+        let mut buf = bytes::BytesMut::new();
+        magnetar_protocol::encode_metadata_and_payload(&metadata, b"x", &mut buf).unwrap();
+        buf.freeze()
+    }
+
+    fn topic() -> Arc<NonPersistentTopic> {
+        NonPersistentTopic::new(TopicName::parse("non-persistent://t/n/x").unwrap())
+    }
+
+    #[test]
+    fn murmur3_matches_reference_vectors() {
+        assert_eq!(murmur3_32(b""), 0);
+        assert_eq!(murmur3_32(b"hello"), 0x248b_fa47);
+        assert_eq!(murmur3_32(b"The quick brown fox jumps over the lazy dog"), 0x2e4f_f723);
+    }
+
+    #[test]
+    fn messages_without_permits_are_dropped() {
+        let topic = topic();
+        let (c, mut rx) = consumer(1, "a");
+        let sub = topic.subscribe("s", SubType::Exclusive, c).unwrap();
+        assert_eq!(topic.publish(&entry(None)), 0);
+        sub.flow(1, 2);
+        assert_eq!(topic.publish(&entry(None)), 1);
+        assert_eq!(topic.publish(&entry(None)), 1);
+        assert_eq!(topic.publish(&entry(None)), 0);
+        assert_eq!(count(&mut rx), 2);
+    }
+
+    #[test]
+    fn fans_out_to_subscriptions_and_splits_shared() {
+        let topic = topic();
+        let (a, mut rx_a) = consumer(1, "a");
+        let (b, mut rx_b) = consumer(2, "b");
+        let (c, mut rx_c) = consumer(3, "c");
+        let shared = topic.subscribe("shared", SubType::Shared, a).unwrap();
+        topic.subscribe("shared", SubType::Shared, b).unwrap();
+        let other = topic.subscribe("other", SubType::Exclusive, c).unwrap();
+        for key in 1..=3 {
+            shared.flow(key, 100);
+            other.flow(key, 100);
+        }
+        for _ in 0..10 {
+            assert_eq!(topic.publish(&entry(None)), 2);
+        }
+        assert_eq!((count(&mut rx_a), count(&mut rx_b), count(&mut rx_c)), (5, 5, 10));
+        // Exclusive admits one consumer; type changes are refused.
+        let (d, _rx_d) = consumer(4, "d");
+        assert!(topic.subscribe("other", SubType::Exclusive, d).is_err());
+        let (e, _rx_e) = consumer(5, "e");
+        assert!(topic.subscribe("shared", SubType::Failover, e).is_err());
+        // The subscription goes with its last consumer: a later one starts empty.
+        topic.unsubscribe_consumer(&other, 3);
+        assert_eq!(topic.subscription_names(), vec!["shared".to_string()]);
+    }
+
+    #[test]
+    fn key_shared_keeps_a_key_on_one_consumer() {
+        let topic = topic();
+        let (a, mut rx_a) = consumer(1, "a");
+        let (b, mut rx_b) = consumer(2, "b");
+        let sub = topic.subscribe("ks", SubType::KeyShared, a).unwrap();
+        topic.subscribe("ks", SubType::KeyShared, b).unwrap();
+        sub.flow(1, 1000);
+        sub.flow(2, 1000);
+        let keys: Vec<String> = (0..40).map(|i| format!("key-{i}")).collect();
+        let mut owner = HashMap::new();
+        for key in &keys {
+            for _ in 0..3 {
+                topic.publish(&entry(Some(key)));
+                let (got_a, got_b) = (count(&mut rx_a), count(&mut rx_b));
+                assert_eq!(got_a + got_b, 1);
+                let this = if got_a == 1 { 1 } else { 2 };
+                assert_eq!(*owner.entry(key.clone()).or_insert(this), this, "{key} moved");
+            }
+        }
+        let on_a = owner.values().filter(|&&o| o == 1).count();
+        assert!(on_a > 0 && on_a < keys.len(), "keys all on one consumer");
+        assert_eq!(key_shared_index(b"k", 1), 0);
+    }
+}
