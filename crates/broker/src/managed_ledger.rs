@@ -245,6 +245,27 @@ impl ManagedLedger {
         self.state.lock().current
     }
 
+    /// Up to `max` durable entries starting at `from` in `from`'s ledger, if all are in the
+    /// write cache (the tailing case); `None` when any would need the disk.
+    pub fn read_cached(&self, from: Position, max: usize) -> Option<Vec<(Position, Bytes)>> {
+        let count = {
+            let state = self.state.lock();
+            crate::cursor::entry_count(&state.ledgers, from.ledger_id)?
+        };
+        if from.entry_id >= count || max == 0 {
+            return None;
+        }
+        let last = (from.entry_id + max as u64 - 1).min(count - 1);
+        let entries = self.store.read_cached(from.ledger_id, from.entry_id, last)?;
+        Some(
+            entries
+                .into_iter()
+                .enumerate()
+                .map(|(i, data)| (Position::new(from.ledger_id, from.entry_id + i as u64), data))
+                .collect(),
+        )
+    }
+
     /// Up to `max` durable entries starting at `from`, crossing ledgers. Blocks on disk reads.
     pub fn read_from(
         &self,

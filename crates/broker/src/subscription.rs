@@ -944,7 +944,36 @@ impl Subscription {
             }
         };
         let managed_ledger = self.managed_ledger.clone();
-        let entries = match &plan {
+        // Tailing readers find their entries in the write cache: no hand-off to a blocking thread.
+        let cached = match &plan {
+            Plan::New(from, count) => managed_ledger.read_cached(*from, *count),
+            _ => None,
+        };
+        let entries = match (cached, &plan) {
+            (Some(entries), _) => entries,
+            (None, plan) => Self::read_blocking(managed_ledger, plan).await?,
+        };
+        let outgoing = {
+            let mut state = self.state.lock();
+            if state.epoch != epoch {
+                // The cursor was reset while reading: what was read is stale.
+                return Ok(true);
+            }
+            state.apply(&plan, entries, now_ms(), self.partition)
+        };
+        let (messages, progress) = outgoing;
+        for message in messages {
+            message.outbox.send_payload(&message.command, &message.data);
+        }
+        Ok(progress)
+    }
+
+    /// Reads what `plan` names on a blocking thread (the disk may be involved).
+    async fn read_blocking(
+        managed_ledger: Arc<ManagedLedger>,
+        plan: &Plan,
+    ) -> Result<Vec<(Position, Bytes)>, BrokerError> {
+        match plan {
             Plan::Redeliver(positions) => {
                 let positions = positions.clone();
                 tokio::task::spawn_blocking(move || managed_ledger.read_positions(&positions))
@@ -962,20 +991,7 @@ impl Subscription {
             }
         }
         .await
-        .map_err(|_| BrokerError::ShuttingDown)??;
-        let outgoing = {
-            let mut state = self.state.lock();
-            if state.epoch != epoch {
-                // The cursor was reset while reading: what was read is stale.
-                return Ok(true);
-            }
-            state.apply(&plan, entries, now_ms(), self.partition)
-        };
-        let (messages, progress) = outgoing;
-        for message in messages {
-            message.outbox.send_payload(&message.command, &message.data);
-        }
-        Ok(progress)
+        .map_err(|_| BrokerError::ShuttingDown)?
     }
 }
 

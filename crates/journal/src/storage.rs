@@ -116,7 +116,7 @@ impl FsStorage {
 /// allows it: the zeros then bypass the page cache, and do not compete with the journal's own
 /// writeback (measured: see ARCHITECTURE.md, "Preallocated segments").
 fn zero_fill(path: &Path, size: u64) -> io::Result<()> {
-    const CHUNK: usize = 4 << 20;
+    const CHUNK: usize = 256 << 10;
     let open = |flags| {
         OpenOptions::new().write(true).create(true).truncate(true).custom_flags(flags).open(path)
     };

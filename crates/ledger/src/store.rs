@@ -397,6 +397,17 @@ impl LedgerStore {
 
     /// Reads entries `first..=last`, from the write cache where possible and otherwise from
     /// the journal with nearby records coalesced into one read. Blocking on a cache miss.
+    /// Entries `first..=last` if every one is in the write cache (no disk I/O, never blocks on
+    /// the disk); `None` otherwise. Lets a tailing reader skip a blocking-thread hand-off.
+    pub fn read_cached(&self, ledger_id: u64, first: u64, last: u64) -> Option<Vec<Bytes>> {
+        let ledger = self.ledger(ledger_id).ok()?;
+        let state = ledger.state.lock();
+        if first > last || last >= state.locations.len() as u64 {
+            return None;
+        }
+        (first..=last).map(|entry| state.cache.get(entry)).collect()
+    }
+
     pub fn read_range(
         &self,
         ledger_id: u64,

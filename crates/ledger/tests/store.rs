@@ -62,6 +62,14 @@ async fn entries_are_dense_durable_and_readable() {
         Err(LedgerError::NoSuchEntry { entry: 500, .. })
     ));
     assert!(matches!(store.read_entry(999, 0), Err(LedgerError::NoSuchLedger(999))));
+
+    // The cache-only read: the newest entries are cached (64 KiB budget), the oldest are not,
+    // and a range past the end or of an unknown ledger is None, never a disk read.
+    let tail = store.read_cached(ledger, 495, 499).expect("the newest entries are cached");
+    assert_eq!(tail, (495..500).map(|e| data(ledger, e)).collect::<Vec<_>>());
+    assert!(store.read_cached(ledger, 0, 499).is_none(), "500 entries exceed the cache");
+    assert!(store.read_cached(ledger, 499, 500).is_none());
+    assert!(store.read_cached(999, 0, 0).is_none());
 }
 
 #[tokio::test]
