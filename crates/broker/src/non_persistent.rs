@@ -11,6 +11,7 @@
 
 use crate::connection::Outbox;
 use crate::error::BrokerError;
+use crate::key_shared::{murmur3_32, HASH_RANGE_SIZE};
 use crate::topic::ProducerRegistry;
 use bytes::Bytes;
 use magnetar_admin::names::TopicName;
@@ -21,7 +22,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Key_Shared hash space (Pulsar's `DEFAULT_RANGE_SIZE`).
-const HASH_RANGE_SIZE: u32 = 65_536;
 /// The sticky key of a message without key, as Pulsar's `peekStickyKey`.
 const NONE_KEY: &[u8] = b"NONE_KEY";
 
@@ -107,32 +107,11 @@ impl Consumers {
 /// order. Simpler than Pulsar's AUTO_SPLIT selector (which halves the largest range at each
 /// join), with the same guarantee: one key, one consumer, while the consumers do not change.
 fn key_shared_index(key: &[u8], consumers: usize) -> usize {
-    let slot = (murmur3_32(key) & 0x7fff_ffff) % HASH_RANGE_SIZE;
+    let slot = (murmur3_32(key, 0) & 0x7fff_ffff) % HASH_RANGE_SIZE;
     (slot as usize * consumers) / HASH_RANGE_SIZE as usize
 }
 
 /// Murmur3 x86 32-bit, seed 0 (the hash Pulsar's Key_Shared selectors use).
-fn murmur3_32(data: &[u8]) -> u32 {
-    const C1: u32 = 0xcc9e_2d51;
-    const C2: u32 = 0x1b87_3593;
-    let scramble = |k: u32| k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
-    let mut hash = 0u32;
-    let blocks = data.chunks_exact(4);
-    let tail = blocks.remainder();
-    for block in blocks {
-        let k = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
-        hash = (hash ^ scramble(k)).rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
-    }
-    let k = tail.iter().rev().fold(0u32, |k, &b| (k << 8) | u32::from(b));
-    hash ^= scramble(k);
-    hash ^= data.len() as u32;
-    hash ^= hash >> 16;
-    hash = hash.wrapping_mul(0x85eb_ca6b);
-    hash ^= hash >> 13;
-    hash = hash.wrapping_mul(0xc2b2_ae35);
-    hash ^ (hash >> 16)
-}
-
 pub struct NpSubscription {
     pub name: String,
     partition: i32,
@@ -328,9 +307,9 @@ mod tests {
 
     #[test]
     fn murmur3_matches_reference_vectors() {
-        assert_eq!(murmur3_32(b""), 0);
-        assert_eq!(murmur3_32(b"hello"), 0x248b_fa47);
-        assert_eq!(murmur3_32(b"The quick brown fox jumps over the lazy dog"), 0x2e4f_f723);
+        assert_eq!(murmur3_32(b"", 0), 0);
+        assert_eq!(murmur3_32(b"hello", 0), 0x248b_fa47);
+        assert_eq!(murmur3_32(b"The quick brown fox jumps over the lazy dog", 0), 0x2e4f_f723);
     }
 
     #[test]
