@@ -145,7 +145,8 @@ async fn write_all_vectored(
 
 struct ProducerContext {
     topic: Arc<Topic>,
-    name: String,
+    /// Shared with every SEND's completion callback (a clone is a reference count).
+    name: Arc<str>,
     key: u64,
     partition: i32,
     schema_version: Option<u64>,
@@ -387,7 +388,7 @@ impl Connection {
             let version = existing.schema_version.map(commands::schema_version_bytes);
             let last = existing.topic.last_sequence_id(&existing.name);
             let reply =
-                commands::producer_success(request_id, existing.name.clone(), last, version);
+                commands::producer_success(request_id, existing.name.to_string(), last, version);
             self.outbox.send_command(&reply);
             return Ok(());
         }
@@ -450,7 +451,8 @@ impl Connection {
                     }
                 }
                 let partition = topic.partition;
-                let context = ProducerContext { topic, name, key, partition, schema_version };
+                let context =
+                    ProducerContext { topic, name: name.into(), key, partition, schema_version };
                 self.producers.insert(producer_id, context);
                 self.outbox.send_command(&reply);
             }

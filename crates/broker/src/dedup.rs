@@ -73,17 +73,15 @@ impl DedupState {
                 };
             }
         }
-        self.pushed.insert(producer.to_string(), highest.max(sequence_id));
+        raise(&mut self.pushed, producer, highest.max(sequence_id));
         DupStatus::NotDup
     }
 
     /// An entry of `producer` up to sequence id `highest` is durable at `position`.
     pub fn persisted(&mut self, producer: &str, highest: u64, position: Position) {
-        let entry = self.persisted.entry(producer.to_string()).or_insert(highest);
-        *entry = (*entry).max(highest);
+        raise(&mut self.persisted, producer, highest);
         // Replayed entries count as pushed too: a resend of them is a duplicate.
-        let pushed = self.pushed.entry(producer.to_string()).or_insert(highest);
-        *pushed = (*pushed).max(highest);
+        raise(&mut self.pushed, producer, highest);
         if self.last_position.is_none_or(|last| position > last) {
             self.last_position = Some(position);
         }
@@ -112,6 +110,17 @@ impl DedupState {
         DedupSnapshot {
             position: self.last_position.map(|p| (p.ledger_id, p.entry_id)),
             producers: self.persisted.clone(),
+        }
+    }
+}
+
+/// Raises `map[producer]` to at least `id`. Runs once per stored entry: the producer's name is
+/// copied only the first time it is seen, not on every entry.
+fn raise(map: &mut HashMap<String, u64>, producer: &str, id: u64) {
+    match map.get_mut(producer) {
+        Some(current) => *current = (*current).max(id),
+        None => {
+            map.insert(producer.to_string(), id);
         }
     }
 }

@@ -301,12 +301,10 @@ impl Topic {
     /// Whether a SEND is new; a new one is recorded as pushed. Everything is new with
     /// deduplication disabled.
     pub fn check_duplicate(&self, producer: &str, sequence_id: u64, highest: u64) -> DupStatus {
-        let mut dedup = self.dedup.lock();
-        if self.deduplication_enabled() {
-            dedup.check(producer, sequence_id, highest)
-        } else {
-            DupStatus::NotDup
+        if !self.deduplication_enabled() {
+            return DupStatus::NotDup;
         }
+        self.dedup.lock().check(producer, sequence_id, highest)
     }
 
     /// A producer's entry is durable (runs on the storage completion thread: short).
