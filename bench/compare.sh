@@ -25,20 +25,7 @@ fi
 
 anchor_args=()
 if [[ " $* " != *" --systems magnetar "* ]]; then
-  anchor=${PULSAR_ANCHOR_DIR:-}
-  if [ -z "$anchor" ]; then
-    src=$ROOT/../shared/anchors/pulsar
-    if [ -f "$src/work/lib-broker/.complete" ]; then
-      anchor=$src
-    else
-      anchor=${TMPDIR:-/tmp}/magnetar-pulsar-anchor
-      if [ ! -f "$anchor/run.sh" ]; then
-        [ -f "$src/run.sh" ] || { echo "no Pulsar anchor at $src" >&2; exit 2; }
-        cp -r "$src" "$anchor" && chmod -R u+w "$anchor"
-      fi
-      [ -f "$anchor/work/lib-broker/.complete" ] || bash "$anchor/run.sh" fetch
-    fi
-  fi
+  anchor=$("$ROOT/scripts/pulsar-anchor.sh")
   anchor_args=(--anchor "$anchor")
 fi
 

@@ -22,20 +22,7 @@ mode=${1:-managed}
 PY=$ROOT/.venv/bin/python
 [ -x "$PY" ] || { echo "no .venv: run scripts/test.sh once, or python3 -m venv .venv && .venv/bin/pip install pulsar-client pytest" >&2; exit 2; }
 
-anchor=${PULSAR_ANCHOR_DIR:-}
-if [ -z "$anchor" ]; then
-  src=$ROOT/../shared/anchors/pulsar
-  if [ -f "$src/work/lib-broker/.complete" ]; then
-    anchor=$src
-  else
-    anchor=${TMPDIR:-/tmp}/magnetar-pulsar-anchor
-    if [ ! -f "$anchor/run.sh" ]; then
-      [ -f "$src/run.sh" ] || { echo "no Pulsar anchor at $src" >&2; exit 2; }
-      cp -r "$src" "$anchor" && chmod -R u+w "$anchor"
-    fi
-    [ -f "$anchor/work/lib-broker/.complete" ] || bash "$anchor/run.sh" fetch
-  fi
-fi
+anchor=$("$ROOT/scripts/pulsar-anchor.sh")
 export PULSAR_ANCHOR_DIR=$anchor
 echo "Pulsar anchor: $anchor"
 

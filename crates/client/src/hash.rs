@@ -3,29 +3,7 @@
 
 /// Murmur3_32 of `data` with seed 0 (x86 variant, little-endian blocks).
 pub fn murmur3_32(data: &[u8]) -> u32 {
-    const C1: u32 = 0xcc9e_2d51;
-    const C2: u32 = 0x1b87_3593;
-    let mix_k1 = |k: u32| k.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2);
-    let mut h1: u32 = 0;
-    let mut chunks = data.chunks_exact(4);
-    for block in &mut chunks {
-        let k1 = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
-        h1 ^= mix_k1(k1);
-        h1 = h1.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
-    }
-    let tail = chunks.remainder();
-    let mut k1: u32 = 0;
-    for (i, &b) in tail.iter().enumerate() {
-        k1 ^= u32::from(b) << (8 * i);
-    }
-    h1 ^= mix_k1(k1);
-    h1 ^= data.len() as u32;
-    h1 ^= h1 >> 16;
-    h1 = h1.wrapping_mul(0x85eb_ca6b);
-    h1 ^= h1 >> 13;
-    h1 = h1.wrapping_mul(0xc2b2_ae35);
-    h1 ^= h1 >> 16;
-    h1
+    magnetar_protocol::murmur3_32(data, 0)
 }
 
 /// Partition index for `key` among `partitions`, as the official clients'
