@@ -54,6 +54,18 @@ pub(crate) struct OutFrame {
     body: Bytes,
 }
 
+#[cfg(test)]
+impl OutFrame {
+    /// The frame as the peer decodes it.
+    pub(crate) fn decode(&self) -> magnetar_protocol::Frame {
+        let mut bytes = BytesMut::from(&self.head[..]);
+        bytes.extend_from_slice(&self.body);
+        let (frame, _) =
+            FrameDecoder::default().decode(&bytes).expect("a valid frame").expect("a whole frame");
+        frame
+    }
+}
+
 impl Outbox {
     /// An outbox and the receiving end of its frames (tests drive dispatch through it).
     #[cfg(test)]

@@ -894,6 +894,7 @@ impl Subscription {
     }
 
     async fn run_dispatcher(self: Arc<Self>) {
+        let mut read_ahead = ReadAhead::default();
         loop {
             // Sleep until woken, or until the next delayed message is due (only when a consumer
             // could take it: permits arrive with a wake-up).
@@ -921,7 +922,7 @@ impl Subscription {
                 if self.state.lock().closed {
                     return;
                 }
-                match self.dispatch_round().await {
+                match self.dispatch_round(&mut read_ahead).await {
                     Ok(true) => continue,
                     Ok(false) => break,
                     Err(error) => {
@@ -934,7 +935,10 @@ impl Subscription {
     }
 
     /// One read-and-send round. Returns whether another round may find more to do.
-    async fn dispatch_round(self: &Arc<Self>) -> Result<bool, BrokerError> {
+    async fn dispatch_round(
+        self: &Arc<Self>,
+        read_ahead: &mut ReadAhead,
+    ) -> Result<bool, BrokerError> {
         let ledgers = self.managed_ledger.ledgers();
         let (plan, epoch) = {
             let mut state = self.state.lock();
@@ -943,15 +947,27 @@ impl Subscription {
                 None => return Ok(false),
             }
         };
-        let managed_ledger = self.managed_ledger.clone();
-        // Tailing readers find their entries in the write cache: no hand-off to a blocking thread.
-        let cached = match &plan {
-            Plan::New(from, count) => managed_ledger.read_cached(*from, *count),
-            _ => None,
-        };
-        let entries = match (cached, &plan) {
-            (Some(entries), _) => entries,
-            (None, plan) => Self::read_blocking(managed_ledger, plan).await?,
+        let managed_ledger = &self.managed_ledger;
+        let entries = match &plan {
+            Plan::New(from, count) => {
+                // Tailing readers find their entries in the write cache: no hand-off to a
+                // blocking thread. Catching-up readers find them read ahead, or read them now
+                // and have the next ones read while these go out.
+                if let Some(entries) = managed_ledger.read_cached(*from, *count) {
+                    read_ahead.clear();
+                    entries
+                } else {
+                    let entries = match read_ahead.take(*from, *count).await {
+                        Some(entries) => entries?,
+                        None => Self::read_blocking(managed_ledger.clone(), &plan).await?,
+                    };
+                    if let Some((last, _)) = entries.last() {
+                        read_ahead.start(managed_ledger, *last, *count);
+                    }
+                    entries
+                }
+            }
+            _ => Self::read_blocking(managed_ledger.clone(), &plan).await?,
         };
         let outgoing = {
             let mut state = self.state.lock();
@@ -1066,8 +1082,14 @@ pub fn previous_position(ledgers: &LedgerList, position: Position) -> Option<Pos
         .map(|extent| Position::new(extent.ledger_id, extent.entry_count - 1))
 }
 
+mod read_ahead;
+use read_ahead::ReadAhead;
+
 #[cfg(test)]
 mod dispatch_tests;
+
+#[cfg(test)]
+mod read_ahead_tests;
 
 #[cfg(test)]
 mod ack_receipt_tests;

@@ -52,6 +52,18 @@ impl AlignedBuf {
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
+    /// The whole allocation (initialised: it was zeroed when allocated).
+    pub fn as_capacity_slice(&self) -> &[u8] {
+        // SAFETY: all `capacity` bytes are initialised (allocation is zeroed).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.capacity) }
+    }
+
+    /// The whole allocation, to read into (an `O_DIRECT` read needs the aligned start).
+    pub fn as_capacity_slice_mut(&mut self) -> &mut [u8] {
+        // SAFETY: all `capacity` bytes are initialised and this is the only borrow.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.capacity) }
+    }
+
     pub fn clear(&mut self) {
         self.len = 0;
     }

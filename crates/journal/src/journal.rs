@@ -18,12 +18,13 @@
 use crate::aligned::AlignedBuf;
 use crate::config::{JournalConfig, SyncMode};
 use crate::error::{is_out_of_space, JournalError};
+use crate::read_pool::ReadPool;
 use crate::record::{
     align_up, encode_record, header_gap, pad_to_block, segment_tag, verify_record, EndReason,
-    RecordHeader, Sink, HEADER_LEN,
+    RecordHeader, Sink, BLOCK_SIZE, HEADER_LEN,
 };
 use crate::scan::{scan_segment, torn_bytes_after, RecordLocation};
-use crate::storage::{read_exact_at, write_all_at, SegmentFile, Storage, WriteMode};
+use crate::storage::{write_all_at, SegmentFile, Storage, WriteMode};
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{BTreeMap, VecDeque};
@@ -132,7 +133,8 @@ struct Shared {
     storage: Arc<dyn Storage>,
     staging: Mutex<Staging>,
     data_ready: Condvar,
-    readers: RwLock<BTreeMap<u64, Arc<dyn SegmentFile>>>,
+    readers: RwLock<BTreeMap<u64, SegmentReader>>,
+    read_pool: ReadPool,
     prep: Mutex<Prep>,
     prep_changed: Condvar,
     sealed_hook: Mutex<Option<SealedHook>>,
@@ -161,7 +163,7 @@ impl Journal {
         let mut readers = BTreeMap::new();
         let mut tail_index = None;
         for (index, &seq) in seqs.iter().enumerate().rev() {
-            let file = open_read(&*storage, seq)?;
+            let file = open_read(&*storage, seq, false)?.file;
             let end = scan_segment(&*file, seq, |_, _, _| {})
                 .map_err(|e| JournalError::io(format!("scan segment {seq}"), e))?;
             if end.records > 0 {
@@ -177,7 +179,7 @@ impl Journal {
         let mut prep = Prep::default();
         for (index, &seq) in seqs.iter().enumerate() {
             if tail_index.is_some_and(|tail| index <= tail) {
-                readers.insert(seq, open_read(&*storage, seq)?);
+                readers.insert(seq, open_read(&*storage, seq, config.direct_io)?);
                 report.segments.push(seq);
             } else {
                 prep.recyclable.push_back(seq);
@@ -200,6 +202,7 @@ impl Journal {
             storage,
             data_ready: Condvar::new(),
             readers: RwLock::new(readers),
+            read_pool: ReadPool::new(READ_POOL_IDLE_BYTES),
             prep: Mutex::new(prep),
             prep_changed: Condvar::new(),
             sealed_hook: Mutex::new(None),
@@ -328,7 +331,8 @@ impl Journal {
         requests: &[(RecordLocation, RecordHeader)],
     ) -> Result<Vec<Bytes>, JournalError> {
         const MAX_GAP: u64 = 256 << 10;
-        const MAX_SPAN: u64 = 8 << 20;
+        // Spans stay within an 8 MiB buffer once widened to whole blocks.
+        const MAX_SPAN: u64 = (8 << 20) - 2 * BLOCK_SIZE as u64;
         let mut out = Vec::with_capacity(requests.len());
         let mut index = 0;
         while index < requests.len() {
@@ -347,14 +351,9 @@ impl Journal {
                 end = next_end;
                 last += 1;
             }
-            let file = self.reader(first.segment)?;
-            let mut span = vec![0u8; (end - first.offset) as usize];
-            read_exact_at(&*file, &mut span, first.offset).map_err(|e| {
-                JournalError::io(format!("read segment {} at {}", first.segment, first.offset), e)
-            })?;
-            let span = Bytes::from(span);
+            let (span, span_start) = self.read_span(first.segment, first.offset, end)?;
             for (location, header) in &requests[index..last] {
-                let at = (location.offset - first.offset) as usize;
+                let at = (location.offset - span_start) as usize;
                 let record = span.slice(at..at + HEADER_LEN + location.len as usize);
                 let payload = verify_record(&record, segment_tag(location.segment), *header)
                     .ok_or(JournalError::Corrupt {
@@ -368,13 +367,53 @@ impl Journal {
         Ok(out)
     }
 
+    /// Reads the blocks covering `start..end` of a segment into a pooled aligned buffer, with
+    /// `O_DIRECT` where the segment has such a reader (journal data is written around the page
+    /// cache, so a buffered read would only add a copy). Returns the span and its file offset.
+    fn read_span(&self, seq: u64, start: u64, end: u64) -> Result<(Bytes, u64), JournalError> {
+        let block = BLOCK_SIZE as u64;
+        let aligned_start = start / block * block;
+        let aligned_end = end.next_multiple_of(block);
+        let len = (aligned_end - aligned_start) as usize;
+        let needed = (end - aligned_start) as usize;
+        let reader = self.reader(seq)?;
+        let mut buf = self.shared.read_pool.take(len);
+        let context = || format!("read segment {seq} at {start}");
+        let read = match &reader.direct {
+            Some(direct) => {
+                match read_at_least(
+                    &**direct,
+                    &mut buf.as_capacity_slice_mut()[..len],
+                    aligned_start,
+                    needed,
+                ) {
+                    // A file system may refuse a direct read it accepted at open.
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => None,
+                    other => Some(other),
+                }
+            }
+            None => None,
+        };
+        let read = match read {
+            Some(read) => read,
+            None => read_at_least(
+                &*reader.file,
+                &mut buf.as_capacity_slice_mut()[..len],
+                aligned_start,
+                needed,
+            ),
+        };
+        let filled = read.map_err(|e| JournalError::io(context(), e))?;
+        Ok((self.shared.read_pool.freeze(buf, filled), aligned_start))
+    }
+
     /// Visits every valid record of a sealed segment, in order.
     pub fn scan(
         &self,
         seq: u64,
         visit: impl FnMut(RecordHeader, RecordLocation, &[u8]),
     ) -> Result<crate::scan::ScanEnd, JournalError> {
-        let file = self.reader(seq)?;
+        let file = self.reader(seq)?.file;
         scan_segment(&*file, seq, visit)
             .map_err(|e| JournalError::io(format!("scan segment {seq}"), e))
     }
@@ -424,7 +463,7 @@ impl Journal {
         }
     }
 
-    fn reader(&self, seq: u64) -> Result<Arc<dyn SegmentFile>, JournalError> {
+    fn reader(&self, seq: u64) -> Result<SegmentReader, JournalError> {
         self.shared
             .readers
             .read()
@@ -440,10 +479,45 @@ impl Drop for Journal {
     }
 }
 
-fn open_read(storage: &dyn Storage, seq: u64) -> Result<Arc<dyn SegmentFile>, JournalError> {
-    storage
-        .open_segment_for_read(seq)
-        .map_err(|e| JournalError::io(format!("open segment {seq}"), e))
+/// Idle read buffers kept for reuse (see `read_pool`).
+const READ_POOL_IDLE_BYTES: usize = 64 << 20;
+
+/// Read handles of one segment.
+#[derive(Clone)]
+struct SegmentReader {
+    /// Through the page cache: scans and the fallback.
+    file: Arc<dyn SegmentFile>,
+    /// `O_DIRECT`, when the journal writes direct and the file system allows it.
+    direct: Option<Arc<dyn SegmentFile>>,
+}
+
+fn open_read(storage: &dyn Storage, seq: u64, direct: bool) -> Result<SegmentReader, JournalError> {
+    let context = |e| JournalError::io(format!("open segment {seq}"), e);
+    let file = storage.open_segment_for_read(seq).map_err(context)?;
+    let direct =
+        if direct { storage.open_segment_for_direct_read(seq).map_err(context)? } else { None };
+    Ok(SegmentReader { file, direct })
+}
+
+/// Reads into `buf` at `offset` until it is full or the file ends, and at least `needed` bytes
+/// (`UnexpectedEof` otherwise). Returns the bytes read.
+fn read_at_least(
+    file: &dyn SegmentFile,
+    buf: &mut [u8],
+    offset: u64,
+    needed: usize,
+) -> std::io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64)? {
+            0 => break,
+            n => done += n,
+        }
+    }
+    if done < needed {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(done)
 }
 
 /// Zeroes the bytes of a torn write after `valid_end`, durably, so that no later scan can
@@ -696,7 +770,7 @@ fn switch_segment(
     let file = open(mode)?;
     let small_file =
         if mode.direct_io { open(WriteMode { direct_io: false, ..mode })? } else { file.clone() };
-    let reader = open_read(&**storage, seq)?;
+    let reader = open_read(&**storage, seq, shared.config.direct_io)?;
     shared.readers.write().insert(seq, reader);
     Ok((file, small_file))
 }

@@ -12,6 +12,7 @@ pub mod aligned;
 pub mod config;
 pub mod error;
 pub mod journal;
+pub mod read_pool;
 pub mod record;
 pub mod scan;
 pub mod sim;

@@ -43,6 +43,11 @@ pub trait Storage: Send + Sync {
         -> io::Result<Arc<dyn SegmentFile>>;
     /// Opens an existing segment for reading (through the page cache).
     fn open_segment_for_read(&self, seq: u64) -> io::Result<Arc<dyn SegmentFile>>;
+    /// Opens an existing segment for `O_DIRECT` reads (block-aligned buffers, offsets and
+    /// lengths), or `None` where that is not available.
+    fn open_segment_for_direct_read(&self, _seq: u64) -> io::Result<Option<Arc<dyn SegmentFile>>> {
+        Ok(None)
+    }
     /// Creates segment `seq` of `size` zero bytes, durably: data, size and name. Written zeros
     /// (not a hole, not fallocate) so that later fdatasyncs flush data only, no extent changes.
     fn create_segment(&self, seq: u64, size: u64) -> io::Result<()>;
@@ -57,21 +62,6 @@ pub trait Storage: Send + Sync {
     fn remove_file(&self, name: &str) -> io::Result<()>;
     /// Removes leftovers of interrupted creations.
     fn remove_temporaries(&self) -> io::Result<()>;
-}
-
-/// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof`.
-pub fn read_exact_at(file: &dyn SegmentFile, buf: &mut [u8], mut offset: u64) -> io::Result<()> {
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset)? {
-            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
-            n => {
-                done += n;
-                offset += n as u64;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Writes all of `buf` at `offset`, looping over short writes.
@@ -206,6 +196,18 @@ impl Storage for FsStorage {
 
     fn open_segment_for_read(&self, seq: u64) -> io::Result<Arc<dyn SegmentFile>> {
         Ok(Arc::new(FsFile(File::open(self.segment_path(seq))?)))
+    }
+
+    fn open_segment_for_direct_read(&self, seq: u64) -> io::Result<Option<Arc<dyn SegmentFile>>> {
+        match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(self.segment_path(seq))
+        {
+            Ok(file) => Ok(Some(Arc::new(FsFile(file)))),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     fn create_segment(&self, seq: u64, size: u64) -> io::Result<()> {
