@@ -4,6 +4,7 @@
 pub mod crash;
 pub mod disk;
 pub mod latency;
+pub mod pace;
 pub mod pulsar;
 pub mod stats;
 pub mod storage;

@@ -21,6 +21,7 @@ use magnetar_client::{
 use serde::Serialize;
 use tokio::sync::{watch, Notify};
 
+use crate::pace::Pacer;
 use crate::stats::{print_summary, Reporter, Stream, StreamSummary};
 
 /// Where to send load and how many topics.
@@ -199,12 +200,13 @@ pub fn produce(
         let topics = prepare_topics(target)?;
         let publish = Arc::new(Stream::new("publish"));
         let (control, stop) = control(run, true);
+        let pacer = pacer(options)?;
         let mut workers = Vec::new();
         for producer in create_producers(&client, &topics, options).await? {
             workers.push(tokio::spawn(produce_loop(
                 producer,
                 options.clone(),
-                per_producer_rate(options, topics.len()),
+                pacer.clone(),
                 publish.clone(),
                 control.clone(),
                 None,
@@ -275,11 +277,12 @@ pub fn e2e(
             target: None,
             done: Notify::new(),
         });
+        let pacer = pacer(produce)?;
         for producer in create_producers(&client, &topics, produce).await? {
             workers.push(tokio::spawn(produce_loop(
                 producer,
                 produce.clone(),
-                per_producer_rate(produce, topics.len()),
+                pacer.clone(),
                 publish.clone(),
                 producer_control.clone(),
                 Some(epoch),
@@ -340,8 +343,13 @@ fn control(run: &RunOptions, count_sends: bool) -> (Arc<Control>, watch::Sender<
     (control, stop_tx)
 }
 
-fn per_producer_rate(options: &ProduceOptions, topics: usize) -> f64 {
-    options.rate / (options.producers * topics).max(1) as f64
+/// One pacer for all producers (`--rate` is the total, as in pulsar-perf); none when unlimited.
+fn pacer(options: &ProduceOptions) -> anyhow::Result<Option<Arc<Pacer>>> {
+    if options.rate > 0.0 {
+        Ok(Some(Arc::new(Pacer::start(options.rate)?)))
+    } else {
+        Ok(None)
+    }
 }
 
 /// Creates partitioned topics through the admin API when asked to.
@@ -454,25 +462,15 @@ async fn futures_join(workers: Vec<tokio::task::JoinHandle<()>>) {
 async fn produce_loop(
     producer: Producer,
     options: ProduceOptions,
-    rate: f64,
+    pacer: Option<Arc<Pacer>>,
     publish: Arc<Stream>,
     control: Arc<Control>,
     stamp_from: Option<Instant>,
 ) {
     let template = payload_template(options.size);
-    let interval = (rate > 0.0).then(|| Duration::from_secs_f64(1.0 / rate));
-    let mut next_send = tokio::time::Instant::now();
     while control.take_one() {
-        if let Some(interval) = interval {
-            // Pace at `rate`: sleep when more than a millisecond ahead (the timer's grain);
-            // after a stall, do not burst to catch up more than a second.
-            next_send += interval;
-            let now = tokio::time::Instant::now();
-            if next_send > now + Duration::from_millis(1) {
-                tokio::time::sleep_until(next_send).await;
-            } else if now.duration_since(next_send) > Duration::from_secs(1) {
-                next_send = now;
-            }
+        if let Some(pacer) = &pacer {
+            pacer.wait().await;
         }
         let payload = match stamp_from {
             Some(epoch) => stamped(&template, epoch),
