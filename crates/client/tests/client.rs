@@ -442,6 +442,48 @@ async fn callbacks_complete_in_order() {
 }
 
 #[tokio::test]
+async fn dropping_a_producer_still_sends_what_was_queued() {
+    let broker = start_broker();
+    let client = Client::connect(broker.url()).await.unwrap();
+    let producer = client
+        .producer("dropped")
+        .batching(1000, 128 * 1024, Duration::from_secs(60))
+        .create()
+        .await
+        .unwrap();
+    let mut receipts = Vec::new();
+    for i in 0..300u32 {
+        receipts.push(producer.send_async(i.to_be_bytes().to_vec()).await.unwrap());
+    }
+    drop(producer);
+    for r in receipts {
+        timeout(WAIT, r).await.expect("receipt after drop timed out").expect("stored");
+    }
+    let mut reader = client.reader("dropped").start(MessageId::earliest()).create().await.unwrap();
+    for i in 0..300u32 {
+        let m = timeout(WAIT, reader.next()).await.unwrap().unwrap();
+        assert_eq!(&m.payload[..], &i.to_be_bytes());
+    }
+
+    // Dropped while idle (its queue drained long ago), it still closes on the broker: the
+    // name is free again.
+    let named = client.producer("dropped").name("only-one").create().await.unwrap();
+    timeout(WAIT, named.send("x")).await.unwrap().unwrap();
+    drop(named);
+    let retake = async {
+        loop {
+            match client.producer("dropped").name("only-one").create().await {
+                Ok(p) => return p,
+                // The broker has not seen the close yet; this is a bounded retry, not a wait
+                // for an event we could observe.
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    };
+    timeout(WAIT, retake).await.expect("a dropped producer must close on the broker");
+}
+
+#[tokio::test]
 async fn grouped_acks_are_sent_and_kept() {
     let broker = start_broker();
     let client = Client::connect(broker.url()).await.unwrap();

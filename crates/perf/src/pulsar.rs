@@ -9,7 +9,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -152,6 +152,8 @@ pub struct Report {
 /// Shared stop signal and message budget of a run.
 struct Control {
     stop: watch::Receiver<bool>,
+    /// `stop` as a plain flag for the send loop (`watch::Receiver::borrow` takes a lock).
+    stopped: Arc<AtomicBool>,
     /// Messages still to send (produce) when a count was given.
     to_send: Option<AtomicU64>,
     /// Messages to count before the run is complete.
@@ -163,7 +165,7 @@ struct Control {
 impl Control {
     /// Takes one message from the send budget; false when none is left or the run stops.
     fn take_one(&self) -> bool {
-        if *self.stop.borrow() {
+        if self.stopped.load(Ordering::Relaxed) {
             return false;
         }
         match &self.to_send {
@@ -273,6 +275,7 @@ pub fn e2e(
         let send_budget = run.messages.map(AtomicU64::new);
         let producer_control = Arc::new(Control {
             stop: control.stop.clone(),
+            stopped: control.stopped.clone(),
             to_send: send_budget,
             target: None,
             done: Notify::new(),
@@ -336,6 +339,7 @@ fn control(run: &RunOptions, count_sends: bool) -> (Arc<Control>, watch::Sender<
     let (stop_tx, stop_rx) = watch::channel(false);
     let control = Arc::new(Control {
         stop: stop_rx,
+        stopped: Arc::new(AtomicBool::new(false)),
         to_send: if count_sends { run.messages.map(AtomicU64::new) } else { None },
         target: run.messages,
         done: Notify::new(),
@@ -444,6 +448,7 @@ async fn drive(
         }
     }
     let summaries = reporter.summaries();
+    control.stopped.store(true, Ordering::Relaxed);
     let _ = stop.send(true);
     // Workers finish their in-flight messages; do not wait forever on a stuck broker.
     let join = futures_join(workers);
