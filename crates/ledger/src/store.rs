@@ -709,9 +709,24 @@ fn index_segment(journal: &Journal, seq: u64) -> Result<Vec<IndexEntry>, LedgerE
 // ---------------------------------------------------------------------------------------------
 // Maintenance: checkpoints, freeing segments, compaction
 
+/// How often the maintenance thread frees stale write-cache entries (see `cache.rs`).
+const CACHE_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 fn maintenance_loop(inner: &Inner, receiver: mpsc::Receiver<Maintenance>) {
     let mut sealed = Vec::new();
-    while let Ok(message) = receiver.recv() {
+    let mut next_sweep = std::time::Instant::now() + CACHE_SWEEP_INTERVAL;
+    loop {
+        let wait = next_sweep.saturating_duration_since(std::time::Instant::now());
+        let message = match receiver.recv_timeout(wait) {
+            Ok(message) => Some(message),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        if std::time::Instant::now() >= next_sweep {
+            sweep_caches(inner);
+            next_sweep = std::time::Instant::now() + CACHE_SWEEP_INTERVAL;
+        }
+        let Some(message) = message else { continue };
         let mut reply = None;
         let mut stop = false;
         match message {
@@ -743,6 +758,18 @@ fn maintenance_loop(inner: &Inner, receiver: mpsc::Receiver<Maintenance>) {
         if stop {
             return;
         }
+    }
+}
+
+/// Frees every ledger's stale write-cache entries: what ledgers that stopped appending hold.
+fn sweep_caches(inner: &Inner) {
+    if inner.cache.used() == 0 {
+        return;
+    }
+    // Not under the map's lock: appenders take a ledger's lock first.
+    let ledgers: Vec<Arc<Ledger>> = inner.ledgers.read().values().cloned().collect();
+    for ledger in ledgers {
+        ledger.state.lock().cache.evict_stale(&inner.cache);
     }
 }
 

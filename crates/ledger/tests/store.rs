@@ -73,6 +73,46 @@ async fn entries_are_dense_durable_and_readable() {
 }
 
 #[tokio::test]
+async fn a_ledger_that_stopped_appending_gives_the_write_cache_back() {
+    let storage = SimStorage::new(7);
+    let store = open(&storage);
+    let append_kib = |ledger: u64, entries: std::ops::Range<u64>| {
+        let pending: Vec<_> = entries
+            .map(|e| store.append(ledger, Bytes::from(vec![e as u8; 1024])).unwrap())
+            .collect();
+        async move {
+            for append in pending {
+                timed(append).await.unwrap();
+            }
+        }
+    };
+    let idle = timed(store.create_ledger()).await.unwrap();
+    append_kib(idle, 0..64).await;
+    assert!(store.read_cached(idle, 63, 63).is_some());
+
+    // A new ledger keeps its newest entries even while the idle one holds the 64 KiB budget.
+    let active = timed(store.create_ledger()).await.unwrap();
+    append_kib(active, 0..4).await;
+    assert!(store.read_cached(active, 3, 3).is_some(), "the newest entry is cached");
+
+    // Once 64 KiB more were appended, the idle ledger's entries are stale and the
+    // maintenance thread's sweep frees them (no append of the idle ledger needed).
+    append_kib(active, 4..70).await;
+    let swept = async {
+        while store.read_cached(idle, 63, 63).is_some() {
+            // Polling a background sweep, bounded by `timed`.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    timed(swept).await;
+    append_kib(active, 70..100).await;
+    assert!(
+        store.read_cached(active, 70, 99).is_some(),
+        "the active ledger has the budget to itself"
+    );
+}
+
+#[tokio::test]
 async fn close_fence_and_delete_refuse_appends() {
     let storage = SimStorage::new(2);
     let store = open(&storage);
