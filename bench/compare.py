@@ -19,6 +19,7 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -69,6 +70,25 @@ def pss_kib(pid):
         except OSError:
             pass
     return total
+
+
+def cpu_s(pid):
+    """User + system CPU seconds of a process (all its threads) and its children."""
+    total = 0
+    pids = [pid]
+    try:
+        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+        pids += [int(p) for p in out.split()]
+    except Exception:
+        pass
+    for p in pids:
+        try:
+            with open("/proc/%d/stat" % p) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 class Magnetar:
@@ -139,14 +159,26 @@ class Pulsar:
         shutil.rmtree(os.path.join(self.anchor, "work", "data"), ignore_errors=True)
 
 
-def perf(binary, mode, topic, *args, timeout=1800):
+def perf(binary, mode, topic, *args, timeout=1800, broker_pid=None):
+    """Runs `magnetar perf`; with broker_pid, the report gets the cores the broker and the
+    client used on average over the whole invocation (warm-up included)."""
     cmd = [binary, "perf", mode, "-u", SERVICE_URL, "--admin-url", ADMIN_URL,
            "--json", "--report-interval", "5", topic] + [str(a) for a in args]
     log("  " + " ".join(cmd[1:]))
+    broker0 = cpu_s(broker_pid) if broker_pid else 0.0
+    usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    wall = time.monotonic() - t0
+    usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
         raise RuntimeError("perf failed: %s\n%s" % (" ".join(cmd), out.stderr[-3000:]))
-    return json.loads(out.stdout)
+    report = json.loads(out.stdout)
+    if broker_pid:
+        client = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
+        report["cpu"] = {"broker_cores": (cpu_s(broker_pid) - broker0) / wall,
+                         "client_cores": client / wall}
+    return report
 
 
 def stream(report, name):
@@ -185,8 +217,8 @@ def run_system(system, binary, opts):
             results["sync_%d" % size] = stream(r, "publish")
         for size in opts.async_sizes:
             r = perf(binary, "produce", "async-%d-%s" % (size, stamp), "-s", size, "-d", opts.secs,
-                     "-o", opts.max_pending)
-            results["async_%d" % size] = stream(r, "publish")
+                     "-o", opts.max_pending, broker_pid=system.pid())
+            results["async_%d" % size] = dict(stream(r, "publish"), cpu=r["cpu"])
         # e2e before the backlog: it measures steady state, not the writeback of 10 GB.
         if opts.e2e_rate > 0:
             r = perf(binary, "e2e", "e2e-%s" % stamp, "-s", 1024, "-r", opts.e2e_rate,
@@ -249,6 +281,28 @@ def table(results, raw, opts):
         throughput_row("drain %s x 1 KiB backlog" % fmt_rate(opts.backlog), "drain")
     out += rows
     out.append("")
+    cpu_rows = []
+
+    def cpu_cells(r):
+        """Broker cores, client cores, broker CPU per message (µs) of one system's run."""
+        if not (r and r.get("cpu")):
+            return ("n/a", "n/a", "n/a"), None
+        per_msg = r["cpu"]["broker_cores"] / r["msg_per_s"] * 1e6 if r["msg_per_s"] else None
+        return ("%.2f" % r["cpu"]["broker_cores"], "%.2f" % r["cpu"]["client_cores"],
+                "%.3f" % per_msg if per_msg else "n/a"), per_msg
+
+    for size in opts.async_sizes:
+        (ca, ua), (cb, ub) = cpu_cells(m.get("async_%d" % size)), cpu_cells(p.get("async_%d" % size))
+        if ua is None and ub is None:
+            continue
+        cpu_rows.append("| async batched %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            (human(size),) + ca + cb + (ratio(ub, ua),)))
+    if cpu_rows:
+        out.append("| CPU (cores, whole run) | Magnetar broker | client | broker µs/msg "
+                   "| Pulsar broker | client | broker µs/msg | broker CPU per message ratio |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        out += cpu_rows
+        out.append("")
     if opts.e2e_rate > 0:
         out.append("| e2e latency at %s msg/s, 1 KiB | p50 ms | p99 ms | p99.9 ms | max ms |" % fmt_rate(opts.e2e_rate))
         out.append("|---|---|---|---|---|")
