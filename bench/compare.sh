@@ -4,7 +4,7 @@
 # `magnetar perf`. Prints one table with both systems and the ratios, and the raw fdatasync p50
 # of the disk measured in the same run; writes it to bench/results/compare-<time>.{md,json}.
 #
-#   bench/compare.sh                      the whole table (about 15 minutes)
+#   bench/compare.sh                      the whole table (about 8 minutes here, plus Pulsar's start)
 #   bench/compare.sh --systems magnetar   Magnetar only (no Pulsar needed)
 #   bench/compare.sh --backlog 1000000 --secs 10    a shorter run
 #   bench/compare.sh --help               every option
