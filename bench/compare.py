@@ -52,16 +52,21 @@ def http_ok(path, timeout=0.5):
         return False
 
 
-def pss_kib(pid):
-    """Proportional set size of a process and its children (kB)."""
-    total = 0
+def process_tree(pid):
+    """A process and its direct children."""
     pids = [pid]
     try:
         out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
         pids += [int(p) for p in out.split()]
     except Exception:
         pass
-    for p in pids:
+    return pids
+
+
+def pss_kib(pid):
+    """Proportional set size of a process and its children (kB)."""
+    total = 0
+    for p in process_tree(pid):
         try:
             with open("/proc/%d/smaps_rollup" % p) as f:
                 for line in f:
@@ -75,13 +80,7 @@ def pss_kib(pid):
 def cpu_s(pid):
     """User + system CPU seconds of a process (all its threads) and its children."""
     total = 0
-    pids = [pid]
-    try:
-        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-        pids += [int(p) for p in out.split()]
-    except Exception:
-        pass
-    for p in pids:
+    for p in process_tree(pid):
         try:
             with open("/proc/%d/stat" % p) as f:
                 fields = f.read().rsplit(")", 1)[1].split()

@@ -962,7 +962,7 @@ impl Subscription {
                         None => Self::read_blocking(managed_ledger.clone(), &plan).await?,
                     };
                     if let Some((last, _)) = entries.last() {
-                        read_ahead.start(managed_ledger, *last, *count);
+                        read_ahead.start(managed_ledger, &ledgers, *last, *count);
                     }
                     entries
                 }

@@ -579,15 +579,13 @@ impl PartitionProducer {
                 () = intake.ready.notified() => {
                     let detached = intake.take(&mut commands);
                     let mut drained = commands.drain(..);
-                    for command in drained.by_ref() {
+                    while let Some(command) = drained.next() {
                         if !self.on_command(command).await {
-                            // Closed: what follows fails below, with what is still queued.
-                            let rest: Vec<Command> = drained.collect();
-                            self.fail_commands(rest);
+                            // Closed: the rest of this run fails here, what is still queued below.
+                            self.fail_commands(drained);
                             break 'run;
                         }
                     }
-                    drop(drained);
                     if detached {
                         let _ = self.close().await;
                         break 'run;
@@ -621,11 +619,11 @@ impl PartitionProducer {
     }
 
     /// Fails commands the task will not handle (it has closed the producer).
-    fn fail_commands(&self, commands: Vec<Command>) {
+    fn fail_commands(&self, commands: impl IntoIterator<Item = Command>) {
         for command in commands {
             if let Command::Send { reply, .. } = command {
                 reply.complete(Err(Error::Closed));
-                drop(self.permits(1));
+                self.semaphore.add_permits(1);
             }
         }
     }
@@ -640,7 +638,7 @@ impl PartitionProducer {
                         Ok(()) => self.resend_pending(),
                         Err(e) => {
                             reply.complete(Err(e));
-                            drop(self.permits(1));
+                            self.semaphore.add_permits(1);
                             return true;
                         }
                     }

@@ -378,32 +378,17 @@ impl Journal {
         let needed = (end - aligned_start) as usize;
         let reader = self.reader(seq)?;
         let mut buf = self.shared.read_pool.take(len);
-        let context = || format!("read segment {seq} at {start}");
-        let read = match &reader.direct {
-            Some(direct) => {
-                match read_at_least(
-                    &**direct,
-                    &mut buf.as_capacity_slice_mut()[..len],
-                    aligned_start,
-                    needed,
-                ) {
-                    // A file system may refuse a direct read it accepted at open.
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => None,
-                    other => Some(other),
-                }
-            }
-            None => None,
-        };
-        let read = match read {
-            Some(read) => read,
-            None => read_at_least(
-                &*reader.file,
-                &mut buf.as_capacity_slice_mut()[..len],
-                aligned_start,
-                needed,
-            ),
-        };
-        let filled = read.map_err(|e| JournalError::io(context(), e))?;
+        let target = &mut buf.as_capacity_slice_mut()[..len];
+        let direct =
+            reader.direct.as_ref().map(|d| read_at_least(&**d, target, aligned_start, needed));
+        let read = match direct {
+            // A file system may refuse a direct read it accepted at open.
+            Some(Err(e)) if e.raw_os_error() == Some(libc::EINVAL) => None,
+            other => other,
+        }
+        .unwrap_or_else(|| read_at_least(&*reader.file, target, aligned_start, needed));
+        let filled =
+            read.map_err(|e| JournalError::io(format!("read segment {seq} at {start}"), e))?;
         Ok((self.shared.read_pool.freeze(buf, filled), aligned_start))
     }
 

@@ -8,7 +8,7 @@
 //! Memory: at most one span of the size the last round asked for (the consumers' permits turned
 //! into entries), plus what was read and not yet asked for; dropped on a seek or a close.
 
-use crate::cursor::{next_position, Position};
+use crate::cursor::{next_position, LedgerList, Position};
 use crate::error::BrokerError;
 use crate::managed_ledger::ManagedLedger;
 use bytes::Bytes;
@@ -64,13 +64,20 @@ impl ReadAhead {
 
     /// Starts reading the `count` entries after `last` (or after what is ready), unless a read
     /// is in flight, enough is ready, or they are still in the write cache (a tailing reader
-    /// needs no read-ahead).
-    pub fn start(&mut self, managed_ledger: &Arc<ManagedLedger>, last: Position, count: usize) {
+    /// needs no read-ahead). `ledgers` is the round's snapshot: a ledger that appeared since
+    /// is found next round.
+    pub fn start(
+        &mut self,
+        managed_ledger: &Arc<ManagedLedger>,
+        ledgers: &LedgerList,
+        last: Position,
+        count: usize,
+    ) {
         if self.in_flight.is_some() || self.ready.len() >= count {
             return;
         }
         let after = self.ready.back().map_or(last, |(position, _)| *position);
-        let Some(next) = next_position(&managed_ledger.ledgers(), Some(after)) else {
+        let Some(next) = next_position(ledgers, Some(after)) else {
             return;
         };
         if managed_ledger.read_cached(next, 1).is_some() {
