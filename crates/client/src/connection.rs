@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use magnetar_protocol::proto::base_command::Type;
 use magnetar_protocol::proto::{BaseCommand, CommandMessage, CommandSendError, CommandSendReceipt};
 use magnetar_protocol::{commands, encode_command, FrameDecoder, PayloadSection};
@@ -332,29 +332,67 @@ async fn write_loop(
     mut shutdown: watch::Receiver<bool>,
     shared: Arc<Shared>,
 ) {
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut frames = Vec::with_capacity(MAX_FRAMES_PER_WRITE);
     loop {
         let first = tokio::select! {
             frame = rx.recv() => frame,
             _ = shutdown.changed() => None,
         };
         let Some(first) = first else { break };
-        buf.extend_from_slice(&first);
-        // Coalesce whatever else is queued into one write.
-        while buf.len() < 1024 * 1024 {
+        // Whatever else is queued goes in the same (vectored) write.
+        let mut queued = first.len();
+        frames.push(first);
+        while queued < MAX_BYTES_PER_WRITE && frames.len() < MAX_FRAMES_PER_WRITE {
             match rx.try_recv() {
-                Ok(frame) => buf.extend_from_slice(&frame),
+                Ok(frame) => {
+                    queued += frame.len();
+                    frames.push(frame);
+                }
                 Err(_) => break,
             }
         }
-        if let Err(error) = socket.write_all(&buf).await {
+        if let Err(error) = write_frames(&mut socket, &mut frames).await {
             tracing::debug!(%error, "write failed");
             break;
         }
-        buf.clear();
     }
     let _ = socket.shutdown().await;
     shared.close();
+}
+
+/// Frames gathered into one write: a batch of a producer is often 128 KiB, so frames are
+/// written from where they are (vectored) rather than copied into one buffer first.
+const MAX_FRAMES_PER_WRITE: usize = 64;
+const MAX_BYTES_PER_WRITE: usize = 1024 * 1024;
+
+/// Writes all of `frames`, in order, and empties it.
+async fn write_frames(
+    socket: &mut tokio::net::tcp::OwnedWriteHalf,
+    frames: &mut Vec<Bytes>,
+) -> std::io::Result<()> {
+    let mut next = 0;
+    while next < frames.len() {
+        let mut slices = [std::io::IoSlice::new(&[]); MAX_FRAMES_PER_WRITE];
+        let mut n = 0;
+        for (slice, frame) in slices.iter_mut().zip(&frames[next..]) {
+            *slice = std::io::IoSlice::new(frame);
+            n += 1;
+        }
+        let mut written = socket.write_vectored(&slices[..n]).await?;
+        if written == 0 && frames[next..].iter().any(|f| !f.is_empty()) {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        // Skip what went out whole; trim a frame written in part.
+        while next < frames.len() && written >= frames[next].len() {
+            written -= frames[next].len();
+            next += 1;
+        }
+        if written > 0 {
+            frames[next].advance(written);
+        }
+    }
+    frames.clear();
+    Ok(())
 }
 
 async fn read_loop(
@@ -479,5 +517,38 @@ mod tests {
         assert_eq!(socket_address("pulsar://a:1,b:2/").unwrap(), "a:1");
         assert!(socket_address("http://a:1").is_err());
         assert!(socket_address("pulsar://nohost").is_err());
+    }
+
+    #[tokio::test]
+    async fn vectored_writes_deliver_every_frame_whole_and_in_order() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (client, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (_, mut write) = client.unwrap().into_split();
+        let mut read = accepted.unwrap().0;
+        // Frames of many sizes (and empty ones), more than one write's worth and more than a
+        // socket buffer holds, so that writes end inside frames.
+        let frames: Vec<Bytes> = (0..300u32)
+            .map(|i| {
+                let len = [0, 1, 7, 4096, 128 * 1024, 300_001][i as usize % 6];
+                Bytes::from((0..len).map(|b| (b as u32 ^ i) as u8).collect::<Vec<u8>>())
+            })
+            .collect();
+        let expected: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            read.read_to_end(&mut got).await.map(|_| got)
+        });
+        for chunk in frames.chunks(MAX_FRAMES_PER_WRITE) {
+            let mut batch = chunk.to_vec();
+            write_frames(&mut write, &mut batch).await.unwrap();
+            assert!(batch.is_empty());
+        }
+        write.shutdown().await.unwrap();
+        drop(write);
+        let got = tokio::time::timeout(Duration::from_secs(30), reader).await.unwrap().unwrap();
+        let got = got.unwrap();
+        assert_eq!(got.len(), expected.len());
+        assert!(got == expected, "bytes differ");
     }
 }

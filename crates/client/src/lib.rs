@@ -6,7 +6,8 @@
 //! * [`Producer`]: batching, compression (LZ4, ZLIB, ZSTD, Snappy, framed
 //!   as the official clients do), bounded pending messages, receipts in
 //!   order, key-hash or round-robin routing over partitions, reconnection
-//!   with resend of pending messages.
+//!   with resend of pending messages; receipts as futures, callbacks, or
+//!   tags reported to a [`SendListener`] a batch at a time.
 //! * [`Consumer`]: un-batching and decompression, flow control, ack,
 //!   cumulative ack, negative ack.
 //! * [`Reader`]: reads a topic from a [`MessageId`] without a durable
@@ -44,4 +45,6 @@ pub use consumer::{Consumer, ConsumerBuilder, InitialPosition, Reader, ReaderBui
 pub use error::{Error, Result};
 pub use hash::{murmur3_32, partition_for_key};
 pub use message::{Message, MessageId, ProducerMessage};
-pub use producer::{Batching, Producer, ProducerBuilder, Routing, SendFuture};
+pub use producer::{
+    Batching, Producer, ProducerBuilder, Routing, SendFuture, SendListener, StoredIds,
+};

@@ -12,12 +12,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
 use magnetar_protocol::proto::base_command::Type;
-use magnetar_protocol::proto::{
-    CommandCloseProducer, CommandProducer, KeyValue, MessageMetadata, SingleMessageMetadata,
-};
+use magnetar_protocol::proto::{CommandCloseProducer, CommandProducer, KeyValue, MessageMetadata};
 use magnetar_protocol::{
     commands, encode_payload_command, metadata_and_payload, BaseCommand, BatchBuilder,
+    MessageFields,
 };
+use prost::Message as _;
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio::time::Instant;
 
@@ -59,6 +59,73 @@ struct Config {
     name: Option<String>,
     batching: Option<Batching>,
     compression: Compression,
+    listener: Option<Listener>,
+}
+
+/// Hears the outcome of messages sent with [`Producer::send_tagged`]: an entry (a whole batch)
+/// at a time, in send order, on the producer's task, so keep it short. At millions of messages
+/// a second this is the cheapest way to hear back: the caller's tag travels with the message,
+/// and nothing is allocated or called per message.
+///
+/// ```no_run
+/// # async fn demo(client: magnetar_client::Client) -> magnetar_client::Result<()> {
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+/// use magnetar_client::{Error, SendListener, StoredIds};
+///
+/// #[derive(Default)]
+/// struct Count(AtomicU64);
+///
+/// impl SendListener for Count {
+///     fn on_stored(&self, tags: &[u64], _ids: StoredIds) {
+///         self.0.fetch_add(tags.len() as u64, Ordering::Relaxed);
+///     }
+///     fn on_failed(&self, tags: &[u64], error: &Error) {
+///         eprintln!("{} messages not stored: {error}", tags.len());
+///     }
+/// }
+///
+/// let stored = Arc::new(Count::default());
+/// let producer = client.producer("events").listener(stored.clone()).create().await?;
+/// for i in 0..1_000_000u64 {
+///     producer.send_tagged("event", i).await?;
+/// }
+/// producer.close().await?;
+/// assert_eq!(stored.0.load(Ordering::Relaxed), 1_000_000);
+/// # Ok(()) }
+/// ```
+pub trait SendListener: Send + Sync + 'static {
+    /// The messages sent with `tags` (in send order) are stored; `ids.get(i)` is the message
+    /// id of `tags[i]`.
+    fn on_stored(&self, tags: &[u64], ids: StoredIds);
+    /// The messages sent with `tags` were not stored.
+    fn on_failed(&self, tags: &[u64], error: &Error);
+}
+
+/// The message ids of a run of messages stored in one entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredIds {
+    first: MessageId,
+}
+
+impl StoredIds {
+    /// The id of the `i`-th message of the run.
+    pub fn get(&self, i: usize) -> MessageId {
+        let mut id = self.first;
+        if id.batch_index >= 0 {
+            id.batch_index += i as i32;
+        }
+        id
+    }
+}
+
+#[derive(Clone)]
+struct Listener(Arc<dyn SendListener>);
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SendListener")
+    }
 }
 
 /// Builds a [`Producer`]; get one from [`Client::producer`].
@@ -76,7 +143,12 @@ impl ProducerBuilder {
         Self {
             client,
             topic,
-            config: Config { name: None, batching: None, compression: Compression::None },
+            config: Config {
+                name: None,
+                batching: None,
+                compression: Compression::None,
+                listener: None,
+            },
             max_pending: 1000,
             routing: Routing::RoundRobin,
         }
@@ -105,6 +177,12 @@ impl ProducerBuilder {
     /// (default 1000). When reached, [`Producer::send_async`] waits.
     pub fn max_pending(mut self, max_pending: usize) -> Self {
         self.max_pending = max_pending.max(1);
+        self
+    }
+
+    /// Where the outcomes of [`Producer::send_tagged`] go (needed to use it).
+    pub fn listener(mut self, listener: Arc<dyn SendListener>) -> Self {
+        self.config.listener = Some(Listener(listener));
         self
     }
 
@@ -140,6 +218,7 @@ impl ProducerBuilder {
             cursor: AtomicUsize::new(start_partition()),
             routing: self.routing,
             batching: config.batching,
+            tagged: config.listener.is_some(),
             sticky: std::sync::Mutex::new(Sticky { messages: 0, bytes: 0, since: Instant::now() }),
         })
     }
@@ -243,6 +322,8 @@ pub struct Producer {
     routing: Routing,
     batching: Option<Batching>,
     sticky: std::sync::Mutex<Sticky>,
+    /// A [`SendListener`] is set.
+    tagged: bool,
 }
 
 /// Round-robin state while batching: messages and bytes routed to the
@@ -327,6 +408,16 @@ impl Producer {
         self.queue(message.into(), Reply::Callback(Box::new(callback))).await
     }
 
+    /// Queues a message like [`Producer::send_async`]; its outcome goes to the producer's
+    /// [`SendListener`] with `tag`, once per entry for a whole batch. Fails at once when the
+    /// producer was built without [`ProducerBuilder::listener`].
+    pub async fn send_tagged(&self, message: impl Into<ProducerMessage>, tag: u64) -> Result<()> {
+        if !self.tagged {
+            return Err(Error::Config("send_tagged needs ProducerBuilder::listener".into()));
+        }
+        self.queue(message.into(), Reply::Tag(tag)).await
+    }
+
     async fn queue(&self, message: ProducerMessage, reply: Reply) -> Result<()> {
         // The task gives the permit back once the message is done (see `Permits`).
         // `try_acquire` first: the common case needs no future. It does not count against
@@ -408,16 +499,23 @@ impl Producer {
 enum Reply {
     Future(oneshot::Sender<Result<MessageId>>),
     Callback(Box<dyn FnOnce(Result<MessageId>) + Send>),
+    /// To the producer's [`SendListener`].
+    Tag(u64),
 }
 
 impl Reply {
-    /// Reports the outcome.
-    fn complete(self, result: Result<MessageId>) {
+    /// Reports the outcome (a tag to `listener`, which `send_tagged` made sure is there).
+    fn complete(self, result: Result<MessageId>, listener: Option<&Listener>) {
         match self {
             Reply::Future(tx) => {
                 let _ = tx.send(result);
             }
             Reply::Callback(callback) => callback(result),
+            Reply::Tag(tag) => match (listener, result) {
+                (Some(l), Ok(id)) => l.0.on_stored(&[tag], StoredIds { first: id }),
+                (Some(l), Err(e)) => l.0.on_failed(&[tag], &e),
+                (None, _) => {}
+            },
         }
     }
 }
@@ -449,6 +547,16 @@ struct Pending {
     _permits: Permits,
 }
 
+/// Bytes kept in front of a batch for the SEND frame header and the message metadata, plus
+/// the producer name's length (both hold less than 200 bytes besides the name).
+const BATCH_HEADROOM: usize = 256;
+
+/// A batch buffer is allocated for a full batch, up to this size (beyond, it grows).
+const MAX_BATCH_PREALLOCATION: usize = 8 << 20;
+
+/// `[metadataSize u32]` in front of an entry's metadata.
+const METADATA_SIZE_LEN: usize = magnetar_protocol::constants::METADATA_SIZE_FIELD_LEN;
+
 /// The task behind one (partition) producer.
 struct PartitionProducer {
     client: Client,
@@ -462,14 +570,16 @@ struct PartitionProducer {
     next_sequence_id: u64,
     /// Pending-message semaphore shared by the partitions of a producer.
     semaphore: Arc<Semaphore>,
-    /// The open batch: messages with consecutive sequence ids from
+    /// The open batch, encoded as its messages arrive: consecutive sequence ids from
     /// `batch_sequence_id`, and their waiters.
-    batch: Vec<ProducerMessage>,
+    batch: BatchBuilder,
     batch_waiters: Vec<Reply>,
     batch_sequence_id: u64,
     batch_bytes: usize,
     batch_deadline: Option<Instant>,
     pending: VecDeque<Pending>,
+    /// Scratch for a run of tags reported to the listener in one call.
+    tags: Vec<u64>,
 }
 
 /// A pseudo-random first partition, so that producers do not all start on 0.
@@ -505,12 +615,13 @@ impl PartitionProducer {
             events: None,
             next_sequence_id: 0,
             semaphore,
-            batch: Vec::new(),
+            batch: BatchBuilder::new(),
             batch_waiters: Vec::new(),
             batch_sequence_id: 0,
             batch_bytes: 0,
             batch_deadline: None,
             pending: VecDeque::new(),
+            tags: Vec::new(),
         }
     }
 
@@ -604,7 +715,7 @@ impl PartitionProducer {
                             if let Some(p) = self.pending.pop_front() {
                                 for w in p.waiters {
                                     let e = Error::server(error.error, error.message.clone());
-                                    w.complete(Err(e));
+                                    w.complete(Err(e), self.config.listener.as_ref());
                                 }
                             }
                         }
@@ -622,7 +733,7 @@ impl PartitionProducer {
     fn fail_commands(&self, commands: impl IntoIterator<Item = Command>) {
         for command in commands {
             if let Command::Send { reply, .. } = command {
-                reply.complete(Err(Error::Closed));
+                reply.complete(Err(Error::Closed), self.config.listener.as_ref());
                 self.semaphore.add_permits(1);
             }
         }
@@ -637,7 +748,7 @@ impl PartitionProducer {
                     match self.connect().await {
                         Ok(()) => self.resend_pending(),
                         Err(e) => {
-                            reply.complete(Err(e));
+                            reply.complete(Err(e), self.config.listener.as_ref());
                             self.semaphore.add_permits(1);
                             return true;
                         }
@@ -661,8 +772,8 @@ impl PartitionProducer {
 
     fn enqueue(&mut self, message: ProducerMessage, reply: Reply) {
         let sequence_id = self.next_sequence_id;
-        self.next_sequence_id += 1;
         let Some(batching) = self.config.batching else {
+            self.next_sequence_id += 1;
             self.send_single(message, sequence_id, reply);
             return;
         };
@@ -671,17 +782,41 @@ impl PartitionProducer {
             self.flush();
         }
         if self.batch.is_empty() {
+            self.batch = self.new_batch(batching);
             self.batch_deadline = Some(Instant::now() + batching.max_delay);
             self.batch_sequence_id = sequence_id;
         }
+        let fields = MessageFields {
+            partition_key: message.key.as_deref(),
+            event_time: message.event_time,
+            sequence_id: Some(sequence_id),
+        };
+        let properties = message.properties.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        if let Err(e) = self.batch.push_fields(fields, properties, &message.payload) {
+            // Only a message over 2 GiB gets here; its sequence id is not used.
+            reply.complete(Err(e.into()), self.config.listener.as_ref());
+            self.semaphore.add_permits(1);
+            return;
+        }
+        self.next_sequence_id += 1;
         self.batch_bytes += size;
-        self.batch.push(message);
         self.batch_waiters.push(reply);
-        if self.batch.len() >= batching.max_messages as usize
-            || self.batch_bytes >= batching.max_bytes
-        {
+        if self.batch.len() >= batching.max_messages || self.batch_bytes >= batching.max_bytes {
             self.flush();
         }
+    }
+
+    /// An empty batch with room for a full one, and headroom for the frame header and
+    /// metadata so that an uncompressed batch is sent without copying it again.
+    fn new_batch(&self, batching: Batching) -> BatchBuilder {
+        let headroom = if self.config.compression == Compression::None {
+            BATCH_HEADROOM + self.name.len()
+        } else {
+            0
+        };
+        // Each record adds its size field and a few metadata bytes to the payload.
+        let records = batching.max_bytes.saturating_add(batching.max_messages as usize * 16);
+        BatchBuilder::with_headroom(headroom, records.min(MAX_BATCH_PREALLOCATION))
     }
 
     /// Group commit on the client side: a batch goes out at once when nothing is in flight,
@@ -723,7 +858,7 @@ impl PartitionProducer {
                 waiters: vec![reply],
                 _permits,
             }),
-            Err(e) => reply.complete(Err(e)),
+            Err(e) => reply.complete(Err(e), self.config.listener.as_ref()),
         }
     }
 
@@ -734,29 +869,25 @@ impl PartitionProducer {
         if self.batch.is_empty() {
             return;
         }
+        let batch = std::mem::take(&mut self.batch);
         let sequence_id = self.batch_sequence_id;
-        let highest = sequence_id + self.batch.len() as u64 - 1;
-        let built = (|| {
-            let mut builder = BatchBuilder::new();
-            for (message, id) in self.batch.iter().zip(sequence_id..) {
-                let single = SingleMessageMetadata {
-                    properties: key_values(message),
-                    partition_key: message.key.clone(),
-                    event_time: message.event_time,
-                    sequence_id: Some(id),
-                    ..Default::default()
-                };
-                builder.push(single, &message.payload)?;
-            }
-            let count = builder.len() as i32;
-            let raw = builder.finish();
-            let payload = self.config.compression.compress(&raw)?;
-            let mut metadata = self.metadata(sequence_id, raw.len());
-            metadata.num_messages_in_batch = Some(count);
-            metadata.highest_sequence_id = Some(highest);
-            self.frame(&metadata, &payload, sequence_id, Some(highest), count)
-        })();
-        self.batch.clear();
+        let count = batch.len() as i32;
+        let highest = sequence_id + batch.len() as u64 - 1;
+        let mut metadata = self.metadata(sequence_id, batch.byte_len());
+        metadata.num_messages_in_batch = Some(count);
+        metadata.highest_sequence_id = Some(highest);
+        let built = if self.config.compression == Compression::None {
+            self.check_size(METADATA_SIZE_LEN + metadata.encoded_len() + batch.byte_len()).and_then(
+                |()| {
+                    let command = self.send_command(sequence_id, Some(highest), count);
+                    Ok(batch.into_send_frame(&command, &metadata)?)
+                },
+            )
+        } else {
+            self.config.compression.compress(&batch.finish()).and_then(|payload| {
+                self.frame(&metadata, &payload, sequence_id, Some(highest), count)
+            })
+        };
         let capacity = self.batch_waiters.len();
         let waiters = std::mem::replace(&mut self.batch_waiters, Vec::with_capacity(capacity));
         let _permits = self.permits(waiters.len());
@@ -767,7 +898,7 @@ impl PartitionProducer {
             Err(e) => {
                 let text = e.to_string();
                 for w in waiters {
-                    w.complete(Err(Error::Protocol(text.clone())));
+                    w.complete(Err(Error::Protocol(text.clone())), self.config.listener.as_ref());
                 }
             }
         }
@@ -782,22 +913,38 @@ impl PartitionProducer {
         num_messages: i32,
     ) -> Result<Bytes> {
         let entry = metadata_and_payload(metadata, payload)?;
+        self.check_size(entry.len())?;
+        let command = self.send_command(sequence_id, highest, num_messages);
+        let mut out = BytesMut::new();
+        encode_payload_command(&command, None, &entry, &mut out)?;
+        Ok(out.freeze())
+    }
+
+    /// An entry of `size` bytes fits the broker's limit.
+    fn check_size(&self, size: usize) -> Result<()> {
         let max = self
             .conn
             .as_ref()
             .map_or(magnetar_protocol::constants::DEFAULT_MAX_MESSAGE_SIZE, |c| {
                 c.max_message_size()
             });
-        if entry.len() > max {
-            return Err(Error::MessageTooLarge { size: entry.len(), max });
+        if size > max {
+            return Err(Error::MessageTooLarge { size, max });
         }
+        Ok(())
+    }
+
+    fn send_command(
+        &self,
+        sequence_id: u64,
+        highest: Option<u64>,
+        num_messages: i32,
+    ) -> BaseCommand {
         let mut command = commands::send(self.producer_id, sequence_id, num_messages);
         if let Some(send) = command.send.as_mut() {
             send.highest_sequence_id = highest;
         }
-        let mut out = BytesMut::new();
-        encode_payload_command(&command, None, &entry, &mut out)?;
-        Ok(out.freeze())
+        command
     }
 
     fn transmit(&mut self, pending: Pending) {
@@ -833,15 +980,37 @@ impl PartitionProducer {
         let Some(pending) = self.pending.pop_front() else { return };
         let wire = receipt.message_id.clone().unwrap_or_default();
         let partition = if self.partition >= 0 { self.partition } else { wire.partition() };
-        let size = pending.waiters.len() as i32;
-        for (i, waiter) in pending.waiters.into_iter().enumerate() {
-            let mut id = MessageId::new(wire.ledger_id, wire.entry_id, partition);
-            if pending.batched {
-                id.batch_index = i as i32;
-                id.batch_size = size;
-            }
-            waiter.complete(Ok(id));
+        let mut first = MessageId::new(wire.ledger_id, wire.entry_id, partition);
+        if pending.batched {
+            first.batch_index = 0;
+            first.batch_size = pending.waiters.len() as i32;
         }
+        let ids = StoredIds { first };
+        // Runs of tags go to the listener in one call; other waiters one by one, in order.
+        let listener = self.config.listener.as_ref();
+        let tags = &mut self.tags;
+        let mut run_start = 0;
+        let report_run = |tags: &mut Vec<u64>, run_start: usize| {
+            if let (Some(l), false) = (listener, tags.is_empty()) {
+                l.0.on_stored(tags, StoredIds { first: ids.get(run_start) });
+            }
+            tags.clear();
+        };
+        for (i, waiter) in pending.waiters.into_iter().enumerate() {
+            match waiter {
+                Reply::Tag(tag) => {
+                    if tags.is_empty() {
+                        run_start = i;
+                    }
+                    tags.push(tag);
+                }
+                other => {
+                    report_run(tags, run_start);
+                    other.complete(Ok(ids.get(i)), listener);
+                }
+            }
+        }
+        report_run(tags, run_start);
     }
 
     /// Re-creates the producer (possibly on another broker) and resends
@@ -867,7 +1036,7 @@ impl PartitionProducer {
                     tracing::warn!(topic = %self.topic, %error, "producer reconnect gave up");
                     for p in self.pending.drain(..) {
                         for w in p.waiters {
-                            w.complete(Err(Error::Disconnected));
+                            w.complete(Err(Error::Disconnected), self.config.listener.as_ref());
                         }
                     }
                     return;

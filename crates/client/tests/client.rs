@@ -3,6 +3,7 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{start_broker, WAIT};
@@ -439,6 +440,98 @@ async fn callbacks_complete_in_order() {
         assert!(last.is_none_or(|prev| prev < id), "{last:?} then {id}");
         last = Some(id);
     }
+}
+
+/// One listener call: its tags, and their ids or the error.
+type HeardCall = (Vec<u64>, Result<Vec<MessageId>, String>);
+
+/// Records what a producer's listener hears, one call per entry.
+#[derive(Default)]
+struct Heard {
+    calls: std::sync::Mutex<Vec<HeardCall>>,
+    changed: tokio::sync::Notify,
+}
+
+impl magnetar_client::SendListener for Heard {
+    fn on_stored(&self, tags: &[u64], ids: magnetar_client::StoredIds) {
+        let ids = (0..tags.len()).map(|i| ids.get(i)).collect();
+        self.calls.lock().unwrap().push((tags.to_vec(), Ok(ids)));
+        self.changed.notify_one();
+    }
+
+    fn on_failed(&self, tags: &[u64], error: &magnetar_client::Error) {
+        self.calls.lock().unwrap().push((tags.to_vec(), Err(error.to_string())));
+        self.changed.notify_one();
+    }
+}
+
+impl Heard {
+    /// Waits until `n` tags were heard of; returns the calls.
+    async fn wait_for(&self, n: usize) -> Vec<HeardCall> {
+        timeout(WAIT, async {
+            loop {
+                let notified = self.changed.notified();
+                {
+                    let calls = self.calls.lock().unwrap();
+                    if calls.iter().map(|(tags, _)| tags.len()).sum::<usize>() >= n {
+                        return calls.clone();
+                    }
+                }
+                notified.await;
+            }
+        })
+        .await
+        .expect("listener timed out")
+    }
+}
+
+#[tokio::test]
+async fn tagged_sends_are_heard_an_entry_at_a_time_in_order() {
+    let broker = start_broker();
+    let client = Client::connect(broker.url()).await.unwrap();
+    let heard = Arc::new(Heard::default());
+    let producer = client
+        .producer("tagged")
+        .batching(100, 128 * 1024, Duration::from_millis(5))
+        .listener(heard.clone())
+        .create()
+        .await
+        .unwrap();
+    // Tags 0..1000, with a future-waited message in the middle of the run.
+    let mut middle = None;
+    for i in 0..1000u64 {
+        if i == 500 {
+            middle = Some(producer.send_async("not tagged").await.unwrap());
+        }
+        producer.send_tagged(i.to_be_bytes().to_vec(), i).await.unwrap();
+    }
+    let calls = heard.wait_for(1000).await;
+    let middle = timeout(WAIT, middle.unwrap()).await.unwrap().unwrap();
+    let tags: Vec<u64> = calls.iter().flat_map(|(tags, _)| tags.clone()).collect();
+    assert_eq!(tags, (0..1000).collect::<Vec<_>>(), "every tag once, in send order");
+    assert!(calls.len() < 1000, "batches are reported whole: {} calls", calls.len());
+    let ids: Vec<MessageId> = calls.into_iter().flat_map(|(_, ids)| ids.expect("stored")).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids increase");
+    assert!(ids[499] < middle && middle < ids[500], "the untagged message sits between");
+
+    // The ids are the consumers' ids.
+    let mut reader = client.reader("tagged").start(MessageId::earliest()).create().await.unwrap();
+    for (i, id) in ids.iter().enumerate().take(500) {
+        let m = timeout(WAIT, reader.next()).await.unwrap().unwrap();
+        assert_eq!((&m.payload[..], m.id), (&(i as u64).to_be_bytes()[..], *id));
+    }
+
+    // What the broker refuses is reported with its tag.
+    let too_big = vec![0u8; 6 * 1024 * 1024];
+    producer.send_tagged(too_big, 7777).await.unwrap();
+    let calls = heard.wait_for(1001).await;
+    let (tags, outcome) = calls.last().unwrap();
+    assert_eq!(tags, &[7777]);
+    assert!(outcome.as_ref().is_err_and(|e| e.contains("exceeds")), "{outcome:?}");
+
+    // Without a listener, tagged sends are refused at once.
+    let plain = client.producer("tagged").create().await.unwrap();
+    assert!(matches!(plain.send_tagged("x", 1).await, Err(magnetar_client::Error::Config(_))));
 }
 
 #[tokio::test]

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context};
 use bytes::{BufMut, Bytes, BytesMut};
 use magnetar_client::{
-    Client, Compression, Consumer, InitialPosition, MessageId, Producer, ProducerMessage, SubType,
+    Client, Compression, Consumer, InitialPosition, Producer, ProducerMessage, SendListener,
+    StoredIds, SubType,
 };
 use serde::Serialize;
 use tokio::sync::{watch, Notify};
@@ -203,15 +204,15 @@ pub fn produce(
         let publish = Arc::new(Stream::new("publish"));
         let (control, stop) = control(run, true);
         let pacer = pacer(options)?;
+        let receipts = Receipts::new(&publish, &control, options.size, Instant::now());
         let mut workers = Vec::new();
-        for producer in create_producers(&client, &topics, options).await? {
+        for producer in create_producers(&client, &topics, options, &receipts).await? {
             workers.push(tokio::spawn(produce_loop(
                 producer,
                 options.clone(),
                 pacer.clone(),
-                publish.clone(),
-                control.clone(),
-                None,
+                receipts.clone(),
+                false,
             )));
         }
         let streams = drive(run, &control, stop, vec![&publish], workers).await;
@@ -281,14 +282,14 @@ pub fn e2e(
             done: Notify::new(),
         });
         let pacer = pacer(produce)?;
-        for producer in create_producers(&client, &topics, produce).await? {
+        let receipts = Receipts::new(&publish, &producer_control, produce.size, epoch);
+        for producer in create_producers(&client, &topics, produce, &receipts).await? {
             workers.push(tokio::spawn(produce_loop(
                 producer,
                 produce.clone(),
                 pacer.clone(),
-                publish.clone(),
-                producer_control.clone(),
-                Some(epoch),
+                receipts.clone(),
+                true,
             )));
         }
         let streams = drive(run, &control, stop, vec![&publish, &e2e], workers).await;
@@ -371,6 +372,7 @@ async fn create_producers(
     client: &Client,
     topics: &[String],
     options: &ProduceOptions,
+    receipts: &Arc<Receipts>,
 ) -> anyhow::Result<Vec<Producer>> {
     let mut producers = Vec::new();
     for topic in topics {
@@ -378,7 +380,8 @@ async fn create_producers(
             let mut builder = client
                 .producer(topic.clone())
                 .max_pending(if options.sync { 1 } else { options.max_pending })
-                .compression(options.compression.0);
+                .compression(options.compression.0)
+                .listener(receipts.clone());
             if let Some(b) = options.batching {
                 builder = builder.batching(b.max_messages, b.max_bytes, b.max_delay);
             }
@@ -464,49 +467,80 @@ async fn futures_join(workers: Vec<tokio::task::JoinHandle<()>>) {
     }
 }
 
+/// Records publish latencies as receipts arrive: each message is tagged with its send time
+/// (nanoseconds since `epoch`), and a whole batch is recorded with one clock read and one lock.
+struct Receipts {
+    publish: Arc<Stream>,
+    control: Arc<Control>,
+    size: usize,
+    epoch: Instant,
+}
+
+impl Receipts {
+    fn new(
+        publish: &Arc<Stream>,
+        control: &Arc<Control>,
+        size: usize,
+        epoch: Instant,
+    ) -> Arc<Self> {
+        Arc::new(Receipts { publish: publish.clone(), control: control.clone(), size, epoch })
+    }
+
+    /// Nanoseconds since the epoch: the tag of a message sent now.
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+}
+
+impl SendListener for Receipts {
+    fn on_stored(&self, tags: &[u64], _ids: StoredIds) {
+        let now = self.now();
+        let latencies = tags.iter().map(|&sent| Duration::from_nanos(now.saturating_sub(sent)));
+        self.publish.record_all(self.size, latencies);
+        self.control.counted(&self.publish);
+    }
+
+    fn on_failed(&self, tags: &[u64], error: &magnetar_client::Error) {
+        for _ in tags {
+            report_error(&self.publish, error);
+        }
+        self.control.counted(&self.publish);
+    }
+}
+
+/// Sends until the budget or the run ends. `stamp` writes the send time into the payload
+/// (for e2e).
 async fn produce_loop(
     producer: Producer,
     options: ProduceOptions,
     pacer: Option<Arc<Pacer>>,
-    publish: Arc<Stream>,
-    control: Arc<Control>,
-    stamp_from: Option<Instant>,
+    receipts: Arc<Receipts>,
+    stamp: bool,
 ) {
-    let template = payload_template(options.size);
+    // Leaked once per producer: cloning a static `Bytes` touches no reference count, which is
+    // two atomic operations per message less at millions of messages a second.
+    let template = Bytes::from_static(Vec::leak(payload_template(options.size).to_vec()));
+    let (publish, control) = (&receipts.publish, &receipts.control);
     while control.take_one() {
         if let Some(pacer) = &pacer {
             pacer.wait().await;
         }
-        let payload = match stamp_from {
-            Some(epoch) => stamped(&template, epoch),
-            None => template.clone(),
-        };
-        let sent_at = Instant::now();
+        let payload = if stamp { stamped(&template, receipts.epoch) } else { template.clone() };
         if options.sync {
+            let sent_at = Instant::now();
             match producer.send(ProducerMessage::new(payload)).await {
                 Ok(_) => publish.record(options.size, Some(sent_at.elapsed())),
-                Err(e) => report_error(&publish, &e),
+                Err(e) => report_error(publish, &e),
             }
-            control.counted(&publish);
-        } else {
-            // The receipt callback records the latency when the receipt arrives.
-            let (stream, control, size) = (publish.clone(), control.clone(), options.size);
-            let on_receipt = move |result: Result<MessageId, magnetar_client::Error>| {
-                match result {
-                    Ok(_) => stream.record(size, Some(sent_at.elapsed())),
-                    Err(e) => report_error(&stream, &e),
-                }
-                control.counted(&stream);
-            };
-            if let Err(e) =
-                producer.send_with_callback(ProducerMessage::new(payload), on_receipt).await
-            {
-                report_error(&publish, &e);
-            }
+            control.counted(publish);
+        } else if let Err(e) =
+            producer.send_tagged(ProducerMessage::new(payload), receipts.now()).await
+        {
+            report_error(publish, &e);
         }
     }
     if let Err(e) = producer.flush().await {
-        report_error(&publish, &e);
+        report_error(publish, &e);
     }
     let _ = tokio::time::timeout(Duration::from_secs(10), producer.close()).await;
 }

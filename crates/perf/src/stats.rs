@@ -70,6 +70,20 @@ impl Stream {
         }
     }
 
+    /// Counts messages of `bytes` each, one per latency, under one lock.
+    pub fn record_all(&self, bytes: usize, latencies: impl ExactSizeIterator<Item = Duration>) {
+        if !self.measuring.load(Ordering::Relaxed) {
+            return;
+        }
+        let n = latencies.len() as u64;
+        self.messages.fetch_add(n, Ordering::Relaxed);
+        self.bytes.fetch_add(n * bytes as u64, Ordering::Relaxed);
+        let mut histograms = self.lock();
+        for elapsed in latencies {
+            latency::record(&mut histograms.interval, elapsed);
+        }
+    }
+
     pub fn error(&self) {
         self.errors.fetch_add(1, Ordering::Relaxed);
     }

@@ -45,7 +45,7 @@ pub mod proto {
     include!(concat!(env!("OUT_DIR"), "/pulsar.proto.rs"));
 }
 
-pub use batch::{collect_batch, parse_batch, BatchBuilder, BatchIter, BatchMessage};
+pub use batch::{collect_batch, parse_batch, BatchBuilder, BatchIter, BatchMessage, MessageFields};
 pub use error::{BatchError, EncodeError, FrameError};
 pub use frame::{
     broker_entry_metadata_prefix, encode_command, encode_metadata_and_payload,
