@@ -58,6 +58,29 @@ impl Error {
     pub(crate) fn server(code: i32, message: impl Into<String>) -> Self {
         Error::Server { code: ServerError::try_from(code).ok(), message: message.into() }
     }
+
+    /// The same error again, for the next of several waiters failed by one cause (an I/O
+    /// error keeps its kind and text).
+    pub(crate) fn duplicate(&self) -> Self {
+        match self {
+            Error::InvalidUrl(s) => Error::InvalidUrl(s.clone()),
+            Error::Config(s) => Error::Config(s.clone()),
+            Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
+            Error::Disconnected => Error::Disconnected,
+            Error::Protocol(s) => Error::Protocol(s.clone()),
+            Error::Server { code, message } => {
+                Error::Server { code: *code, message: message.clone() }
+            }
+            Error::Timeout(what) => Error::Timeout(what),
+            Error::Compression(s) => Error::Compression(s.clone()),
+            Error::Encode(e) => Error::Encode(e.clone()),
+            Error::Closed => Error::Closed,
+            Error::MessageTooLarge { size, max } => {
+                Error::MessageTooLarge { size: *size, max: *max }
+            }
+            Error::TooManyRedirects(s) => Error::TooManyRedirects(s.clone()),
+        }
+    }
 }
 
 /// Shorthand for `Result<T, magnetar_client::Error>`.

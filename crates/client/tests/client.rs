@@ -534,6 +534,54 @@ async fn tagged_sends_are_heard_an_entry_at_a_time_in_order() {
     assert!(matches!(plain.send_tagged("x", 1).await, Err(magnetar_client::Error::Config(_))));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_senders_fill_batches_in_order() {
+    let broker = start_broker();
+    let client = Client::connect(broker.url()).await.unwrap();
+    // Small batches: senders on two threads keep filling, handing over and opening batches
+    // while the task takes them.
+    let producer = Arc::new(
+        client
+            .producer("concurrent")
+            .batching(37, 4096, Duration::from_millis(1))
+            .max_pending(300)
+            .create()
+            .await
+            .unwrap(),
+    );
+    let mut senders = Vec::new();
+    for sender in 0..4u32 {
+        let producer = producer.clone();
+        senders.push(tokio::spawn(async move {
+            let mut receipts = Vec::new();
+            for i in 0..2000u32 {
+                let key = sender << 16 | i;
+                let payload = [&key.to_be_bytes()[..], &[0u8; 60]].concat();
+                receipts.push((key, producer.send_async(payload).await.unwrap()));
+            }
+            let mut ids = Vec::new();
+            for (key, receipt) in receipts {
+                ids.push((key, timeout(WAIT, receipt).await.unwrap().expect("stored")));
+            }
+            ids
+        }));
+    }
+    let mut id_of = HashMap::new();
+    for sender in senders {
+        let ids = sender.await.unwrap();
+        assert!(ids.windows(2).all(|w| w[0].1 < w[1].1), "one sender's messages stay in order");
+        id_of.extend(ids);
+    }
+    assert_eq!(id_of.len(), 8000);
+    let mut reader =
+        client.reader("concurrent").start(MessageId::earliest()).create().await.unwrap();
+    for _ in 0..8000 {
+        let m = timeout(WAIT, reader.next()).await.unwrap().unwrap();
+        let key = u32::from_be_bytes(m.payload[..4].try_into().unwrap());
+        assert_eq!(id_of.remove(&key), Some(m.id), "stored once, where its receipt said");
+    }
+}
+
 #[tokio::test]
 async fn dropping_a_producer_still_sends_what_was_queued() {
     let broker = start_broker();
