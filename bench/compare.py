@@ -11,8 +11,9 @@ Cases (the workload table Pulsar operators publish):
   drain     consume a backlog of BACKLOG x 1 KiB messages
   e2e       publish-to-receive latency at a fixed E2E_RATE msg/s of 1 KiB
   idle      PSS right after start, time from launch to ready
-Prints one table (both systems and the ratio) and the raw fdatasync p50 of the disk measured in
-the same run, and writes it with the raw JSON under bench/results/.
+Prints one table (both systems and the ratio), the raw fdatasync p50 / p99 of the disk and the
+host's CPU stalls (vCPU time taken away for whole milliseconds), measured in the same run, and
+writes it with the raw JSON under bench/results/.
 """
 
 import argparse
@@ -198,7 +199,43 @@ def raw_disk(binary, scratch):
     report = json.loads(text)
     raw = report["raw"]
     return {"growing_p50_us": raw["sync_4k_growing"]["latency"]["p50_us"],
-            "prewritten_p50_us": raw["sync_4k_prewritten"]["latency"]["p50_us"]}
+            "growing_p99_us": raw["sync_4k_growing"]["latency"]["p99_us"],
+            "prewritten_p50_us": raw["sync_4k_prewritten"]["latency"]["p50_us"],
+            "prewritten_p99_us": raw["sync_4k_prewritten"]["latency"]["p99_us"]}
+
+
+def _spin_for_stalls(secs, threshold_s, queue):
+    """One CPU's share of the stall probe: spin on the clock and keep every gap longer than
+    the threshold (the thread was runnable but not running: the vCPU was taken away)."""
+    gaps = []
+    last = time.perf_counter()
+    end = last + secs
+    while last < end:
+        now = time.perf_counter()
+        if now - last > threshold_s:
+            gaps.append(now - last)
+        last = now
+    queue.put(gaps)
+
+
+def host_stalls(secs=5.0, threshold_ms=0.5):
+    """How often this VM's CPUs stop running for whole milliseconds with nothing else to run:
+    one spinning process per CPU, gaps between clock reads above the threshold. On a shared
+    host these stalls (steal) bound every tail latency measured here from below."""
+    import multiprocessing
+    queue = multiprocessing.Queue()
+    procs = [multiprocessing.Process(target=_spin_for_stalls, args=(secs, threshold_ms / 1000.0, queue))
+             for _ in range(os.cpu_count() or 1)]
+    for proc in procs:
+        proc.start()
+    gaps = sorted(g for _ in procs for g in queue.get(timeout=secs + 30))
+    for proc in procs:
+        proc.join()
+    cpus = len(procs)
+    return {"cpus": cpus, "secs": secs, "threshold_ms": threshold_ms,
+            "stalls_per_cpu_s": len(gaps) / (cpus * secs),
+            "stalled_share": sum(gaps) / (cpus * secs),
+            "max_ms": gaps[-1] * 1000.0 if gaps else 0.0}
 
 
 def run_system(system, binary, opts):
@@ -225,6 +262,8 @@ def run_system(system, binary, opts):
             # (measured: p99.9 9.4 -> 3.5 ms, p99 2.27 -> 1.90 ms after a 16 KiB run).
             os.sync()
             time.sleep(opts.settle_secs)
+            # The e2e tail is bounded below by the host's own stalls: measure them right before.
+            results["e2e_host_stalls"] = host_stalls()
             r = perf(binary, "e2e", "e2e-%s" % stamp, "-s", 1024, "-r", opts.e2e_rate,
                      "-d", opts.secs, *opts.e2e_args)
             results["e2e"] = stream(r, "e2e")
@@ -246,7 +285,7 @@ def fmt_rate(v):
     return "{:,.0f}".format(v)
 
 
-def table(results, raw, opts):
+def table(results, raw, stalls, opts):
     m, p = results.get("magnetar", {}), results.get("pulsar", {})
     rows = []
 
@@ -308,14 +347,17 @@ def table(results, raw, opts):
         out += cpu_rows
         out.append("")
     if opts.e2e_rate > 0:
-        out.append("| e2e latency at %s msg/s, 1 KiB | p50 ms | p99 ms | p99.9 ms | max ms |" % fmt_rate(opts.e2e_rate))
-        out.append("|---|---|---|---|---|")
+        out.append("| e2e latency at %s msg/s, 1 KiB | p50 ms | p99 ms | p99.9 ms | max ms "
+                   "| host stalls just before: per CPU-s, longest ms |" % fmt_rate(opts.e2e_rate))
+        out.append("|---|---|---|---|---|---|")
         for name, r in (("Magnetar", m), ("Apache Pulsar", p)):
             s = r.get("e2e")
             if s:
-                out.append("| %s (%s msg/s received) | %s | %s | %s | %s |" % (
+                st = r.get("e2e_host_stalls")
+                out.append("| %s (%s msg/s received) | %s | %s | %s | %s | %s |" % (
                     name, fmt_rate(s["msg_per_s"]), ms(lat(s, "p50_us")), ms(lat(s, "p99_us")),
-                    ms(lat(s, "p999_us")), ms(lat(s, "max_us"))))
+                    ms(lat(s, "p999_us")), ms(lat(s, "max_us")),
+                    "%.1f, %.1f" % (st["stalls_per_cpu_s"], st["max_ms"]) if st else "n/a"))
         out.append("")
     out.append("| idle | Magnetar | Apache Pulsar | ratio |")
     out.append("|---|---|---|---|")
@@ -330,9 +372,10 @@ def table(results, raw, opts):
             "1/%.0f" % (pi["ready_s"] / mi["ready_s"]) if mi and pi and mi["ready_s"] else "n/a"))
     out.append("")
     if raw:
-        out.append("Raw disk, same run: 4 KiB append + fdatasync p50 %.3f ms (growing file), "
-                   "%.3f ms (pre-written file)." % (raw["growing_p50_us"] / 1000.0,
-                                                   raw["prewritten_p50_us"] / 1000.0))
+        out.append("Raw disk, same run: 4 KiB append + fdatasync p50 / p99 %.3f / %.3f ms (growing file), "
+                   "%.3f / %.3f ms (pre-written file)." % (
+                       raw["growing_p50_us"] / 1000.0, raw["growing_p99_us"] / 1000.0,
+                       raw["prewritten_p50_us"] / 1000.0, raw["prewritten_p99_us"] / 1000.0))
         s = m.get("sync_1024")
         if s and s.get("latency"):
             out.append("Magnetar sync 1 KiB p50 = %.2fx raw fdatasync p50 (growing file)." % (
@@ -341,6 +384,11 @@ def table(results, raw, opts):
         if s and s.get("latency"):
             out.append("Apache Pulsar sync 1 KiB p50 = %.2fx raw fdatasync p50 (growing file)." % (
                 s["latency"]["p50_us"] / raw["growing_p50_us"]))
+    if stalls:
+        out.append("Host CPU stalls, same run (one spinning process per CPU, %.0f s): %.1f stalls "
+                   "over %.1f ms per CPU-second, %.2f%% of CPU time lost in them, longest %.1f ms." % (
+                       stalls["secs"], stalls["stalls_per_cpu_s"], stalls["threshold_ms"],
+                       stalls["stalled_share"] * 100.0, stalls["max_ms"]))
     return "\n".join(out)
 
 
@@ -382,6 +430,8 @@ def main():
         raw = raw_disk(opts.binary, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    log("host CPU stall probe")
+    stalls = host_stalls()
     results = {}
     for name in systems:
         if name == "magnetar":
@@ -392,7 +442,7 @@ def main():
             results[name] = run_system(Pulsar(opts.anchor), opts.binary, opts)
         else:
             sys.exit("unknown system %r" % name)
-    text = table(results, raw, opts)
+    text = table(results, raw, stalls, opts)
     header = "Run %s UTC on %s (%d CPUs), both brokers fsync before ack; client: magnetar perf.\n" % (
         started.strftime("%Y-%m-%d %H:%M"), socket.gethostname(), os.cpu_count() or 0)
     print(header)
@@ -401,7 +451,7 @@ def main():
     with open(base + ".md", "w") as f:
         f.write(header + "\n" + text + "\n")
     with open(base + ".json", "w") as f:
-        json.dump({"started": started.isoformat(), "raw_disk": raw, "results": results,
+        json.dump({"started": started.isoformat(), "raw_disk": raw, "host_stalls": stalls, "results": results,
                    "options": {k: v for k, v in vars(opts).items()}}, f, indent=2)
     log("written %s.md and .json" % base)
 
