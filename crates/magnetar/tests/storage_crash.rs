@@ -3,7 +3,7 @@
 //! it on the same directory, and check that every acknowledged entry is readable and
 //! byte-identical, that entry ids are dense, and that acknowledged deletes stay deleted.
 
-use magnetar_ledger::LedgerStore;
+use magnetar_ledger::{LedgerError, LedgerStore};
 use magnetar_perf::crash::{config, payload};
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +23,8 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_entry() {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let mut acked: BTreeMap<u64, u64> = BTreeMap::new(); // ledger -> acknowledged entry count
+                                                         // Deletes announced but not yet confirmed: after a kill the ledger may or may not be there.
+    let mut deleting: BTreeSet<u64> = BTreeSet::new();
     let mut deleted: BTreeSet<u64> = BTreeSet::new();
     let mut total_acks = 0u64;
     for round in 0..ROUNDS {
@@ -45,7 +47,10 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_entry() {
             }
         });
         let mut seen = 0u64;
-        let record = |line: &str, acked: &mut BTreeMap<u64, u64>, deleted: &mut BTreeSet<u64>| {
+        let record = |line: &str,
+                      acked: &mut BTreeMap<u64, u64>,
+                      deleting: &mut BTreeSet<u64>,
+                      deleted: &mut BTreeSet<u64>| {
             let parts: Vec<&str> = line.split_whitespace().collect();
             match parts.as_slice() {
                 ["ACK", ledger, entry] => {
@@ -55,9 +60,14 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_entry() {
                     *count = (*count).max(entry + 1);
                     1
                 }
+                ["DELETING", ledger] => {
+                    deleting.insert(ledger.parse().unwrap());
+                    0
+                }
                 ["DEL", ledger] => {
                     let ledger: u64 = ledger.parse().unwrap();
                     acked.remove(&ledger);
+                    deleting.remove(&ledger);
                     deleted.insert(ledger);
                     0
                 }
@@ -67,7 +77,7 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_entry() {
         };
         while seen < kill_after {
             let line = lines_rx.recv_timeout(LINE_WAIT).expect("writer makes progress");
-            seen += record(&line, &mut acked, &mut deleted);
+            seen += record(&line, &mut acked, &mut deleting, &mut deleted);
         }
         // SAFETY: plain syscall on a child we own.
         let killed = unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
@@ -76,14 +86,26 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_entry() {
         reader.join().unwrap();
         // Lines printed before death are acknowledgements too.
         while let Ok(line) = lines_rx.try_recv() {
-            seen += record(&line, &mut acked, &mut deleted);
+            seen += record(&line, &mut acked, &mut deleting, &mut deleted);
         }
         total_acks += seen;
         let (store, report) = LedgerStore::open(config(dir.path())).expect("reopen after kill");
+        // An announced delete that became durable before the kill: the ledger must stay gone.
+        let mut unconfirmed_deletes_done = 0;
+        for &ledger in &deleting {
+            if matches!(store.ledger_info(ledger), Err(LedgerError::NoSuchLedger(_))) {
+                acked.remove(&ledger);
+                deleted.insert(ledger);
+                unconfirmed_deletes_done += 1;
+            }
+        }
+        deleting.retain(|ledger| !deleted.contains(ledger));
         for (&ledger, &count) in &acked {
             let info = store
                 .ledger_info(ledger)
-                .unwrap_or_else(|e| panic!("round {round} seed {seed}: ledger {ledger}: {e}"));
+                .unwrap_or_else(|e| {
+                    panic!("round {round} seed {seed}: ledger {ledger} ({count} entries acknowledged): {e}")
+                });
             assert!(
                 info.entries >= count,
                 "round {round} seed {seed}: ledger {ledger} has {} entries, {count} acknowledged",
@@ -106,7 +128,8 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_entry() {
             );
         }
         println!(
-            "round {round}: killed after {seen} acks; {} ledgers checked; journal discarded {} torn bytes",
+            "round {round}: killed after {seen} acks; {} ledgers checked; {unconfirmed_deletes_done} \
+             unconfirmed deletes found done; journal discarded {} torn bytes",
             acked.len(),
             report.journal.discarded_bytes
         );

@@ -1,6 +1,7 @@
 //! The crash-test workload: a child process appends to several ledgers and prints
-//! `ACK <ledger> <entry>` for each durable append and `DEL <ledger>` for each durable delete; the test kills it with SIGKILL and checks
-//! every acknowledged entry after a restart. Payloads are a pure function of (ledger, entry)
+//! `ACK <ledger> <entry>` for each durable append, `DELETING <ledger>` before a delete and
+//! `DEL <ledger>` once it is durable; the test kills it with SIGKILL and checks every
+//! acknowledged entry after a restart. Payloads are a pure function of (ledger, entry)
 //! so the checker knows what must be there.
 
 use bytes::Bytes;
@@ -73,6 +74,13 @@ pub fn run_writer(dir: &Path, appenders: usize) -> anyhow::Result<()> {
                     if entry % 400 == 0 {
                         store.close_ledger(ledger).await?;
                         if ledger % 2 == 0 {
+                            // Announced first: a kill after the delete is durable but before
+                            // `DEL` is printed leaves the ledger legitimately gone.
+                            {
+                                let mut out = out.lock().expect("stdout lock");
+                                writeln!(out, "DELETING {ledger}")?;
+                                out.flush()?;
+                            }
                             store.delete_ledger(ledger).await?;
                             let mut out = out.lock().expect("stdout lock");
                             writeln!(out, "DEL {ledger}")?;
