@@ -612,6 +612,49 @@ impl Consumer {
         self.conn_of(message.consumer_id)?.send_command(&command)
     }
 
+    /// Asks the broker to redeliver every message this consumer holds unacknowledged (as
+    /// Pulsar's `redeliverUnacknowledgedMessages`). Messages queued here and not yet received
+    /// are dropped, and their permits returned, since they come again. A message the broker
+    /// had already sent may arrive twice: delivery is at least once.
+    pub fn redeliver_unacknowledged(&mut self) -> Result<()> {
+        // Messages that arrived but were not unpacked yet are dropped with the queue.
+        let mut closed = Vec::new();
+        while let Ok(event) = self.events.try_recv() {
+            match event {
+                ConsumerEvent::Message { consumer_id, command, payload } => {
+                    if self.parts.contains_key(&consumer_id) {
+                        self.unpack(consumer_id, &command, *payload)?;
+                    }
+                }
+                closed_event @ ConsumerEvent::Closed { .. } => closed.push(closed_event),
+            }
+        }
+        for event in closed {
+            // `receive` re-attaches the partition.
+            let _ = self.events_tx.send(event);
+        }
+        let ids: Vec<u64> = self.parts.keys().copied().collect();
+        for consumer_id in ids {
+            let before = self.queue.len();
+            self.queue.retain(|m| m.consumer_id != consumer_id);
+            let dropped = (before - self.queue.len()) as u32;
+            self.lock_batches().retain(|&(c, _, _), _| c != consumer_id);
+            let command = BaseCommand {
+                redeliver_unacknowledged_messages: Some(Box::new(
+                    CommandRedeliverUnacknowledgedMessages { consumer_id, ..Default::default() },
+                )),
+                ..commands::base(Type::RedeliverUnacknowledgedMessages)
+            };
+            self.conn_of(consumer_id)?.send_command(&command)?;
+            // After the command: permits freed by the dropped messages must not let the
+            // broker send more before it has taken the pending ones back.
+            if dropped > 0 {
+                self.used_permits(consumer_id, dropped);
+            }
+        }
+        Ok(())
+    }
+
     /// Re-attaches one partition after the broker or connection closed it.
     async fn resubscribe(&mut self, consumer_id: u64) -> Result<()> {
         let Some(part) = self.parts.get(&consumer_id) else { return Ok(()) };

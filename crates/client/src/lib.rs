@@ -9,7 +9,8 @@
 //!   with resend of pending messages; receipts as futures, callbacks, or
 //!   tags reported to a [`SendListener`] a batch at a time.
 //! * [`Consumer`]: un-batching and decompression, flow control, ack,
-//!   cumulative ack, negative ack.
+//!   cumulative and grouped acks, negative ack, redelivery of everything
+//!   unacknowledged.
 //! * [`Reader`]: reads a topic from a [`MessageId`] without a durable
 //!   subscription.
 //!

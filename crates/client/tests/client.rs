@@ -267,6 +267,53 @@ async fn ack_and_nack() {
 }
 
 #[tokio::test]
+async fn redeliver_unacknowledged_brings_back_what_was_not_acked() {
+    let broker = start_broker();
+    let client = Client::connect(broker.url()).await.unwrap();
+    let topic = "redeliver-all";
+    let subscribe = || {
+        client
+            .consumer(topic)
+            .subscription("s")
+            .sub_type(SubType::Exclusive)
+            .initial_position(InitialPosition::Earliest)
+            .subscribe()
+    };
+    let mut consumer = subscribe().await.unwrap();
+    let producer = client.producer(topic).create().await.unwrap();
+    for i in 0..5 {
+        producer.send(format!("m{i}")).await.unwrap();
+    }
+    let first = recv(&mut consumer).await;
+    assert_eq!(first.text(), Some("m0"));
+    assert_eq!(first.redelivery_count, 0);
+    assert_eq!(recv(&mut consumer).await.text(), Some("m1"));
+
+    consumer.redeliver_unacknowledged().unwrap();
+    // m0 and m1 were delivered and not acknowledged: they come back, counted. Messages the
+    // broker sent before it took the request may arrive twice; all of them are acknowledged.
+    let mut redelivered = BTreeMap::new();
+    let mut seen = BTreeMap::new();
+    while !(redelivered.contains_key("m0") && redelivered.contains_key("m1") && seen.len() == 5) {
+        let m = recv(&mut consumer).await;
+        let text = m.text().unwrap().to_string();
+        if m.redelivery_count >= 1 {
+            *redelivered.entry(text.clone()).or_insert(0) += 1;
+        }
+        *seen.entry(text).or_insert(0) += 1;
+        consumer.ack(&m).await.unwrap();
+    }
+    consumer.close().await.unwrap();
+
+    // Everything was acknowledged, duplicates included: a new consumer gets only new messages.
+    let mut consumer = subscribe().await.unwrap();
+    producer.send("after").await.unwrap();
+    let m = recv(&mut consumer).await;
+    assert_eq!(m.text(), Some("after"), "acknowledged messages must not come back");
+    consumer.unsubscribe().await.unwrap();
+}
+
+#[tokio::test]
 async fn reader_from_earliest_latest_and_id() {
     let broker = start_broker();
     let client = Client::connect(broker.url()).await.unwrap();
