@@ -189,6 +189,33 @@ struct Part {
 }
 
 /// Receives messages from a subscription.
+///
+/// ```no_run
+/// # async fn demo(client: magnetar_client::Client) -> magnetar_client::Result<()> {
+/// use magnetar_client::{InitialPosition, SubType};
+///
+/// let mut consumer = client
+///     .consumer("events")
+///     .subscription("billing")
+///     .sub_type(SubType::Shared)
+///     .initial_position(InitialPosition::Earliest)
+///     .receiver_queue(1000)
+///     .subscribe()
+///     .await?;
+/// for _ in 0..100 {
+///     let message = consumer.receive().await?;
+///     match message.text() {
+///         // Grouped: one ACK command for many messages, as the official clients do.
+///         Some(_) => consumer.ack_grouped(&message)?,
+///         // Not for us now: the broker delivers it again, with redelivery_count raised.
+///         None => consumer.nack(&message)?,
+///     }
+/// }
+/// // Or: everything delivered and not acknowledged comes back.
+/// consumer.redeliver_unacknowledged()?;
+/// consumer.close().await?; // sends the grouped acknowledgements first
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Consumer {
     client: Client,
