@@ -337,9 +337,7 @@ impl Consumer {
             };
             match event {
                 Some(ConsumerEvent::Message { consumer_id, command, payload }) => {
-                    if self.parts.contains_key(&consumer_id) {
-                        self.unpack(consumer_id, &command, *payload)?;
-                    }
+                    self.accept(consumer_id, &command, *payload)?
                 }
                 Some(ConsumerEvent::Closed { consumer_id }) => {
                     self.resubscribe(consumer_id).await?
@@ -347,6 +345,28 @@ impl Consumer {
                 None => return Err(Error::Closed),
             }
         }
+    }
+
+    /// Queues the messages of one MESSAGE, unless its partition was closed meanwhile.
+    fn accept(
+        &mut self,
+        consumer_id: u64,
+        command: &CommandMessage,
+        section: PayloadSection,
+    ) -> Result<()> {
+        if self.parts.contains_key(&consumer_id) {
+            self.unpack(consumer_id, command, section)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the messages of one partition queued here and what is known of their batches
+    /// (the broker sends them again); returns how many messages were dropped.
+    fn forget_queued(&mut self, consumer_id: u64) -> u32 {
+        let before = self.queue.len();
+        self.queue.retain(|m| m.consumer_id != consumer_id);
+        self.lock_batches().retain(|&(c, _, _), _| c != consumer_id);
+        (before - self.queue.len()) as u32
     }
 
     fn used_permits(&mut self, consumer_id: u64, n: u32) {
@@ -649,9 +669,7 @@ impl Consumer {
         while let Ok(event) = self.events.try_recv() {
             match event {
                 ConsumerEvent::Message { consumer_id, command, payload } => {
-                    if self.parts.contains_key(&consumer_id) {
-                        self.unpack(consumer_id, &command, *payload)?;
-                    }
+                    self.accept(consumer_id, &command, *payload)?
                 }
                 closed_event @ ConsumerEvent::Closed { .. } => closed.push(closed_event),
             }
@@ -662,10 +680,7 @@ impl Consumer {
         }
         let ids: Vec<u64> = self.parts.keys().copied().collect();
         for consumer_id in ids {
-            let before = self.queue.len();
-            self.queue.retain(|m| m.consumer_id != consumer_id);
-            let dropped = (before - self.queue.len()) as u32;
-            self.lock_batches().retain(|&(c, _, _), _| c != consumer_id);
+            let dropped = self.forget_queued(consumer_id);
             let command = BaseCommand {
                 redeliver_unacknowledged_messages: Some(Box::new(
                     CommandRedeliverUnacknowledgedMessages { consumer_id, ..Default::default() },
@@ -687,9 +702,9 @@ impl Consumer {
         let Some(part) = self.parts.get(&consumer_id) else { return Ok(()) };
         let topic = part.topic.clone();
         let start = part.last.or(self.options.start);
-        // Drop what was queued from the old attachment: the broker resends it.
-        self.queue.retain(|m| m.consumer_id != consumer_id);
-        self.lock_batches().retain(|&(c, _, _), _| c != consumer_id);
+        // Drop what was queued from the old attachment: the broker resends it. The new
+        // attachment starts with fresh permits, so the dropped ones are not returned.
+        self.forget_queued(consumer_id);
         let mut backoff = Duration::from_millis(50);
         let give_up = Instant::now() + Duration::from_secs(60);
         loop {
