@@ -6,8 +6,18 @@ use std::path::PathBuf;
 #[derive(Parser, Debug)]
 #[command(name = "magnetar", version, about = "Pulsar-protocol messaging and streaming platform")]
 pub struct Cli {
+    /// Log line format: `text` (coloured only on a terminal without NO_COLOR) or `json` (one
+    /// object per line, for log shippers). The filter is RUST_LOG (default `info`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -129,9 +139,10 @@ pub struct PerfConsumerArgs {
     /// Consumers per topic.
     #[arg(long = "num-consumers", short = 'c', default_value_t = 1)]
     pub consumers: usize,
-    /// Subscription name.
-    #[arg(long = "subscriptions", visible_alias = "subscription", default_value = "perf-sub")]
-    pub subscription: String,
+    /// Subscription name [default: perf-sub; for e2e a new one per run, removed at the end, so
+    /// that a backlog left by earlier runs is not measured].
+    #[arg(long = "subscriptions", visible_alias = "subscription")]
+    pub subscription: Option<String>,
     /// Exclusive, Shared, Failover or Key_Shared.
     #[arg(long = "subscription-type", short = 'T', default_value = "Exclusive")]
     pub sub_type: magnetar_perf::pulsar::PerfSubType,
@@ -225,7 +236,7 @@ impl PerfConsumerArgs {
         if self.receiver_queue == 0 {
             return Err("--receiver-queue-size must be at least 1".into());
         }
-        if self.subscription.is_empty() {
+        if self.subscription.as_deref() == Some("") {
             return Err("--subscription must not be empty".into());
         }
         Ok(())

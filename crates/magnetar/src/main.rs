@@ -5,7 +5,7 @@ mod perf;
 mod standalone;
 
 use clap::Parser;
-use cli::{Cli, Command, DebugCommand, DiskProbeArgs, PerfCommand};
+use cli::{Cli, Command, DebugCommand, DiskProbeArgs, LogFormat, PerfCommand};
 use std::time::Duration;
 
 fn main() -> anyhow::Result<()> {
@@ -14,13 +14,7 @@ fn main() -> anyhow::Result<()> {
         eprintln!("error: {why}");
         std::process::exit(2);
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(cli.log_format);
     match cli.command {
         Command::Standalone(args) => standalone::run(args),
         Command::Perf(PerfCommand::Produce(args)) => perf::produce(args),
@@ -45,6 +39,22 @@ fn main() -> anyhow::Result<()> {
         Command::DiskProbe(args) => disk_probe(args),
         Command::Debug(DebugCommand::CrashWriter { dir, appenders }) => {
             magnetar_perf::crash::run_writer(&dir, appenders)
+        }
+    }
+}
+
+/// Logs go to stderr. Colour codes only reach a terminal: a file, a pipe or a journal gets plain
+/// text (and nobody gets colour with NO_COLOR set, https://no-color.org).
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().with_current_span(false).init(),
+        LogFormat::Text => {
+            let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+            builder.with_ansi(std::io::stderr().is_terminal() && !no_color).init()
         }
     }
 }

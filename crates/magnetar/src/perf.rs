@@ -19,14 +19,21 @@ pub fn produce(args: PerfProduceArgs) -> anyhow::Result<()> {
 
 pub fn consume(args: PerfConsumeArgs) -> anyhow::Result<()> {
     let (target, run) = target_and_run(&args.target);
-    pulsar::consume(&target, &run, &consume_options(&args.consumer))?;
+    let subscription = args.consumer.subscription.clone().unwrap_or_else(|| "perf-sub".into());
+    pulsar::consume(&target, &run, &consume_options(&args.consumer, subscription, false))?;
     Ok(())
 }
 
 pub fn e2e(args: PerfE2eArgs) -> anyhow::Result<()> {
     let (target, run) = target_and_run(&args.target);
     let produce = produce_options(&args.producer);
-    pulsar::e2e(&target, &run, &produce, &consume_options(&args.consumer))?;
+    // e2e measures only what this run sends: a subscription of its own at Latest, dropped at the
+    // end, unless the user names one.
+    let consume = match args.consumer.subscription.clone() {
+        Some(name) => consume_options(&args.consumer, name, false),
+        None => consume_options(&args.consumer, format!("perf-e2e-{}", std::process::id()), true),
+    };
+    pulsar::e2e(&target, &run, &produce, &consume)?;
     Ok(())
 }
 
@@ -65,10 +72,15 @@ fn produce_options(args: &PerfProducerArgs) -> ProduceOptions {
     }
 }
 
-fn consume_options(args: &PerfConsumerArgs) -> ConsumeOptions {
+fn consume_options(
+    args: &PerfConsumerArgs,
+    subscription: String,
+    unsubscribe_at_end: bool,
+) -> ConsumeOptions {
     ConsumeOptions {
         consumers: args.consumers,
-        subscription: args.subscription.clone(),
+        subscription,
+        unsubscribe_at_end,
         sub_type: args.sub_type,
         receiver_queue: args.receiver_queue,
         initial_position: args.position,

@@ -81,6 +81,8 @@ pub struct ConsumeOptions {
     /// Consumers per topic (all on one subscription).
     pub consumers: usize,
     pub subscription: String,
+    /// Remove the subscription when the run ends (a throw-away one, as e2e's own).
+    pub unsubscribe_at_end: bool,
     pub sub_type: PerfSubType,
     pub receiver_queue: u32,
     pub initial_position: PerfPosition,
@@ -238,6 +240,7 @@ pub fn consume(
                 received.clone(),
                 control.clone(),
                 Latency::PublishTime,
+                options.unsubscribe_at_end,
             )));
         }
         let streams = drive(run, &control, stop, vec![&received], workers).await;
@@ -271,6 +274,7 @@ pub fn e2e(
                 e2e.clone(),
                 control.clone(),
                 latency,
+                consume.unsubscribe_at_end,
             )));
         }
         let send_budget = run.messages.map(AtomicU64::new);
@@ -571,6 +575,7 @@ async fn consume_loop(
     received: Arc<Stream>,
     control: Arc<Control>,
     latency: Latency,
+    unsubscribe_at_end: bool,
 ) {
     let mut stop = control.stop.clone();
     loop {
@@ -601,7 +606,12 @@ async fn consume_loop(
         }
         control.counted(&received);
     }
-    let _ = tokio::time::timeout(Duration::from_secs(10), consumer.close()).await;
+    // Best effort either way: the run's figures are already taken.
+    if unsubscribe_at_end {
+        let _ = tokio::time::timeout(Duration::from_secs(10), consumer.unsubscribe()).await;
+    } else {
+        let _ = tokio::time::timeout(Duration::from_secs(10), consumer.close()).await;
+    }
 }
 
 /// A payload of `size` bytes that compresses like text, not like zeros.

@@ -1,7 +1,8 @@
 //! Memory of the delayed-delivery index (`magnetar_broker::delayed::DelayTracker`) holding
 //! many delayed messages: live heap bytes measured by a counting global allocator.
 //!
-//! Usage: `delay-index-bench [messages] [spread_seconds]` (default 10,000,000 over one day).
+//! Usage: `cargo run -p magnetar-perf --release --example delay-index-bench -- [messages]
+//! [spread_seconds]` (default 10,000,000 over one day).
 //! Positions grow like a topic's (50,000 entries per ledger); deadlines are uniform random in
 //! the spread, as for messages published with random `deliver_after`.
 
