@@ -30,6 +30,14 @@ pub struct BrokerConfig {
     /// Producer deduplication where neither the topic nor its namespace sets it (Pulsar's
     /// `brokerDeduplicationEnabled`, default off).
     pub broker_deduplication_enabled: bool,
+    /// Failover subscriptions: milliseconds a newly chosen active consumer waits before it is
+    /// sent anything, so the previous one's in-flight acks land first and fewer messages are
+    /// delivered twice (Pulsar's `activeConsumerFailoverDelayTimeMillis`, 1,000).
+    pub active_consumer_failover_delay_ms: u64,
+    /// Key_Shared AUTO_SPLIT: consistent hashing (true, Pulsar's default) or halving the largest
+    /// hash range for each joining consumer (false) (Pulsar's
+    /// `subscriptionKeySharedUseConsistentHashing`).
+    pub key_shared_use_consistent_hashing: bool,
 }
 
 impl Default for BrokerConfig {
@@ -46,6 +54,8 @@ impl Default for BrokerConfig {
             max_ledger_age_seconds: 4 * 3600,
             dispatch_batch_entries: 100,
             broker_deduplication_enabled: false,
+            active_consumer_failover_delay_ms: 1_000,
+            key_shared_use_consistent_hashing: true,
         }
     }
 }
@@ -58,6 +68,9 @@ impl BrokerConfig {
                 self.max_message_size
             ));
         }
+        if self.active_consumer_failover_delay_ms > 60_000 {
+            return Err("active_consumer_failover_delay_ms must be at most 60000".into());
+        }
         if self.keepalive_seconds == 0 {
             return Err("keepalive_seconds must be at least 1".into());
         }
@@ -69,6 +82,14 @@ impl BrokerConfig {
             return Err("ledger rollover limits and dispatch_batch_entries must be positive".into());
         }
         Ok(())
+    }
+
+    pub fn dispatch_settings(&self) -> crate::subscription::DispatchSettings {
+        crate::subscription::DispatchSettings {
+            batch_entries: self.dispatch_batch_entries,
+            failover_delay_ms: self.active_consumer_failover_delay_ms,
+            key_shared_consistent_hashing: self.key_shared_use_consistent_hashing,
+        }
     }
 
     pub fn keepalive(&self) -> Duration {

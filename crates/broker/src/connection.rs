@@ -24,7 +24,8 @@ use magnetar_protocol::proto::{
     command_ack::AckType,
     command_lookup_topic_response::LookupType,
     command_subscribe::{InitialPosition, SubType},
-    BaseCommand, CommandConsumerStatsResponse, ProducerAccessMode, Schema, ServerError,
+    BaseCommand, CommandConsumerStatsResponse, CommandProducer, CommandSubscribe,
+    ProducerAccessMode, Schema, ServerError,
 };
 use magnetar_protocol::{
     commands, encode_command, encode_payload_command_header, Frame, FrameDecoder, FrameError,
@@ -36,6 +37,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 /// Highest protocol version whose features we implement.
 const PROTOCOL_VERSION: i32 = 19;
@@ -192,6 +194,12 @@ struct Connection {
     /// the persistent ones).
     np_producers: HashMap<u64, NpProducerContext>,
     np_consumers: HashMap<u64, NpConsumerContext>,
+    /// PRODUCER and SUBSCRIBE requests being served by their own tasks, by producer / consumer
+    /// id; a CLOSE meanwhile aborts the task.
+    pending_producers: HashMap<u64, JoinHandle<()>>,
+    pending_consumers: HashMap<u64, JoinHandle<()>>,
+    /// Where those tasks send what they must finish on the connection.
+    completions: mpsc::UnboundedSender<Completion>,
     peer: String,
 }
 
@@ -208,6 +216,7 @@ pub async fn serve(
     let (mut reader, writer) = socket.into_split();
     let (sender, receiver) = mpsc::unbounded_channel::<OutFrame>();
     let writer_task = tokio::spawn(write_frames(receiver, writer));
+    let (completions, mut completed) = mpsc::unbounded_channel::<Completion>();
     let mut connection = Connection {
         service: service.clone(),
         outbox: Outbox { sender },
@@ -216,6 +225,9 @@ pub async fn serve(
         consumers: HashMap::new(),
         np_producers: HashMap::new(),
         np_consumers: HashMap::new(),
+        pending_producers: HashMap::new(),
+        pending_consumers: HashMap::new(),
+        completions,
         peer,
     };
     let decoder = FrameDecoder::with_max_message_size(service.config.max_message_size);
@@ -254,10 +266,11 @@ pub async fn serve(
                     connection.outbox.send_command(&commands::ping());
                 }
             },
+            Some(finish) = completed.recv() => finish(&mut connection),
             _ = shutdown.changed() => break,
         }
     }
-    connection.cleanup().await;
+    connection.cleanup(&mut completed).await;
     drop(connection);
     let _ = tokio::time::timeout(Duration::from_secs(5), writer_task).await;
 }
@@ -280,6 +293,18 @@ impl Connection {
             }
         }
         !error.is_fatal()
+    }
+
+    /// Runs a request's slow part (topic loads, metadata, waits) on a task of its own; what it
+    /// returns is then run on the connection, in the connection's loop.
+    fn spawn_request(
+        &self,
+        work: impl std::future::Future<Output = Completion> + Send + 'static,
+    ) -> JoinHandle<()> {
+        let done = self.completions.clone();
+        tokio::spawn(async move {
+            let _ = done.send(work.await);
+        })
     }
 
     fn reply_error(&self, request_id: u64, error: &BrokerError) {
@@ -307,10 +332,10 @@ impl Connection {
             Type::Pong => Ok(()),
             Type::PartitionedMetadata => self.on_partitioned_metadata(&command).await,
             Type::Lookup => self.on_lookup(&command),
-            Type::Producer => self.on_producer(&command).await,
+            Type::Producer => self.on_producer(&command),
             Type::Send => self.on_send(&command, payload.map(|p| p.metadata_and_payload)),
             Type::CloseProducer => self.on_close_producer(&command),
-            Type::Subscribe => self.on_subscribe(&command).await,
+            Type::Subscribe => self.on_subscribe(&command),
             Type::Flow => self.on_flow(&command),
             Type::Ack => self.on_ack(&command),
             Type::RedeliverUnacknowledgedMessages => self.on_redeliver(&command),
@@ -391,12 +416,14 @@ impl Connection {
         Ok(())
     }
 
-    async fn on_producer(&mut self, command: &BaseCommand) -> Handled {
+    /// PRODUCER: answered from a task of its own (a topic load, a schema check or a
+    /// WaitForExclusive producer's wait never holds up this connection's other commands); the
+    /// producer joins the connection when the task reports back.
+    fn on_producer(&mut self, command: &BaseCommand) -> Handled {
         let request = command.producer.as_ref().ok_or("PRODUCER without body")?;
         let (request_id, producer_id) = (request.request_id, request.producer_id);
-        if self.producers.contains_key(&producer_id) {
+        if let Some(existing) = self.producers.get(&producer_id) {
             // A client retrying a create it already got: answer the same.
-            let existing = &self.producers[&producer_id];
             let version = existing.schema_version.map(commands::schema_version_bytes);
             let last = existing.topic.last_sequence_id(&existing.name);
             let reply =
@@ -404,112 +431,76 @@ impl Connection {
             self.outbox.send_command(&reply);
             return Ok(());
         }
-        let mode = request
-            .producer_access_mode
-            .and_then(|m| ProducerAccessMode::try_from(m).ok())
-            .unwrap_or(ProducerAccessMode::Shared);
         if let Some(existing) = self.np_producers.get(&producer_id) {
             let reply = commands::producer_success(request_id, existing.name.clone(), -1, None);
             self.outbox.send_command(&reply);
             return Ok(());
         }
-        if let Ok(name) = BrokerService::topic_name(&request.topic) {
-            if name.domain() == TopicDomain::NonPersistent {
-                return self.on_np_producer(command, name, mode).await;
-            }
+        if self.pending_producers.contains_key(&producer_id) {
+            // As Pulsar: the earlier request for this id is still being served.
+            let error = BrokerError::ServiceNotReady(
+                "Producer is already present on the connection".into(),
+            );
+            self.reply_error(request_id, &error);
+            return Ok(());
         }
-        let result = async {
-            let name = BrokerService::topic_name(&request.topic)?;
-            let topic = self.service.topic(&name, true).await?;
-            // The schema first: an incompatible one fails the producer (Pulsar's tryAddSchema).
-            let schema_version = self.producer_schema(&name, request.schema.as_ref()).await?;
-            // The initial subscription (dead-letter producers): created at the earliest
-            // position before the producer may publish, as Pulsar's handleProducer does.
-            if let Some(initial) =
-                request.initial_subscription_name.as_deref().filter(|n| !n.is_empty())
-            {
-                if name.domain() == magnetar_admin::names::TopicDomain::Persistent {
-                    topic
-                        .subscription(initial, SubType::Exclusive, true, StartAt::Earliest)
-                        .await?;
-                }
-            }
-            let producer_name = match request.producer_name.clone().filter(|n| !n.is_empty()) {
-                Some(name) => name,
-                None => format!("standalone-{}", PRODUCER_NAMES.fetch_add(1, Ordering::Relaxed)),
-            };
-            let key = self.service.next_key();
-            // Policies may have changed since the topic was loaded (another broker's admin
-            // API in cluster mode; here a cheap re-read keeps this path obviously right).
-            topic.refresh_policies().await?;
-            let epoch = topic.add_producer(producer_name.clone(), key, mode).await?;
-            Ok((topic, producer_name, key, epoch, schema_version))
-        }
-        .await;
-        match result {
-            Ok((topic, name, key, epoch, schema_version)) => {
-                let version_bytes = schema_version.map(commands::schema_version_bytes);
-                // A reconnecting producer resumes after its last stored sequence id.
-                let last_sequence_id = topic.last_sequence_id(&name);
-                let mut reply = commands::producer_success(
-                    request_id,
-                    name.clone(),
-                    last_sequence_id,
-                    version_bytes,
-                );
-                if mode != ProducerAccessMode::Shared {
-                    if let Some(success) = reply.producer_success.as_mut() {
-                        success.topic_epoch = Some(epoch);
-                    }
-                }
-                let partition = topic.partition;
-                let context =
-                    ProducerContext { topic, name: name.into(), key, partition, schema_version };
-                self.producers.insert(producer_id, context);
-                self.outbox.send_command(&reply);
-            }
-            Err(error) => self.reply_error(request_id, &error),
-        }
+        let request = (**request).clone();
+        let (service, outbox) = (self.service.clone(), self.outbox.clone());
+        let task = self.spawn_request(async move {
+            let created = create_producer(&service, &outbox, &request).await;
+            let finish: Completion = Box::new(move |connection: &mut Connection| {
+                connection.producer_created(&request, created)
+            });
+            finish
+        });
+        self.pending_producers.insert(producer_id, task);
         Ok(())
     }
 
-    /// PRODUCER on a non-persistent topic: registered in memory; no deduplication (Pulsar's
-    /// non-persistent topics have none), so `last_sequence_id` is -1.
-    async fn on_np_producer(
+    /// A PRODUCER request's outcome, back on the connection: the producer joins it and the
+    /// client hears PRODUCER_SUCCESS, or the error. One closed in the meantime is undone.
+    fn producer_created(
         &mut self,
-        command: &BaseCommand,
-        name: TopicName,
-        mode: ProducerAccessMode,
-    ) -> Handled {
-        let request = command.producer.as_ref().ok_or("PRODUCER without body")?;
-        let (request_id, producer_id) = (request.request_id, request.producer_id);
-        let result = async {
-            let topic = self.service.non_persistent_topic(&name, true).await?;
-            let producer_name = match request.producer_name.clone().filter(|n| !n.is_empty()) {
-                Some(name) => name,
-                None => format!("standalone-{}", PRODUCER_NAMES.fetch_add(1, Ordering::Relaxed)),
-            };
-            let key = self.service.next_key();
-            let epoch = topic.producers.add(producer_name.clone(), key, mode).await?;
-            Ok::<_, BrokerError>((topic, producer_name, key, epoch))
-        }
-        .await;
-        match result {
-            Ok((topic, name, key, epoch)) => {
-                let schema_version = request.schema.as_ref().map(|_| Bytes::from_static(&[0; 8]));
-                let mut reply =
-                    commands::producer_success(request_id, name.clone(), -1, schema_version);
-                if mode != ProducerAccessMode::Shared {
-                    if let Some(success) = reply.producer_success.as_mut() {
-                        success.topic_epoch = Some(epoch);
-                    }
-                }
-                self.np_producers.insert(producer_id, NpProducerContext { topic, name, key });
-                self.outbox.send_command(&reply);
+        request: &CommandProducer,
+        created: Result<CreatedProducer, BrokerError>,
+    ) {
+        let request_id = request.request_id;
+        let still_wanted = self.pending_producers.remove(&request.producer_id).is_some();
+        let created = match created {
+            Ok(created) if !still_wanted => {
+                created.release();
+                return;
             }
-            Err(error) => self.reply_error(request_id, &error),
+            Ok(created) => created,
+            Err(_) if !still_wanted => return,
+            Err(error) => {
+                self.reply_error(request_id, &error);
+                return;
+            }
+        };
+        let mode = access_mode(request);
+        let (name, epoch) = (created.name().to_string(), created.epoch());
+        let mut reply = match created {
+            CreatedProducer::Persistent(context, _) => {
+                let version_bytes = context.schema_version.map(commands::schema_version_bytes);
+                // A reconnecting producer resumes after its last stored sequence id.
+                let last_sequence_id = context.topic.last_sequence_id(&context.name);
+                self.producers.insert(request.producer_id, context);
+                commands::producer_success(request_id, name, last_sequence_id, version_bytes)
+            }
+            CreatedProducer::NonPersistent(context, _) => {
+                // No deduplication on non-persistent topics: last_sequence_id is -1.
+                let version = request.schema.as_ref().map(|_| Bytes::from_static(&[0; 8]));
+                self.np_producers.insert(request.producer_id, context);
+                commands::producer_success(request_id, name, -1, version)
+            }
+        };
+        if mode != ProducerAccessMode::Shared {
+            if let Some(success) = reply.producer_success.as_mut() {
+                success.topic_epoch = Some(epoch);
+            }
         }
-        Ok(())
+        self.outbox.send_command(&reply);
     }
 
     fn on_send(&mut self, command: &BaseCommand, entry: Option<Bytes>) -> Handled {
@@ -618,6 +609,11 @@ impl Connection {
 
     fn on_close_producer(&mut self, command: &BaseCommand) -> Handled {
         let request = command.close_producer.as_ref().ok_or("CLOSE_PRODUCER without body")?;
+        if let Some(task) = self.pending_producers.remove(&request.producer_id) {
+            // Still being created (a WaitForExclusive producer in line, say): stop it; if it
+            // had already finished, its completion finds it unwanted and gives the topic back.
+            task.abort();
+        }
         if let Some(producer) = self.producers.remove(&request.producer_id) {
             producer.topic.remove_producer(&producer.name, producer.key);
         }
@@ -628,7 +624,10 @@ impl Connection {
         Ok(())
     }
 
-    async fn on_subscribe(&mut self, command: &BaseCommand) -> Handled {
+    /// SUBSCRIBE: served from a task of its own, like PRODUCER; the consumer joins the
+    /// connection, hears SUCCESS, and only then its first ACTIVE_CONSUMER_CHANGE (clients
+    /// ignore events for a consumer they have not been told exists).
+    fn on_subscribe(&mut self, command: &BaseCommand) -> Handled {
         let request = command.subscribe.as_ref().ok_or("SUBSCRIBE without body")?;
         let (request_id, consumer_id) = (request.request_id, request.consumer_id);
         if let Some(existing) = self.consumers.get(&consumer_id) {
@@ -643,74 +642,50 @@ impl Connection {
             self.outbox.send_command(&commands::success(request_id));
             return Ok(());
         }
-        let sub_type = SubType::try_from(request.sub_type).unwrap_or(SubType::Exclusive);
-        if let Ok(name) = BrokerService::topic_name(&request.topic) {
-            if name.domain() == TopicDomain::NonPersistent {
-                let result = async {
-                    let create = request.force_topic_creation.unwrap_or(true);
-                    let topic = self.service.non_persistent_topic(&name, create).await?;
-                    let key = self.service.next_key();
-                    let consumer = NpConsumer::new(
-                        key,
-                        consumer_id,
-                        request.consumer_name.clone().unwrap_or_default(),
-                        request.priority_level.unwrap_or(0),
-                        self.outbox.clone(),
-                    );
-                    let subscription =
-                        topic.subscribe(&request.subscription, sub_type, consumer)?;
-                    Ok::<_, BrokerError>((topic, subscription, key))
-                }
-                .await;
-                match result {
-                    Ok((topic, subscription, key)) => {
-                        self.np_consumers
-                            .insert(consumer_id, NpConsumerContext { topic, subscription, key });
-                        self.outbox.send_command(&commands::success(request_id));
-                    }
-                    Err(error) => self.reply_error(request_id, &error),
-                }
-                return Ok(());
-            }
+        if self.pending_consumers.contains_key(&consumer_id) {
+            let error = BrokerError::ServiceNotReady(
+                "Consumer is already present on the connection".into(),
+            );
+            self.reply_error(request_id, &error);
+            return Ok(());
         }
-        let durable = request.durable.unwrap_or(true);
-        let start = match (&request.start_message_id, durable) {
-            (Some(id), false) => StartAt::MessageId(id.clone()),
-            _ => match request.initial_position.and_then(|p| InitialPosition::try_from(p).ok()) {
-                Some(InitialPosition::Earliest) => StartAt::Earliest,
-                _ => StartAt::Latest,
-            },
-        };
-        let result = async {
-            let name = BrokerService::topic_name(&request.topic)?;
-            let create = request.force_topic_creation.unwrap_or(true);
-            let topic = self.service.topic(&name, create).await?;
-            if let Some(schema) = request.schema.as_ref().filter(|s| s.r#type != TYPE_AUTO_CONSUME)
-            {
-                self.consumer_schema(&name, &topic, schema).await?;
+        let request = (**request).clone();
+        let (service, outbox) = (self.service.clone(), self.outbox.clone());
+        let task = self.spawn_request(async move {
+            let created = create_consumer(&service, &outbox, &request).await;
+            let finish: Completion = Box::new(move |connection: &mut Connection| {
+                connection.consumer_created(&request, created)
+            });
+            finish
+        });
+        self.pending_consumers.insert(consumer_id, task);
+        Ok(())
+    }
+
+    fn consumer_created(
+        &mut self,
+        request: &CommandSubscribe,
+        created: Result<CreatedConsumer, BrokerError>,
+    ) {
+        let (request_id, consumer_id) = (request.request_id, request.consumer_id);
+        let still_wanted = self.pending_consumers.remove(&consumer_id).is_some();
+        match created {
+            Ok(created) if !still_wanted => {
+                tokio::spawn(created.release());
             }
-            let subscription =
-                topic.subscription(&request.subscription, sub_type, durable, start).await?;
-            let key = self.service.next_key();
-            let handle = ConsumerHandle {
-                key,
-                consumer_id,
-                name: request.consumer_name.clone().unwrap_or_default(),
-                priority: request.priority_level.unwrap_or(0),
-                outbox: self.outbox.clone(),
-            };
-            subscription.add_consumer(handle, sub_type, request.key_shared_meta.as_ref())?;
-            Ok((topic, subscription, key))
-        }
-        .await;
-        match result {
-            Ok((topic, subscription, key)) => {
-                self.consumers.insert(consumer_id, ConsumerContext { topic, subscription, key });
+            Err(_) if !still_wanted => {}
+            Err(error) => self.reply_error(request_id, &error),
+            Ok(CreatedConsumer::NonPersistent(context)) => {
+                self.np_consumers.insert(consumer_id, context);
                 self.outbox.send_command(&commands::success(request_id));
             }
-            Err(error) => self.reply_error(request_id, &error),
+            Ok(CreatedConsumer::Persistent(context)) => {
+                let (subscription, key) = (context.subscription.clone(), context.key);
+                self.consumers.insert(consumer_id, context);
+                self.outbox.send_command(&commands::success(request_id));
+                subscription.announce(key);
+            }
         }
-        Ok(())
     }
 
     fn on_flow(&mut self, command: &BaseCommand) -> Handled {
@@ -916,55 +891,6 @@ impl Connection {
         Ok(())
     }
 
-    /// The schema version a producer gets (Pulsar's `tryAddSchema`): its schema registered
-    /// (or found) when it has one; without one, nothing, unless the namespace enforces schema
-    /// validation and the topic has a schema.
-    async fn producer_schema(
-        &self,
-        topic: &TopicName,
-        schema: Option<&Schema>,
-    ) -> Result<Option<u64>, BrokerError> {
-        let registry = &self.service.schemas;
-        let policies = registry.policies(topic).await?;
-        match schema {
-            Some(schema) => {
-                Ok(Some(registry.put_if_absent(topic, &schema_data(schema), policies).await?))
-            }
-            None if policies.validation_enforced => {
-                if registry.history(topic).await?.0.latest().is_some() {
-                    return Err(BrokerError::IncompatibleSchema(
-                        "Producers cannot connect without a schema to topics with a schema \
-                         when schema validation is enforced"
-                            .into(),
-                    ));
-                }
-                Ok(None)
-            }
-            None => Ok(None),
-        }
-    }
-
-    /// A consumer's schema (Pulsar's `addSchemaIfIdleOrCheckCompatible`): it becomes the
-    /// topic's schema when the topic has none and is idle (no producer, consumer or data);
-    /// otherwise it must be able to read the topic's schema.
-    async fn consumer_schema(
-        &self,
-        name: &TopicName,
-        topic: &Topic,
-        schema: &Schema,
-    ) -> Result<(), BrokerError> {
-        let registry = &self.service.schemas;
-        let policies = registry.policies(name).await?;
-        let data = schema_data(schema);
-        let (history, _) = registry.history(name).await?;
-        if history.latest().is_some() || !topic.is_idle() {
-            history.check_consumer(&data, policies.strategy)?;
-        } else {
-            registry.put_if_absent(name, &data, policies).await?;
-        }
-        Ok(())
-    }
-
     /// GET_SCHEMA: the topic's schema at the requested version (latest when none is given).
     async fn on_get_schema(&mut self, command: &BaseCommand) -> Handled {
         let request = command.get_schema.as_ref().ok_or("GET_SCHEMA without body")?;
@@ -1036,7 +962,7 @@ impl Connection {
         let result = async {
             let name = BrokerService::topic_name(&request.topic)?;
             self.service.topic(&name, false).await?;
-            let version = self.producer_schema(&name, Some(&request.schema)).await?;
+            let version = producer_schema(&self.service, &name, Some(&request.schema)).await?;
             Ok::<_, BrokerError>(version.unwrap_or(0))
         }
         .await;
@@ -1048,18 +974,18 @@ impl Connection {
 
     async fn detach_consumer(&mut self, consumer_id: u64) {
         if let Some(consumer) = self.np_consumers.remove(&consumer_id) {
-            consumer.topic.unsubscribe_consumer(&consumer.subscription, consumer.key);
+            consumer.detach();
         }
         if let Some(consumer) = self.consumers.remove(&consumer_id) {
-            let left = consumer.subscription.remove_consumer(consumer.key);
-            if left == 0 && !consumer.subscription.durable {
-                let _ = consumer.topic.remove_subscription(&consumer.subscription.name, true).await;
-            }
+            consumer.detach().await;
         }
     }
 
     async fn on_close_consumer(&mut self, command: &BaseCommand) -> Handled {
         let request = command.close_consumer.as_ref().ok_or("CLOSE_CONSUMER without body")?;
+        if let Some(task) = self.pending_consumers.remove(&request.consumer_id) {
+            task.abort();
+        }
         self.detach_consumer(request.consumer_id).await;
         self.outbox.send_command(&commands::success(request.request_id));
         Ok(())
@@ -1159,7 +1085,22 @@ impl Connection {
     }
 
     /// The connection is gone: its producers and consumers leave their topics.
-    async fn cleanup(&mut self) {
+    async fn cleanup(&mut self, completed: &mut mpsc::UnboundedReceiver<Completion>) {
+        // Requests still in their tasks: stopped, then whatever they finished is undone (their
+        // ids are no longer pending, so each completion gives back what it took).
+        let tasks: Vec<JoinHandle<()>> = self
+            .pending_producers
+            .drain()
+            .chain(self.pending_consumers.drain())
+            .map(|(_, task)| task)
+            .collect();
+        for task in tasks {
+            task.abort();
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        while let Ok(finish) = completed.try_recv() {
+            finish(self);
+        }
         for (_, producer) in self.producers.drain() {
             producer.topic.remove_producer(&producer.name, producer.key);
         }
@@ -1172,6 +1113,234 @@ impl Connection {
             self.detach_consumer(id).await;
         }
     }
+}
+
+/// Work a request does away from the connection's loop, and what it then does on the
+/// connection (on the loop, with `&mut Connection`).
+type Completion = Box<dyn FnOnce(&mut Connection) + Send>;
+
+fn access_mode(request: &CommandProducer) -> ProducerAccessMode {
+    request
+        .producer_access_mode
+        .and_then(|m| ProducerAccessMode::try_from(m).ok())
+        .unwrap_or(ProducerAccessMode::Shared)
+}
+
+/// A producer registered on its topic, not yet on the connection.
+enum CreatedProducer {
+    Persistent(ProducerContext, u64),
+    NonPersistent(NpProducerContext, u64),
+}
+
+impl CreatedProducer {
+    fn name(&self) -> &str {
+        match self {
+            CreatedProducer::Persistent(context, _) => &context.name,
+            CreatedProducer::NonPersistent(context, _) => &context.name,
+        }
+    }
+
+    fn epoch(&self) -> u64 {
+        match self {
+            CreatedProducer::Persistent(_, epoch) | CreatedProducer::NonPersistent(_, epoch) => {
+                *epoch
+            }
+        }
+    }
+
+    /// Gives the topic back (the client closed the producer while it was being created).
+    fn release(self) {
+        match self {
+            CreatedProducer::Persistent(context, _) => {
+                context.topic.remove_producer(&context.name, context.key)
+            }
+            CreatedProducer::NonPersistent(context, _) => {
+                context.topic.producers.remove(&context.name, context.key)
+            }
+        }
+    }
+}
+
+/// Everything a PRODUCER request needs before the producer may publish: the topic (loaded or
+/// created), the schema, the dead-letter producer's initial subscription, and a place in the
+/// topic's producers under its access mode. A WaitForExclusive producer that must wait is told
+/// so at once (PRODUCER_SUCCESS with producer_ready=false, as Pulsar's `ServerCnx`) and waits
+/// here.
+async fn create_producer(
+    service: &Arc<BrokerService>,
+    outbox: &Outbox,
+    request: &CommandProducer,
+) -> Result<CreatedProducer, BrokerError> {
+    let mode = access_mode(request);
+    let name = BrokerService::topic_name(&request.topic)?;
+    let producer_name = match request.producer_name.clone().filter(|n| !n.is_empty()) {
+        Some(name) => name,
+        None => format!("standalone-{}", PRODUCER_NAMES.fetch_add(1, Ordering::Relaxed)),
+    };
+    let key = service.next_key();
+    let queued = || {
+        let mut waiting = commands::producer_success(request.request_id, &producer_name, -1, None);
+        if let Some(success) = waiting.producer_success.as_mut() {
+            success.producer_ready = Some(false);
+        }
+        outbox.send_command(&waiting);
+    };
+    if name.domain() == TopicDomain::NonPersistent {
+        let topic = service.non_persistent_topic(&name, true).await?;
+        let epoch = topic
+            .producers
+            .add(producer_name.clone(), key, mode, request.topic_epoch, queued)
+            .await?;
+        let context = NpProducerContext { topic, name: producer_name, key };
+        return Ok(CreatedProducer::NonPersistent(context, epoch));
+    }
+    let topic = service.topic(&name, true).await?;
+    // The schema first: an incompatible one fails the producer (Pulsar's tryAddSchema).
+    let schema_version = producer_schema(service, &name, request.schema.as_ref()).await?;
+    // The initial subscription (dead-letter producers): created at the earliest position before
+    // the producer may publish, as Pulsar's handleProducer does.
+    if let Some(initial) = request.initial_subscription_name.as_deref().filter(|n| !n.is_empty()) {
+        topic.subscription(initial, SubType::Exclusive, true, StartAt::Earliest).await?;
+    }
+    // Policies may have changed since the topic was loaded (another broker's admin API in
+    // cluster mode; here a cheap re-read keeps this path obviously right).
+    topic.refresh_policies().await?;
+    let epoch =
+        topic.add_producer(producer_name.clone(), key, mode, request.topic_epoch, queued).await?;
+    let partition = topic.partition;
+    let context =
+        ProducerContext { topic, name: producer_name.into(), key, partition, schema_version };
+    Ok(CreatedProducer::Persistent(context, epoch))
+}
+
+/// A consumer attached to its subscription, not yet on the connection.
+enum CreatedConsumer {
+    Persistent(ConsumerContext),
+    NonPersistent(NpConsumerContext),
+}
+
+impl CreatedConsumer {
+    /// Detaches it again (the client closed it while it was being created).
+    async fn release(self) {
+        match self {
+            CreatedConsumer::Persistent(context) => context.detach().await,
+            CreatedConsumer::NonPersistent(context) => context.detach(),
+        }
+    }
+}
+
+impl ConsumerContext {
+    /// Takes the consumer off its subscription; a non-durable subscription (a reader's) goes
+    /// with its last consumer.
+    async fn detach(self) {
+        let left = self.subscription.remove_consumer(self.key);
+        if left == 0 && !self.subscription.durable {
+            let _ = self.topic.remove_subscription(&self.subscription.name, true).await;
+        }
+    }
+}
+
+impl NpConsumerContext {
+    fn detach(self) {
+        self.topic.unsubscribe_consumer(&self.subscription, self.key);
+    }
+}
+
+/// Everything a SUBSCRIBE needs: the topic (loaded or created), the consumer's schema check,
+/// the subscription (created at its start position if new) and the consumer attached to it.
+async fn create_consumer(
+    service: &Arc<BrokerService>,
+    outbox: &Outbox,
+    request: &CommandSubscribe,
+) -> Result<CreatedConsumer, BrokerError> {
+    let consumer_id = request.consumer_id;
+    let sub_type = SubType::try_from(request.sub_type).unwrap_or(SubType::Exclusive);
+    let name = BrokerService::topic_name(&request.topic)?;
+    let create = request.force_topic_creation.unwrap_or(true);
+    let key = service.next_key();
+    if name.domain() == TopicDomain::NonPersistent {
+        let topic = service.non_persistent_topic(&name, create).await?;
+        let consumer = NpConsumer::new(
+            key,
+            consumer_id,
+            request.consumer_name.clone().unwrap_or_default(),
+            request.priority_level.unwrap_or(0),
+            outbox.clone(),
+        );
+        let subscription = topic.subscribe(&request.subscription, sub_type, consumer)?;
+        return Ok(CreatedConsumer::NonPersistent(NpConsumerContext { topic, subscription, key }));
+    }
+    let durable = request.durable.unwrap_or(true);
+    let start = match (&request.start_message_id, durable) {
+        (Some(id), false) => StartAt::MessageId(id.clone()),
+        _ => match request.initial_position.and_then(|p| InitialPosition::try_from(p).ok()) {
+            Some(InitialPosition::Earliest) => StartAt::Earliest,
+            _ => StartAt::Latest,
+        },
+    };
+    let topic = service.topic(&name, create).await?;
+    if let Some(schema) = request.schema.as_ref().filter(|s| s.r#type != TYPE_AUTO_CONSUME) {
+        consumer_schema(service, &name, &topic, schema).await?;
+    }
+    let subscription = topic.subscription(&request.subscription, sub_type, durable, start).await?;
+    let handle = ConsumerHandle {
+        key,
+        consumer_id,
+        name: request.consumer_name.clone().unwrap_or_default(),
+        priority: request.priority_level.unwrap_or(0),
+        outbox: outbox.clone(),
+    };
+    subscription.add_consumer(handle, sub_type, request.key_shared_meta.as_ref())?;
+    Ok(CreatedConsumer::Persistent(ConsumerContext { topic, subscription, key }))
+}
+
+/// The schema version a producer gets (Pulsar's `tryAddSchema`): its schema registered
+/// (or found) when it has one; without one, nothing, unless the namespace enforces schema
+/// validation and the topic has a schema.
+async fn producer_schema(
+    service: &BrokerService,
+    topic: &TopicName,
+    schema: Option<&Schema>,
+) -> Result<Option<u64>, BrokerError> {
+    let registry = &service.schemas;
+    let policies = registry.policies(topic).await?;
+    match schema {
+        Some(schema) => {
+            Ok(Some(registry.put_if_absent(topic, &schema_data(schema), policies).await?))
+        }
+        None if policies.validation_enforced => {
+            if registry.history(topic).await?.0.latest().is_some() {
+                return Err(BrokerError::IncompatibleSchema(
+                    "Producers cannot connect without a schema to topics with a schema \
+                     when schema validation is enforced"
+                        .into(),
+                ));
+            }
+            Ok(None)
+        }
+        None => Ok(None),
+    }
+}
+
+/// A consumer's schema (Pulsar's `addSchemaIfIdleOrCheckCompatible`): it becomes the
+/// topic's schema when the topic has none and is idle (no producer, consumer or data);
+/// otherwise it must be able to read the topic's schema.
+async fn consumer_schema(
+    service: &BrokerService,
+    name: &TopicName,
+    topic: &Topic,
+    schema: &Schema,
+) -> Result<(), BrokerError> {
+    let registry = &service.schemas;
+    let policies = registry.policies(name).await?;
+    let data = schema_data(schema);
+    let (history, _) = registry.history(name).await?;
+    if history.latest().is_some() || !topic.is_idle() {
+        history.check_consumer(&data, policies.strategy)?;
+    } else {
+        registry.put_if_absent(name, &data, policies).await?;
+    }
+    Ok(())
 }
 
 /// A schema as the registry sees it.

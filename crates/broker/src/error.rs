@@ -14,6 +14,12 @@ pub enum BrokerError {
     ConsumerBusy(String),
     #[error("{0}")]
     ProducerBusy(String),
+    /// An exclusive producer lost the topic (another holds it, or its epoch is behind).
+    #[error("{0}")]
+    ProducerFenced(String),
+    /// A request that may be retried later (a producer id still being created).
+    #[error("{0}")]
+    ServiceNotReady(String),
     /// Key_Shared: the consumer's hash ranges cannot be assigned (overlap, out of bounds).
     #[error("{0}")]
     ConsumerAssign(String),
@@ -60,6 +66,8 @@ impl BrokerError {
             BrokerError::TopicNotFound(_) => ServerError::TopicNotFound,
             BrokerError::ConsumerBusy(_) => ServerError::ConsumerBusy,
             BrokerError::ProducerBusy(_) => ServerError::ProducerBusy,
+            BrokerError::ProducerFenced(_) => ServerError::ProducerFenced,
+            BrokerError::ServiceNotReady(_) => ServerError::ServiceNotReady,
             BrokerError::ConsumerAssign(_) => ServerError::ConsumerAssignError,
             BrokerError::SubscriptionNotFound(_) => ServerError::SubscriptionNotFound,
             BrokerError::NotAllowed(_) => ServerError::NotAllowedError,

@@ -39,12 +39,16 @@ pub enum SelectorError {
     NoRanges,
     #[error("Range conflict with consumer {0}")]
     Conflict(String),
+    #[error("No more range can assigned to new consumer, assigned consumers {0}")]
+    NoRangeLeft(usize),
 }
 
 /// Which consumer owns a hash.
 #[derive(Debug, Clone)]
 pub enum Selector {
     AutoSplit(ConsistentRing),
+    /// AUTO_SPLIT without consistent hashing (`subscriptionKeySharedUseConsistentHashing=false`).
+    RangeSplit(HashRangeSplit),
     Sticky(StickyRanges),
 }
 
@@ -52,6 +56,7 @@ impl Selector {
     pub fn select(&self, hash: u32) -> Option<u64> {
         match self {
             Selector::AutoSplit(ring) => ring.select(hash),
+            Selector::RangeSplit(split) => split.select(hash),
             Selector::Sticky(ranges) => ranges.select(hash),
         }
     }
@@ -59,6 +64,7 @@ impl Selector {
     pub fn remove(&mut self, consumer: u64) {
         match self {
             Selector::AutoSplit(ring) => ring.remove(consumer),
+            Selector::RangeSplit(split) => split.remove(consumer),
             Selector::Sticky(ranges) => ranges.remove(consumer),
         }
     }
@@ -113,6 +119,58 @@ impl ConsistentRing {
             .next()
             .or_else(|| self.points.iter().next())
             .map(|(_, &consumer)| consumer)
+    }
+}
+
+/// AUTO_SPLIT by halving ranges, as Pulsar's `HashRangeAutoSplitStickyKeyConsumerSelector`:
+/// the first consumer owns every hash; each joining one takes the lower half of the largest
+/// range (the first such range on ties); a leaving consumer's range goes to its upper neighbour
+/// (the last range to its lower neighbour). Ranges are keyed by their inclusive end.
+#[derive(Debug, Clone, Default)]
+pub struct HashRangeSplit {
+    /// range end -> consumer; a range runs from the previous end (exclusive) to its end.
+    ends: BTreeMap<u32, u64>,
+}
+
+impl HashRangeSplit {
+    pub fn add(&mut self, consumer: u64) -> Result<(), SelectorError> {
+        if self.ends.is_empty() {
+            self.ends.insert(HASH_RANGE_SIZE, consumer);
+            return Ok(());
+        }
+        let mut largest = (0, HASH_RANGE_SIZE);
+        let mut start = 0;
+        for &end in self.ends.keys() {
+            if end - start > largest.0 {
+                largest = (end - start, end);
+            }
+            start = end;
+        }
+        let end = largest.1;
+        let lower = self.ends.range(..end).next_back().map_or(0, |(&e, _)| e);
+        if end - lower <= 1 {
+            return Err(SelectorError::NoRangeLeft(self.ends.len()));
+        }
+        self.ends.insert((lower + end) / 2, consumer);
+        Ok(())
+    }
+
+    pub fn remove(&mut self, consumer: u64) {
+        let Some(&end) = self.ends.iter().find(|(_, &c)| c == consumer).map(|(e, _)| e) else {
+            return;
+        };
+        self.ends.remove(&end);
+        if end == HASH_RANGE_SIZE {
+            // The last range keeps its end: the consumer below takes it over.
+            if let Some((&lower, &owner)) = self.ends.iter().next_back() {
+                self.ends.remove(&lower);
+                self.ends.insert(HASH_RANGE_SIZE, owner);
+            }
+        }
+    }
+
+    pub fn select(&self, hash: u32) -> Option<u64> {
+        self.ends.range(hash % HASH_RANGE_SIZE..).next().map(|(_, &consumer)| consumer)
     }
 }
 
@@ -342,5 +400,31 @@ mod tests {
         draining.add(9, 3);
         draining.clear_consumer(3);
         assert!(draining.is_empty());
+    }
+
+    #[test]
+    fn range_split_halves_the_largest_range_for_each_joining_consumer() {
+        let mut split = HashRangeSplit::default();
+        split.add(1).unwrap();
+        assert_eq!(split.select(1), Some(1));
+        assert_eq!(split.select(65_535), Some(1));
+        // The second takes the lower half; both get keys from a handful.
+        split.add(2).unwrap();
+        assert_eq!(split.select(1), Some(2));
+        assert_eq!(split.select(32_768), Some(2));
+        assert_eq!(split.select(32_769), Some(1));
+        // The third halves the first (lowest) of the two equal halves.
+        split.add(3).unwrap();
+        assert_eq!(split.select(16_384), Some(3));
+        assert_eq!(split.select(16_385), Some(2));
+        assert_eq!(split.select(40_000), Some(1));
+        // The top range's owner leaves: its lower neighbour takes it over, keeping its own.
+        split.remove(1);
+        assert_eq!(split.select(65_535), Some(2));
+        assert_eq!(split.select(20_000), Some(2));
+        assert_eq!(split.select(100), Some(3));
+        // A middle one leaves: the hashes go to the next range up.
+        split.remove(3);
+        assert_eq!(split.select(100), Some(2));
     }
 }

@@ -30,7 +30,8 @@ use crate::cursor::{next_position, AckState, LedgerList, Position};
 use crate::delayed::{DelayConfig, DelayTracker, Rescan};
 use crate::error::BrokerError;
 use crate::key_shared::{
-    sticky_key_hash, ConsistentRing, DrainingHashes, Selector, StickyRanges, NONE_KEY,
+    sticky_key_hash, ConsistentRing, DrainingHashes, HashRangeSplit, Selector, StickyRanges,
+    NONE_KEY,
 };
 use crate::managed_ledger::ManagedLedger;
 use bytes::Bytes;
@@ -68,12 +69,41 @@ pub struct ConsumerHandle {
 struct ConsumerSlot {
     handle: ConsumerHandle,
     permits: i64,
+    /// The client has heard SUBSCRIBE's SUCCESS ([`Subscription::announce`]): consumer events
+    /// may go to it (clients drop events for consumers they do not know yet).
+    announced: bool,
+}
+
+/// How a subscription dispatches: broker settings, fixed for the subscription's life.
+#[derive(Debug, Clone, Copy)]
+pub struct DispatchSettings {
+    /// Most entries read per dispatch round.
+    pub batch_entries: usize,
+    /// Failover: how long a newly chosen active consumer waits before it is sent anything, so
+    /// the previous one's in-flight acks land first (Pulsar's
+    /// `activeConsumerFailoverDelayTimeMillis`).
+    pub failover_delay_ms: u64,
+    /// Key_Shared AUTO_SPLIT by consistent hashing, else by halving hash ranges (Pulsar's
+    /// `subscriptionKeySharedUseConsistentHashing`).
+    pub key_shared_consistent_hashing: bool,
+}
+
+impl DispatchSettings {
+    pub fn new(batch_entries: usize) -> Self {
+        DispatchSettings {
+            batch_entries,
+            failover_delay_ms: 1_000,
+            key_shared_consistent_hashing: true,
+        }
+    }
 }
 
 /// An entry sent and not yet acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Pending {
     consumer: u64,
+    /// Messages in the entry (a batch-index ack's bitmap is read against it).
+    messages: u32,
     /// Key_Shared hash of the entry (0: not Key_Shared).
     hash: u32,
 }
@@ -105,13 +135,21 @@ struct State {
     closed: bool,
     /// Bumped by every cursor reset, so a dispatch round that read before it sends nothing.
     epoch: u64,
+    settings: DispatchSettings,
+    /// Failover: nothing is dispatched before this time (ms), after the active consumer changed.
+    failover_resume_at: Option<u64>,
     /// Moving average of messages per entry, to turn message permits into entries to read
     /// (reading one entry per permit re-read batched entries many times over).
     messages_per_entry: f64,
 }
 
 impl State {
-    fn new(sub_type: SubType, ack: AckState, last_read: Option<Position>) -> State {
+    fn new(
+        sub_type: SubType,
+        ack: AckState,
+        last_read: Option<Position>,
+        settings: DispatchSettings,
+    ) -> State {
         State {
             sub_type,
             ack,
@@ -129,6 +167,8 @@ impl State {
             persist_dirty: false,
             closed: false,
             epoch: 0,
+            settings,
+            failover_resume_at: None,
             messages_per_entry: 1.0,
         }
     }
@@ -224,6 +264,11 @@ impl State {
 
     /// What the next dispatch round reads, if anything.
     fn plan(&mut self, ledgers: &LedgerList, batch_entries: usize, now: u64) -> Option<Plan> {
+        match self.failover_resume_at {
+            Some(at) if now < at => return None,
+            Some(_) => self.failover_resume_at = None,
+            None => {}
+        }
         let capacity = self.capacity();
         if capacity <= 0 {
             return None;
@@ -429,7 +474,7 @@ impl State {
             let command =
                 commands::message(consumer_id, message_id, redelivery_count, ack_set, None);
             out.push(Outgoing { outbox, consumer, position, command, data });
-            self.pending.insert(position, Pending { consumer, hash });
+            self.pending.insert(position, Pending { consumer, messages: shape.messages, hash });
             if from_stream {
                 self.last_read = Some(position);
             } else {
@@ -500,9 +545,9 @@ impl Subscription {
         cursor_key: String,
         ack: AckState,
         last_read: Option<Position>,
-        batch_entries: usize,
+        settings: DispatchSettings,
     ) -> Arc<Self> {
-        let state = State::new(sub_type, ack, last_read);
+        let state = State::new(sub_type, ack, last_read, settings);
         let subscription = Arc::new(Subscription {
             name,
             durable,
@@ -510,7 +555,7 @@ impl Subscription {
             managed_ledger,
             metadata,
             cursor_key,
-            batch_entries,
+            batch_entries: settings.batch_entries,
             state: Mutex::new(state),
             wake: Arc::new(Notify::new()),
             acks_made: std::sync::atomic::AtomicU64::new(0),
@@ -628,8 +673,10 @@ impl State {
             if state.consumers.is_empty() || state.key_shared.is_none() {
                 let selector = if sticky {
                     Selector::Sticky(StickyRanges::default())
-                } else {
+                } else if state.settings.key_shared_consistent_hashing {
                     Selector::AutoSplit(ConsistentRing::default())
+                } else {
+                    Selector::RangeSplit(HashRangeSplit::default())
                 };
                 state.key_shared = Some(KeyShared {
                     selector,
@@ -657,12 +704,15 @@ impl State {
                         .map_err(|e| BrokerError::ConsumerAssign(e.to_string()))?;
                 }
                 Selector::AutoSplit(ring) => ring.add(handle.key, &handle.name),
+                Selector::RangeSplit(split) => {
+                    split.add(handle.key).map_err(|e| BrokerError::ConsumerAssign(e.to_string()))?
+                }
             }
         } else {
             state.key_shared = None;
         }
         state.sub_type = sub_type;
-        state.consumers.push(ConsumerSlot { handle, permits: 0 });
+        state.consumers.push(ConsumerSlot { handle, permits: 0, announced: false });
         state.recompute_draining();
         Ok(())
     }
@@ -721,8 +771,29 @@ impl Subscription {
             state.requeue(held, false);
         }
         if state.sub_type == SubType::Failover {
-            for slot in &state.consumers {
+            // A change of hands (not the first pick) waits, as Pulsar's
+            // `scheduleReadOnActiveConsumer`, so the previous consumer's acks land first.
+            if previous.is_some() && state.settings.failover_delay_ms > 0 {
+                state.failover_resume_at = Some(now_ms() + state.settings.failover_delay_ms);
+            }
+            for slot in state.consumers.iter().filter(|slot| slot.announced) {
                 let is_active = Some(slot.handle.key) == chosen;
+                let command = commands::active_consumer_change(slot.handle.consumer_id, is_active);
+                slot.handle.outbox.send_command(&command);
+            }
+        }
+    }
+
+    /// The client has heard SUBSCRIBE's SUCCESS for consumer `key`: from now on it hears the
+    /// subscription's consumer events, starting (Failover) with whether it is the active one.
+    pub fn announce(&self, key: u64) {
+        let mut state = self.state.lock();
+        let failover = state.sub_type == SubType::Failover;
+        let active = state.active;
+        if let Some(slot) = state.consumers.iter_mut().find(|slot| slot.handle.key == key) {
+            slot.announced = true;
+            if failover {
+                let is_active = active == Some(key);
                 let command = commands::active_consumer_change(slot.handle.consumer_id, is_active);
                 slot.handle.outbox.send_command(&command);
             }
@@ -756,25 +827,31 @@ impl Subscription {
         for id in ids {
             let position = Position::new(id.ledger_id, id.entry_id);
             let ack_set: Vec<u64> = id.ack_set.iter().map(|&w| w as u64).collect();
-            let batch_size = id.batch_size.and_then(|s| u32::try_from(s).ok()).filter(|&s| s > 0);
-            let result = match (ack_type, batch_size) {
-                (AckType::Cumulative, Some(size)) if !ack_set.is_empty() => {
-                    let first_unacked = first_set_bit(&ack_set).unwrap_or(size);
-                    match first_unacked.checked_sub(1) {
-                        Some(last_acked) => {
-                            state.ack.ack_cumulative_batch(position, size, last_acked, &ledgers)
-                        }
-                        None => match previous_position(&ledgers, position) {
-                            Some(previous) => state.ack.ack_cumulative(previous, &ledgers),
-                            None => Ok(Default::default()),
-                        },
-                    }
+            // The Go and Java clients send a batch-index ack's bitmap without `batch_size`: the
+            // size is the dispatched entry's (as Pulsar takes it from its pending acks).
+            let batch_size = id
+                .batch_size
+                .and_then(|s| u32::try_from(s).ok())
+                .filter(|&s| s > 0)
+                .or_else(|| state.pending.get(&position).map(|p| p.messages))
+                .or_else(|| state.ack.partial_batch(position).map(|b| b.batch_size()));
+            let result = match translate_ack(ack_type, position, &ack_set, batch_size) {
+                AckAction::Entry(position) => state.ack.ack_individual(position, &ledgers),
+                AckAction::BatchIndexes { position, batch_size } => {
+                    state.ack.ack_batch_ack_set(position, batch_size, &ack_set, &ledgers)
                 }
-                (AckType::Cumulative, _) => state.ack.ack_cumulative(position, &ledgers),
-                (AckType::Individual, Some(size)) if !ack_set.is_empty() => {
-                    state.ack.ack_batch_ack_set(position, size, &ack_set, &ledgers)
+                AckAction::Through(position) => state.ack.ack_cumulative(position, &ledgers),
+                AckAction::ThroughBatchIndex { position, batch_size, last_acked } => {
+                    state.ack.ack_cumulative_batch(position, batch_size, last_acked, &ledgers)
                 }
-                (AckType::Individual, _) => state.ack.ack_individual(position, &ledgers),
+                AckAction::Before(position) => match previous_position(&ledgers, position) {
+                    Some(previous) => state.ack.ack_cumulative(previous, &ledgers),
+                    None => Ok(Default::default()),
+                },
+                AckAction::Ignore(why) => {
+                    tracing::debug!(subscription = %self.name, %position, why, "ignored ack");
+                    Ok(Default::default())
+                }
             };
             if let Err(error) = result {
                 tracing::debug!(subscription = %self.name, %error, "ignored acknowledgement");
@@ -901,7 +978,10 @@ impl Subscription {
             let deadline = {
                 let state = self.state.lock();
                 if state.capacity() > 0 {
-                    state.delayed.next_wake()
+                    match (state.delayed.next_wake(), state.failover_resume_at) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    }
                 } else {
                     None
                 }
@@ -1062,6 +1142,52 @@ fn choose_consumer(state: &mut State) -> Option<usize> {
     }
 }
 
+/// What one message id of an ACK asks of the cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckAction {
+    /// The whole entry (individual ack).
+    Entry(Position),
+    /// The messages of a batch entry that the ack set marks acknowledged (bit clear).
+    BatchIndexes { position: Position, batch_size: u32 },
+    /// Everything up to and including the entry (cumulative ack).
+    Through(Position),
+    /// Everything before the entry, and the batch entry's messages up to `last_acked`.
+    ThroughBatchIndex { position: Position, batch_size: u32, last_acked: u32 },
+    /// Everything before the entry, none of it.
+    Before(Position),
+    /// Nothing: the ack cannot be applied safely (the message stays unacknowledged).
+    Ignore(&'static str),
+}
+
+/// Pulsar's rule (`Consumer.messageAcked`): an `ack_set` present on an ack is used, for
+/// individual and cumulative acks alike, whether or not `batch_size` is sent; a set bit means
+/// "still unacknowledged". `batch_size` is the client's or, failing that, the broker's own.
+/// Never acks a message the bitmap leaves unacknowledged.
+fn translate_ack(
+    ack_type: AckType,
+    position: Position,
+    ack_set: &[u64],
+    batch_size: Option<u32>,
+) -> AckAction {
+    let first_unacked = first_set_bit(ack_set);
+    match (ack_type, first_unacked, batch_size) {
+        (AckType::Individual, None, _) => AckAction::Entry(position),
+        (AckType::Individual, Some(_), Some(batch_size)) => {
+            AckAction::BatchIndexes { position, batch_size }
+        }
+        (AckType::Individual, Some(_), None) => AckAction::Ignore("batch size unknown"),
+        (AckType::Cumulative, None, _) => AckAction::Through(position),
+        (AckType::Cumulative, Some(0), _) => AckAction::Before(position),
+        (AckType::Cumulative, Some(first), Some(batch_size)) if first >= batch_size => {
+            AckAction::Through(position)
+        }
+        (AckType::Cumulative, Some(first), Some(batch_size)) => {
+            AckAction::ThroughBatchIndex { position, batch_size, last_acked: first - 1 }
+        }
+        (AckType::Cumulative, Some(_), None) => AckAction::Before(position),
+    }
+}
+
 fn first_set_bit(words: &[u64]) -> Option<u32> {
     words
         .iter()
@@ -1093,3 +1219,69 @@ mod read_ahead_tests;
 
 #[cfg(test)]
 mod ack_receipt_tests;
+
+#[cfg(test)]
+mod ack_translation_tests {
+    use super::*;
+
+    const AT: Position = Position { ledger_id: 3, entry_id: 7 };
+
+    /// The Java client's bitmap for a batch of `size` with `acked` indexes cleared.
+    fn bitmap(size: u32, acked: &[u32]) -> Vec<u64> {
+        let mut words = vec![0u64; size.div_ceil(64) as usize];
+        for index in (0..size).filter(|i| !acked.contains(i)) {
+            words[(index / 64) as usize] |= 1 << (index % 64);
+        }
+        words
+    }
+
+    #[test]
+    fn individual_bitmap_without_batch_size_acks_only_the_cleared_indexes() {
+        // Go and Java send no batch_size: the broker's own size must be used, not "whole entry".
+        let set = bitmap(10, &[0, 1, 2, 3, 4]);
+        assert_eq!(
+            translate_ack(AckType::Individual, AT, &set, Some(10)),
+            AckAction::BatchIndexes { position: AT, batch_size: 10 }
+        );
+        assert_eq!(
+            translate_ack(AckType::Individual, AT, &set, None),
+            AckAction::Ignore("batch size unknown")
+        );
+    }
+
+    #[test]
+    fn cumulative_bitmap_stops_before_the_first_unacked_index() {
+        let through_fifth = bitmap(10, &[0, 1, 2, 3, 4]);
+        assert_eq!(
+            translate_ack(AckType::Cumulative, AT, &through_fifth, Some(10)),
+            AckAction::ThroughBatchIndex { position: AT, batch_size: 10, last_acked: 4 }
+        );
+        // Unknown size: nothing of the batch is acked, only what lies before it.
+        assert_eq!(
+            translate_ack(AckType::Cumulative, AT, &through_fifth, None),
+            AckAction::Before(AT)
+        );
+        assert_eq!(
+            translate_ack(AckType::Cumulative, AT, &bitmap(10, &[]), Some(10)),
+            AckAction::Before(AT)
+        );
+    }
+
+    #[test]
+    fn a_bitmap_with_nothing_left_unacked_acks_the_entry() {
+        let all = bitmap(10, &(0..10).collect::<Vec<_>>());
+        assert_eq!(translate_ack(AckType::Individual, AT, &all, None), AckAction::Entry(AT));
+        assert_eq!(translate_ack(AckType::Cumulative, AT, &all, None), AckAction::Through(AT));
+        // Bits past the batch's end (a client's bug) leave nothing of the batch unacked.
+        assert_eq!(
+            translate_ack(AckType::Cumulative, AT, &[1 << 12], Some(10)),
+            AckAction::Through(AT)
+        );
+    }
+
+    #[test]
+    fn no_bitmap_means_the_whole_entry() {
+        assert_eq!(translate_ack(AckType::Individual, AT, &[], Some(10)), AckAction::Entry(AT));
+        assert_eq!(translate_ack(AckType::Cumulative, AT, &[], None), AckAction::Through(AT));
+    }
+}

@@ -5,13 +5,13 @@ use crate::cursor::{AckState, Position};
 use crate::dedup::{DedupSnapshot, DedupState, DupStatus};
 use crate::error::BrokerError;
 use crate::managed_ledger::ManagedLedger;
-use crate::subscription::{previous_position, Subscription};
+use crate::subscription::{previous_position, DispatchSettings, Subscription};
 use magnetar_admin::names::{encode_topic_name, TopicName};
 use magnetar_ledger::LedgerStore;
 use magnetar_metadata::MetadataStore;
 use magnetar_protocol::proto::{command_subscribe::SubType, MessageIdData, ProducerAccessMode};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use tokio::sync::Notify;
@@ -39,7 +39,111 @@ struct ProducerEntry {
 #[derive(Default)]
 struct Producers {
     by_name: HashMap<String, ProducerEntry>,
+    /// WaitForExclusive producers queued for the topic, first come first served (keys).
+    waiting: VecDeque<u64>,
+    /// Bumped each time an exclusive producer takes the topic; a reconnecting exclusive producer
+    /// whose epoch is behind it has been replaced and is fenced.
     epoch: u64,
+}
+
+/// What the access-mode rules say of a producer asking for the topic now.
+#[derive(Debug)]
+enum Admission {
+    Admit,
+    Wait,
+    Reject(BrokerError),
+}
+
+impl Producers {
+    fn exclusive_holder(&self) -> Option<&str> {
+        self.by_name
+            .iter()
+            .find(|(_, p)| p.mode != ProducerAccessMode::Shared)
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// Pulsar's `AbstractTopic.incrementTopicEpochIfNeeded`, with the same error kinds: Shared
+    /// meets an exclusive producer (held or queued) with ProducerBusy; Exclusive meets any
+    /// producer, a queue, or its own stale epoch with ProducerFenced; WaitForExclusive queues.
+    fn admission(
+        &self,
+        topic: &str,
+        name: &str,
+        key: u64,
+        mode: ProducerAccessMode,
+        client_epoch: Option<u64>,
+    ) -> Admission {
+        if self.by_name.contains_key(name) {
+            return Admission::Reject(BrokerError::ProducerBusy(format!(
+                "Producer with name '{name}' is already connected to topic {topic}"
+            )));
+        }
+        let holder = self.exclusive_holder();
+        let stale_epoch = client_epoch.is_some_and(|e| e < self.epoch);
+        match mode {
+            ProducerAccessMode::Shared => match holder {
+                Some(holder) => Admission::Reject(BrokerError::ProducerBusy(format!(
+                    "Topic has an existing exclusive producer: {holder}"
+                ))),
+                None if !self.waiting.is_empty() => Admission::Reject(BrokerError::ProducerBusy(
+                    "Topic has an exclusive producer waiting".into(),
+                )),
+                None => Admission::Admit,
+            },
+            ProducerAccessMode::WaitForExclusive => {
+                let first_in_line = self.waiting.front().is_none_or(|&k| k == key);
+                if !self.by_name.is_empty() || !first_in_line {
+                    Admission::Wait
+                } else if stale_epoch {
+                    Admission::Reject(self.epoch_moved(client_epoch))
+                } else {
+                    Admission::Admit
+                }
+            }
+            // Exclusive (and ExclusiveWithFencing, which we treat as Exclusive).
+            _ => match holder {
+                Some(holder) => Admission::Reject(BrokerError::ProducerFenced(format!(
+                    "Topic has an existing exclusive producer: {holder}"
+                ))),
+                None if !self.waiting.is_empty() => Admission::Reject(BrokerError::ProducerFenced(
+                    "Topic has an exclusive producer waiting".into(),
+                )),
+                None if !self.by_name.is_empty() => Admission::Reject(BrokerError::ProducerFenced(
+                    "Topic has existing shared producers".into(),
+                )),
+                None if stale_epoch => Admission::Reject(self.epoch_moved(client_epoch)),
+                None => Admission::Admit,
+            },
+        }
+    }
+
+    fn epoch_moved(&self, client_epoch: Option<u64>) -> BrokerError {
+        BrokerError::ProducerFenced(format!(
+            "Topic epoch has already moved. Current epoch: {}, Producer epoch: {}",
+            self.epoch,
+            client_epoch.unwrap_or_default()
+        ))
+    }
+
+    /// Registers an admitted producer; returns the topic epoch it is told.
+    fn admit(
+        &mut self,
+        name: String,
+        key: u64,
+        mode: ProducerAccessMode,
+        epoch: Option<u64>,
+    ) -> u64 {
+        if mode != ProducerAccessMode::Shared {
+            // A returning exclusive producer keeps its epoch; a new one moves the topic on.
+            self.epoch = match epoch {
+                Some(epoch) if epoch >= self.epoch => epoch,
+                _ => self.epoch + 1,
+            };
+        }
+        self.waiting.retain(|&k| k != key);
+        self.by_name.insert(name, ProducerEntry { key, mode });
+        self.epoch
+    }
 }
 
 /// A topic's producers: unique names and the access modes (Shared, Exclusive,
@@ -50,52 +154,64 @@ pub struct ProducerRegistry {
     released: Notify,
 }
 
+/// Takes a queued WaitForExclusive producer out of the line when its request goes away
+/// (connection closed, producer closed) before it got the topic.
+struct LeaveQueue<'a> {
+    registry: &'a ProducerRegistry,
+    key: u64,
+}
+
+impl Drop for LeaveQueue<'_> {
+    fn drop(&mut self) {
+        let mut producers = self.registry.producers.lock();
+        let before = producers.waiting.len();
+        producers.waiting.retain(|&k| k != self.key);
+        let left = producers.waiting.len() != before;
+        drop(producers);
+        if left {
+            self.registry.released.notify_waiters();
+        }
+    }
+}
+
 impl ProducerRegistry {
     pub fn new(topic: String) -> Self {
         ProducerRegistry { topic, producers: Mutex::default(), released: Notify::new() }
     }
 
-    /// Registers a producer. Returns the topic epoch.
+    /// Registers a producer. Returns the topic epoch. A WaitForExclusive producer that cannot
+    /// have the topic yet calls `queued` once and waits here, in line, until it can; dropping
+    /// the future leaves the line.
     pub async fn add(
         &self,
         name: String,
         key: u64,
         mode: ProducerAccessMode,
+        epoch: Option<u64>,
+        queued: impl FnOnce(),
     ) -> Result<u64, BrokerError> {
+        let mut queued = Some(queued);
+        let mut _in_line = None;
         loop {
             let released = self.released.notified();
             {
                 let mut producers = self.producers.lock();
-                if producers.by_name.contains_key(&name) {
-                    return Err(BrokerError::ProducerBusy(format!(
-                        "producer with name '{name}' is already connected to topic {}",
-                        self.topic
-                    )));
-                }
-                let exclusive_present = producers.by_name.values().any(|p| {
-                    matches!(
-                        p.mode,
-                        ProducerAccessMode::Exclusive | ProducerAccessMode::WaitForExclusive
-                    )
-                });
-                let anyone = !producers.by_name.is_empty();
-                let blocked = match mode {
-                    ProducerAccessMode::Shared => exclusive_present,
-                    _ => anyone,
-                };
-                if !blocked {
-                    if mode != ProducerAccessMode::Shared {
-                        producers.epoch += 1;
+                match producers.admission(&self.topic, &name, key, mode, epoch) {
+                    Admission::Admit => return Ok(producers.admit(name, key, mode, epoch)),
+                    Admission::Reject(error) => {
+                        producers.waiting.retain(|&k| k != key);
+                        return Err(error);
                     }
-                    producers.by_name.insert(name, ProducerEntry { key, mode });
-                    return Ok(producers.epoch);
+                    Admission::Wait => {
+                        if !producers.waiting.contains(&key) {
+                            producers.waiting.push_back(key);
+                            _in_line = Some(LeaveQueue { registry: self, key });
+                        }
+                    }
                 }
-                if mode != ProducerAccessMode::WaitForExclusive {
-                    return Err(BrokerError::ProducerBusy(format!(
-                        "topic {} has an exclusive producer or other producers",
-                        self.topic
-                    )));
-                }
+            }
+            if let Some(queued) = queued.take() {
+                queued();
             }
             released.await;
         }
@@ -122,7 +238,7 @@ pub struct Topic {
     pub managed_ledger: Arc<ManagedLedger>,
     metadata: Arc<dyn MetadataStore>,
     cursor_prefix: String,
-    batch_entries: usize,
+    dispatch: DispatchSettings,
     producers: ProducerRegistry,
     subscriptions: Mutex<HashMap<String, Arc<Subscription>>>,
     /// Producer-name -> sequence-id state; tracked whether or not deduplication is enabled, so
@@ -175,7 +291,7 @@ impl Topic {
             managed_ledger,
             metadata: metadata.clone(),
             cursor_prefix: format!("/cursors/{path}"),
-            batch_entries: config.dispatch_batch_entries,
+            dispatch: config.dispatch_settings(),
             producers,
             subscriptions: Mutex::default(),
             dedup: Mutex::default(),
@@ -343,7 +459,7 @@ impl Topic {
             cursor_key,
             ack,
             last_read,
-            self.batch_entries,
+            self.dispatch,
         )
     }
 
@@ -353,8 +469,10 @@ impl Topic {
         name: String,
         key: u64,
         mode: ProducerAccessMode,
+        epoch: Option<u64>,
+        queued: impl FnOnce(),
     ) -> Result<u64, BrokerError> {
-        self.producers.add(name, key, mode).await
+        self.producers.add(name, key, mode, epoch, queued).await
     }
 
     pub fn remove_producer(&self, name: &str, key: u64) {
@@ -443,5 +561,114 @@ async fn snapshot_task(topic: Weak<Topic>, due: Arc<Notify>) {
         if let Err(error) = topic.write_dedup_snapshot().await {
             tracing::warn!(topic = %topic.full_name, %error, "dedup snapshot not written");
         }
+    }
+}
+
+#[cfg(test)]
+mod producer_access_tests {
+    use super::*;
+    use ProducerAccessMode::{Exclusive, Shared, WaitForExclusive};
+
+    fn add_now(
+        registry: &ProducerRegistry,
+        name: &str,
+        key: u64,
+        mode: ProducerAccessMode,
+        epoch: Option<u64>,
+    ) -> Result<u64, BrokerError> {
+        let future = registry.add(name.into(), key, mode, epoch, || panic!("{name} queued"));
+        futures_now(future)
+    }
+
+    /// Polls once: these registrations never wait.
+    fn futures_now<F: std::future::Future>(future: F) -> F::Output {
+        let waker = std::task::Waker::noop();
+        let mut context = std::task::Context::from_waker(waker);
+        match std::pin::pin!(future).poll(&mut context) {
+            std::task::Poll::Ready(output) => output,
+            std::task::Poll::Pending => panic!("the registration waited"),
+        }
+    }
+
+    #[test]
+    fn a_second_exclusive_producer_is_fenced_and_a_shared_one_is_busy() {
+        let registry = ProducerRegistry::new("t".into());
+        assert_eq!(add_now(&registry, "a", 1, Exclusive, None).unwrap(), 1);
+        let second = add_now(&registry, "b", 2, Exclusive, None).unwrap_err();
+        assert!(
+            matches!(second, BrokerError::ProducerFenced(ref why) if why.contains("existing exclusive producer: a")),
+            "{second:?}"
+        );
+        let shared = add_now(&registry, "c", 3, Shared, None).unwrap_err();
+        assert!(matches!(shared, BrokerError::ProducerBusy(_)), "{shared:?}");
+        let same_name = add_now(&registry, "a", 4, Shared, None).unwrap_err();
+        assert!(matches!(same_name, BrokerError::ProducerBusy(_)), "{same_name:?}");
+    }
+
+    #[test]
+    fn an_exclusive_producer_behind_the_topic_epoch_is_fenced() {
+        let registry = ProducerRegistry::new("t".into());
+        assert_eq!(add_now(&registry, "a", 1, Exclusive, None).unwrap(), 1);
+        registry.remove("a", 1);
+        assert_eq!(add_now(&registry, "b", 2, Exclusive, None).unwrap(), 2);
+        registry.remove("b", 2);
+        // "a" comes back with the epoch it was given: "b" held the topic since.
+        let stale = add_now(&registry, "a", 3, Exclusive, Some(1)).unwrap_err();
+        assert!(
+            matches!(stale, BrokerError::ProducerFenced(ref why) if why.contains("epoch")),
+            "{stale:?}"
+        );
+        // "b" reconnecting with the current epoch keeps it.
+        assert_eq!(add_now(&registry, "b", 4, Exclusive, Some(2)).unwrap(), 2);
+    }
+
+    #[test]
+    fn exclusive_meets_shared_producers_with_fenced() {
+        let registry = ProducerRegistry::new("t".into());
+        add_now(&registry, "s", 1, Shared, None).unwrap();
+        let exclusive = add_now(&registry, "x", 2, Exclusive, None).unwrap_err();
+        assert!(matches!(exclusive, BrokerError::ProducerFenced(_)), "{exclusive:?}");
+    }
+
+    #[tokio::test]
+    async fn wait_for_exclusive_is_told_it_waits_gets_the_topic_in_turn_and_leaves_the_line_when_dropped(
+    ) {
+        let registry = Arc::new(ProducerRegistry::new("t".into()));
+        add_now(&registry, "a", 1, Exclusive, None).unwrap();
+        let (told, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let waiter = {
+            let (registry, told) = (registry.clone(), told.clone());
+            tokio::spawn(async move {
+                registry
+                    .add("w".into(), 2, WaitForExclusive, None, move || told.send(2).unwrap())
+                    .await
+            })
+        };
+        assert_eq!(heard.recv().await, Some(2), "the waiting producer is told at once");
+        // A second waiter, dropped while in line, must not block the first forever.
+        let dropped = {
+            let (registry, told) = (registry.clone(), told.clone());
+            tokio::spawn(async move {
+                registry
+                    .add("v".into(), 3, WaitForExclusive, None, move || told.send(3).unwrap())
+                    .await
+            })
+        };
+        assert_eq!(heard.recv().await, Some(3));
+        dropped.abort();
+        let _ = dropped.await;
+        // Shared producers are refused while someone waits for the topic.
+        assert!(matches!(
+            add_now(&registry, "s", 9, Shared, None),
+            Err(BrokerError::ProducerBusy(_))
+        ));
+        registry.remove("a", 1);
+        let epoch = tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter gets the topic")
+            .unwrap()
+            .unwrap();
+        assert_eq!(epoch, 2);
+        assert!(registry.producers.lock().waiting.is_empty());
     }
 }

@@ -88,7 +88,7 @@ async fn ack_receipt_waits_for_the_cursor_write() {
         cursor_key.clone(),
         AckState::new(None),
         None,
-        10,
+        DispatchSettings::new(10),
     );
     let id = MessageIdData {
         ledger_id: position.ledger_id,

@@ -45,7 +45,7 @@ struct Model {
 impl Model {
     fn new(sub_type: SubType) -> Model {
         Model {
-            state: State::new(sub_type, AckState::new(None), None),
+            state: State::new(sub_type, AckState::new(None), None, DispatchSettings::new(100)),
             ledger: Vec::new(),
             keys: Vec::new(),
         }

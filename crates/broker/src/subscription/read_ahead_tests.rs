@@ -89,7 +89,7 @@ async fn a_drain_reads_ahead_and_delivers_everything_once_in_order() {
         "/cursors/t/sub".into(),
         AckState::new(None),
         None,
-        8,
+        DispatchSettings::new(8),
     );
     let (outbox, mut frames) = crate::connection::Outbox::channel();
     let handle = ConsumerHandle { key: 1, consumer_id: 7, name: "c".into(), priority: 0, outbox };
