@@ -59,19 +59,15 @@ pub trait BrokerHooks: Send + Sync {
 
     /// Creates the non-partitioned topic `topic` (`PUT /admin/v2/{domain}/{t}/{ns}/{topic}`).
     /// The router has already checked that the namespace exists and that neither a
-    /// partitioned nor a non-partitioned topic of that name exists. Default: no-op.
-    async fn create_topic(&self, topic: &TopicName) -> Result<(), HookError> {
-        let _ = topic;
-        Ok(())
-    }
+    /// partitioned nor a non-partitioned topic of that name exists. Required: a default that
+    /// did nothing once made `PUT` answer 204 and create nothing.
+    async fn create_topic(&self, topic: &TopicName) -> Result<(), HookError>;
 
     /// Deletes the non-partitioned topic (or partition) `topic` and its data. Called for
     /// `DELETE …/{topic}` and for every partition by `DELETE …/{topic}/partitions` (where
-    /// `NotFound` is ignored: a partition nobody used may not exist). Default: no-op.
-    async fn delete_topic(&self, topic: &TopicName, force: bool) -> Result<(), HookError> {
-        let _ = (topic, force);
-        Ok(())
-    }
+    /// `NotFound` is ignored: a partition nobody used may not exist). Required, as
+    /// `create_topic`.
+    async fn delete_topic(&self, topic: &TopicName, force: bool) -> Result<(), HookError>;
 
     /// Called after partitioned-topic metadata was created (`old == 0`) or grown, so the
     /// broker can create partitions eagerly. An error is reported to the client, but the
@@ -114,8 +110,18 @@ pub trait BrokerHooks: Send + Sync {
     }
 }
 
-/// Hooks that do nothing: no extra topics, every create/delete succeeds, always healthy.
+/// Hooks of an admin API without a broker (tests of the router alone): no topics of its own
+/// (delete finds none: 404), create refused with 503, always healthy.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoopHooks;
 
-impl BrokerHooks for NoopHooks {}
+#[async_trait]
+impl BrokerHooks for NoopHooks {
+    async fn create_topic(&self, topic: &TopicName) -> Result<(), HookError> {
+        Err(HookError::Unavailable(format!("no broker to create {topic}")))
+    }
+
+    async fn delete_topic(&self, topic: &TopicName, _force: bool) -> Result<(), HookError> {
+        Err(HookError::NotFound(format!("Topic {topic} not found")))
+    }
+}

@@ -543,6 +543,12 @@ async fn topic_listing_merges_all_sources() {
     struct ListHooks;
     #[async_trait]
     impl BrokerHooks for ListHooks {
+        async fn create_topic(&self, _: &TopicName) -> Result<(), HookError> {
+            Ok(())
+        }
+        async fn delete_topic(&self, _: &TopicName, _: bool) -> Result<(), HookError> {
+            Ok(())
+        }
         async fn list_topics(
             &self,
             ns: &NamespaceName,

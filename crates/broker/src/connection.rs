@@ -15,7 +15,7 @@ use crate::error::BrokerError;
 use crate::non_persistent::{NonPersistentTopic, NpConsumer, NpSubscription};
 use crate::service::BrokerService;
 use crate::subscription::{ConsumerHandle, Subscription};
-use crate::topic::{StartAt, Topic};
+use crate::topic::{ProducerClient, StartAt, Topic};
 use bytes::{Bytes, BytesMut};
 use magnetar_admin::names::{TopicDomain, TopicName};
 use magnetar_admin::schema::{SchemaData, TYPE_AUTO_CONSUME};
@@ -347,7 +347,53 @@ impl Connection {
             Type::GetTopicsOfNamespace => self.on_get_topics_of_namespace(&command).await,
             Type::GetSchema => self.on_get_schema(&command).await,
             Type::GetOrCreateSchema => self.on_get_or_create_schema(&command).await,
-            other => Err(format!("unsupported command {other:?}")),
+            other => {
+                self.on_unsupported(&command, other);
+                Ok(())
+            }
+        }
+    }
+
+    /// A command this broker does not serve (transactions, topic-list watchers, responses a
+    /// client has no business sending): a request gets an ERROR naming it, as Pulsar answers
+    /// with transactions disabled; the connection goes on either way.
+    fn on_unsupported(&self, command: &BaseCommand, kind: Type) {
+        let request_id = match kind {
+            Type::NewTxn => command.new_txn.as_ref().map(|c| c.request_id),
+            Type::AddPartitionToTxn => command.add_partition_to_txn.as_ref().map(|c| c.request_id),
+            Type::AddSubscriptionToTxn => {
+                command.add_subscription_to_txn.as_ref().map(|c| c.request_id)
+            }
+            Type::EndTxn => command.end_txn.as_ref().map(|c| c.request_id),
+            Type::EndTxnOnPartition => command.end_txn_on_partition.as_ref().map(|c| c.request_id),
+            Type::EndTxnOnSubscription => {
+                command.end_txn_on_subscription.as_ref().map(|c| c.request_id)
+            }
+            Type::TcClientConnectRequest => {
+                command.tc_client_connect_request.as_ref().map(|c| c.request_id)
+            }
+            Type::WatchTopicList => command.watch_topic_list.as_ref().map(|c| c.request_id),
+            Type::WatchTopicListClose => {
+                command.watch_topic_list_close.as_ref().map(|c| c.request_id)
+            }
+            _ => None,
+        };
+        let why = match kind {
+            Type::NewTxn
+            | Type::AddPartitionToTxn
+            | Type::AddSubscriptionToTxn
+            | Type::EndTxn
+            | Type::EndTxnOnPartition
+            | Type::EndTxnOnSubscription
+            | Type::TcClientConnectRequest => "Transactions are not enabled.".to_string(),
+            other => format!("{} is not supported by this broker", other.as_str_name()),
+        };
+        match request_id {
+            Some(request_id) => {
+                let error = commands::error(request_id, ServerError::NotAllowedError, &why);
+                self.outbox.send_command(&error);
+            }
+            None => tracing::debug!(peer = %self.peer, ?kind, "ignored a command we do not serve"),
         }
     }
 
@@ -422,6 +468,10 @@ impl Connection {
     fn on_producer(&mut self, command: &BaseCommand) -> Handled {
         let request = command.producer.as_ref().ok_or("PRODUCER without body")?;
         let (request_id, producer_id) = (request.request_id, request.producer_id);
+        if self.producers.get(&producer_id).is_some_and(|p| p.topic.is_deleted()) {
+            // Closed by the broker (topic deleted): the client re-creates it under its id.
+            self.producers.remove(&producer_id);
+        }
         if let Some(existing) = self.producers.get(&producer_id) {
             // A client retrying a create it already got: answer the same.
             let version = existing.schema_version.map(commands::schema_version_bytes);
@@ -1178,6 +1228,7 @@ async fn create_producer(
         None => format!("standalone-{}", PRODUCER_NAMES.fetch_add(1, Ordering::Relaxed)),
     };
     let key = service.next_key();
+    let client = ProducerClient { producer_id: request.producer_id, outbox: outbox.clone() };
     let queued = || {
         let mut waiting = commands::producer_success(request.request_id, &producer_name, -1, None);
         if let Some(success) = waiting.producer_success.as_mut() {
@@ -1189,7 +1240,7 @@ async fn create_producer(
         let topic = service.non_persistent_topic(&name, true).await?;
         let epoch = topic
             .producers
-            .add(producer_name.clone(), key, mode, request.topic_epoch, queued)
+            .add(producer_name.clone(), key, mode, request.topic_epoch, client, queued)
             .await?;
         let context = NpProducerContext { topic, name: producer_name, key };
         return Ok(CreatedProducer::NonPersistent(context, epoch));
@@ -1205,8 +1256,9 @@ async fn create_producer(
     // Policies may have changed since the topic was loaded (another broker's admin API in
     // cluster mode; here a cheap re-read keeps this path obviously right).
     topic.refresh_policies().await?;
-    let epoch =
-        topic.add_producer(producer_name.clone(), key, mode, request.topic_epoch, queued).await?;
+    let epoch = topic
+        .add_producer(producer_name.clone(), key, mode, request.topic_epoch, client, queued)
+        .await?;
     let partition = topic.partition;
     let context =
         ProducerContext { topic, name: producer_name.into(), key, partition, schema_version };

@@ -119,6 +119,22 @@ impl ManagedLedger {
         &self.topic
     }
 
+    /// Deletes every ledger of the topic and then its ledger list (a crash in between leaves a
+    /// list naming ledgers that are gone, which `open` skips).
+    pub async fn delete(&self) -> Result<(), BrokerError> {
+        let ids = self.state.lock().ids.clone();
+        for id in ids {
+            match self.store.delete_ledger(id).await {
+                Ok(()) | Err(LedgerError::NoSuchLedger(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        match self.metadata.delete(&self.key, ExpectedVersion::Any).await {
+            Ok(()) | Err(magnetar_metadata::MetadataError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     async fn persist_ledger_list(&self) -> Result<(), BrokerError> {
         let (ids, version) = {
             let state = self.state.lock();

@@ -206,6 +206,48 @@ impl BrokerService {
         Ok(out.into_iter().filter(|t| !is_system_topic(t)).map(|t| t.to_string()).collect())
     }
 
+    /// Creates a topic on request (admin `PUT`), whatever `allow_auto_topic_creation` says.
+    /// `Ok(false)` when it existed already.
+    pub async fn create_topic(&self, name: &TopicName) -> Result<bool, BrokerError> {
+        if name.domain() == TopicDomain::NonPersistent {
+            let mut live = self.non_persistent.lock();
+            let created = !live.contains_key(&name.to_string());
+            live.entry(name.to_string()).or_insert_with(|| NonPersistentTopic::new(name.clone()));
+            return Ok(created);
+        }
+        match self.metadata.put(&keys::topic_key(name), "{}".into(), ExpectedVersion::Absent).await
+        {
+            Ok(_) => Ok(true),
+            Err(MetadataError::BadVersion { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes a topic and everything it holds (see [`Topic::delete`]). `Ok(false)` when there
+    /// was no such topic. The deleted topic stays in the map until its data is gone, so a client
+    /// reconnecting meanwhile is refused (and retries) rather than loading what is being
+    /// deleted.
+    pub async fn delete_topic(&self, name: &TopicName, force: bool) -> Result<bool, BrokerError> {
+        let full = name.to_string();
+        if name.domain() == TopicDomain::NonPersistent {
+            let Some(topic) = self.non_persistent.lock().remove(&full) else {
+                return Ok(false);
+            };
+            topic.producers.close_all();
+            return Ok(true);
+        }
+        if !self.topic_exists(name).await? {
+            return Ok(false);
+        }
+        let topic = self.topic(name, false).await?;
+        let deleted = topic.delete(force).await;
+        if deleted.is_ok() || topic.is_deleted() {
+            // Gone, or half gone: a later load starts from what is left.
+            self.topics.lock().remove(&full);
+        }
+        deleted.map(|()| true)
+    }
+
     /// Topics loaded now.
     pub fn loaded_topics(&self) -> Vec<Arc<Topic>> {
         self.topics.lock().values().filter_map(|cell| cell.get().cloned()).collect()
@@ -260,6 +302,23 @@ impl BrokerHooks for AdminHooks {
             TopicDomain::NonPersistent => self.0.non_persistent_topics_of(namespace),
             TopicDomain::Persistent => Vec::new(),
         })
+    }
+
+    async fn create_topic(&self, topic: &TopicName) -> Result<(), HookError> {
+        match self.0.create_topic(topic).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(HookError::Conflict("This topic already exists".into())),
+            Err(e) => Err(HookError::Internal(e.to_string())),
+        }
+    }
+
+    async fn delete_topic(&self, topic: &TopicName, force: bool) -> Result<(), HookError> {
+        match self.0.delete_topic(topic, force).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(HookError::NotFound(format!("Topic {topic} not found"))),
+            Err(BrokerError::NotAllowed(why)) => Err(HookError::PreconditionFailed(why)),
+            Err(e) => Err(HookError::Internal(e.to_string())),
+        }
     }
 
     async fn policies_updated(

@@ -581,7 +581,17 @@ impl Subscription {
 
     /// Whether the consumer `key` is still attached (a reset detaches them all).
     pub fn has_consumer(&self, key: u64) -> bool {
-        self.state.lock().consumers.iter().any(|slot| slot.handle.key == key)
+        let state = self.state.lock();
+        !state.closed && state.consumers.iter().any(|slot| slot.handle.key == key)
+    }
+
+    /// Detaches every consumer, telling each client (CLOSE_CONSUMER); clients resubscribe.
+    pub fn close_consumers(&self) {
+        let slots = std::mem::take(&mut self.state.lock().consumers);
+        for slot in slots {
+            let command = commands::close_consumer(slot.handle.consumer_id, u64::MAX);
+            slot.handle.outbox.send_command(&command);
+        }
     }
 
     /// Resets the cursor so that the next entry delivered is the one after `mark_delete`

@@ -9,6 +9,7 @@ use crate::subscription::{previous_position, DispatchSettings, Subscription};
 use magnetar_admin::names::{encode_topic_name, TopicName};
 use magnetar_ledger::LedgerStore;
 use magnetar_metadata::MetadataStore;
+use magnetar_protocol::commands;
 use magnetar_protocol::proto::{command_subscribe::SubType, MessageIdData, ProducerAccessMode};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -34,6 +35,15 @@ pub enum StartAt {
 struct ProducerEntry {
     key: u64,
     mode: ProducerAccessMode,
+    /// Where the broker tells the client its producer was closed (topic deleted or unloaded).
+    client: ProducerClient,
+}
+
+/// A producer as its connection knows it.
+#[derive(Clone)]
+pub struct ProducerClient {
+    pub producer_id: u64,
+    pub outbox: crate::connection::Outbox,
 }
 
 #[derive(Default)]
@@ -132,6 +142,7 @@ impl Producers {
         key: u64,
         mode: ProducerAccessMode,
         epoch: Option<u64>,
+        client: ProducerClient,
     ) -> u64 {
         if mode != ProducerAccessMode::Shared {
             // A returning exclusive producer keeps its epoch; a new one moves the topic on.
@@ -141,7 +152,7 @@ impl Producers {
             };
         }
         self.waiting.retain(|&k| k != key);
-        self.by_name.insert(name, ProducerEntry { key, mode });
+        self.by_name.insert(name, ProducerEntry { key, mode, client });
         self.epoch
     }
 }
@@ -188,6 +199,7 @@ impl ProducerRegistry {
         key: u64,
         mode: ProducerAccessMode,
         epoch: Option<u64>,
+        client: ProducerClient,
         queued: impl FnOnce(),
     ) -> Result<u64, BrokerError> {
         let mut queued = Some(queued);
@@ -197,7 +209,9 @@ impl ProducerRegistry {
             {
                 let mut producers = self.producers.lock();
                 match producers.admission(&self.topic, &name, key, mode, epoch) {
-                    Admission::Admit => return Ok(producers.admit(name, key, mode, epoch)),
+                    Admission::Admit => {
+                        return Ok(producers.admit(name, key, mode, epoch, client));
+                    }
                     Admission::Reject(error) => {
                         producers.waiting.retain(|&k| k != key);
                         return Err(error);
@@ -219,6 +233,21 @@ impl ProducerRegistry {
 
     pub fn is_empty(&self) -> bool {
         self.producers.lock().by_name.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.producers.lock().by_name.len()
+    }
+
+    /// Closes every producer: each client hears CLOSE_PRODUCER (and reconnects, as clients do).
+    pub fn close_all(&self) {
+        let closed: Vec<ProducerEntry> =
+            self.producers.lock().by_name.drain().map(|(_, entry)| entry).collect();
+        for entry in closed {
+            let command = commands::close_producer(entry.client.producer_id, u64::MAX);
+            entry.client.outbox.send_command(&command);
+        }
+        self.released.notify_waiters();
     }
 
     pub fn remove(&self, name: &str, key: u64) {
@@ -248,6 +277,8 @@ pub struct Topic {
     dedup_default: bool,
     dedup_key: String,
     dedup_snapshot_due: Arc<Notify>,
+    /// Set once a delete starts: no producer or subscription attaches after it.
+    deleted: AtomicBool,
 }
 
 fn storage_path(name: &TopicName) -> String {
@@ -299,6 +330,7 @@ impl Topic {
             dedup_default: config.broker_deduplication_enabled,
             dedup_key: format!("/dedup/{path}"),
             dedup_snapshot_due: Arc::new(Notify::new()),
+            deleted: AtomicBool::new(false),
         });
         topic.recover_dedup().await?;
         topic.refresh_policies().await?;
@@ -470,9 +502,16 @@ impl Topic {
         key: u64,
         mode: ProducerAccessMode,
         epoch: Option<u64>,
+        client: ProducerClient,
         queued: impl FnOnce(),
     ) -> Result<u64, BrokerError> {
-        self.producers.add(name, key, mode, epoch, queued).await
+        if self.is_deleted() {
+            return Err(BrokerError::ServiceNotReady(format!(
+                "topic {} is being deleted",
+                self.full_name
+            )));
+        }
+        self.producers.add(name, key, mode, epoch, client, queued).await
     }
 
     pub fn remove_producer(&self, name: &str, key: u64) {
@@ -487,6 +526,12 @@ impl Topic {
         durable: bool,
         start: StartAt,
     ) -> Result<Arc<Subscription>, BrokerError> {
+        if self.is_deleted() {
+            return Err(BrokerError::ServiceNotReady(format!(
+                "topic {} is being deleted",
+                self.full_name
+            )));
+        }
         if let Some(existing) = self.subscriptions.lock().get(name).cloned() {
             return Ok(existing);
         }
@@ -550,6 +595,54 @@ impl Topic {
     pub fn subscription_names(&self) -> Vec<String> {
         self.subscriptions.lock().keys().cloned().collect()
     }
+
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.load(Ordering::Acquire)
+    }
+
+    /// Producers and consumers connected now.
+    pub fn client_count(&self) -> usize {
+        self.producers.len()
+            + self.subscriptions.lock().values().map(|s| s.consumer_count()).sum::<usize>()
+    }
+
+    /// Deletes the topic, as Pulsar's `PersistentTopic.delete`: refused while clients are
+    /// connected unless `force`, which closes them (they reconnect and, with auto-creation on,
+    /// find a new, empty topic). Then its subscriptions' cursors, deduplication state, policies,
+    /// ledger list and topic key go from the metadata store, and its ledgers from storage.
+    /// The caller takes the topic out of the broker's map first.
+    pub async fn delete(&self, force: bool) -> Result<(), BrokerError> {
+        if !force && self.client_count() > 0 {
+            return Err(BrokerError::NotAllowed(format!(
+                "Topic has {} connected producers/consumers",
+                self.client_count()
+            )));
+        }
+        self.deleted.store(true, Ordering::Release);
+        self.producers.close_all();
+        let subscriptions: Vec<Arc<Subscription>> =
+            self.subscriptions.lock().drain().map(|(_, s)| s).collect();
+        for subscription in subscriptions {
+            subscription.close_consumers();
+            subscription.close(true).await?;
+        }
+        // Cursors of subscriptions never loaded here, and the rest of the topic's keys.
+        for encoded in self.metadata.list_children(&self.cursor_prefix).await? {
+            delete_key(&*self.metadata, &format!("{}/{encoded}", self.cursor_prefix)).await?;
+        }
+        delete_key(&*self.metadata, &self.dedup_key).await?;
+        delete_key(&*self.metadata, &magnetar_admin::keys::topic_policies_key(&self.name)).await?;
+        self.managed_ledger.delete().await?;
+        delete_key(&*self.metadata, &magnetar_admin::keys::topic_key(&self.name)).await?;
+        Ok(())
+    }
+}
+
+async fn delete_key(metadata: &dyn MetadataStore, key: &str) -> Result<(), BrokerError> {
+    match metadata.delete(key, magnetar_metadata::ExpectedVersion::Any).await {
+        Ok(()) | Err(magnetar_metadata::MetadataError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Writes a deduplication snapshot whenever enough entries were persisted since the last; at
@@ -576,8 +669,13 @@ mod producer_access_tests {
         mode: ProducerAccessMode,
         epoch: Option<u64>,
     ) -> Result<u64, BrokerError> {
-        let future = registry.add(name.into(), key, mode, epoch, || panic!("{name} queued"));
+        let future =
+            registry.add(name.into(), key, mode, epoch, client(key), || panic!("{name} queued"));
         futures_now(future)
+    }
+
+    fn client(producer_id: u64) -> ProducerClient {
+        ProducerClient { producer_id, outbox: crate::connection::Outbox::channel().0 }
     }
 
     /// Polls once: these registrations never wait.
@@ -640,7 +738,9 @@ mod producer_access_tests {
             let (registry, told) = (registry.clone(), told.clone());
             tokio::spawn(async move {
                 registry
-                    .add("w".into(), 2, WaitForExclusive, None, move || told.send(2).unwrap())
+                    .add("w".into(), 2, WaitForExclusive, None, client(2), move || {
+                        told.send(2).unwrap()
+                    })
                     .await
             })
         };
@@ -650,7 +750,9 @@ mod producer_access_tests {
             let (registry, told) = (registry.clone(), told.clone());
             tokio::spawn(async move {
                 registry
-                    .add("v".into(), 3, WaitForExclusive, None, move || told.send(3).unwrap())
+                    .add("v".into(), 3, WaitForExclusive, None, client(3), move || {
+                        told.send(3).unwrap()
+                    })
                     .await
             })
         };
