@@ -4,6 +4,8 @@
 #   2. cargo test --workspace --release          (Rust unit and integration tests)
 #   3. the release binary target/release/magnetar
 #   4. pytest tests/compat                         (Pulsar-protocol compatibility suite)
+#      (its test_java_client.py runs `mvn test` in tests/java, the official Java client: needs java 17+
+#      and mvn; Maven's artifacts go to the git-ignored tests/java/.m2, about 1.5 min warm or cold)
 # Exits non-zero as soon as a step fails or runs out of time. Each step is bounded, and so is the
 # whole run: TEST_SH_BUDGET_MIN minutes (default 85, CI allows 90).
 #

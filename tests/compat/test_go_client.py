@@ -1,7 +1,10 @@
 """The official Go client (pulsar-client-go) against the broker: runs `go test ./...` in tests/go
 with the fixture's broker URLs. Covers paths the Python client does not: retry topics
 (ReconsumeLater) and their dead-letter topic, chunking from Go, nack redelivery delay, seek by
-time, inclusive readers, GetLastMessageIDs / HasNext (see tests/go/*_test.go).
+time, inclusive readers, GetLastMessageIDs / HasNext, batch-index acks, producer access modes
+(Exclusive, WaitForExclusive), admin topic create / delete, the Failover EventListener, lookups
+over an HTTP service URL (see tests/go/*_test.go). Tests behind the `restartphases` build tag are
+left out here: test_go_restart_phases.py runs them around a broker restart.
 
 MAGNETAR_EXPECT_DELAYED=1 is passed through: it makes the retry test assert the delay too."""
 

@@ -970,7 +970,7 @@ impl Connection {
                 let wanted = match request.schema_version.as_deref() {
                     None | Some([]) => history.versions.last(),
                     Some(bytes) => {
-                        commands::parse_schema_version(bytes).and_then(|v| history.get(v))
+                        commands::parse_schema_version(bytes).and_then(|v| history.get_live(v))
                     }
                 };
                 match wanted.filter(|s| !s.deleted) {

@@ -136,8 +136,9 @@ struct State {
     /// Bumped by every cursor reset, so a dispatch round that read before it sends nothing.
     epoch: u64,
     settings: DispatchSettings,
-    /// Failover: nothing is dispatched before this time (ms), after the active consumer changed.
-    failover_resume_at: Option<u64>,
+    /// Failover: when (ms) a consumer that should take over from a still-connected active one
+    /// does so ([`DispatchSettings::failover_delay_ms`] after it joined).
+    failover_switch_at: Option<u64>,
     /// Moving average of messages per entry, to turn message permits into entries to read
     /// (reading one entry per permit re-read batched entries many times over).
     messages_per_entry: f64,
@@ -168,7 +169,7 @@ impl State {
             closed: false,
             epoch: 0,
             settings,
-            failover_resume_at: None,
+            failover_switch_at: None,
             messages_per_entry: 1.0,
         }
     }
@@ -264,11 +265,6 @@ impl State {
 
     /// What the next dispatch round reads, if anything.
     fn plan(&mut self, ledgers: &LedgerList, batch_entries: usize, now: u64) -> Option<Plan> {
-        match self.failover_resume_at {
-            Some(at) if now < at => return None,
-            Some(_) => self.failover_resume_at = None,
-            None => {}
-        }
         let capacity = self.capacity();
         if capacity <= 0 {
             return None;
@@ -756,6 +752,14 @@ impl Subscription {
     /// Failover and Exclusive: choose the active consumer (priority, then name; for a
     /// partition, spread by partition index) and tell every consumer if it changed.
     fn pick_active(&self, state: &mut State) {
+        self.pick_active_at(state, now_ms());
+    }
+
+    /// As [`Self::pick_active`] at time `now` (ms). On a Failover subscription a change of the
+    /// active consumer happens only after the failover delay, as Pulsar does (a current one keeps
+    /// receiving meanwhile, and its in-flight acks land); the dispatcher makes the switch, and
+    /// tells every consumer, when the time comes.
+    fn pick_active_at(&self, state: &mut State, now: u64) {
         if !matches!(state.sub_type, SubType::Failover | SubType::Exclusive) {
             state.active = None;
             return;
@@ -771,9 +775,27 @@ impl Subscription {
             Some(order[index].handle.key)
         };
         if chosen == state.active {
+            state.failover_switch_at = None;
             return;
         }
         let previous = state.active;
+        // A hand-over (not the first pick, not the last consumer leaving) waits, whether the
+        // active consumer left or a preferred one joined, as in Pulsar.
+        if state.sub_type == SubType::Failover
+            && previous.is_some()
+            && chosen.is_some()
+            && state.settings.failover_delay_ms > 0
+        {
+            match state.failover_switch_at {
+                Some(at) if now >= at => state.failover_switch_at = None,
+                Some(_) => return,
+                None => {
+                    state.failover_switch_at = Some(now + state.settings.failover_delay_ms);
+                    return;
+                }
+            }
+        }
+        state.failover_switch_at = None;
         state.active = chosen;
         // What the previous active consumer held goes to the new one.
         if let Some(previous) = previous {
@@ -781,11 +803,6 @@ impl Subscription {
             state.requeue(held, false);
         }
         if state.sub_type == SubType::Failover {
-            // A change of hands (not the first pick) waits, as Pulsar's
-            // `scheduleReadOnActiveConsumer`, so the previous consumer's acks land first.
-            if previous.is_some() && state.settings.failover_delay_ms > 0 {
-                state.failover_resume_at = Some(now_ms() + state.settings.failover_delay_ms);
-            }
             for slot in state.consumers.iter().filter(|slot| slot.announced) {
                 let is_active = Some(slot.handle.key) == chosen;
                 let command = commands::active_consumer_change(slot.handle.consumer_id, is_active);
@@ -794,11 +811,21 @@ impl Subscription {
         }
     }
 
+    /// Makes a Failover hand-over whose delay has passed.
+    fn switch_if_due(&self) {
+        let mut state = self.state.lock();
+        if state.failover_switch_at.is_some_and(|at| now_ms() >= at) {
+            self.pick_active(&mut state);
+        }
+    }
+
     /// The client has heard SUBSCRIBE's SUCCESS for consumer `key`: from now on it hears the
     /// subscription's consumer events, starting (Failover) with whether it is the active one.
     pub fn announce(&self, key: u64) {
         let mut state = self.state.lock();
-        let failover = state.sub_type == SubType::Failover;
+        // With a hand-over pending, everyone hears the outcome when it happens.
+        let failover =
+            state.sub_type == SubType::Failover && state.failover_switch_at.is_none();
         let active = state.active;
         if let Some(slot) = state.consumers.iter_mut().find(|slot| slot.handle.key == key) {
             slot.announced = true;
@@ -986,14 +1013,12 @@ impl Subscription {
             // Sleep until woken, or until the next delayed message is due (only when a consumer
             // could take it: permits arrive with a wake-up).
             let deadline = {
+                self.switch_if_due();
                 let state = self.state.lock();
-                if state.capacity() > 0 {
-                    match (state.delayed.next_wake(), state.failover_resume_at) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    }
-                } else {
-                    None
+                let delayed = if state.capacity() > 0 { state.delayed.next_wake() } else { None };
+                match (delayed, state.failover_switch_at) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
                 }
             };
             match deadline {
@@ -1008,6 +1033,7 @@ impl Subscription {
                 }
                 None => self.wake.notified().await,
             }
+            self.switch_if_due();
             loop {
                 if self.state.lock().closed {
                     return;

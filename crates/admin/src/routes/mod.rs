@@ -74,6 +74,10 @@ pub(crate) fn build(state: AdminState) -> Router {
                 .delete(policies::remove_namespace_dedup),
         );
     for domain in TopicDomain::ALL {
+        router = router.route(
+            &format!("/lookup/v2/topic/{domain}/{{tenant}}/{{namespace}}/{{topic}}"),
+            get(topics::lookup),
+        );
         let base = format!("/admin/v2/{domain}/{{tenant}}/{{namespace}}");
         router = router
             .route(&base, get(topics::list_topics))
@@ -110,9 +114,13 @@ pub(crate) struct PathSegments<'a> {
 
 impl<'a> PathSegments<'a> {
     pub(crate) fn new(uri: &'a Uri) -> Self {
-        const PREFIX: &str = "/admin/v2/";
+        Self::after(uri, "/admin/v2/")
+    }
+
+    /// The segments after `prefix` (e.g. `/lookup/v2/topic/`).
+    pub(crate) fn after(uri: &'a Uri, prefix: &str) -> Self {
         let path = uri.path();
-        let rest = path.find(PREFIX).map_or("", |i| &path[i + PREFIX.len()..]);
+        let rest = path.find(prefix).map_or("", |i| &path[i + prefix.len()..]);
         PathSegments { segments: rest.split('/').collect() }
     }
 

@@ -61,7 +61,8 @@ pub(crate) async fn get_version(
         .parse()
         .map_err(|_| AdminError::BadRequest(format!("Invalid schema version {raw:?}")))?;
     let (history, _) = SchemaRegistry::new(state.store.clone()).history(&topic).await?;
-    match history.get(version) {
+    // A version before the last delete is gone for readers too (Pulsar trims them).
+    match history.get_live(version) {
         None => Err(AdminError::NotFound("Schema not found".into())),
         Some(s) if s.deleted => Err(AdminError::NotFound("Schema is deleted".into())),
         Some(s) => Ok(Json(render(s))),

@@ -382,3 +382,23 @@ pub(crate) async fn delete_topic(
     tracing::info!(%topic, "deleted topic");
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// `GET /lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}`: the broker that serves the
+/// topic, as Pulsar's `TopicLookup` answers clients configured with an HTTP service URL
+/// (`LookupData`). One broker here: this one. 412 invalid name; 404 namespace missing.
+pub(crate) async fn lookup(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let topic = PathSegments::after(&uri, "/lookup/v2/topic/").topic()?;
+    require_namespace(&state, topic.namespace()).await?;
+    let broker_url = state.broker_service_url.clone().unwrap_or_default();
+    let http_url = state.service_url.clone().unwrap_or_default();
+    Ok(Json(serde_json::json!({
+        "brokerUrl": broker_url,
+        "brokerUrlTls": "",
+        "httpUrl": http_url,
+        "httpUrlTls": "",
+        "nativeUrl": broker_url,
+    })))
+}

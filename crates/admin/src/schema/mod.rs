@@ -185,6 +185,12 @@ impl SchemaHistory {
         self.versions.iter().find(|s| s.version == version)
     }
 
+    /// A version that still counts: none before the last tombstone (what Pulsar serves to
+    /// clients after a schema delete).
+    pub fn get_live(&self, version: u64) -> Option<&StoredSchema> {
+        self.live().iter().find(|s| s.version == version)
+    }
+
     /// The live version holding exactly this schema.
     pub fn find(&self, candidate: &SchemaData) -> Option<u64> {
         self.live().iter().find(|s| s.same_schema(candidate)).map(|s| s.version)
@@ -441,6 +447,8 @@ mod tests {
         assert_eq!(history.delete(3), None, "nothing left to delete");
         assert!(history.latest().is_none());
         assert!(history.live().is_empty());
+        assert!(history.get(0).is_some(), "kept in the history");
+        assert!(history.get_live(0).is_none(), "but no longer served");
         // After the delete, anything goes (nothing live to be compatible with).
         let json = SchemaData { schema_type: TYPE_JSON, ..avro(AGE) };
         assert_eq!(history.put_if_absent(&json, CompatibilityStrategy::Full, 4), Ok((2, true)));
