@@ -36,6 +36,14 @@ SERVICE_URL = "pulsar://127.0.0.1:%d" % BROKER_PORT
 ADMIN_URL = "http://127.0.0.1:%d" % WEB_PORT
 
 
+def head_and_tail(text, head=3000, tail=2000):
+    """A failed run's output: its beginning carries the error message, its end the backtrace."""
+    if len(text) <= head + tail:
+        return text
+    return "%s\n[... %d characters left out ...]\n%s" % (text[:head], len(text) - head - tail,
+                                                         text[-tail:])
+
+
 def log(*args):
     print("[%s]" % time.strftime("%H:%M:%S"), *args, file=sys.stderr, flush=True)
 
@@ -172,7 +180,7 @@ def perf(binary, mode, topic, *args, timeout=1800, broker_pid=None):
     wall = time.monotonic() - t0
     usage1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
-        raise RuntimeError("perf failed: %s\n%s" % (" ".join(cmd), out.stderr[-3000:]))
+        raise RuntimeError("perf failed: %s\n%s" % (" ".join(cmd), head_and_tail(out.stderr)))
     report = json.loads(out.stdout)
     if broker_pid:
         client = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)

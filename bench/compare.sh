@@ -18,6 +18,16 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
+# Measure only what we start: refuse when something already answers on the ports we use.
+if [[ " $* " != *" --help "* && " $* " != *" -h "* ]]; then
+  for port in 6650 8080; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "bench/compare.sh: port $port is already taken on 127.0.0.1; stop what listens there first" >&2
+      exit 2
+    fi
+  done
+fi
+
 if [ -z "${MAGNETAR_BIN:-}" ]; then
   cargo build --release -p magnetar
   MAGNETAR_BIN=$ROOT/target/release/magnetar
