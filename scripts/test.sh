@@ -55,6 +55,18 @@ bounded "pip install" 900 "$PY" -m pip install --quiet --disable-pip-version-che
 "$PY" -c 'import pulsar, pytest; print("pulsar-client", pulsar.__version__, "/ pytest", pytest.__version__)' \
   || fail "the venv cannot import pulsar and pytest"
 
+# Java and Maven for the official Java client's suite (tests/java): from Debian when missing.
+if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    section "Debian packages: maven, default-jdk-headless"
+    bounded "apt-get update" 300 apt-get update -qq || fail "apt-get update"
+    DEBIAN_FRONTEND=noninteractive bounded "apt-get install" 600 \
+      apt-get install -y -qq maven default-jdk-headless >/dev/null || fail "apt-get install maven"
+  else
+    echo "no mvn/java and no root apt-get: tests/compat/test_java_client.py will be skipped"
+  fi
+fi
+
 # ------------------------------------------------------------------------------------ 2. cargo test
 section "cargo test --workspace --release"
 bounded "cargo test" 3000 cargo test --workspace --release || fail "cargo test --workspace --release"
