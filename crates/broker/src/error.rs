@@ -20,6 +20,12 @@ pub enum BrokerError {
     /// A request that may be retried later (a producer id still being created).
     #[error("{0}")]
     ServiceNotReady(String),
+    /// The topic lost a compare-and-set on its metadata: another broker owns it now.
+    #[error("{0}")]
+    Fenced(String),
+    /// A compare-and-set found another version (not fencing by itself: the caller decides).
+    #[error("metadata conflict: {0}")]
+    MetadataConflict(String),
     /// Key_Shared: the consumer's hash ranges cannot be assigned (overlap, out of bounds).
     #[error("{0}")]
     ConsumerAssign(String),
@@ -54,7 +60,10 @@ impl From<magnetar_admin::schema::SchemaError> for BrokerError {
 
 impl From<MetadataError> for BrokerError {
     fn from(error: MetadataError) -> Self {
-        BrokerError::Metadata(error.to_string())
+        match error {
+            MetadataError::BadVersion { .. } => BrokerError::MetadataConflict(error.to_string()),
+            other => BrokerError::Metadata(other.to_string()),
+        }
     }
 }
 
@@ -68,6 +77,9 @@ impl BrokerError {
             BrokerError::ProducerBusy(_) => ServerError::ProducerBusy,
             BrokerError::ProducerFenced(_) => ServerError::ProducerFenced,
             BrokerError::ServiceNotReady(_) => ServerError::ServiceNotReady,
+            // Clients reconnect (and look the topic up again) on ServiceNotReady.
+            BrokerError::Fenced(_) => ServerError::ServiceNotReady,
+            BrokerError::MetadataConflict(_) => ServerError::MetadataError,
             BrokerError::ConsumerAssign(_) => ServerError::ConsumerAssignError,
             BrokerError::SubscriptionNotFound(_) => ServerError::SubscriptionNotFound,
             BrokerError::NotAllowed(_) => ServerError::NotAllowedError,

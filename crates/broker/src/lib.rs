@@ -17,6 +17,7 @@ pub mod cursor;
 pub mod dedup;
 pub mod delayed;
 pub mod error;
+pub mod fence;
 pub mod key_shared;
 pub mod managed_ledger;
 pub mod non_persistent;

@@ -11,6 +11,7 @@
 
 use crate::cursor::{LedgerList, Position};
 use crate::error::BrokerError;
+use crate::fence::Fence;
 use bytes::Bytes;
 use magnetar_ledger::{LedgerError, LedgerStore};
 use magnetar_metadata::{ExpectedVersion, MetadataStore};
@@ -53,6 +54,8 @@ pub struct ManagedLedger {
     rollover: RolloverPolicy,
     state: Mutex<State>,
     listeners: Mutex<Vec<Arc<Notify>>>,
+    /// Shared by everything that writes this topic's metadata (see `fence.rs`).
+    fence: Arc<Fence>,
 }
 
 impl ManagedLedger {
@@ -103,6 +106,7 @@ impl ManagedLedger {
             metadata_version: version,
         };
         let managed = Arc::new(ManagedLedger {
+            fence: Fence::new(topic.clone()),
             topic,
             key,
             store,
@@ -117,6 +121,10 @@ impl ManagedLedger {
 
     pub fn topic(&self) -> &str {
         &self.topic
+    }
+
+    pub fn fence(&self) -> &Arc<Fence> {
+        &self.fence
     }
 
     /// Deletes every ledger of the topic and then its ledger list (a crash in between leaves a
@@ -136,18 +144,15 @@ impl ManagedLedger {
     }
 
     async fn persist_ledger_list(&self) -> Result<(), BrokerError> {
-        let (ids, version) = {
+        let (ids, mut version) = {
             let state = self.state.lock();
             (state.ids.clone(), state.metadata_version)
         };
         let value = serde_json::to_vec(&PersistedLedgers { ledgers: ids })
             .map_err(|e| BrokerError::Metadata(e.to_string()))?;
-        let expected = match version {
-            Some(v) => ExpectedVersion::Exactly(v),
-            None => ExpectedVersion::Absent,
-        };
-        let new_version = self.metadata.put(&self.key, value.into(), expected).await?;
-        self.state.lock().metadata_version = Some(new_version);
+        // A lost compare-and-set fences the topic: another broker extended the list.
+        self.fence.put(&*self.metadata, &self.key, value.into(), &mut version).await?;
+        self.state.lock().metadata_version = version;
         Ok(())
     }
 
@@ -158,6 +163,9 @@ impl ManagedLedger {
         data: Bytes,
         done: impl FnOnce(Result<Position, BrokerError>) + Send + 'static,
     ) -> Result<(), BrokerError> {
+        if self.fence.is_fenced() {
+            return Err(self.fence.error());
+        }
         let mut state = self.state.lock();
         let ledger = state.current;
         let bytes = data.len() as u64;

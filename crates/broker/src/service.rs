@@ -98,7 +98,15 @@ impl BrokerService {
     /// The loaded topic, loading (and, if allowed, creating) it first.
     pub async fn topic(&self, name: &TopicName, create: bool) -> Result<Arc<Topic>, BrokerError> {
         let full = name.to_string();
-        let cell = self.topics.lock().entry(full.clone()).or_default().clone();
+        let cell = {
+            let mut topics = self.topics.lock();
+            let cell = topics.entry(full.clone()).or_default();
+            if cell.get().is_some_and(|topic| topic.is_fenced()) {
+                // Another broker wrote its metadata: what this one holds is stale; load anew.
+                *cell = Arc::default();
+            }
+            cell.clone()
+        };
         if let Some(topic) = cell.get() {
             return Ok(topic.clone());
         }

@@ -505,6 +505,9 @@ pub struct Subscription {
     managed_ledger: Arc<ManagedLedger>,
     metadata: Arc<dyn MetadataStore>,
     cursor_key: String,
+    /// The cursor key's version as this subscription last wrote (or loaded) it, `None`: absent.
+    /// Held across each write, so the subscription's writes form one compare-and-set chain.
+    cursor_version: tokio::sync::Mutex<Option<u64>>,
     batch_entries: usize,
     state: Mutex<State>,
     wake: Arc<Notify>,
@@ -539,6 +542,7 @@ impl Subscription {
         managed_ledger: Arc<ManagedLedger>,
         metadata: Arc<dyn MetadataStore>,
         cursor_key: String,
+        cursor_version: Option<u64>,
         ack: AckState,
         last_read: Option<Position>,
         settings: DispatchSettings,
@@ -551,6 +555,7 @@ impl Subscription {
             managed_ledger,
             metadata,
             cursor_key,
+            cursor_version: tokio::sync::Mutex::new(cursor_version),
             batch_entries: settings.batch_entries,
             state: Mutex::new(state),
             wake: Arc::new(Notify::new()),
@@ -824,8 +829,7 @@ impl Subscription {
     pub fn announce(&self, key: u64) {
         let mut state = self.state.lock();
         // With a hand-over pending, everyone hears the outcome when it happens.
-        let failover =
-            state.sub_type == SubType::Failover && state.failover_switch_at.is_none();
+        let failover = state.sub_type == SubType::Failover && state.failover_switch_at.is_none();
         let active = state.active;
         if let Some(slot) = state.consumers.iter_mut().find(|slot| slot.handle.key == key) {
             slot.announced = true;
@@ -945,10 +949,12 @@ impl Subscription {
         self.managed_ledger.remove_listener(&self.wake);
         self.wake.notify_one();
         if delete_cursor && self.durable {
+            let mut version = self.cursor_version.lock().await;
             match self.metadata.delete(&self.cursor_key, ExpectedVersion::Any).await {
                 Ok(()) | Err(magnetar_metadata::MetadataError::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
+            *version = None;
         }
         Ok(())
     }
@@ -959,8 +965,15 @@ impl Subscription {
             return Ok(());
         }
         let bytes = self.state.lock().ack.encode();
-        self.metadata.put(&self.cursor_key, bytes.into(), ExpectedVersion::Any).await?;
-        Ok(())
+        self.write_cursor(bytes.into()).await
+    }
+
+    /// One cursor write, by compare-and-set on the version this subscription last wrote: a
+    /// conflict fences the topic (another broker owns it) instead of overwriting.
+    async fn write_cursor(&self, bytes: Bytes) -> Result<(), BrokerError> {
+        let mut version = self.cursor_version.lock().await;
+        let fence = self.managed_ledger.fence();
+        fence.put(&*self.metadata, &self.cursor_key, bytes, &mut version).await
     }
 
     fn schedule_persist(self: &Arc<Self>) {
@@ -983,13 +996,18 @@ impl Subscription {
                     state.persist_dirty = false;
                     (state.ack.encode(), me.acks_made.load(std::sync::atomic::Ordering::SeqCst))
                 };
-                match me.metadata.put(&me.cursor_key, bytes.into(), ExpectedVersion::Any).await {
-                    Ok(_) => {
+                match me.write_cursor(bytes.into()).await {
+                    Ok(()) => {
                         me.acks_persisted.send_if_modified(|n| {
                             let advanced = covers > *n;
                             *n = (*n).max(covers);
                             advanced
                         });
+                    }
+                    Err(BrokerError::Fenced(_)) => {
+                        // Another broker owns the topic: nothing more is written from here.
+                        me.state.lock().persist_in_flight = false;
+                        return;
                     }
                     Err(error) => {
                         tracing::warn!(subscription = %me.name, %error, "cursor not persisted");

@@ -277,6 +277,8 @@ pub struct Topic {
     dedup_default: bool,
     dedup_key: String,
     dedup_snapshot_due: Arc<Notify>,
+    /// The snapshot key's version as this broker last wrote or read it (compare-and-set).
+    dedup_version: tokio::sync::Mutex<Option<u64>>,
     /// Set once a delete starts: no producer or subscription attaches after it.
     deleted: AtomicBool,
 }
@@ -330,11 +332,13 @@ impl Topic {
             dedup_default: config.broker_deduplication_enabled,
             dedup_key: format!("/dedup/{path}"),
             dedup_snapshot_due: Arc::new(Notify::new()),
+            dedup_version: tokio::sync::Mutex::new(None),
             deleted: AtomicBool::new(false),
         });
         topic.recover_dedup().await?;
         topic.refresh_policies().await?;
         tokio::spawn(snapshot_task(Arc::downgrade(&topic), topic.dedup_snapshot_due.clone()));
+        tokio::spawn(fence_task(Arc::downgrade(&topic), topic.managed_ledger.fence().clone()));
         let ledgers = topic.managed_ledger.ledgers();
         for encoded in metadata.list_children(&topic.cursor_prefix).await? {
             let Some(found) = metadata.get(&format!("{}/{encoded}", topic.cursor_prefix)).await?
@@ -352,8 +356,15 @@ impl Topic {
             let last_read = ack.mark_delete();
             let name =
                 magnetar_admin::names::decode_topic_name(&encoded).unwrap_or(encoded.clone());
-            let subscription =
-                topic.start_subscription(name.clone(), SubType::Exclusive, true, ack, last_read);
+            let version = Some(found.version);
+            let subscription = topic.start_subscription(
+                name.clone(),
+                SubType::Exclusive,
+                true,
+                ack,
+                last_read,
+                version,
+            );
             topic.subscriptions.lock().insert(name, subscription);
         }
         Ok(topic)
@@ -362,7 +373,9 @@ impl Topic {
     /// Rebuilds the deduplication state: the last snapshot, then every entry written after it
     /// (as Pulsar replays its dedup cursor).
     async fn recover_dedup(self: &Arc<Self>) -> Result<(), BrokerError> {
-        let snapshot = match self.metadata.get(&self.dedup_key).await? {
+        let found = self.metadata.get(&self.dedup_key).await?;
+        *self.dedup_version.lock().await = found.as_ref().map(|f| f.version);
+        let snapshot = match found {
             Some(found) => serde_json::from_slice::<DedupSnapshot>(&found.value).map_err(|e| {
                 BrokerError::Metadata(format!("dedup snapshot of {}: {e}", self.full_name))
             })?,
@@ -403,14 +416,14 @@ impl Topic {
         Ok(())
     }
 
+    /// Writes a deduplication snapshot by compare-and-set (a conflict fences the topic).
     async fn write_dedup_snapshot(&self) -> Result<(), BrokerError> {
+        let mut version = self.dedup_version.lock().await;
         let snapshot = self.dedup.lock().take_snapshot();
         let value =
             serde_json::to_vec(&snapshot).map_err(|e| BrokerError::Metadata(e.to_string()))?;
-        self.metadata
-            .put(&self.dedup_key, value.into(), magnetar_metadata::ExpectedVersion::Any)
-            .await?;
-        Ok(())
+        let fence = self.managed_ledger.fence();
+        fence.put(&*self.metadata, &self.dedup_key, value.into(), &mut version).await
     }
 
     /// Re-reads the deduplication policy: the topic's, else its namespace's, else the broker
@@ -479,6 +492,7 @@ impl Topic {
         durable: bool,
         ack: AckState,
         last_read: Option<Position>,
+        cursor_version: Option<u64>,
     ) -> Arc<Subscription> {
         let cursor_key = format!("{}/{}", self.cursor_prefix, encode_topic_name(&name));
         Subscription::start(
@@ -489,6 +503,7 @@ impl Topic {
             self.managed_ledger.clone(),
             self.metadata.clone(),
             cursor_key,
+            cursor_version,
             ack,
             last_read,
             self.dispatch,
@@ -558,8 +573,9 @@ impl Topic {
             (true, StartAt::Latest) => AckState::new(last_confirmed),
             _ => AckState::new(None),
         };
+        // A new cursor: its first write expects no key (another owner's would fence us).
         let subscription =
-            self.start_subscription(name.to_string(), sub_type, durable, ack, last_read);
+            self.start_subscription(name.to_string(), sub_type, durable, ack, last_read, None);
         let winner = {
             let mut subscriptions = self.subscriptions.lock();
             subscriptions.entry(name.to_string()).or_insert_with(|| subscription.clone()).clone()
@@ -600,6 +616,23 @@ impl Topic {
         self.deleted.load(Ordering::Acquire)
     }
 
+    /// Fenced: another broker owns the topic; the broker loads it afresh on next use.
+    pub fn is_fenced(&self) -> bool {
+        self.managed_ledger.fence().is_fenced()
+    }
+
+    /// Closes every producer and consumer (each client hears CLOSE_PRODUCER / CLOSE_CONSUMER and
+    /// reconnects) and stops the subscriptions, keeping their cursors.
+    pub async fn close_clients(&self) {
+        self.producers.close_all();
+        let subscriptions: Vec<Arc<Subscription>> =
+            self.subscriptions.lock().drain().map(|(_, s)| s).collect();
+        for subscription in subscriptions {
+            subscription.close_consumers();
+            let _ = subscription.close(false).await;
+        }
+    }
+
     /// Producers and consumers connected now.
     pub fn client_count(&self) -> usize {
         self.producers.len()
@@ -619,14 +652,8 @@ impl Topic {
             )));
         }
         self.deleted.store(true, Ordering::Release);
-        self.producers.close_all();
-        let subscriptions: Vec<Arc<Subscription>> =
-            self.subscriptions.lock().drain().map(|(_, s)| s).collect();
-        for subscription in subscriptions {
-            subscription.close_consumers();
-            subscription.close(true).await?;
-        }
-        // Cursors of subscriptions never loaded here, and the rest of the topic's keys.
+        self.close_clients().await;
+        // Every cursor under the topic, and the rest of the topic's keys.
         for encoded in self.metadata.list_children(&self.cursor_prefix).await? {
             delete_key(&*self.metadata, &format!("{}/{encoded}", self.cursor_prefix)).await?;
         }
@@ -655,6 +682,14 @@ async fn snapshot_task(topic: Weak<Topic>, due: Arc<Notify>) {
             tracing::warn!(topic = %topic.full_name, %error, "dedup snapshot not written");
         }
     }
+}
+
+/// Once the topic is fenced (another broker wrote its metadata), closes its producers and
+/// consumers here: they reconnect and find the topic's owner. Ends with the topic.
+async fn fence_task(topic: Weak<Topic>, fence: Arc<crate::fence::Fence>) {
+    fence.fenced().await;
+    let Some(topic) = topic.upgrade() else { return };
+    topic.close_clients().await;
 }
 
 #[cfg(test)]

@@ -86,6 +86,7 @@ async fn ack_receipt_waits_for_the_cursor_write() {
         ml,
         metadata.clone(),
         cursor_key.clone(),
+        None,
         AckState::new(None),
         None,
         DispatchSettings::new(10),

@@ -87,6 +87,7 @@ async fn a_drain_reads_ahead_and_delivers_everything_once_in_order() {
         ml,
         metadata,
         "/cursors/t/sub".into(),
+        None,
         AckState::new(None),
         None,
         DispatchSettings::new(8),
