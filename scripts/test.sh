@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything Magnetar tests, in the order CI runs it (CI calls exactly this script):
 #   1. a Python venv in .venv with the official Pulsar client and pytest (created if missing)
-#   2. cargo test --workspace --release          (Rust unit and integration tests)
+#   2. cargo fmt --check and cargo clippy -D warnings, then
+#      cargo test --workspace --release          (Rust unit and integration tests)
 #   3. the release binary target/release/magnetar
 #   4. pytest tests/compat                         (Pulsar-protocol compatibility suite)
 #      (its test_java_client.py runs `mvn test` in tests/java, the official Java client: needs java 17+
@@ -66,6 +67,12 @@ if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
     echo "no mvn/java and no root apt-get: tests/compat/test_java_client.py will be skipped"
   fi
 fi
+
+# ------------------------------------------------------------------------------------ style
+section "cargo fmt --check, cargo clippy -D warnings"
+bounded "cargo fmt" 120 cargo fmt --all -- --check || fail "cargo fmt --all -- --check (run cargo fmt --all)"
+bounded "cargo clippy" 1200 cargo clippy --release --workspace --all-targets -- -D warnings \
+  || fail "cargo clippy --release --workspace --all-targets -- -D warnings"
 
 # ------------------------------------------------------------------------------------ 2. cargo test
 section "cargo test --workspace --release"
