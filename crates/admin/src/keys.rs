@@ -10,6 +10,7 @@
 //! | partitioned topic | `/admin/partitioned-topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | JSON `{"partitions":N}` |
 //! | topic policies | `/admin/topic-policies/{tenant}/{namespace}/{domain}/{encoded-topic}` | JSON, e.g. `{"deduplicationEnabled":true}` |
 //! | non-partitioned topic (broker-owned) | `/topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | owned by the broker |
+//! | ledger id allocator | `/ledger-ids` | decimal: the next id not yet handed out in a block |
 //!
 //! `{domain}` is `persistent` or `non-persistent`; `{encoded-topic}` is the topic's local name
 //! encoded with [`encode_topic_name`] (Java `URLEncoder` rules, as Pulsar's
@@ -32,6 +33,8 @@ pub const PARTITIONED_TOPICS_ROOT: &str = "/admin/partitioned-topics";
 pub const TOPIC_POLICIES_ROOT: &str = "/admin/topic-policies";
 /// Parent of every broker-owned non-partitioned topic key.
 pub const TOPICS_ROOT: &str = "/topics";
+/// The cluster-wide ledger id counter (the broker's `ledger_ids` takes blocks from it).
+pub const LEDGER_IDS: &str = "/ledger-ids";
 
 /// `/admin/tenants/{tenant}`.
 pub fn tenant(tenant: &str) -> String {

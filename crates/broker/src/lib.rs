@@ -19,6 +19,7 @@ pub mod delayed;
 pub mod error;
 pub mod fence;
 pub mod key_shared;
+pub mod ledger_ids;
 pub mod managed_ledger;
 pub mod non_persistent;
 pub mod service;

@@ -12,8 +12,9 @@
 use crate::cursor::{LedgerList, Position};
 use crate::error::BrokerError;
 use crate::fence::Fence;
+use crate::ledger_ids::LedgerIds;
 use bytes::Bytes;
-use magnetar_ledger::{LedgerError, LedgerStore};
+use magnetar_ledger::{LedgerError, LedgerMetadata, LedgerStorage};
 use magnetar_metadata::{ExpectedVersion, MetadataStore};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -46,10 +47,33 @@ struct State {
     metadata_version: Option<u64>,
 }
 
+/// Where managed ledgers keep their ledgers: the ledger storage (local, replicated, tiered: the
+/// broker sees only the trait) and the cluster-wide allocator of ledger ids.
+#[derive(Clone)]
+pub struct LedgerBackend {
+    pub storage: Arc<dyn LedgerStorage>,
+    pub ids: Arc<LedgerIds>,
+}
+
+impl LedgerBackend {
+    pub fn new(storage: Arc<dyn LedgerStorage>, metadata: Arc<dyn MetadataStore>) -> Self {
+        let floor = storage.ledger_id_floor();
+        let ids = LedgerIds::new(metadata, magnetar_admin::keys::LEDGER_IDS, floor);
+        LedgerBackend { storage, ids: Arc::new(ids) }
+    }
+
+    /// A new ledger with an id above `after` (the topic's last ledger), from the allocator.
+    async fn create_ledger(&self, after: Option<u64>) -> Result<u64, BrokerError> {
+        let id = self.ids.next_after(after).await?;
+        self.storage.create(id, &LedgerMetadata::local()).await?;
+        Ok(id)
+    }
+}
+
 pub struct ManagedLedger {
     topic: String,
     key: String,
-    store: Arc<LedgerStore>,
+    backend: LedgerBackend,
     metadata: Arc<dyn MetadataStore>,
     rollover: RolloverPolicy,
     state: Mutex<State>,
@@ -63,10 +87,11 @@ impl ManagedLedger {
     pub async fn open(
         topic: String,
         key: String,
-        store: Arc<LedgerStore>,
+        backend: &LedgerBackend,
         metadata: Arc<dyn MetadataStore>,
         rollover: RolloverPolicy,
     ) -> Result<Arc<Self>, BrokerError> {
+        let store = backend.storage.clone();
         let (persisted, version) = match metadata.get(&key).await? {
             Some(found) => {
                 let list: PersistedLedgers = serde_json::from_slice(&found.value).map_err(|e| {
@@ -79,20 +104,20 @@ impl ManagedLedger {
         let mut ledgers = LedgerList::new();
         let mut ids = Vec::new();
         for &id in &persisted.ledgers {
-            let info = match store.ledger_info(id) {
+            let info = match store.info(id) {
                 Ok(info) => info,
                 Err(LedgerError::NoSuchLedger(_)) => continue,
                 Err(e) => return Err(e.into()),
             };
-            let count = if info.closed { info.entries } else { store.close_ledger(id).await? };
+            let count = if info.closed { info.entries } else { store.close(id).await? };
             if count == 0 {
-                let _ = store.delete_ledger(id).await;
+                let _ = store.delete(id).await;
                 continue;
             }
             ledgers.set_entry_count(id, count);
             ids.push(id);
         }
-        let current = store.create_ledger().await?;
+        let current = backend.create_ledger(persisted.ledgers.iter().copied().max()).await?;
         ledgers.set_entry_count(current, 0);
         ids.push(current);
         let state = State {
@@ -109,7 +134,7 @@ impl ManagedLedger {
             fence: Fence::new(topic.clone()),
             topic,
             key,
-            store,
+            backend: backend.clone(),
             metadata,
             rollover,
             state: Mutex::new(state),
@@ -123,6 +148,12 @@ impl ManagedLedger {
         &self.topic
     }
 
+    fn read_entry(&self, position: Position) -> Result<Bytes, LedgerError> {
+        let (ledger, entry) = (position.ledger_id, position.entry_id);
+        let mut entries = self.backend.storage.read(ledger, entry, entry)?;
+        entries.pop().ok_or(LedgerError::NoSuchEntry { ledger, entry })
+    }
+
     pub fn fence(&self) -> &Arc<Fence> {
         &self.fence
     }
@@ -132,7 +163,7 @@ impl ManagedLedger {
     pub async fn delete(&self) -> Result<(), BrokerError> {
         let ids = self.state.lock().ids.clone();
         for id in ids {
-            match self.store.delete_ledger(id).await {
+            match self.backend.storage.delete(id).await {
                 Ok(()) | Err(LedgerError::NoSuchLedger(_)) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -170,8 +201,10 @@ impl ManagedLedger {
         let ledger = state.current;
         let bytes = data.len() as u64;
         let me = self.clone();
-        self.store.append_with(
+        // Entry ids are the writer's: the next one of the current ledger.
+        self.backend.storage.append(
             ledger,
+            state.staged_in_current,
             data,
             Box::new(move |result| match result {
                 Ok(entry) => {
@@ -209,7 +242,8 @@ impl ManagedLedger {
 
     async fn roll_over(self: Arc<Self>) {
         let result: Result<(), BrokerError> = async {
-            let new_ledger = self.store.create_ledger().await?;
+            let last = self.state.lock().ids.last().copied();
+            let new_ledger = self.backend.create_ledger(last).await?;
             {
                 let mut state = self.state.lock();
                 state.ids.push(new_ledger);
@@ -225,7 +259,7 @@ impl ManagedLedger {
                 state.current_opened = Instant::now();
                 old
             };
-            let count = self.store.close_ledger(old).await?;
+            let count = self.backend.storage.close(old).await?;
             self.state.lock().ledgers.set_entry_count(old, count);
             Ok(())
         }
@@ -280,7 +314,7 @@ impl ManagedLedger {
             return None;
         }
         let last = (from.entry_id + max as u64 - 1).min(count - 1);
-        let entries = self.store.read_cached(from.ledger_id, from.entry_id, last)?;
+        let entries = self.backend.storage.read_cached(from.ledger_id, from.entry_id, last)?;
         Some(
             entries
                 .into_iter()
@@ -305,7 +339,7 @@ impl ManagedLedger {
             }
             let count = crate::cursor::entry_count(&ledgers, position.ledger_id).unwrap_or(0);
             let last = (position.entry_id + (max - out.len()) as u64 - 1).min(count - 1);
-            let entries = self.store.read_range(position.ledger_id, position.entry_id, last)?;
+            let entries = self.backend.storage.read(position.ledger_id, position.entry_id, last)?;
             for (offset, data) in entries.into_iter().enumerate() {
                 out.push((
                     Position::new(position.ledger_id, position.entry_id + offset as u64),
@@ -348,7 +382,7 @@ impl ManagedLedger {
         while low < high {
             let middle = low + (high - low) / 2;
             let position = position_at(middle);
-            let earlier = match self.store.read_entry(position.ledger_id, position.entry_id) {
+            let earlier = match self.read_entry(position) {
                 Ok(data) => magnetar_protocol::parse_metadata_and_payload(&data)
                     .map(|(metadata, _)| metadata.publish_time < publish_time)
                     .unwrap_or(true),
@@ -371,7 +405,7 @@ impl ManagedLedger {
     ) -> Result<Vec<(Position, Bytes)>, BrokerError> {
         let mut out = Vec::with_capacity(positions.len());
         for &position in positions {
-            match self.store.read_entry(position.ledger_id, position.entry_id) {
+            match self.read_entry(position) {
                 Ok(data) => out.push((position, data)),
                 Err(LedgerError::NoSuchLedger(_)) | Err(LedgerError::NoSuchEntry { .. }) => {}
                 Err(e) => return Err(e.into()),
@@ -386,7 +420,7 @@ mod tests {
     use super::*;
     use magnetar_journal::sim::SimStorage;
     use magnetar_journal::JournalConfig;
-    use magnetar_ledger::LedgerStoreConfig;
+    use magnetar_ledger::{LedgerStore, LedgerStoreConfig};
     use magnetar_metadata::MemoryStore;
 
     fn store(storage: &SimStorage) -> Arc<LedgerStore> {
@@ -423,7 +457,7 @@ mod tests {
         let ml = ManagedLedger::open(
             "t".into(),
             key.clone(),
-            first_store.clone(),
+            &LedgerBackend::new(first_store.clone(), metadata.clone()),
             metadata.clone(),
             policy(10),
         )
@@ -451,9 +485,9 @@ mod tests {
         assert_eq!(ml.last_confirmed(), positions.last().copied());
         drop(ml);
         tokio::task::spawn_blocking(move || first_store.close()).await.unwrap();
-        let reopened = ManagedLedger::open("t".into(), key, store(&storage), metadata, policy(10))
-            .await
-            .unwrap();
+        let backend = LedgerBackend::new(store(&storage), metadata.clone());
+        let reopened =
+            ManagedLedger::open("t".into(), key, &backend, metadata, policy(10)).await.unwrap();
         assert_eq!(reopened.last_confirmed(), positions.last().copied());
         let next = append(&reopened, b"after restart").await;
         assert!(next > *positions.last().unwrap(), "a reopened topic appends after its last entry");
@@ -466,7 +500,7 @@ mod tests {
         let ml = ManagedLedger::open(
             "t".into(),
             "/managed-ledgers/t".into(),
-            store(&storage),
+            &LedgerBackend::new(store(&storage), metadata.clone()),
             metadata,
             policy(4),
         )

@@ -3,6 +3,7 @@
 
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
+use crate::managed_ledger::LedgerBackend;
 use crate::non_persistent::NonPersistentTopic;
 use crate::topic::Topic;
 use magnetar_admin::keys;
@@ -12,7 +13,7 @@ use magnetar_admin::names::{
 use magnetar_admin::schema::SchemaRegistry;
 use magnetar_admin::PartitionedTopicMetadata;
 use magnetar_admin::{BrokerHooks, HookError};
-use magnetar_ledger::LedgerStore;
+use magnetar_ledger::LedgerStorage;
 use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -22,7 +23,7 @@ use tokio::sync::OnceCell;
 
 pub struct BrokerService {
     pub config: BrokerConfig,
-    pub store: Arc<LedgerStore>,
+    pub ledgers: LedgerBackend,
     pub metadata: Arc<dyn MetadataStore>,
     pub schemas: SchemaRegistry,
     topics: Mutex<HashMap<String, Arc<OnceCell<Arc<Topic>>>>>,
@@ -34,12 +35,12 @@ pub struct BrokerService {
 impl BrokerService {
     pub fn new(
         config: BrokerConfig,
-        store: Arc<LedgerStore>,
+        storage: Arc<dyn LedgerStorage>,
         metadata: Arc<dyn MetadataStore>,
     ) -> Arc<Self> {
         Arc::new(BrokerService {
             config,
-            store,
+            ledgers: LedgerBackend::new(storage, metadata.clone()),
             schemas: SchemaRegistry::new(metadata.clone()),
             metadata,
             topics: Mutex::default(),
@@ -130,7 +131,7 @@ impl BrokerService {
         }
         let topic = cell
             .get_or_try_init(|| {
-                Topic::load(name.clone(), &self.config, self.store.clone(), self.metadata.clone())
+                Topic::load(name.clone(), &self.config, &self.ledgers, self.metadata.clone())
             })
             .await?;
         Ok(topic.clone())

@@ -7,7 +7,6 @@ use crate::error::BrokerError;
 use crate::managed_ledger::ManagedLedger;
 use crate::subscription::{previous_position, DispatchSettings, Subscription};
 use magnetar_admin::names::{encode_topic_name, TopicName};
-use magnetar_ledger::LedgerStore;
 use magnetar_metadata::MetadataStore;
 use magnetar_protocol::commands;
 use magnetar_protocol::proto::{command_subscribe::SubType, MessageIdData, ProducerAccessMode};
@@ -298,7 +297,7 @@ impl Topic {
     pub async fn load(
         name: TopicName,
         config: &BrokerConfig,
-        store: Arc<LedgerStore>,
+        ledgers: &crate::managed_ledger::LedgerBackend,
         metadata: Arc<dyn MetadataStore>,
     ) -> Result<Arc<Topic>, BrokerError> {
         let full_name = name.to_string();
@@ -306,7 +305,7 @@ impl Topic {
         let managed_ledger = ManagedLedger::open(
             full_name.clone(),
             format!("/managed-ledgers/{path}"),
-            store,
+            ledgers,
             metadata.clone(),
             crate::managed_ledger::RolloverPolicy {
                 max_entries: config.max_entries_per_ledger,

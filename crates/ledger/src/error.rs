@@ -23,4 +23,12 @@ pub enum LedgerError {
     Config(String),
     #[error("ledger store is shutting down")]
     ShuttingDown,
+    #[error("ledger {0} exists already")]
+    LedgerExists(u64),
+    /// A writer-assigned entry id that is not the ledger's next: entries stay dense.
+    #[error("ledger {ledger} expects entry {expected}, not {given}")]
+    UnexpectedEntryId { ledger: u64, expected: u64, given: u64 },
+    /// The storage cannot give what the ledger's metadata asks (e.g. replicas on a local store).
+    #[error("unsupported ledger metadata: {0}")]
+    Unsupported(String),
 }

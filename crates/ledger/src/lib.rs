@@ -4,6 +4,7 @@
 //! fdatasync before acknowledgement), read back from a write cache or from the journal's
 //! segments, closed, fenced and deleted. See [`store`] for the design and its invariants.
 
+pub mod api;
 pub mod cache;
 pub mod config;
 pub mod error;
@@ -11,6 +12,7 @@ pub mod files;
 pub mod idmap;
 pub mod store;
 
+pub use api::{AppendCallback, LedgerMetadata, LedgerStorage, MemoryLedgers};
 pub use config::LedgerStoreConfig;
 pub use error::LedgerError;
 pub use store::{LedgerInfo, LedgerStore, PendingAppend, StoreRecovery, StoreStats};

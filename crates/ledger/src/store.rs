@@ -250,16 +250,35 @@ impl LedgerStore {
         Ok((store, recovered.report))
     }
 
-    /// Creates a ledger; resolves once its creation is durable.
+    /// Creates a ledger with the next local id; resolves once its creation is durable.
     pub async fn create_ledger(&self) -> Result<u64, LedgerError> {
         let id = self.inner.next_ledger_id.fetch_add(1, Ordering::SeqCst);
-        let ledger = Arc::new(Ledger { id, state: Mutex::new(LedgerState::default()) });
-        self.inner.ledgers.write().insert(id, ledger);
+        self.create_ledger_with_id(id).await.map(|()| id)
+    }
+
+    /// Creates ledger `id`, chosen by the caller (ids allocated cluster-wide through the
+    /// metadata store); resolves once its creation is durable. `LedgerExists` if it exists.
+    pub async fn create_ledger_with_id(&self, id: u64) -> Result<(), LedgerError> {
+        {
+            let mut ledgers = self.inner.ledgers.write();
+            if ledgers.contains_key(&id) {
+                return Err(LedgerError::LedgerExists(id));
+            }
+            let ledger = Arc::new(Ledger { id, state: Mutex::new(LedgerState::default()) });
+            ledgers.insert(id, ledger);
+        }
+        self.inner.next_ledger_id.fetch_max(id + 1, Ordering::SeqCst);
         let result = self.write_meta(id, kind::CREATE, 0).await;
         if result.is_err() {
             self.inner.ledgers.write().remove(&id);
         }
-        result.map(|()| id)
+        result
+    }
+
+    /// The lowest id [`Self::create_ledger`] could still hand out: every id below it may be
+    /// taken (a cluster-wide allocator starts above it).
+    pub fn next_local_ledger_id(&self) -> u64 {
+        self.inner.next_ledger_id.load(Ordering::SeqCst)
     }
 
     /// Stages an append; the returned future resolves when it is durable.
@@ -283,6 +302,28 @@ impl LedgerStore {
         data: Bytes,
         callback: Callback<u64>,
     ) -> Result<u64, LedgerError> {
+        self.stage_entry(ledger_id, None, data, callback)
+    }
+
+    /// As [`Self::append_with`] with the entry id chosen by the writer: it must be the
+    /// ledger's next (`UnexpectedEntryId` otherwise), so a ledger's entries stay dense.
+    pub fn append_at(
+        &self,
+        ledger_id: u64,
+        entry_id: u64,
+        data: Bytes,
+        callback: Callback<u64>,
+    ) -> Result<(), LedgerError> {
+        self.stage_entry(ledger_id, Some(entry_id), data, callback).map(|_| ())
+    }
+
+    fn stage_entry(
+        &self,
+        ledger_id: u64,
+        expected_entry: Option<u64>,
+        data: Bytes,
+        callback: Callback<u64>,
+    ) -> Result<u64, LedgerError> {
         let ledger = self.ledger(ledger_id)?;
         let mut state = ledger.state.lock();
         if state.deleting {
@@ -298,6 +339,13 @@ impl LedgerStore {
             return Err(LedgerError::Failed { ledger: ledger_id, entry });
         }
         let entry = state.next_entry;
+        if let Some(given) = expected_entry.filter(|&given| given != entry) {
+            return Err(LedgerError::UnexpectedEntryId {
+                ledger: ledger_id,
+                expected: entry,
+                given,
+            });
+        }
         let header = RecordHeader { kind: kind::ENTRY, ledger_id, entry_id: entry };
         let owner = ledger.clone();
         let index = self.inner.pending_index.clone();

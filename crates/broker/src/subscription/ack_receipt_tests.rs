@@ -61,7 +61,7 @@ async fn ack_receipt_waits_for_the_cursor_write() {
     let ml = ManagedLedger::open(
         "t".into(),
         "/managed-ledgers/t".into(),
-        store,
+        &crate::managed_ledger::LedgerBackend::new(store, metadata.clone()),
         metadata.clone(),
         policy,
     )

@@ -39,7 +39,8 @@ async fn topic_with_backlog() -> (Arc<ManagedLedger>, Arc<dyn MetadataStore>, Ve
     let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
     let policy =
         RolloverPolicy { max_entries: 70, max_bytes: u64::MAX, max_age: Duration::from_secs(60) };
-    let ml = ManagedLedger::open("t".into(), "/ml/t".into(), store, metadata.clone(), policy)
+    let backend = crate::managed_ledger::LedgerBackend::new(store, metadata.clone());
+    let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata.clone(), policy)
         .await
         .unwrap();
     let mut positions = Vec::new();
