@@ -13,6 +13,7 @@ use crate::cursor::Position;
 use crate::dedup::DupStatus;
 use crate::error::BrokerError;
 use crate::non_persistent::{NonPersistentTopic, NpConsumer, NpSubscription};
+use crate::ownership::LookupAnswer;
 use crate::service::BrokerService;
 use crate::subscription::{ConsumerHandle, Subscription};
 use crate::topic::{ProducerClient, StartAt, Topic};
@@ -443,22 +444,43 @@ impl Connection {
         Ok(())
     }
 
+    /// LOOKUP: answered by the broker's [`crate::ownership::Ownership`], from a task of its own
+    /// (a cluster's answer may take a metadata round trip).
     fn on_lookup(&mut self, command: &BaseCommand) -> Handled {
         let request = command.lookup_topic.as_ref().ok_or("LOOKUP without body")?;
-        let reply = match BrokerService::topic_name(&request.topic) {
-            Ok(_) => commands::lookup_response(
-                request.request_id,
-                LookupType::Connect,
-                self.service.config.service_url(),
-                None,
-                true,
-                false,
-            ),
-            Err(error) => {
-                commands::lookup_failed(request.request_id, error.server_error(), error.to_string())
-            }
-        };
-        self.outbox.send_command(&reply);
+        let (request_id, authoritative) = (request.request_id, request.authoritative());
+        let topic = request.topic.clone();
+        let (service, outbox) = (self.service.clone(), self.outbox.clone());
+        tokio::spawn(async move {
+            let answer = match BrokerService::topic_name(&topic) {
+                Ok(name) => service.ownership.lookup(&name, authoritative).await,
+                Err(error) => Err(error),
+            };
+            let reply = match answer {
+                Ok(LookupAnswer::Connect { broker_url }) => commands::lookup_response(
+                    request_id,
+                    LookupType::Connect,
+                    broker_url,
+                    None,
+                    true,
+                    false,
+                ),
+                Ok(LookupAnswer::Redirect { broker_url, authoritative }) => {
+                    commands::lookup_response(
+                        request_id,
+                        LookupType::Redirect,
+                        broker_url,
+                        None,
+                        authoritative,
+                        false,
+                    )
+                }
+                Err(error) => {
+                    commands::lookup_failed(request_id, error.server_error(), error.to_string())
+                }
+            };
+            outbox.send_command(&reply);
+        });
         Ok(())
     }
 

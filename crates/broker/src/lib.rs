@@ -22,6 +22,7 @@ pub mod key_shared;
 pub mod ledger_ids;
 pub mod managed_ledger;
 pub mod non_persistent;
+pub mod ownership;
 pub mod service;
 pub mod subscription;
 pub mod topic;

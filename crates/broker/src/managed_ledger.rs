@@ -18,6 +18,7 @@ use magnetar_ledger::{LedgerError, LedgerMetadata, LedgerStorage};
 use magnetar_metadata::{ExpectedVersion, MetadataStore};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -30,9 +31,24 @@ pub struct RolloverPolicy {
     pub max_age: Duration,
 }
 
+/// The managed ledger's record in the metadata store: its ledgers in order, and what the
+/// broker knows of each closed one, so that a ledger on another node or in tiered storage can
+/// answer what the broker asks without being opened.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct PersistedLedgers {
     ledgers: Vec<u64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    closed: BTreeMap<u64, ClosedLedger>,
+}
+
+/// A closed ledger, as recorded by the managed ledger that closed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClosedLedger {
+    pub entries: u64,
+    /// Bytes of entry data (what the broker appended; 0 when closed before this was recorded).
+    pub size: u64,
+    /// When it was closed (ms since the epoch; 0: unknown).
+    pub closed_at_ms: u64,
 }
 
 struct State {
@@ -45,6 +61,8 @@ struct State {
     current_opened: Instant,
     rolling: bool,
     metadata_version: Option<u64>,
+    /// Closed ledgers' records (see [`PersistedLedgers`]).
+    closed: BTreeMap<u64, ClosedLedger>,
 }
 
 /// Where managed ledgers keep their ledgers: the ledger storage (local, replicated, tiered: the
@@ -103,6 +121,7 @@ impl ManagedLedger {
         };
         let mut ledgers = LedgerList::new();
         let mut ids = Vec::new();
+        let mut closed = BTreeMap::new();
         for &id in &persisted.ledgers {
             let info = match store.info(id) {
                 Ok(info) => info,
@@ -116,6 +135,9 @@ impl ManagedLedger {
             }
             ledgers.set_entry_count(id, count);
             ids.push(id);
+            let known = persisted.closed.get(&id).copied();
+            let record = ClosedLedger { entries: count, size: 0, closed_at_ms: 0 };
+            closed.insert(id, known.filter(|k| k.entries == count).unwrap_or(record));
         }
         let current = backend.create_ledger(persisted.ledgers.iter().copied().max()).await?;
         ledgers.set_entry_count(current, 0);
@@ -129,6 +151,7 @@ impl ManagedLedger {
             current_opened: Instant::now(),
             rolling: false,
             metadata_version: version,
+            closed,
         };
         let managed = Arc::new(ManagedLedger {
             fence: Fence::new(topic.clone()),
@@ -175,12 +198,14 @@ impl ManagedLedger {
     }
 
     async fn persist_ledger_list(&self) -> Result<(), BrokerError> {
-        let (ids, mut version) = {
+        let (record, mut version) = {
             let state = self.state.lock();
-            (state.ids.clone(), state.metadata_version)
+            let record =
+                PersistedLedgers { ledgers: state.ids.clone(), closed: state.closed.clone() };
+            (record, state.metadata_version)
         };
-        let value = serde_json::to_vec(&PersistedLedgers { ledgers: ids })
-            .map_err(|e| BrokerError::Metadata(e.to_string()))?;
+        let value =
+            serde_json::to_vec(&record).map_err(|e| BrokerError::Metadata(e.to_string()))?;
         // A lost compare-and-set fences the topic: another broker extended the list.
         self.fence.put(&*self.metadata, &self.key, value.into(), &mut version).await?;
         self.state.lock().metadata_version = version;
@@ -250,17 +275,24 @@ impl ManagedLedger {
                 state.ledgers.set_entry_count(new_ledger, 0);
             }
             self.persist_ledger_list().await?;
-            let old = {
+            let (old, size) = {
                 let mut state = self.state.lock();
-                let old = state.current;
+                let old = (state.current, state.staged_bytes_in_current);
                 state.current = new_ledger;
                 state.staged_in_current = 0;
                 state.staged_bytes_in_current = 0;
                 state.current_opened = Instant::now();
                 old
             };
-            let count = self.backend.storage.close(old).await?;
-            self.state.lock().ledgers.set_entry_count(old, count);
+            let entries = self.backend.storage.close(old).await?;
+            {
+                let mut state = self.state.lock();
+                state.ledgers.set_entry_count(old, entries);
+                let closed_at_ms = crate::subscription::now_ms();
+                state.closed.insert(old, ClosedLedger { entries, size, closed_at_ms });
+            }
+            // The closed ledger's record (one more metadata write per rollover).
+            self.persist_ledger_list().await?;
             Ok(())
         }
         .await;
@@ -268,6 +300,11 @@ impl ManagedLedger {
             tracing::warn!(topic = %self.topic, %error, "ledger rollover failed; will retry");
         }
         self.state.lock().rolling = false;
+    }
+
+    /// The closed ledgers' records, by ledger id (stats, retention, offload).
+    pub fn closed_ledgers(&self) -> BTreeMap<u64, ClosedLedger> {
+        self.state.lock().closed.clone()
     }
 
     /// Whether a rollover is under way.
@@ -483,12 +520,18 @@ mod tests {
         let read = ml.read_from(positions[0], 100).unwrap();
         assert_eq!(read.iter().map(|(p, _)| *p).collect::<Vec<_>>(), positions);
         assert_eq!(ml.last_confirmed(), positions.last().copied());
+        // Each closed ledger is recorded with its entries and bytes ("entry" is 5 bytes).
+        let closed = ml.closed_ledgers();
+        assert!(closed.len() >= 2, "{closed:?}");
+        assert!(closed.values().all(|c| c.entries == 10 && c.size == 50), "{closed:?}");
         drop(ml);
         tokio::task::spawn_blocking(move || first_store.close()).await.unwrap();
         let backend = LedgerBackend::new(store(&storage), metadata.clone());
         let reopened =
             ManagedLedger::open("t".into(), key, &backend, metadata, policy(10)).await.unwrap();
         assert_eq!(reopened.last_confirmed(), positions.last().copied());
+        let reloaded = reopened.closed_ledgers();
+        assert!(closed.iter().all(|(id, c)| reloaded.get(id) == Some(c)), "{reloaded:?}");
         let next = append(&reopened, b"after restart").await;
         assert!(next > *positions.last().unwrap(), "a reopened topic appends after its last entry");
     }

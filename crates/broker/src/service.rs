@@ -5,6 +5,7 @@ use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::managed_ledger::LedgerBackend;
 use crate::non_persistent::NonPersistentTopic;
+use crate::ownership::{Ownership, SingleBroker};
 use crate::topic::Topic;
 use magnetar_admin::keys;
 use magnetar_admin::names::{
@@ -24,6 +25,8 @@ use tokio::sync::OnceCell;
 pub struct BrokerService {
     pub config: BrokerConfig,
     pub ledgers: LedgerBackend,
+    /// Who serves which topic (LOOKUP): this broker alone in standalone.
+    pub ownership: Arc<dyn Ownership>,
     pub metadata: Arc<dyn MetadataStore>,
     pub schemas: SchemaRegistry,
     topics: Mutex<HashMap<String, Arc<OnceCell<Arc<Topic>>>>>,
@@ -38,8 +41,10 @@ impl BrokerService {
         storage: Arc<dyn LedgerStorage>,
         metadata: Arc<dyn MetadataStore>,
     ) -> Arc<Self> {
+        let ownership = Arc::new(SingleBroker { broker_url: config.service_url() });
         Arc::new(BrokerService {
             config,
+            ownership,
             ledgers: LedgerBackend::new(storage, metadata.clone()),
             schemas: SchemaRegistry::new(metadata.clone()),
             metadata,

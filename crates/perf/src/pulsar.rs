@@ -372,15 +372,22 @@ fn prepare_topics(target: &Target) -> anyhow::Result<Vec<String>> {
     Ok(topics)
 }
 
+/// Producers created at once, at most: a broker's topic-load rate is measured, not our round
+/// trips (pulsar-perf also creates its producers concurrently).
+const CREATE_CONCURRENCY: usize = 1_000;
+
 async fn create_producers(
     client: &Client,
     topics: &[String],
     options: &ProduceOptions,
     receipts: &Arc<Receipts>,
 ) -> anyhow::Result<Vec<Producer>> {
-    let mut producers = Vec::new();
-    for topic in topics {
-        for _ in 0..options.producers {
+    let started = Instant::now();
+    let wanted: Vec<&String> =
+        topics.iter().flat_map(|topic| std::iter::repeat_n(topic, options.producers)).collect();
+    let mut producers = Vec::with_capacity(wanted.len());
+    for chunk in wanted.chunks(CREATE_CONCURRENCY) {
+        let created = futures_util::future::try_join_all(chunk.iter().map(|&topic| {
             let mut builder = client
                 .producer(topic.clone())
                 .max_pending(if options.sync { 1 } else { options.max_pending })
@@ -389,13 +396,23 @@ async fn create_producers(
             if let Some(b) = options.batching {
                 builder = builder.batching(b.max_messages, b.max_bytes, b.max_delay);
             }
-            producers.push(
+            async move {
                 builder
                     .create()
                     .await
-                    .with_context(|| format!("cannot create a producer on {topic}"))?,
-            );
-        }
+                    .with_context(|| format!("cannot create a producer on {topic}"))
+            }
+        }))
+        .await?;
+        producers.extend(created);
+    }
+    if producers.len() > 1 {
+        let seconds = started.elapsed().as_secs_f64();
+        eprintln!(
+            "created {} producers in {seconds:.2} s ({:.0} per second)",
+            producers.len(),
+            producers.len() as f64 / seconds.max(1e-9)
+        );
     }
     Ok(producers)
 }
