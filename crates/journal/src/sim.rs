@@ -26,6 +26,8 @@ pub struct Faults {
     pub short_writes: bool,
     /// Creating files fails with ENOSPC once the stored bytes would exceed this.
     pub capacity_bytes: Option<u64>,
+    /// Every read takes this long (a slow disk), without holding up writes meanwhile.
+    pub read_delay: Option<std::time::Duration>,
 }
 
 #[derive(Default)]
@@ -191,6 +193,10 @@ impl SegmentFile for SimHandle {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let delay = self.state.lock().faults.read_delay;
+        if let Some(delay) = delay {
+            std::thread::sleep(delay); // the simulated disk is slow; other calls go on meanwhile
+        }
         let state = self.state.lock();
         let file = state.files.get(&self.name).ok_or(io::ErrorKind::NotFound)?;
         let offset = (offset as usize).min(file.current.len());

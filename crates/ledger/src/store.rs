@@ -938,12 +938,18 @@ fn relocate_segment(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
             continue;
         };
         let old = Location { segment: seq as u32, offset: e.offset, len: e.len };
-        let state = ledger.state.lock();
-        if state.locations.get(e.entry as usize) != Some(&old) {
+        let still_here = |state: &LedgerState| state.locations.get(e.entry as usize) == Some(&old);
+        if !still_here(&ledger.state.lock()) {
             continue;
         }
+        // Read without the ledger's lock: the journal's completion thread takes it for every
+        // append of this ledger, and a disk read under it would stall every append of the store.
         let header = RecordHeader { kind: kind::ENTRY, ledger_id: e.ledger, entry_id: e.entry };
         let data = inner.journal.read(old.unpack(), header)?;
+        let state = ledger.state.lock();
+        if !still_here(&state) {
+            continue; // moved or deleted meanwhile
+        }
         let owner = ledger.clone();
         let index = inner.pending_index.clone();
         let done = done_sender.clone();
