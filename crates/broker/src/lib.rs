@@ -11,6 +11,7 @@
 //! - `dedup`: producer deduplication state (pure).
 //! - `non_persistent`: in-memory, at-most-once topics and their subscriptions.
 
+pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod cursor;

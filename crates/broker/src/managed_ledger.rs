@@ -9,6 +9,7 @@
 //! - On open, the previous writer's open ledger is closed at its durable count and a new ledger
 //!   is started, as BookKeeper-backed Pulsar does after a broker restart.
 
+use crate::clock::{Clock, SystemClock};
 use crate::cursor::{LedgerList, Position};
 use crate::error::BrokerError;
 use crate::fence::Fence;
@@ -20,7 +21,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Notify;
 
 /// When a topic's ledger is rolled over.
@@ -58,7 +59,8 @@ struct State {
     current: u64,
     staged_in_current: u64,
     staged_bytes_in_current: u64,
-    current_opened: Instant,
+    /// When the current ledger was opened (clock ms).
+    current_opened_ms: u64,
     rolling: bool,
     metadata_version: Option<u64>,
     /// Closed ledgers' records (see [`PersistedLedgers`]).
@@ -71,13 +73,23 @@ struct State {
 pub struct LedgerBackend {
     pub storage: Arc<dyn LedgerStorage>,
     pub ids: Arc<LedgerIds>,
+    /// The time managed ledgers and their subscriptions go by.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl LedgerBackend {
     pub fn new(storage: Arc<dyn LedgerStorage>, metadata: Arc<dyn MetadataStore>) -> Self {
+        Self::with_clock(storage, metadata, Arc::new(SystemClock))
+    }
+
+    pub fn with_clock(
+        storage: Arc<dyn LedgerStorage>,
+        metadata: Arc<dyn MetadataStore>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let floor = storage.ledger_id_floor();
         let ids = LedgerIds::new(metadata, magnetar_admin::keys::LEDGER_IDS, floor);
-        LedgerBackend { storage, ids: Arc::new(ids) }
+        LedgerBackend { storage, ids: Arc::new(ids), clock }
     }
 
     /// A new ledger with an id above `after` (the topic's last ledger), from the allocator.
@@ -148,7 +160,7 @@ impl ManagedLedger {
             current,
             staged_in_current: 0,
             staged_bytes_in_current: 0,
-            current_opened: Instant::now(),
+            current_opened_ms: backend.clock.now_ms(),
             rolling: false,
             metadata_version: version,
             closed,
@@ -175,6 +187,10 @@ impl ManagedLedger {
         let (ledger, entry) = (position.ledger_id, position.entry_id);
         let mut entries = self.backend.storage.read(ledger, entry, entry)?;
         entries.pop().ok_or(LedgerError::NoSuchEntry { ledger, entry })
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.backend.clock
     }
 
     pub fn fence(&self) -> &Arc<Fence> {
@@ -243,7 +259,8 @@ impl ManagedLedger {
         state.staged_bytes_in_current += bytes;
         let full = state.staged_in_current >= self.rollover.max_entries
             || state.staged_bytes_in_current >= self.rollover.max_bytes
-            || state.current_opened.elapsed() >= self.rollover.max_age;
+            || self.backend.clock.now_ms().saturating_sub(state.current_opened_ms)
+                >= self.rollover.max_age.as_millis() as u64;
         if full && !state.rolling {
             state.rolling = true;
             let me = self.clone();
@@ -281,14 +298,14 @@ impl ManagedLedger {
                 state.current = new_ledger;
                 state.staged_in_current = 0;
                 state.staged_bytes_in_current = 0;
-                state.current_opened = Instant::now();
+                state.current_opened_ms = self.backend.clock.now_ms();
                 old
             };
             let entries = self.backend.storage.close(old).await?;
             {
                 let mut state = self.state.lock();
                 state.ledgers.set_entry_count(old, entries);
-                let closed_at_ms = crate::subscription::now_ms();
+                let closed_at_ms = self.backend.clock.now_ms();
                 state.closed.insert(old, ClosedLedger { entries, size, closed_at_ms });
             }
             // The closed ledger's record (one more metadata write per rollover).
@@ -504,9 +521,9 @@ mod tests {
         for _ in 0..35 {
             positions.push(append(&ml, b"entry").await);
             // Rollover runs in the background; let it finish so the layout is deterministic.
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
             while ml.is_rolling() {
-                assert!(Instant::now() < deadline, "rollover finishes");
+                assert!(tokio::time::Instant::now() < deadline, "rollover finishes");
                 tokio::task::yield_now().await;
             }
         }
@@ -568,9 +585,9 @@ mod tests {
             .unwrap();
             positions.push(receiver.await.unwrap().unwrap());
             // Rollover runs in the background; let it finish so the layout is deterministic.
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
             while ml.is_rolling() {
-                assert!(Instant::now() < deadline, "rollover finishes");
+                assert!(tokio::time::Instant::now() < deadline, "rollover finishes");
                 tokio::task::yield_now().await;
             }
         }
@@ -589,5 +606,38 @@ mod tests {
         assert_eq!(tokio::task::spawn_blocking(find(1061)).await.unwrap(), Some(positions[8]));
         assert_eq!(tokio::task::spawn_blocking(find(1130)).await.unwrap(), Some(positions[13]));
         assert_eq!(tokio::task::spawn_blocking(find(1131)).await.unwrap(), None);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_idle_ledger_rolls_over_by_age_on_the_injected_clock() {
+        let storage = SimStorage::new(13);
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let clock = Arc::new(crate::clock::ManualClock::new(1_000_000));
+        let backend = LedgerBackend::with_clock(store(&storage), metadata.clone(), clock.clone());
+        let policy = RolloverPolicy {
+            max_entries: 1_000,
+            max_bytes: u64::MAX,
+            max_age: Duration::from_secs(60),
+        };
+        let ml = ManagedLedger::open(
+            "t".into(),
+            "/managed-ledgers/t".into(),
+            &backend,
+            metadata,
+            policy,
+        )
+        .await
+        .unwrap();
+        let first = append(&ml, b"a").await;
+        assert_eq!(append(&ml, b"b").await.ledger_id, first.ledger_id, "young: no rollover");
+        clock.advance_ms(61_000);
+        append(&ml, b"c").await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while ml.is_rolling() || ml.current_ledger() == first.ledger_id {
+            assert!(tokio::time::Instant::now() < deadline, "the old ledger rolls over");
+            tokio::task::yield_now().await;
+        }
+        assert!(append(&ml, b"d").await.ledger_id > first.ledger_id);
+        assert_eq!(ml.closed_ledgers()[&first.ledger_id].closed_at_ms, 1_061_000);
     }
 }

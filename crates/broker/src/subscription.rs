@@ -43,7 +43,7 @@ use magnetar_protocol::{commands, parse_metadata_and_payload};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::Notify;
 
 /// Key_Shared: entries parked in the redelivery queue before reading new entries pauses.
@@ -494,10 +494,6 @@ struct Outgoing {
     data: Bytes,
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 pub struct Subscription {
     pub name: String,
     pub durable: bool,
@@ -566,6 +562,10 @@ impl Subscription {
         let dispatcher = subscription.clone();
         tokio::spawn(async move { dispatcher.run_dispatcher().await });
         subscription
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.managed_ledger.clock().now_ms()
     }
 
     pub fn sub_type(&self) -> SubType {
@@ -757,7 +757,7 @@ impl Subscription {
     /// Failover and Exclusive: choose the active consumer (priority, then name; for a
     /// partition, spread by partition index) and tell every consumer if it changed.
     fn pick_active(&self, state: &mut State) {
-        self.pick_active_at(state, now_ms());
+        self.pick_active_at(state, self.now_ms());
     }
 
     /// As [`Self::pick_active`] at time `now` (ms). On a Failover subscription a change of the
@@ -819,7 +819,7 @@ impl Subscription {
     /// Makes a Failover hand-over whose delay has passed.
     fn switch_if_due(&self) {
         let mut state = self.state.lock();
-        if state.failover_switch_at.is_some_and(|at| now_ms() >= at) {
+        if state.failover_switch_at.is_some_and(|at| self.now_ms() >= at) {
             self.pick_active(&mut state);
         }
     }
@@ -1043,7 +1043,7 @@ impl Subscription {
                 Some(at) => {
                     // A deadline already passed but blocked (queue full) is retried at a
                     // short, not a zero, interval.
-                    let wait = at.saturating_sub(now_ms()).max(10);
+                    let wait = at.saturating_sub(self.now_ms()).max(10);
                     tokio::select! {
                         _ = self.wake.notified() => {}
                         _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
@@ -1076,7 +1076,7 @@ impl Subscription {
         let ledgers = self.managed_ledger.ledgers();
         let (plan, epoch) = {
             let mut state = self.state.lock();
-            match state.plan(&ledgers, self.batch_entries, now_ms()) {
+            match state.plan(&ledgers, self.batch_entries, self.now_ms()) {
                 Some(plan) => (plan, state.epoch),
                 None => return Ok(false),
             }
@@ -1109,7 +1109,7 @@ impl Subscription {
                 // The cursor was reset while reading: what was read is stale.
                 return Ok(true);
             }
-            state.apply(&plan, entries, now_ms(), self.partition)
+            state.apply(&plan, entries, self.now_ms(), self.partition)
         };
         let (messages, progress) = outgoing;
         for message in messages {
