@@ -1,0 +1,313 @@
+//! PRODUCER, SEND and CLOSE_PRODUCER: producers join the connection from a task of their own.
+
+use super::*;
+
+impl Connection {
+    /// PRODUCER: answered from a task of its own (a topic load, a schema check or a
+    /// WaitForExclusive producer's wait never holds up this connection's other commands); the
+    /// producer joins the connection when the task reports back.
+    pub(super) fn on_producer(&mut self, command: &BaseCommand) -> Handled {
+        let request = command.producer.as_ref().ok_or("PRODUCER without body")?;
+        let (request_id, producer_id) = (request.request_id, request.producer_id);
+        if self.producers.get(&producer_id).is_some_and(|p| p.topic.is_deleted()) {
+            // Closed by the broker (topic deleted): the client re-creates it under its id.
+            self.producers.remove(&producer_id);
+        }
+        if let Some(existing) = self.producers.get(&producer_id) {
+            // A client retrying a create it already got: answer the same.
+            let version = existing.schema_version.map(commands::schema_version_bytes);
+            let last = existing.topic.last_sequence_id(&existing.name);
+            let reply =
+                commands::producer_success(request_id, existing.name.to_string(), last, version);
+            self.outbox.send_command(&reply);
+            return Ok(());
+        }
+        if let Some(existing) = self.np_producers.get(&producer_id) {
+            let reply = commands::producer_success(request_id, existing.name.clone(), -1, None);
+            self.outbox.send_command(&reply);
+            return Ok(());
+        }
+        if self.pending_producers.contains_key(&producer_id) {
+            // As Pulsar: the earlier request for this id is still being served.
+            let error = BrokerError::ServiceNotReady(
+                "Producer is already present on the connection".into(),
+            );
+            self.reply_error(request_id, &error);
+            return Ok(());
+        }
+        let request = (**request).clone();
+        let (service, outbox) = (self.service.clone(), self.outbox.clone());
+        let task = self.spawn_request(async move {
+            let created = create_producer(&service, &outbox, &request).await;
+            let finish: Completion = Box::new(move |connection: &mut Connection| {
+                connection.producer_created(&request, created)
+            });
+            finish
+        });
+        self.pending_producers.insert(producer_id, task);
+        Ok(())
+    }
+
+    /// A PRODUCER request's outcome, back on the connection: the producer joins it and the
+    /// client hears PRODUCER_SUCCESS, or the error. One closed in the meantime is undone.
+    pub(super) fn producer_created(
+        &mut self,
+        request: &CommandProducer,
+        created: Result<CreatedProducer, BrokerError>,
+    ) {
+        let request_id = request.request_id;
+        let still_wanted = self.pending_producers.remove(&request.producer_id).is_some();
+        let created = match created {
+            Ok(created) if !still_wanted => {
+                created.release();
+                return;
+            }
+            Ok(created) => created,
+            Err(_) if !still_wanted => return,
+            Err(error) => {
+                self.reply_error(request_id, &error);
+                return;
+            }
+        };
+        let mode = access_mode(request);
+        let (name, epoch) = (created.name().to_string(), created.epoch());
+        let mut reply = match created {
+            CreatedProducer::Persistent(context, _) => {
+                let version_bytes = context.schema_version.map(commands::schema_version_bytes);
+                // A reconnecting producer resumes after its last stored sequence id.
+                let last_sequence_id = context.topic.last_sequence_id(&context.name);
+                self.producers.insert(request.producer_id, context);
+                commands::producer_success(request_id, name, last_sequence_id, version_bytes)
+            }
+            CreatedProducer::NonPersistent(context, _) => {
+                // No deduplication on non-persistent topics: last_sequence_id is -1.
+                let version = request.schema.as_ref().map(|_| Bytes::from_static(&[0; 8]));
+                self.np_producers.insert(request.producer_id, context);
+                commands::producer_success(request_id, name, -1, version)
+            }
+        };
+        if mode != ProducerAccessMode::Shared {
+            if let Some(success) = reply.producer_success.as_mut() {
+                success.topic_epoch = Some(epoch);
+            }
+        }
+        self.outbox.send_command(&reply);
+    }
+
+    pub(super) fn on_send(&mut self, command: &BaseCommand, entry: Option<Bytes>) -> Handled {
+        let send = command.send.as_ref().ok_or("SEND without body")?;
+        let entry = entry.ok_or("SEND without payload")?;
+        let (producer_id, sequence_id) = (send.producer_id, send.sequence_id);
+        if let Some(producer) = self.np_producers.get(&producer_id) {
+            // At most once: acknowledged at once with 0:0, as Pulsar's NonPersistentTopic,
+            // then handed to the consumers that have permits.
+            let highest = send.highest_sequence_id.unwrap_or(0).max(sequence_id);
+            let partition = (producer.topic.partition >= 0).then_some(producer.topic.partition);
+            let id = crate::non_persistent::message_id(partition);
+            self.outbox.send_command(&commands::send_receipt(
+                producer_id,
+                sequence_id,
+                id,
+                highest,
+            ));
+            producer.topic.publish(&entry);
+            return Ok(());
+        }
+        let Some(producer) = self.producers.get(&producer_id) else {
+            let reply = commands::send_error(
+                producer_id,
+                sequence_id,
+                ServerError::ProducerBusy,
+                "unknown producer",
+            );
+            self.outbox.send_command(&reply);
+            return Ok(());
+        };
+        let highest = send.highest_sequence_id.unwrap_or(0).max(sequence_id);
+        let partition = (producer.partition >= 0).then_some(producer.partition);
+        // Chunks before a message's last share its sequence id: only the last one is checked
+        // and recorded (metadata parsed only where deduplication is on).
+        let counts = !(producer.topic.deduplication_enabled()
+            && magnetar_protocol::parse_metadata_and_payload(&entry)
+                .is_ok_and(|(metadata, _)| crate::dedup::is_intermediate_chunk(&metadata)));
+        let status = if counts {
+            producer.topic.check_duplicate(&producer.name, sequence_id, highest)
+        } else {
+            DupStatus::NotDup
+        };
+        match status {
+            DupStatus::NotDup => {}
+            DupStatus::Dup => {
+                // Stored before: acknowledged at once with message id -1:-1, as Pulsar does.
+                let id = commands::message_id(u64::MAX, u64::MAX, partition);
+                let reply = commands::send_receipt(producer_id, sequence_id, id, highest);
+                self.outbox.send_command(&reply);
+                return Ok(());
+            }
+            DupStatus::Unknown => {
+                // The original is still being written: Pulsar answers PersistenceError and the
+                // client resends after reconnecting, when the outcome is known.
+                let reply = commands::send_error(
+                    producer_id,
+                    highest,
+                    ServerError::PersistenceError,
+                    "Cannot determine whether the message is a duplicate at this time",
+                );
+                self.outbox.send_command(&reply);
+                return Ok(());
+            }
+        }
+        let outbox = self.outbox.clone();
+        let topic = producer.topic.clone();
+        let producer_name = producer.name.clone();
+        let staged = producer.topic.managed_ledger.append(
+            entry,
+            move |result: Result<Position, BrokerError>| {
+                let reply = match result {
+                    Ok(position) => {
+                        if counts {
+                            topic.entry_persisted(&producer_name, highest, position);
+                        }
+                        let id =
+                            commands::message_id(position.ledger_id, position.entry_id, partition);
+                        commands::send_receipt(producer_id, sequence_id, id, highest)
+                    }
+                    Err(error) => {
+                        topic.entry_failed();
+                        commands::send_error(
+                            producer_id,
+                            sequence_id,
+                            error.server_error(),
+                            error.to_string(),
+                        )
+                    }
+                };
+                outbox.send_command(&reply);
+            },
+        );
+        if let Err(error) = staged {
+            producer.topic.entry_failed();
+            let reply = commands::send_error(
+                producer_id,
+                sequence_id,
+                error.server_error(),
+                error.to_string(),
+            );
+            self.outbox.send_command(&reply);
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_close_producer(&mut self, command: &BaseCommand) -> Handled {
+        let request = command.close_producer.as_ref().ok_or("CLOSE_PRODUCER without body")?;
+        if let Some(task) = self.pending_producers.remove(&request.producer_id) {
+            // Still being created (a WaitForExclusive producer in line, say): stop it; if it
+            // had already finished, its completion finds it unwanted and gives the topic back.
+            task.abort();
+        }
+        if let Some(producer) = self.producers.remove(&request.producer_id) {
+            producer.topic.remove_producer(&producer.name, producer.key);
+        }
+        if let Some(producer) = self.np_producers.remove(&request.producer_id) {
+            producer.topic.producers.remove(&producer.name, producer.key);
+        }
+        self.outbox.send_command(&commands::success(request.request_id));
+        Ok(())
+    }
+}
+
+pub(super) fn access_mode(request: &CommandProducer) -> ProducerAccessMode {
+    request
+        .producer_access_mode
+        .and_then(|m| ProducerAccessMode::try_from(m).ok())
+        .unwrap_or(ProducerAccessMode::Shared)
+}
+
+/// A producer registered on its topic, not yet on the connection.
+pub(super) enum CreatedProducer {
+    Persistent(ProducerContext, u64),
+    NonPersistent(NpProducerContext, u64),
+}
+
+impl CreatedProducer {
+    fn name(&self) -> &str {
+        match self {
+            CreatedProducer::Persistent(context, _) => &context.name,
+            CreatedProducer::NonPersistent(context, _) => &context.name,
+        }
+    }
+
+    fn epoch(&self) -> u64 {
+        match self {
+            CreatedProducer::Persistent(_, epoch) | CreatedProducer::NonPersistent(_, epoch) => {
+                *epoch
+            }
+        }
+    }
+
+    /// Gives the topic back (the client closed the producer while it was being created).
+    fn release(self) {
+        match self {
+            CreatedProducer::Persistent(context, _) => {
+                context.topic.remove_producer(&context.name, context.key)
+            }
+            CreatedProducer::NonPersistent(context, _) => {
+                context.topic.producers.remove(&context.name, context.key)
+            }
+        }
+    }
+}
+
+/// Everything a PRODUCER request needs before the producer may publish: the topic (loaded or
+/// created), the schema, the dead-letter producer's initial subscription, and a place in the
+/// topic's producers under its access mode. A WaitForExclusive producer that must wait is told
+/// so at once (PRODUCER_SUCCESS with producer_ready=false, as Pulsar's `ServerCnx`) and waits
+/// here.
+pub(super) async fn create_producer(
+    service: &Arc<BrokerService>,
+    outbox: &Outbox,
+    request: &CommandProducer,
+) -> Result<CreatedProducer, BrokerError> {
+    let mode = access_mode(request);
+    let name = BrokerService::topic_name(&request.topic)?;
+    let producer_name = match request.producer_name.clone().filter(|n| !n.is_empty()) {
+        Some(name) => name,
+        None => format!("standalone-{}", PRODUCER_NAMES.fetch_add(1, Ordering::Relaxed)),
+    };
+    let key = service.next_key();
+    let client = ProducerClient { producer_id: request.producer_id, outbox: outbox.clone() };
+    let queued = || {
+        let mut waiting = commands::producer_success(request.request_id, &producer_name, -1, None);
+        if let Some(success) = waiting.producer_success.as_mut() {
+            success.producer_ready = Some(false);
+        }
+        outbox.send_command(&waiting);
+    };
+    if name.domain() == TopicDomain::NonPersistent {
+        let topic = service.non_persistent_topic(&name, true).await?;
+        let epoch = topic
+            .producers
+            .add(producer_name.clone(), key, mode, request.topic_epoch, client, queued)
+            .await?;
+        let context = NpProducerContext { topic, name: producer_name, key };
+        return Ok(CreatedProducer::NonPersistent(context, epoch));
+    }
+    let topic = service.topic(&name, true).await?;
+    // The schema first: an incompatible one fails the producer (Pulsar's tryAddSchema).
+    let schema_version = producer_schema(service, &name, request.schema.as_ref()).await?;
+    // The initial subscription (dead-letter producers): created at the earliest position before
+    // the producer may publish, as Pulsar's handleProducer does.
+    if let Some(initial) = request.initial_subscription_name.as_deref().filter(|n| !n.is_empty()) {
+        topic.subscription(initial, SubType::Exclusive, true, StartAt::Earliest).await?;
+    }
+    // Policies may have changed since the topic was loaded (another broker's admin API in
+    // cluster mode; here a cheap re-read keeps this path obviously right).
+    topic.refresh_policies().await?;
+    let epoch = topic
+        .add_producer(producer_name.clone(), key, mode, request.topic_epoch, client, queued)
+        .await?;
+    let partition = topic.partition;
+    let context =
+        ProducerContext { topic, name: producer_name.into(), key, partition, schema_version };
+    Ok(CreatedProducer::Persistent(context, epoch))
+}
