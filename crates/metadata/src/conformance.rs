@@ -67,15 +67,16 @@ impl Subject {
     }
 }
 
-/// Creates a fresh subject.
-pub type Factory = fn() -> Pin<Box<dyn Future<Output = Subject>>>;
+/// Creates a fresh subject, or `None` when the implementation cannot run here (the etcd
+/// store without an etcd binary): the case is then skipped.
+pub type Factory = fn() -> Pin<Box<dyn Future<Output = Option<Subject>>>>;
 
 /// A conformance case.
 pub type Case = for<'a> fn(&'a Subject) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 /// Runs one case against a fresh subject from `factory`, bounded in time, then closes it.
 pub async fn run_case(factory: Factory, case: Case) {
-    let subject = factory().await;
+    let Some(subject) = factory().await else { return };
     timeout(CASE_TIMEOUT, case(&subject)).await.expect("conformance case timed out");
     timeout(WAIT, subject.store.close()).await.expect("close timed out").expect("close");
 }

@@ -28,11 +28,11 @@ impl Hooks for MemoryHooks {
     }
 }
 
-fn memory_factory() -> Pin<Box<dyn Future<Output = Subject>>> {
+fn memory_factory() -> Pin<Box<dyn Future<Output = Option<Subject>>>> {
     Box::pin(async {
         let store = Arc::new(MemoryStore::with_watch_capacity(WATCH_CAPACITY));
         let peer = Arc::new(store.peer());
-        Subject { store: store.clone(), hooks: Box::new(MemoryHooks { store, peer }) }
+        Some(Subject { store: store.clone(), hooks: Box::new(MemoryHooks { store, peer }) })
     })
 }
 
@@ -60,13 +60,13 @@ fn config(dir: &std::path::Path) -> EmbeddedStoreConfig {
     config
 }
 
-fn embedded_factory() -> Pin<Box<dyn Future<Output = Subject>>> {
+fn embedded_factory() -> Pin<Box<dyn Future<Output = Option<Subject>>>> {
     Box::pin(async {
         let guard = tempfile::tempdir().expect("tempdir");
         let dir = guard.path().join("meta");
         let store = Arc::new(EmbeddedStore::open(config(&dir)).await.expect("open embedded"));
         let hooks = EmbeddedHooks { store: store.clone(), dir, _guard: guard };
-        Subject { store, hooks: Box::new(hooks) }
+        Some(Subject { store, hooks: Box::new(hooks) })
     })
 }
 
