@@ -350,9 +350,17 @@ impl EtcdCluster {
         self.launch(i, "existing")
     }
 
+    /// Endpoints of the members that run (not killed).
+    pub fn running_endpoints(&self) -> Vec<String> {
+        (0..self.members.len())
+            .filter(|i| self.members[*i].process.is_some())
+            .map(|i| self.endpoint(i))
+            .collect()
+    }
+
     /// Compacts the history up to the current revision (physically); returns it.
     pub async fn compact(&self) -> io::Result<i64> {
-        let mut client = Self::client(&self.endpoints()).await?;
+        let mut client = Self::client(&self.running_endpoints()).await?;
         let revision = client
             .get("/", None)
             .await
@@ -366,9 +374,9 @@ impl EtcdCluster {
         Ok(revision)
     }
 
-    /// A raw etcd client on every member (for checks that bypass the store).
+    /// A raw etcd client on every running member (for checks that bypass the store).
     pub async fn raw_client(&self) -> io::Result<Client> {
-        Self::client(&self.endpoints()).await
+        Self::client(&self.running_endpoints()).await
     }
 
     fn kill_all(&mut self) {
@@ -449,10 +457,13 @@ impl FaultProxy {
                     let _ = server.set_nodelay(true);
                     let (client_read, client_write) = client.into_split();
                     let (server_read, server_write) = server.into_split();
+                    // Cut first: a `cut` followed at once by `resume` must not let bytes
+                    // held during the pause through.
                     tokio::select! {
+                        biased;
+                        _ = cut.changed() => {}
                         _ = pump(client_read, server_write, paused.clone()) => {}
                         _ = pump(server_read, client_write, paused) => {}
-                        _ = cut.changed() => {}
                     }
                 });
             }
@@ -510,5 +521,46 @@ async fn pump(
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_proxy_holds_traffic_while_paused_and_cuts() {
+        let echo = TokioListener::bind("127.0.0.1:0").await.unwrap();
+        let target = echo.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = echo.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let proxy = FaultProxy::start(target).await.unwrap();
+        let mut conn = TcpStream::connect(proxy.addr).await.unwrap();
+        let mut buf = [0u8; 16];
+        conn.write_all(b"one").await.unwrap();
+        conn.read_exact(&mut buf[..3]).await.unwrap();
+        proxy.pause();
+        conn.write_all(b"two").await.unwrap();
+        let held = timeout(Duration::from_millis(300), conn.read(&mut buf)).await;
+        assert!(held.is_err(), "nothing may pass while paused: {held:?}");
+        proxy.resume();
+        timeout(Duration::from_secs(5), conn.read_exact(&mut buf[..3])).await.unwrap().unwrap();
+        assert_eq!(&buf[..3], b"two");
+        proxy.cut();
+        let end = timeout(Duration::from_secs(5), conn.read(&mut buf)).await.unwrap();
+        assert!(matches!(end, Ok(0) | Err(_)), "the connection is closed: {end:?}");
+        let mut again = TcpStream::connect(proxy.addr).await.unwrap();
+        again.write_all(b"new").await.unwrap();
+        timeout(Duration::from_secs(5), again.read_exact(&mut buf[..3])).await.unwrap().unwrap();
     }
 }
