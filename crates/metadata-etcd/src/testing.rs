@@ -62,10 +62,17 @@ pub fn etcd_or_skip(test: &str) -> Option<PathBuf> {
         "{test}: {REQUIRE_ETCD_ENV}=1 but no etcd binary was found (apt-get install etcd-server, \
          or set {ETCD_BIN_ENV})"
     );
-    eprintln!(
-        "SKIPPED {test}: etcd is not installed (apt-get install etcd-server); set \
-         {REQUIRE_ETCD_ENV}=1 to fail instead"
-    );
+    // Straight to the process's stderr (libtest captures `eprintln!` of passing tests),
+    // once per test binary.
+    static NOTICE: OnceLock<()> = OnceLock::new();
+    NOTICE.get_or_init(|| {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED etcd tests (first: {test}): etcd is not installed (apt-get install \
+             etcd-server); set {REQUIRE_ETCD_ENV}=1 to fail instead"
+        );
+    });
     None
 }
 
@@ -425,6 +432,23 @@ extern "C" fn clean_up_shared() {
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
         self.kill_all();
+    }
+}
+
+/// Freezes a process this test started with SIGSTOP (as a long GC pause or a stopped VM
+/// would).
+pub fn freeze_process(pid: u32) {
+    // SAFETY: plain syscall; callers pass the id of a child they have not reaped.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGSTOP);
+    }
+}
+
+/// Resumes a process frozen by [`freeze_process`] (SIGCONT).
+pub fn thaw_process(pid: u32) {
+    // SAFETY: as in `freeze_process`.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGCONT);
     }
 }
 

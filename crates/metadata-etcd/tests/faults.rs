@@ -6,6 +6,9 @@
 //!   `ConnectionLost` then `Reconnected` and keeps its ephemeral key; cut off past the TTL it
 //!   sees `SessionLost`, its ephemeral key vanishes for others, and once the partition heals
 //!   it sees `SessionReestablished` and can bind keys again;
+//! * a real process holding an ephemeral key (this test binary, re-run as a child) is frozen
+//!   with SIGSTOP past its TTL: the key vanishes for others; on SIGCONT the child reports
+//!   `SessionLost`, then `SessionReestablished`, and binds the key again;
 //! * a watcher whose connection is cut again and again delivers every later event, in order,
 //!   with no `Lagged`; one whose resume point was compacted meanwhile gets `Lagged`, and every
 //!   event after the compaction.
@@ -25,7 +28,9 @@ use magnetar_metadata::{
     Event, EventKind, ExpectedVersion, MetadataError, MetadataStore, SessionEvent, SessionEvents,
     SessionState, SessionStore, WatchEvent, WatchStream,
 };
-use magnetar_metadata_etcd::testing::{etcd_or_skip, EtcdCluster, FaultProxy};
+use magnetar_metadata_etcd::testing::{
+    etcd_or_skip, freeze_process, thaw_process, EtcdCluster, FaultProxy,
+};
 use magnetar_metadata_etcd::{EtcdStore, EtcdStoreConfig};
 use tokio::time::timeout;
 
@@ -255,6 +260,110 @@ async fn a_partitioned_client_loses_its_session_past_the_ttl_and_reestablishes()
     client.close().await.unwrap();
     assert_eq!(next_watch(&mut watch).await, gone);
     observer.close().await.unwrap();
+}
+
+// ------------------------------------------------------------------ a frozen process
+
+/// Set in the child's environment to the etcd endpoint it should use.
+const CHILD_ENV: &str = "MAGNETAR_ETCD_FROZEN_CHILD";
+const FROZEN_TTL: u64 = 2;
+
+/// The child: binds `/frozen`, then reports every session event (one `CHILD ...` line
+/// each) and re-binds the key after a new session starts.
+async fn frozen_child(endpoint: String) {
+    let store = connect(vec![endpoint], "frozen", FROZEN_TTL).await;
+    let mut events = store.session_events();
+    store
+        .put_ephemeral("/frozen", Bytes::from_static(b"child"), ExpectedVersion::Absent)
+        .await
+        .unwrap();
+    println!("CHILD READY");
+    while let Some(event) = events.recv().await {
+        println!("CHILD EVENT {event:?}");
+        if let SessionEvent::SessionReestablished { .. } = event {
+            let v = store.put_ephemeral(
+                "/frozen",
+                Bytes::from_static(b"child"),
+                ExpectedVersion::Absent,
+            );
+            println!("CHILD REBOUND {:?}", v.await.map_err(|e| e.to_string()));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_frozen_past_its_ttl_loses_its_session_then_reestablishes() {
+    if let Ok(endpoint) = std::env::var(CHILD_ENV) {
+        return frozen_child(endpoint).await;
+    }
+    let Some(binary) = etcd_or_skip("frozen process") else { return };
+    let cluster = EtcdCluster::start(&binary, 1).await.expect("start etcd");
+    let observer = connect(cluster.endpoints(), "frozen", 10).await;
+    let mut watch = observer.watch("/frozen").await.unwrap();
+
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_process_frozen_past_its_ttl_loses_its_session_then_reestablishes"])
+        .args(["--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, cluster.endpoint(0))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the child");
+    let mut child = KillOnDrop(child);
+    let stdout = child.0.stdout.take().unwrap();
+    let (lines_tx, mut lines) = tokio::sync::mpsc::channel::<String>(64);
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            // The harness may have written "test <name> ... " on the same line first.
+            if let Some(at) = line.find("CHILD ") {
+                if lines_tx.blocking_send(line[at + "CHILD ".len()..].to_string()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    assert_eq!(next_line(&mut lines).await, "READY");
+    let put =
+        WatchEvent::Changed(Event { key: "/frozen".into(), kind: EventKind::Put { version: 1 } });
+    assert_eq!(next_watch(&mut watch).await, put);
+    // Freeze the child past its TTL: etcd expires its lease and deletes its key.
+    let pid = child.0.id();
+    freeze_process(pid);
+    let gone = WatchEvent::Changed(Event { key: "/frozen".into(), kind: EventKind::Delete });
+    assert_eq!(next_watch(&mut watch).await, gone);
+    thaw_process(pid);
+    // Thawed, the child finds its session lost, starts a new one and binds the key again.
+    let mut seen = Vec::new();
+    loop {
+        let line = next_line(&mut lines).await;
+        if line.starts_with("REBOUND") {
+            assert_eq!(line, "REBOUND Ok(1)", "after {seen:?}");
+            break;
+        }
+        seen.push(line);
+    }
+    let lost = seen.iter().position(|l| l.starts_with("EVENT SessionLost"));
+    let back = seen.iter().position(|l| l.starts_with("EVENT SessionReestablished"));
+    assert!(lost.is_some() && back.is_some() && lost < back, "child saw {seen:?}");
+    assert_eq!(next_watch(&mut watch).await, put);
+    drop(child);
+    observer.close().await.unwrap();
+}
+
+async fn next_line(lines: &mut tokio::sync::mpsc::Receiver<String>) -> String {
+    within("a line from the child", WAIT, lines.recv()).await.expect("child output ended")
+}
+
+/// Kills (SIGKILL) and reaps the child when the test ends, even by a panic.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        thaw_process(self.0.id());
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 // ------------------------------------------------------------------ watches under cuts
