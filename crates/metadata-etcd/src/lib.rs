@@ -219,6 +219,14 @@ impl SessionStore for EtcdStore {
         match result {
             Ok((version, revision)) => {
                 self.inner.watches.note_write(&self.inner.config.root, key, revision);
+                if !self.inner.session.is_current(lease) {
+                    // The session was declared lost while the write was in flight: the key
+                    // goes with the lease (revoked, or expired), so do not report success
+                    // after `SessionLost`.
+                    return Err(MetadataError::SessionExpired {
+                        reason: "the etcd session ended while the write was in flight".into(),
+                    });
+                }
                 Ok(version)
             }
             Err(e) => {

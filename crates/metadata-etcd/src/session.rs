@@ -14,7 +14,9 @@
 //!
 //! Invariants: `lease` holds the lease the store puts ephemeral keys with, and is `None`
 //! from the moment `SessionLost` is decided until the new lease is granted; state and event
-//! change together (see `SessionNotifier`); a lease reported lost is never used again.
+//! change together (see `SessionNotifier`); a lease reported lost is never used again, and
+//! no `put_ephemeral` with it succeeds after `SessionLost` (one in flight then fails with
+//! `SessionExpired`; its key goes with the lease, revoked in the background or expired).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,6 +123,11 @@ impl Session {
                 reason: "the etcd session was lost and no new one is established yet".into(),
             }),
         }
+    }
+
+    /// Whether `lease` is still the session's live lease.
+    pub(crate) fn is_current(&self, lease: i64) -> bool {
+        self.lease.lock().is_some_and(|l| l.id == lease)
     }
 
     /// Revokes the current lease on etcd (its keys go at once) and lets the keeper notice.

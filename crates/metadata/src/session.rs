@@ -12,7 +12,9 @@
 //! * every subscriber of [`SessionEvents`] sees the events of its store in the order they
 //!   happened, or an explicit [`SessionEvent::Lagged`] in place of events it missed;
 //! * `SessionLost { session: s }` is published before any `SessionReestablished` with a
-//!   newer id, and no key is ever bound to `s` again once `SessionLost { s }` is published.
+//!   newer id, and no `put_ephemeral` bound to `s` succeeds after `SessionLost { s }` is
+//!   published (a remote store may still be applying one then: it fails with
+//!   `SessionExpired`, and its key goes with the session).
 
 use std::fmt;
 
