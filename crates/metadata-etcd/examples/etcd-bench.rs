@@ -11,6 +11,16 @@
 //! (`ExpectedVersion::Exactly(previous)`), so every put is a real CAS txn and none conflicts;
 //! `--inflight N` runs N such writers on one `EtcdStore`. Prints puts/s and latency
 //! percentiles per (members, inflight). Needs the `etcd` binary (Debian: etcd-server).
+//!
+//! Figures of 2026-11-25 (2-core machine shared by client and etcd; etcd 3.4.23, 128 B values):
+//!
+//! ```text
+//! members inflight     puts/s    p50 ms    p99 ms   p999 ms
+//!       1        1       4381      0.20      0.75      2.66
+//!       1       32      14555      1.75      7.35     10.85
+//!       3        1       1914      0.48      2.12      4.91
+//!       3       32       7245      3.44     15.77     21.39
+//! ```
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

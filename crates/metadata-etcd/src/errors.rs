@@ -111,3 +111,39 @@ pub(crate) fn classify(e: &EtcdError) -> Failure {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: Code, message: &str) -> EtcdError {
+        EtcdError::GRpcStatus(tonic::Status::new(code, message))
+    }
+
+    #[test]
+    fn etcd_rejections_are_definite_and_the_rest_unknown() {
+        let lease = status(Code::NotFound, "etcdserver: requested lease not found");
+        assert!(matches!(classify(&lease), Failure::LeaseNotFound));
+        let big = status(Code::InvalidArgument, "etcdserver: request is too large");
+        assert!(matches!(classify(&big), Failure::TooLarge));
+        let old =
+            status(Code::OutOfRange, "etcdserver: mvcc: required revision has been compacted");
+        assert!(matches!(classify(&old), Failure::Compacted));
+        let refused = status(Code::Unavailable, "tcp connect error");
+        assert!(matches!(classify(&refused), Failure::NotSent(_)));
+        assert!(classify(&refused).is_retryable());
+        for unknown in [
+            status(Code::Unavailable, "etcdserver: leader changed"),
+            status(Code::Unavailable, "error reading a body from connection"),
+            status(Code::Unknown, "etcdserver: request timed out"),
+        ] {
+            let f = classify(&unknown);
+            assert!(matches!(f, Failure::Unavailable(..)), "{unknown}: {f:?}");
+            assert!(f.is_retryable(), "reads retry it; writes report Io");
+        }
+        let deadline = classify(&status(Code::DeadlineExceeded, "context deadline exceeded"));
+        assert_eq!(deadline.io_kind(), io::ErrorKind::TimedOut);
+        let keep_alive = EtcdError::LeaseKeepAliveError("lease not found".into());
+        assert!(matches!(classify(&keep_alive), Failure::LeaseNotFound));
+    }
+}

@@ -130,7 +130,7 @@ pub(crate) struct Kv {
 }
 
 impl Kv {
-    pub(crate) fn new(client: &Client, _config: &EtcdStoreConfig) -> Self {
+    pub(crate) fn new(client: &Client) -> Self {
         let client = client
             .kv_client()
             .max_decoding_message_size(MAX_DECODING_MESSAGE_BYTES)

@@ -101,7 +101,7 @@ impl EtcdStore {
     pub async fn connect(config: EtcdStoreConfig) -> Result<EtcdStore> {
         config.validate()?;
         let client = kv::connect_client(&config).await?;
-        let kv = Kv::new(&client, &config);
+        let kv = Kv::new(&client);
         let (shutdown, _) = signal::channel(false);
         let session = Session::start(&client, &config).await?;
         let inner = Arc::new(Inner {

@@ -228,14 +228,12 @@ async fn keep_alive(inner: &Inner, mut lease: Lease) -> Lease {
         let bound = interval.min(valid_until - now);
         let sent = Instant::now();
         let answer = timeout(bound, async {
-            if stream.is_none() {
+            let Some((keeper, responses)) = stream.as_mut() else {
                 // Opening the stream sends the first keep-alive and waits for its answer.
                 let mut client = session.lease_client.clone();
-                let (keeper, responses) = client.keep_alive(lease.id).await?;
-                stream = Some((keeper, responses));
+                stream = Some(client.keep_alive(lease.id).await?);
                 return Ok(Some(lease.ttl.as_secs() as i64));
-            }
-            let (keeper, responses) = stream.as_mut().expect("stream is open");
+            };
             keeper.keep_alive().await?;
             match responses.message().await? {
                 Some(resp) => Ok(Some(resp.ttl())),
