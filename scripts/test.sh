@@ -2,7 +2,9 @@
 # Everything Magnetar tests, in the order CI runs it (CI calls exactly this script):
 #   1. a Python venv in .venv with the official Pulsar client and pytest (created if missing)
 #   2. cargo fmt --check and cargo clippy -D warnings, then
-#      cargo test --workspace --release          (Rust unit and integration tests)
+#      cargo test --workspace --release          (Rust unit and integration tests; the etcd
+#      metadata tests start real etcd processes: etcd-server and protoc come from Debian when
+#      missing, and MAGNETAR_REQUIRE_ETCD=1 makes those tests fail instead of skip without etcd)
 #   3. the release binary target/release/magnetar
 #   4. pytest tests/compat                         (Pulsar-protocol compatibility suite)
 #      (its test_java_client.py runs `mvn test` in tests/java, the official Java client: needs java 17+
@@ -67,6 +69,22 @@ if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
     echo "no mvn/java and no root apt-get: tests/compat/test_java_client.py will be skipped"
   fi
 fi
+
+# etcd for the etcd metadata store's tests (crates/metadata-etcd starts its own etcd processes
+# on loopback), and protoc, which the etcd-client crate's build script needs (so clippy needs it
+# too): from Debian when missing. Without them the build, or the required etcd tests, fail.
+if ! command -v etcd >/dev/null 2>&1 || ! command -v protoc >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    section "Debian packages: etcd-server, etcd-client, protobuf-compiler"
+    bounded "apt-get update" 300 apt-get update -qq || fail "apt-get update"
+    DEBIAN_FRONTEND=noninteractive bounded "apt-get install" 600 \
+      apt-get install -y -qq etcd-server etcd-client protobuf-compiler >/dev/null \
+      || fail "apt-get install etcd-server etcd-client protobuf-compiler"
+  fi
+fi
+command -v protoc >/dev/null 2>&1 || fail "no protoc (apt-get install protobuf-compiler): etcd-client cannot build"
+command -v etcd >/dev/null 2>&1 || fail "no etcd (apt-get install etcd-server): the etcd metadata tests need it"
+export MAGNETAR_REQUIRE_ETCD=1
 
 # ------------------------------------------------------------------------------------ style
 section "cargo fmt --check, cargo clippy -D warnings"

@@ -57,8 +57,10 @@ pub enum MetadataError {
         max: usize,
     },
 
-    /// An I/O operation failed. For a write this means the outcome is unknown: the record may
-    /// or may not be durable, and the store refuses further writes (see `Poisoned`).
+    /// An I/O operation failed (for etcd: the cluster could not be reached, or did not answer
+    /// in time). For a write this means the outcome is unknown: it may or may not have been
+    /// applied. The embedded store then refuses further writes (see `Poisoned`); the etcd
+    /// store keeps accepting them.
     #[error("I/O error while {context}: {source}")]
     Io {
         /// What the store was doing.
@@ -100,6 +102,15 @@ pub enum MetadataError {
     /// The store was closed.
     #[error("metadata store is closed")]
     Closed,
+
+    /// An ephemeral write found no live session: the session was lost and no new one exists
+    /// yet, or it ended before the write applied. Nothing was written. Wait for
+    /// `SessionEvent::SessionReestablished` and try again.
+    #[error("metadata session expired: {reason}")]
+    SessionExpired {
+        /// What happened.
+        reason: String,
+    },
 }
 
 impl MetadataError {
@@ -113,7 +124,13 @@ impl MetadataError {
         matches!(self, MetadataError::BadVersion { .. })
     }
 
-    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+    /// True for [`MetadataError::SessionExpired`].
+    pub fn is_session_expired(&self) -> bool {
+        matches!(self, MetadataError::SessionExpired { .. })
+    }
+
+    /// Builds an [`MetadataError::Io`] (for store implementations).
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         MetadataError::Io { context: context.into(), source }
     }
 }

@@ -2,9 +2,12 @@
 //! (topics and partition counts, managed-ledger ledger lists, cursor state, namespace
 //! policies, schemas).
 //!
-//! The [`MetadataStore`] trait follows etcd / ZooKeeper semantics so that an etcd back end
-//! can implement it later. Two implementations live here: [`MemoryStore`] (tests) and
-//! [`EmbeddedStore`] (durable, crash-safe, for standalone mode).
+//! The [`MetadataStore`] trait follows etcd / ZooKeeper semantics; [`SessionStore`] adds
+//! sessions (ephemeral keys and session events) for cluster mode. Two implementations live
+//! here: [`MemoryStore`] (tests) and [`EmbeddedStore`] (durable, crash-safe, for standalone
+//! mode); the etcd one is in the `magnetar-metadata-etcd` crate, which keeps the gRPC stack
+//! out of this one. With the `conformance` feature, [`conformance`] exports the suite every
+//! implementation must pass.
 //!
 //! Semantics shared by every implementation (checked by the conformance suite in
 //! `tests/conformance.rs`):
@@ -23,16 +26,39 @@
 //!   children that only exist because deeper keys do; a path without children gives an
 //!   empty list (not NotFound).
 //! * **watch** delivers changes committed after the call, in commit order, with explicit
-//!   [`WatchEvent::Lagged`] markers if the watcher falls behind (see [`WatchStream`]).
+//!   [`WatchEvent::Lagged`] markers if the watcher falls behind (see [`WatchStream`]) or, for
+//!   a remote store, if the watch had to resume after a disconnection from a point the store
+//!   no longer keeps history for (etcd compaction). Never a silent gap. The in-process stores
+//!   queue a write's event before the write returns; a remote store delivers it shortly
+//!   after (the conformance suite waits for that with its `settle` hook).
 //! * A successful write is visible to every later read on the same store (linearizable
 //!   within one process). When a write returns `Io` its outcome is unknown.
 //! * Dropping a write future after its first poll does not cancel the write: it may still be
 //!   applied (and announced to watchers).
+//!
+//! Sessions ([`SessionStore`], see the `session` module docs):
+//! * Each store client (each `MemoryStore` peer, each open `EmbeddedStore`, each `EtcdStore`,
+//!   i.e. each process) has one session at a time, identified by a [`SessionId`].
+//! * **put_ephemeral** follows `put`'s version and compare-and-set rules exactly and binds the
+//!   key to the current session; a later plain `put` makes the key persistent again.
+//! * When the session ends (expiry, revocation, `close`), every key still bound to it is
+//!   deleted and watchers see ordinary `Delete` events. A lost session is never reused: the
+//!   client publishes [`SessionEvent::SessionLost`], starts a new session and publishes
+//!   [`SessionEvent::SessionReestablished`]; re-creating ephemeral keys is up to their owners.
+//!   `put_ephemeral` fails with [`MetadataError::SessionExpired`] while there is no session.
+//! * [`SessionEvent::ConnectionLost`] / [`SessionEvent::Reconnected`] report contact with a
+//!   remote store (etcd) while the session itself survives; the in-process stores never
+//!   lose contact.
+//! * Ephemeral keys never outlive the process: the embedded store keeps them out of its log
+//!   and snapshots, so none exists after a restart.
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod embedded;
 mod error;
 mod key;
 mod memory;
+mod session;
 mod state;
 mod watch;
 
@@ -48,7 +74,11 @@ pub use embedded::{
 pub use error::{MetadataError, Result};
 pub use key::{validate_key, validate_path, validate_prefix, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use memory::{MemoryStore, DEFAULT_WATCH_CAPACITY};
-pub use watch::{Event, EventKind, WatchEvent, WatchStream};
+pub use session::{
+    SessionEvent, SessionEvents, SessionId, SessionNotifier, SessionState, SessionStore,
+    SESSION_EVENTS_CAPACITY,
+};
+pub use watch::{watch_channel, Event, EventKind, WatchEvent, WatchSender, WatchStream};
 
 /// A value together with its version.
 #[derive(Debug, Clone, PartialEq, Eq)]

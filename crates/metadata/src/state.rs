@@ -6,6 +6,8 @@
 //!   later put yields the previous version + 1; a delete forgets the key, so re-creating it
 //!   starts again at 1 (ZooKeeper / etcd per-key version semantics);
 //! * `live_bytes` is the sum over entries of `key.len() + value.len() + ENTRY_OVERHEAD`;
+//! * `ephemeral` maps each ephemeral key to the session that owns it; its keys are a subset
+//!   of `map`'s (a plain put or a delete removes the binding);
 //! * watchers are notified in the same order as mutations are applied, while the owner holds
 //!   the lock around this struct.
 
@@ -24,6 +26,8 @@ pub(crate) const ENTRY_OVERHEAD: u64 = 16;
 pub(crate) struct KvState {
     map: BTreeMap<String, Versioned>,
     live_bytes: u64,
+    /// Ephemeral key -> owning session id.
+    ephemeral: BTreeMap<String, u64>,
     pub(crate) watchers: Watchers,
 }
 
@@ -58,13 +62,23 @@ fn entry_bytes(key: &str, value: &Versioned) -> u64 {
 
 impl KvState {
     pub(crate) fn new(watch_capacity: usize) -> Self {
-        KvState { map: BTreeMap::new(), live_bytes: 0, watchers: Watchers::new(watch_capacity) }
+        KvState {
+            map: BTreeMap::new(),
+            live_bytes: 0,
+            ephemeral: BTreeMap::new(),
+            watchers: Watchers::new(watch_capacity),
+        }
     }
 
     /// Builds a state from recovered entries (no watchers are notified).
     pub(crate) fn from_map(map: BTreeMap<String, Versioned>, watch_capacity: usize) -> Self {
         let live_bytes = map.iter().map(|(k, v)| entry_bytes(k, v)).sum();
-        KvState { map, live_bytes, watchers: Watchers::new(watch_capacity) }
+        KvState {
+            map,
+            live_bytes,
+            ephemeral: BTreeMap::new(),
+            watchers: Watchers::new(watch_capacity),
+        }
     }
 
     pub(crate) fn get(&self, key: &str) -> Option<Versioned> {
@@ -79,12 +93,33 @@ impl KvState {
         self.live_bytes
     }
 
-    pub(crate) fn map(&self) -> &BTreeMap<String, Versioned> {
-        &self.map
+    /// The persistent entries (ephemeral keys excluded), in key order.
+    pub(crate) fn persistent_entries(&self) -> impl Iterator<Item = (&String, &Versioned)> {
+        self.map.iter().filter(|(k, _)| !self.ephemeral.contains_key(k.as_str()))
     }
 
-    /// Stores `value` at `version` (already decided by `check_put`) and notifies watchers.
-    pub(crate) fn apply_put(&mut self, key: String, value: bytes::Bytes, version: u64) {
+    /// The session owning `key`, if it is ephemeral.
+    pub(crate) fn ephemeral_owner(&self, key: &str) -> Option<u64> {
+        self.ephemeral.get(key).copied()
+    }
+
+    /// Stores `value` at `version` (already decided by `check_put`), bound to session
+    /// `owner` if `Some` (persistent otherwise), and notifies watchers.
+    pub(crate) fn apply_put(
+        &mut self,
+        key: String,
+        value: bytes::Bytes,
+        version: u64,
+        owner: Option<u64>,
+    ) {
+        match owner {
+            Some(session) => {
+                self.ephemeral.insert(key.clone(), session);
+            }
+            None => {
+                self.ephemeral.remove(&key);
+            }
+        }
         let new = Versioned { value, version };
         self.live_bytes += entry_bytes(&key, &new);
         if let Some(old) = self.map.get(&key) {
@@ -97,21 +132,40 @@ impl KvState {
     /// Removes `key` and notifies watchers (no-op for an absent key).
     pub(crate) fn apply_delete(&mut self, key: &str) {
         if let Some(old) = self.map.remove(key) {
+            self.ephemeral.remove(key);
             self.live_bytes -= entry_bytes(key, &old);
             self.watchers.dispatch(key, EventKind::Delete);
         }
     }
 
-    /// Checks and applies a put in one step (used by `MemoryStore`).
+    /// Checks and applies a put in one step (used by `MemoryStore`); `owner` as in
+    /// `apply_put`.
     pub(crate) fn put(
         &mut self,
         key: &str,
         value: bytes::Bytes,
         expected: ExpectedVersion,
+        owner: Option<u64>,
     ) -> Result<u64> {
         let version = check_put(key, self.version(key), expected)?;
-        self.apply_put(key.to_string(), value, version);
+        self.apply_put(key.to_string(), value, version, owner);
         Ok(version)
+    }
+
+    /// Deletes every key bound to `session`, in key order, notifying watchers. Returns how
+    /// many keys went.
+    pub(crate) fn expire_session(&mut self, session: u64) -> usize {
+        let doomed: Vec<String> = self
+            .ephemeral
+            .iter()
+            .filter(|(_, owner)| **owner == session)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &doomed {
+            self.apply_delete(key);
+        }
+        debug_assert!(self.ephemeral.values().all(|owner| *owner != session));
+        doomed.len()
     }
 
     /// Checks and applies a delete in one step (used by `MemoryStore`).
@@ -161,8 +215,8 @@ impl KvState {
         children.into_iter().collect()
     }
 
-    pub(crate) fn watch(&mut self, prefix: &str) -> WatchStream {
-        self.watchers.register(prefix)
+    pub(crate) fn watch(&mut self, prefix: &str, owner: u64) -> WatchStream {
+        self.watchers.register(prefix, owner)
     }
 }
 
@@ -175,7 +229,7 @@ mod tests {
     fn children_skip_subtrees_and_interleaved_names() {
         let mut s = KvState::new(4);
         for k in ["/a/b", "/a/b!x", "/a/b/c", "/a/b/c/d", "/a/c", "/ab", "/a/b0/z"] {
-            s.put(k, Bytes::from_static(b"v"), ExpectedVersion::Any).unwrap();
+            s.put(k, Bytes::from_static(b"v"), ExpectedVersion::Any, None).unwrap();
         }
         assert_eq!(s.list_children("/a"), vec!["b", "b!x", "b0", "c"]);
         assert_eq!(s.list_children("/"), vec!["a", "ab"]);
@@ -186,11 +240,30 @@ mod tests {
     #[test]
     fn live_bytes_tracks_entries() {
         let mut s = KvState::new(4);
-        s.put("/k", Bytes::from_static(b"abc"), ExpectedVersion::Any).unwrap();
+        s.put("/k", Bytes::from_static(b"abc"), ExpectedVersion::Any, None).unwrap();
         assert_eq!(s.live_bytes(), 2 + 3 + ENTRY_OVERHEAD);
-        s.put("/k", Bytes::from_static(b"a"), ExpectedVersion::Any).unwrap();
+        s.put("/k", Bytes::from_static(b"a"), ExpectedVersion::Any, None).unwrap();
         assert_eq!(s.live_bytes(), 2 + 1 + ENTRY_OVERHEAD);
         s.delete("/k", ExpectedVersion::Any).unwrap();
         assert_eq!(s.live_bytes(), 0);
+    }
+
+    #[test]
+    fn expiring_a_session_deletes_only_its_keys() {
+        let mut s = KvState::new(16);
+        let v = || Bytes::from_static(b"v");
+        s.put("/p", v(), ExpectedVersion::Any, None).unwrap();
+        s.put("/e1", v(), ExpectedVersion::Any, Some(1)).unwrap();
+        s.put("/e2", v(), ExpectedVersion::Any, Some(2)).unwrap();
+        s.put("/back", v(), ExpectedVersion::Any, Some(1)).unwrap();
+        s.put("/back", v(), ExpectedVersion::Any, None).unwrap(); // persistent again
+        assert_eq!(s.ephemeral_owner("/e1"), Some(1));
+        assert_eq!(s.ephemeral_owner("/back"), None);
+        let persistent: Vec<_> = s.persistent_entries().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(persistent, vec!["/back", "/p"]);
+        assert_eq!(s.expire_session(1), 1);
+        assert_eq!(s.list("/"), vec!["/back", "/e2", "/p"]);
+        s.delete("/e2", ExpectedVersion::Any).unwrap();
+        assert_eq!(s.expire_session(2), 0);
     }
 }

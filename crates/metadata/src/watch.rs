@@ -90,12 +90,70 @@ impl WatchStream {
     }
 }
 
-/// The producer side of one watcher.
+/// Creates a watch stream and its producer side, for store implementations outside this
+/// crate (the in-process stores use it too). `capacity` is the queue length (minimum 2, one
+/// slot is reserved for the `Lagged` marker).
+pub fn watch_channel(prefix: &str, capacity: usize) -> (WatchSender, WatchStream) {
+    let (tx, rx) = mpsc::channel(capacity.max(2));
+    let lag_pending = Arc::new(AtomicBool::new(false));
+    let sender = WatchSender { tx, lag_pending: lag_pending.clone() };
+    (sender, WatchStream { rx, lag_pending, prefix: prefix.to_string() })
+}
+
+/// The producer side of one [`WatchStream`]: never blocks, follows the module's lag rules.
+/// Dropping it ends the stream once its queue is read.
+#[derive(Debug)]
+pub struct WatchSender {
+    tx: mpsc::Sender<WatchEvent>,
+    lag_pending: Arc<AtomicBool>,
+}
+
+impl WatchSender {
+    /// Queues a change, or a `Lagged` marker in its place, or drops it (see module docs).
+    pub fn send(&self, key: &str, kind: EventKind) {
+        let free = self.tx.capacity();
+        if free >= 2 {
+            let _ = self.tx.try_send(WatchEvent::Changed(Event { key: key.to_string(), kind }));
+        } else if free == 1 {
+            self.send_lagged();
+        }
+        // else: dropped; an unread Lagged marker precedes it (only a marker ever takes the
+        // last free slot, so a full queue ends with one).
+    }
+
+    /// Signals that changes were lost for a reason other than this queue filling up (for
+    /// example a watch that resumed from an already compacted revision). After this call an
+    /// unread `Lagged` marker is in the queue, so the watcher re-reads after every change
+    /// committed so far.
+    pub fn send_lagged(&self) {
+        if self.lag_pending.load(Ordering::SeqCst) {
+            return; // an unread marker is already queued
+        }
+        self.lag_pending.store(true, Ordering::SeqCst);
+        if self.tx.try_send(WatchEvent::Lagged).is_err() {
+            // Only possible if the stream was dropped: nobody is left to tell.
+            self.lag_pending.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// True once the stream was dropped (the producer can stop).
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Waits until the stream is dropped.
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+}
+
+/// The producer side of one watcher of an in-process store.
 #[derive(Debug)]
 struct WatcherSlot {
     prefix: String,
-    tx: mpsc::Sender<WatchEvent>,
-    lag_pending: Arc<AtomicBool>,
+    /// Which store client registered it (a `MemoryStore` peer ends only its own streams).
+    owner: u64,
+    sender: WatchSender,
 }
 
 /// All registered watchers of a store. Lives inside the store's state lock.
@@ -112,36 +170,45 @@ impl Watchers {
         Watchers { slots: Vec::new(), capacity: capacity.max(2) }
     }
 
-    pub(crate) fn register(&mut self, prefix: &str) -> WatchStream {
-        let (tx, rx) = mpsc::channel(self.capacity);
-        let lag_pending = Arc::new(AtomicBool::new(false));
-        self.slots.push(WatcherSlot {
-            prefix: prefix.to_string(),
-            tx,
-            lag_pending: lag_pending.clone(),
-        });
-        WatchStream { rx, lag_pending, prefix: prefix.to_string() }
+    pub(crate) fn register(&mut self, prefix: &str, owner: u64) -> WatchStream {
+        let (sender, stream) = watch_channel(prefix, self.capacity);
+        self.slots.push(WatcherSlot { prefix: prefix.to_string(), owner, sender });
+        stream
+    }
+
+    /// Ends the streams registered by `owner` (their queued items stay readable).
+    pub(crate) fn remove_owner(&mut self, owner: u64) {
+        self.slots.retain(|slot| slot.owner != owner);
     }
 
     /// Delivers one committed change to every interested watcher (see module docs).
     pub(crate) fn dispatch(&mut self, key: &str, kind: EventKind) {
-        self.slots.retain(|slot| !slot.tx.is_closed());
+        self.slots.retain(|slot| !slot.sender.is_closed());
         for slot in &self.slots {
-            if !key.starts_with(&slot.prefix) {
-                continue;
+            if key.starts_with(&slot.prefix) {
+                slot.sender.send(key, kind);
             }
-            let free = slot.tx.capacity();
-            if free >= 2 {
-                let _ = slot.tx.try_send(WatchEvent::Changed(Event { key: key.to_string(), kind }));
-            } else if free == 1 && !slot.lag_pending.load(Ordering::SeqCst) {
-                slot.lag_pending.store(true, Ordering::SeqCst);
-                if slot.tx.try_send(WatchEvent::Lagged).is_err() {
-                    // Cannot happen (we are the only producer and saw a free slot), but if it
-                    // did, leave the flag clear so the next event retries the marker.
-                    slot.lag_pending.store(false, Ordering::SeqCst);
-                }
-            }
-            // else: dropped; an unread Lagged marker precedes it.
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forced_lag_is_queued_once_and_survives_a_full_queue() {
+        let (tx, mut rx) = watch_channel("/", 3);
+        tx.send("/a", EventKind::Delete);
+        tx.send_lagged();
+        tx.send_lagged(); // already pending: no second marker
+        tx.send("/b", EventKind::Delete); // one free slot left: a marker is pending, dropped
+        assert!(matches!(rx.try_recv(), Some(WatchEvent::Changed(_))));
+        assert_eq!(rx.try_recv(), Some(WatchEvent::Lagged));
+        assert_eq!(rx.try_recv(), None);
+        tx.send("/c", EventKind::Delete);
+        assert!(matches!(rx.try_recv(), Some(WatchEvent::Changed(_))));
+        drop(tx);
+        assert_eq!(rx.try_recv(), None);
     }
 }

@@ -6,7 +6,8 @@
 //! crash between snapshot and log reset is discarded; damaged snapshots and missing
 //! snapshots are hard errors; concurrent puts are durable; group commit uses one fdatasync
 //! per batch; injected append/fsync failures poison the store instead of acknowledging; the
-//! directory lock keeps a second store out. Every wait is bounded by `tokio::time::timeout`.
+//! directory lock keeps a second store out; ephemeral keys never survive a restart (not even
+//! a crash image) and never touch the log. Every wait is bounded by `tokio::time::timeout`.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -20,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use magnetar_metadata::{
     EmbeddedStore, EmbeddedStoreConfig, EventKind, ExpectedVersion, LogIo, MetadataError,
-    MetadataStore, WatchEvent,
+    MetadataStore, SessionStore, WatchEvent,
 };
 use tokio::time::timeout;
 
@@ -636,5 +637,72 @@ async fn large_values_survive_snapshot_and_reopen() {
     for (i, v) in values.iter().enumerate() {
         assert_eq!(&s.get(&format!("/schemas/s{i}")).await.unwrap().unwrap().value, v);
     }
+    close(&s).await;
+}
+
+/// Copies every file of a live store's directory: what a crash at this instant leaves on
+/// disk (every acknowledged write is already durable).
+fn crash_image(dir: &Path, target: &Path) {
+    std::fs::create_dir_all(target).unwrap();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), target.join(entry.file_name())).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ephemeral_keys_never_survive_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("meta");
+    let s = open_dir(&dir).await;
+    let eph = |key: &'static str, value: &'static str, expected| {
+        let s = &s;
+        async move { timeout(WAIT, s.put_ephemeral(key, b(value), expected)).await.unwrap().unwrap() }
+    };
+    put(&s, "/p", "persistent").await;
+    put(&s, "/conv", "persistent").await;
+    assert_eq!(eph("/conv", "ephemeral", ExpectedVersion::Exactly(1)).await, 2);
+    eph("/e", "ephemeral", ExpectedVersion::Absent).await;
+    eph("/back", "ephemeral", ExpectedVersion::Absent).await;
+    assert_eq!(s.put("/back", b("persistent"), ExpectedVersion::Exactly(1)).await.unwrap(), 2);
+    // A snapshot leaves ephemeral keys out; more of both kinds follow in the new log.
+    timeout(WAIT, s.compact()).await.unwrap().unwrap();
+    eph("/after", "ephemeral", ExpectedVersion::Absent).await;
+    put(&s, "/conv2", "persistent").await;
+    eph("/conv2", "ephemeral", ExpectedVersion::Exactly(1)).await;
+    // Deleting an ephemeral key logs nothing, and needs nothing logged.
+    eph("/gone", "ephemeral", ExpectedVersion::Absent).await;
+    s.delete("/gone", ExpectedVersion::Any).await.unwrap();
+    assert_eq!(s.list("/").await.unwrap().len(), 6);
+
+    let crashed = tmp.path().join("crashed");
+    crash_image(&dir, &crashed);
+    close(&s).await;
+    for reopened in [open_dir(&crashed).await, open_dir(&dir).await] {
+        assert_eq!(reopened.list("/").await.unwrap(), vec!["/back", "/p"]);
+        let back = reopened.get("/back").await.unwrap().unwrap();
+        assert_eq!((back.value, back.version), (b("persistent"), 2));
+        // The session is new and empty: a re-created key starts at version 1.
+        let again = reopened.put_ephemeral("/conv", b("x"), ExpectedVersion::Absent).await;
+        assert_eq!(again.unwrap(), 1);
+        close(&reopened).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ephemeral_writes_need_no_fdatasync() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = open_dir(tmp.path()).await;
+    put(&s, "/p", "v").await;
+    let syncs = s.stats().syncs;
+    for i in 0..10 {
+        let key = format!("/e/{i}");
+        s.put_ephemeral(&key, b("v"), ExpectedVersion::Absent).await.unwrap();
+        s.delete(&key, ExpectedVersion::Exactly(1)).await.unwrap();
+    }
+    assert_eq!(s.stats().syncs, syncs, "ephemeral keys never touch the log");
+    // Turning a persistent key ephemeral does log (a delete record).
+    s.put_ephemeral("/p", b("e"), ExpectedVersion::Exactly(1)).await.unwrap();
+    assert_eq!(s.stats().syncs, syncs + 1);
     close(&s).await;
 }

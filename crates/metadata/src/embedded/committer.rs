@@ -11,6 +11,9 @@
 //! * exactly one fdatasync per batch that contains at least one record, none otherwise;
 //! * the committer is the only mutator of the shared state, so decisions taken under a
 //!   short read lock remain valid until the batch is applied;
+//! * ephemeral keys never reach the log: an ephemeral put logs nothing, except a delete
+//!   record when it turns a persistent key ephemeral; deleting an ephemeral key logs
+//!   nothing; snapshots leave ephemeral keys out. So recovery never resurrects one;
 //! * after any append/sync failure, or a failure after a snapshot was renamed into place,
 //!   the committer is poisoned: it refuses all later writes with `Poisoned`.
 
@@ -31,6 +34,7 @@ use super::{
     EmbeddedStoreConfig, Shared, LOG_FILE, LOG_TMP_FILE, SNAPSHOT_FILE, SNAPSHOT_TMP_FILE,
 };
 use crate::error::{MetadataError, Result};
+use crate::session::{SessionEvent, SessionId, SessionState};
 use crate::state::{check_delete, check_put};
 use crate::ExpectedVersion;
 
@@ -40,6 +44,8 @@ pub(crate) enum Request {
         key: String,
         value: Bytes,
         expected: ExpectedVersion,
+        /// Bind the key to the current session (and keep it out of the log).
+        ephemeral: bool,
         reply: oneshot::Sender<Result<u64>>,
     },
     Delete {
@@ -49,6 +55,9 @@ pub(crate) enum Request {
     },
     Compact {
         reply: oneshot::Sender<Result<()>>,
+    },
+    ExpireSession {
+        reply: oneshot::Sender<SessionId>,
     },
     Shutdown {
         reply: oneshot::Sender<()>,
@@ -71,7 +80,7 @@ impl Request {
 
 /// What the batch decided for one write.
 enum Decision {
-    Put { key: String, value: Bytes, version: u64 },
+    Put { key: String, value: Bytes, version: u64, owner: Option<u64> },
     Delete { key: String },
     Rejected(MetadataError),
 }
@@ -131,6 +140,9 @@ impl Committer {
                 Request::Compact { reply } => {
                     let _ = reply.send(self.compact());
                 }
+                Request::ExpireSession { reply } => {
+                    let _ = reply.send(self.expire_session());
+                }
                 write => {
                     let mut bytes = write.encoded_len();
                     let mut batch = vec![write];
@@ -176,19 +188,36 @@ impl Committer {
                 reply_all(batch, |_| MetadataError::Closed);
                 return;
             };
-            let mut staged: HashMap<&str, Option<u64>> = HashMap::new();
+            // Key -> (version, ephemeral) after the earlier requests of this batch.
+            let mut staged: HashMap<&str, Option<(u64, bool)>> = HashMap::new();
+            let session = self.shared.session.load(Ordering::SeqCst);
             for req in &batch {
                 let decision = match req {
-                    Request::Put { key, value, expected, .. } => {
+                    Request::Put { key, value, expected, ephemeral, .. } => {
                         let current = match staged.get(key.as_str()) {
                             Some(v) => *v,
-                            None => state.version(key),
+                            None => state
+                                .version(key)
+                                .map(|v| (v, state.ephemeral_owner(key).is_some())),
                         };
-                        match check_put(key, current, *expected) {
+                        match check_put(key, current.map(|(v, _)| v), *expected) {
                             Ok(version) => {
-                                format::encode_put(&mut buf, key, version, value);
-                                staged.insert(key, Some(version));
-                                Decision::Put { key: key.clone(), value: value.clone(), version }
+                                match (ephemeral, current) {
+                                    (false, _) => format::encode_put(&mut buf, key, version, value),
+                                    // Persistent -> ephemeral: it must not survive a restart.
+                                    (true, Some((old, false))) => {
+                                        format::encode_delete(&mut buf, key, old)
+                                    }
+                                    (true, _) => {}
+                                }
+                                staged.insert(key, Some((version, *ephemeral)));
+                                let owner = ephemeral.then_some(session);
+                                Decision::Put {
+                                    key: key.clone(),
+                                    value: value.clone(),
+                                    version,
+                                    owner,
+                                }
                             }
                             Err(e) => Decision::Rejected(e),
                         }
@@ -196,11 +225,16 @@ impl Committer {
                     Request::Delete { key, expected, .. } => {
                         let current = match staged.get(key.as_str()) {
                             Some(v) => *v,
-                            None => state.version(key),
+                            None => state
+                                .version(key)
+                                .map(|v| (v, state.ephemeral_owner(key).is_some())),
                         };
-                        match check_delete(key, current, *expected) {
+                        match check_delete(key, current.map(|(v, _)| v), *expected) {
                             Ok(version) => {
-                                format::encode_delete(&mut buf, key, version);
+                                let was_ephemeral = current.is_some_and(|(_, e)| e);
+                                if !was_ephemeral {
+                                    format::encode_delete(&mut buf, key, version);
+                                }
                                 staged.insert(key, None);
                                 Decision::Delete { key: key.clone() }
                             }
@@ -236,8 +270,8 @@ impl Committer {
             if let Some(state) = guard.as_mut() {
                 for d in &decisions {
                     match d {
-                        Decision::Put { key, value, version } => {
-                            state.apply_put(key.clone(), value.clone(), *version)
+                        Decision::Put { key, value, version, owner } => {
+                            state.apply_put(key.clone(), value.clone(), *version, *owner)
                         }
                         Decision::Delete { key } => state.apply_delete(key),
                         Decision::Rejected(_) => {}
@@ -257,6 +291,28 @@ impl Committer {
                 (req, _) => send_err(req, MetadataError::Closed),
             }
         }
+    }
+
+    /// Deletes the current session's ephemeral keys (nothing to log: they never were) and
+    /// starts the next session; publishes both events under the state lock, so they follow
+    /// the deletions' watch events.
+    fn expire_session(&mut self) -> SessionId {
+        let mut guard = self.shared.state.lock();
+        let old = self.shared.session.load(Ordering::SeqCst);
+        if let Some(state) = guard.as_mut() {
+            state.expire_session(old);
+        }
+        let new = old + 1;
+        self.shared.session.store(new, Ordering::SeqCst);
+        let notifier = &self.shared.notifier;
+        let old = SessionId(old);
+        notifier.publish(SessionState::Lost, SessionEvent::SessionLost { session: old });
+        let new = SessionId(new);
+        notifier.publish(
+            SessionState::Connected(new),
+            SessionEvent::SessionReestablished { session: new },
+        );
+        new
     }
 
     /// One append + one fdatasync. On error returns what was being done.
@@ -295,7 +351,9 @@ impl Committer {
             return Err(MetadataError::Poisoned { reason: reason.clone() });
         }
         let entries: Vec<_> = match self.shared.state.lock().as_ref() {
-            Some(state) => state.map().iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Some(state) => {
+                state.persistent_entries().map(|(k, v)| (k.clone(), v.clone())).collect()
+            }
             None => return Err(MetadataError::Closed),
         };
 
@@ -361,7 +419,7 @@ fn send_err(req: Request, e: MetadataError) {
         Request::Compact { reply } => {
             let _ = reply.send(Err(e));
         }
-        Request::Shutdown { .. } => {}
+        Request::ExpireSession { .. } | Request::Shutdown { .. } => {}
     }
 }
 

@@ -10,6 +10,12 @@
 //! See `format.rs` for the byte layout and `committer.rs` for the write path (group commit:
 //! one fdatasync per batch of concurrent writes, acknowledged only once durable).
 //!
+//! Ephemeral keys ([`SessionStore::put_ephemeral`]) live only in memory: they are never
+//! written to the log or a snapshot, so they are gone after a restart (there is one session
+//! per open store, and it ends with the process). Turning a persistent key ephemeral logs a
+//! delete record, so the old persistent value cannot come back at recovery either; turning
+//! it persistent again logs an ordinary put.
+//!
 //! Recovery on open: load and verify the snapshot (a bad snapshot is a hard `Corrupt`
 //! error), discard a stale log whose generation the snapshot already covers (crash between
 //! snapshot and log reset), replay the log up to the first torn or checksum-failing record,
@@ -37,8 +43,14 @@ use self::format::{Record, LOG_HEADER_LEN};
 pub use self::io::{FileLogIo, LogIo, LogIoWrapper};
 use crate::error::{MetadataError, Result};
 use crate::key::{validate_key, validate_path, validate_prefix, validate_value};
+use crate::session::{SessionEvents, SessionId, SessionNotifier, SessionState, SessionStore};
 use crate::state::KvState;
 use crate::{ExpectedVersion, MetadataStore, Versioned, WatchStream};
+
+/// Watch-stream owner id used by the embedded store (it has a single client).
+const WATCH_OWNER: u64 = 0;
+/// Id of the first session of an open store (later ones count up from it).
+const FIRST_SESSION: u64 = 1;
 
 const LOCK_FILE: &str = "LOCK";
 const LOG_FILE: &str = "log";
@@ -143,6 +155,9 @@ struct Shared {
     /// `None` once the store is closed.
     state: Mutex<Option<KvState>>,
     stats: AtomicStats,
+    /// The current session id; changed only by the committer, under the `state` lock.
+    session: AtomicU64,
+    notifier: SessionNotifier,
 }
 
 /// Durable metadata store in a local directory.
@@ -194,6 +209,16 @@ impl EmbeddedStore {
         }
     }
 
+    /// Ends the current session as if it had expired: its ephemeral keys are deleted
+    /// (watchers see `Delete` events), subscribers get `SessionLost`, then a new session
+    /// starts (`SessionReestablished`). Returns the new session. Meant for tests and for
+    /// callers that want to drop every ephemeral key at once.
+    pub async fn expire_session(&self) -> Result<SessionId> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::ExpireSession { reply })?;
+        rx.await.map_err(|_| MetadataError::Closed)
+    }
+
     /// Takes a snapshot now and starts a fresh log (normally automatic, see
     /// [`EmbeddedStoreConfig::snapshot_threshold_bytes`]).
     pub async fn compact(&self) -> Result<()> {
@@ -229,7 +254,7 @@ impl MetadataStore for EmbeddedStore {
         validate_key(key)?;
         validate_value(key, value.len())?;
         let (reply, rx) = oneshot::channel();
-        self.send(Request::Put { key: key.to_string(), value, expected, reply })?;
+        self.send(Request::Put { key: key.to_string(), value, expected, ephemeral: false, reply })?;
         rx.await.map_err(|_| MetadataError::Closed)?
     }
 
@@ -252,11 +277,12 @@ impl MetadataStore for EmbeddedStore {
 
     async fn watch(&self, prefix: &str) -> Result<WatchStream> {
         validate_prefix(prefix)?;
-        self.read(|s| s.watch(prefix))
+        self.read(|s| s.watch(prefix, WATCH_OWNER))
     }
 
     /// Waits for writes already submitted, stops the committer thread (closing the log and
-    /// releasing the directory lock), then ends watch streams. Idempotent.
+    /// releasing the directory lock), ends the session (its ephemeral keys are deleted, which
+    /// watchers see) and then ends watch streams. Idempotent.
     async fn close(&self) -> Result<()> {
         let tx = self.tx.lock().take();
         if let Some(tx) = tx {
@@ -266,8 +292,39 @@ impl MetadataStore for EmbeddedStore {
                 let _ = rx.await;
             }
         }
-        self.shared.state.lock().take();
+        // The committer is gone, so nothing else mutates the state any more.
+        let mut state = self.shared.state.lock();
+        if let Some(s) = state.as_mut() {
+            s.expire_session(self.shared.session.load(Ordering::SeqCst));
+        }
+        state.take();
+        drop(state);
+        self.shared.notifier.close();
         Ok(())
+    }
+}
+
+#[async_trait]
+impl SessionStore for EmbeddedStore {
+    async fn put_ephemeral(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: ExpectedVersion,
+    ) -> Result<u64> {
+        validate_key(key)?;
+        validate_value(key, value.len())?;
+        let (reply, rx) = oneshot::channel();
+        self.send(Request::Put { key: key.to_string(), value, expected, ephemeral: true, reply })?;
+        rx.await.map_err(|_| MetadataError::Closed)?
+    }
+
+    fn session(&self) -> SessionState {
+        self.shared.notifier.state()
+    }
+
+    fn session_events(&self) -> SessionEvents {
+        self.shared.notifier.subscribe()
     }
 }
 
@@ -397,7 +454,12 @@ fn open_blocking(config: EmbeddedStoreConfig) -> Result<EmbeddedStore> {
     report.log_generation = expected_generation;
 
     let state = KvState::from_map(map, config.watch_capacity);
-    let shared = Arc::new(Shared { state: Mutex::new(Some(state)), stats: AtomicStats::default() });
+    let shared = Arc::new(Shared {
+        state: Mutex::new(Some(state)),
+        stats: AtomicStats::default(),
+        session: AtomicU64::new(FIRST_SESSION),
+        notifier: SessionNotifier::new(SessionId(FIRST_SESSION)),
+    });
     shared.stats.log_bytes.store(log_len, Ordering::Relaxed);
 
     let (tx, rx) = mpsc::channel();

@@ -1,0 +1,502 @@
+//! Key-value operations of the etcd store: get, compare-and-set put, delete, paginated
+//! list and list_children, all under the configured root prefix.
+//!
+//! Invariants: every request is bounded by `request_timeout`; reads are linearizable (etcd's
+//! default) and retried on retryable failures within that bound; a write is retried only
+//! when its request provably never left (connection refused), so a write that returns `Io`
+//! may or may not have been applied, and one that returns anything else was not; every page
+//! of one listing is read at the same revision.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, KvClient, PutOptions, Txn,
+    TxnOp, TxnOpResponse,
+};
+use magnetar_metadata::{ExpectedVersion, MetadataError, Result, Versioned};
+use tokio::time::{timeout, Instant};
+
+use crate::config::{EtcdStoreConfig, MAX_DECODING_MESSAGE_BYTES};
+use crate::errors::{classify, Failure};
+
+/// First pause between retries of a read; doubles up to `RETRY_BACKOFF_MAX`.
+const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(20);
+const RETRY_BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// A listing whose pinned revision gets compacted meanwhile starts over at most this often.
+const LIST_RESTARTS_MAX: usize = 3;
+
+/// Builds the gRPC client (connections are made lazily, per endpoint, balanced).
+pub(crate) async fn connect_client(config: &EtcdStoreConfig) -> Result<Client> {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(config.request_timeout)
+        // etcd's default --grpc-keepalive-min-time is 5 s; pinging faster gets GOAWAY.
+        .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+        .with_keep_alive_while_idle(false)
+        // A member that lost its leader fails requests (and ends watches) instead of
+        // serving stale data or hanging.
+        .with_require_leader(true);
+    Client::connect(&config.endpoints, Some(options)).await.map_err(|e| {
+        let failure = classify(&e);
+        io_error("connecting to etcd", &failure)
+    })
+}
+
+pub(crate) fn io_error(context: &str, failure: &Failure) -> MetadataError {
+    MetadataError::io(context, std::io::Error::new(failure.io_kind(), failure.message()))
+}
+
+/// Validates a write's key and value size against the store's limit.
+pub(crate) fn check_write(config: &EtcdStoreConfig, key: &str, len: usize) -> Result<()> {
+    magnetar_metadata::validate_key(key)?;
+    if len > config.max_value_len {
+        return Err(MetadataError::ValueTooLarge {
+            key: key.to_string(),
+            len,
+            max: config.max_value_len,
+        });
+    }
+    Ok(())
+}
+
+/// The etcd key of a metadata key (or prefix, or path).
+pub(crate) fn full_key(config: &EtcdStoreConfig, key: &str) -> String {
+    format!("{}{key}", config.root)
+}
+
+/// The smallest key greater than every key starting with `prefix` (etcd's range end for a
+/// prefix). Keys are UTF-8, which has no 0xff byte, so incrementing the last byte works.
+pub(crate) fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0] // unreachable for UTF-8 input: "to the end of the key space"
+}
+
+/// Converts an etcd version (i64) to the trait's (u64); etcd versions are >= 1.
+fn version_of(raw: i64) -> Result<u64> {
+    u64::try_from(raw).ok().filter(|v| *v >= 1).ok_or_else(|| {
+        MetadataError::io(
+            "reading an etcd response",
+            std::io::Error::new(std::io::ErrorKind::InvalidData, format!("bad version {raw}")),
+        )
+    })
+}
+
+fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> i64 {
+    header.map_or(0, |h| h.revision())
+}
+
+/// Runs `op` until it succeeds, fails for good, or `deadline` passes. `retry_all` retries
+/// every retryable failure (reads); otherwise only requests that never left (writes).
+async fn with_retries<T, F, Fut>(
+    deadline: Instant,
+    retry_all: bool,
+    mut op: F,
+) -> std::result::Result<T, Failure>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let mut backoff = RETRY_BACKOFF_MIN;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let failure = match timeout(left, op()).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) => classify(&e),
+            Err(_) => return Err(Failure::timed_out()),
+        };
+        let retry = match failure {
+            Failure::NotSent(_) => true,
+            ref f => retry_all && f.is_retryable(),
+        };
+        if !retry || Instant::now() + backoff >= deadline {
+            return Err(failure);
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+    }
+}
+
+/// The key-value client of a store.
+pub(crate) struct Kv {
+    client: KvClient,
+}
+
+impl Kv {
+    pub(crate) fn new(client: &Client) -> Self {
+        let client = client
+            .kv_client()
+            .max_decoding_message_size(MAX_DECODING_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_DECODING_MESSAGE_BYTES);
+        Kv { client }
+    }
+
+    fn deadline(config: &EtcdStoreConfig) -> Instant {
+        Instant::now() + config.request_timeout
+    }
+
+    /// A range read, retried within the request timeout.
+    async fn range_raw(
+        &self,
+        config: &EtcdStoreConfig,
+        key: Vec<u8>,
+        options: GetOptions,
+    ) -> std::result::Result<GetResponse, Failure> {
+        with_retries(Self::deadline(config), true, || {
+            let mut client = self.client.clone();
+            let (key, options) = (key.clone(), options.clone());
+            async move { client.get(key, Some(options)).await }
+        })
+        .await
+    }
+
+    async fn range(
+        &self,
+        config: &EtcdStoreConfig,
+        key: Vec<u8>,
+        options: GetOptions,
+    ) -> Result<GetResponse> {
+        self.range_raw(config, key, options).await.map_err(|f| io_error("reading from etcd", &f))
+    }
+
+    pub(crate) async fn get(
+        &self,
+        config: &EtcdStoreConfig,
+        key: &str,
+    ) -> Result<Option<Versioned>> {
+        let mut resp =
+            self.range(config, full_key(config, key).into_bytes(), GetOptions::new()).await?;
+        let Some(kv) = resp.take_kvs().into_iter().next() else { return Ok(None) };
+        let version = version_of(kv.version())?;
+        let (_, value) = kv.into_key_value();
+        Ok(Some(Versioned { value: Bytes::from(value), version }))
+    }
+
+    /// The current revision of the cluster (a cheap count-only read of `key`).
+    pub(crate) async fn current_revision(
+        &self,
+        config: &EtcdStoreConfig,
+        key: &str,
+    ) -> Result<i64> {
+        let resp = self
+            .range(config, full_key(config, key).into_bytes(), GetOptions::new().with_count_only())
+            .await?;
+        Ok(header_revision(resp.header()))
+    }
+
+    /// Runs a write txn: retried only while provably unsent. Maps failures to typed errors
+    /// (`value_len` is reported if etcd refuses the request as too large).
+    async fn txn(
+        &self,
+        config: &EtcdStoreConfig,
+        key: &str,
+        value_len: usize,
+        txn: Txn,
+    ) -> Result<etcd_client::TxnResponse> {
+        let result = with_retries(Self::deadline(config), false, || {
+            let mut client = self.client.clone();
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await;
+        result.map_err(|f| match f {
+            Failure::LeaseNotFound => MetadataError::SessionExpired {
+                reason: "etcd no longer knows the session's lease".into(),
+            },
+            // etcd's --max-request-bytes is below what this store was configured for.
+            Failure::TooLarge => MetadataError::ValueTooLarge {
+                key: key.to_string(),
+                len: value_len,
+                max: config.max_value_len,
+            },
+            f => io_error("writing to etcd (outcome unknown)", &f),
+        })
+    }
+
+    /// Compare-and-set put; `lease` binds the key to a session (`None` = persistent, which
+    /// also detaches a lease the key had). Returns (new version, revision of the write).
+    pub(crate) async fn put(
+        &self,
+        config: &EtcdStoreConfig,
+        key: &str,
+        value: Bytes,
+        expected: ExpectedVersion,
+        lease: Option<i64>,
+    ) -> Result<(u64, i64)> {
+        let full = full_key(config, key);
+        let compare = match expected {
+            ExpectedVersion::Any => None,
+            ExpectedVersion::Absent => {
+                Some(Compare::create_revision(full.clone(), CompareOp::Equal, 0))
+            }
+            ExpectedVersion::Exactly(v) => match i64::try_from(v) {
+                Ok(v) if v >= 1 => Some(Compare::version(full.clone(), CompareOp::Equal, v)),
+                // Version 0 or beyond etcd's range: can never match.
+                _ => return Err(self.bad_version(config, key, expected).await),
+            },
+        };
+        let len = value.len();
+        let options = lease.map(|id| PutOptions::new().with_lease(id));
+        let read_back = || TxnOp::get(full.clone(), Some(GetOptions::new().with_keys_only()));
+        let txn = Txn::new()
+            .when(compare.into_iter().collect::<Vec<_>>())
+            .and_then(vec![TxnOp::put(full.clone(), value.to_vec(), options), read_back()])
+            .or_else(vec![read_back()]);
+        let resp = self.txn(config, key, len, txn).await?;
+        let current = read_back_version(&resp)?;
+        if !resp.succeeded() {
+            return Err(MetadataError::BadVersion {
+                key: key.to_string(),
+                expected,
+                actual: current,
+            });
+        }
+        let version = current.ok_or_else(|| impossible("a put left no key"))?;
+        match expected {
+            ExpectedVersion::Absent if version != 1 => {
+                return Err(impossible("create gave version != 1"))
+            }
+            ExpectedVersion::Exactly(v) if version != v + 1 => {
+                return Err(impossible("compare-and-set skipped a version"))
+            }
+            _ => {}
+        }
+        Ok((version, header_revision(resp.header())))
+    }
+
+    /// `BadVersion` with the key's current version (for expectations that cannot match).
+    async fn bad_version(
+        &self,
+        config: &EtcdStoreConfig,
+        key: &str,
+        expected: ExpectedVersion,
+    ) -> MetadataError {
+        match self.get(config, key).await {
+            Ok(current) => MetadataError::BadVersion {
+                key: key.to_string(),
+                expected,
+                actual: current.map(|v| v.version),
+            },
+            Err(e) => e,
+        }
+    }
+
+    /// Conditional delete; returns the revision of the delete.
+    pub(crate) async fn delete(
+        &self,
+        config: &EtcdStoreConfig,
+        key: &str,
+        expected: ExpectedVersion,
+    ) -> Result<i64> {
+        let full = full_key(config, key);
+        let compare = match expected {
+            ExpectedVersion::Any => Compare::version(full.clone(), CompareOp::Greater, 0),
+            ExpectedVersion::Exactly(v) => match i64::try_from(v) {
+                Ok(v) if v >= 1 => Compare::version(full.clone(), CompareOp::Equal, v),
+                _ => return Err(self.not_deleted(config, key, expected).await),
+            },
+            ExpectedVersion::Absent => return Err(self.not_deleted(config, key, expected).await),
+        };
+        let txn = Txn::new()
+            .when(vec![compare])
+            .and_then(vec![TxnOp::delete(full.clone(), None)])
+            .or_else(vec![TxnOp::get(full, Some(GetOptions::new().with_keys_only()))]);
+        let resp = self.txn(config, key, 0, txn).await?;
+        if resp.succeeded() {
+            return Ok(header_revision(resp.header()));
+        }
+        match read_back_version(&resp)? {
+            None => Err(MetadataError::NotFound { key: key.to_string() }),
+            actual => Err(MetadataError::BadVersion { key: key.to_string(), expected, actual }),
+        }
+    }
+
+    /// The error of a delete whose expectation cannot match: `NotFound` beats `BadVersion`.
+    async fn not_deleted(
+        &self,
+        config: &EtcdStoreConfig,
+        key: &str,
+        expected: ExpectedVersion,
+    ) -> MetadataError {
+        match self.bad_version(config, key, expected).await {
+            MetadataError::BadVersion { actual: None, .. } => {
+                MetadataError::NotFound { key: key.to_string() }
+            }
+            e => e,
+        }
+    }
+
+    /// Reads keys-only pages of `[from, end)` at one revision, handing each page's keys (as
+    /// etcd keys) to `visit`, which returns where the next page starts (or `None` to stop).
+    async fn scan(
+        &self,
+        config: &EtcdStoreConfig,
+        start: Vec<u8>,
+        end: Vec<u8>,
+        mut visit: impl FnMut(&[Vec<u8>], bool) -> Option<Vec<u8>>,
+    ) -> std::result::Result<(), Failure> {
+        let limit = i64::try_from(config.list_page_size).unwrap_or(i64::MAX);
+        let mut from = start;
+        let mut revision = 0;
+        loop {
+            let mut options =
+                GetOptions::new().with_range(end.clone()).with_keys_only().with_limit(limit);
+            if revision > 0 {
+                options = options.with_revision(revision);
+            }
+            let mut resp = self.range_raw(config, from.clone(), options).await?;
+            if revision == 0 {
+                revision = header_revision(resp.header());
+            }
+            let more = resp.more();
+            let keys: Vec<Vec<u8>> =
+                resp.take_kvs().into_iter().map(|kv| kv.into_key_value().0).collect();
+            match visit(&keys, more) {
+                Some(next) if more => {
+                    debug_assert!(next > from, "pagination must advance");
+                    from = next;
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// `scan`, started over if its pinned revision is compacted meanwhile.
+    async fn scan_consistent<S>(
+        &self,
+        config: &EtcdStoreConfig,
+        start: &[u8],
+        end: &[u8],
+        init: impl Fn() -> S,
+        visit: impl Fn(&mut S, &[Vec<u8>], bool) -> Option<Vec<u8>>,
+    ) -> Result<S> {
+        let mut attempt = 0;
+        loop {
+            let mut state = init();
+            let result = self
+                .scan(config, start.to_vec(), end.to_vec(), |keys, more| {
+                    visit(&mut state, keys, more)
+                })
+                .await;
+            match result {
+                Ok(()) => return Ok(state),
+                Err(Failure::Compacted) if attempt + 1 < LIST_RESTARTS_MAX => {
+                    attempt += 1; // compacted while paging: take a new snapshot
+                }
+                Err(f) => return Err(io_error("listing etcd keys", &f)),
+            }
+        }
+    }
+
+    pub(crate) async fn list(&self, config: &EtcdStoreConfig, prefix: &str) -> Result<Vec<String>> {
+        let full = full_key(config, prefix);
+        let root_len = config.root.len();
+        self.scan_consistent(
+            config,
+            full.as_bytes(),
+            &prefix_end(&full),
+            Vec::new,
+            |out: &mut Vec<String>, keys, _more| {
+                for key in keys {
+                    if let Some(k) = strip_root(key, root_len) {
+                        out.push(k);
+                    }
+                }
+                keys.last().map(|last| successor(last))
+            },
+        )
+        .await
+    }
+
+    pub(crate) async fn list_children(
+        &self,
+        config: &EtcdStoreConfig,
+        path: &str,
+    ) -> Result<Vec<String>> {
+        let base =
+            if path == "/" { full_key(config, "/") } else { full_key(config, &format!("{path}/")) };
+        let base_len = base.len();
+        let children = self
+            .scan_consistent(
+                config,
+                base.as_bytes(),
+                &prefix_end(&base),
+                BTreeSet::new,
+                |out: &mut BTreeSet<String>, keys, _more| {
+                    let mut next = None;
+                    for key in keys {
+                        let Some(rest) =
+                            key.get(base_len..).and_then(|r| std::str::from_utf8(r).ok())
+                        else {
+                            continue;
+                        };
+                        match rest.find('/') {
+                            Some(slash) => {
+                                let child = &rest[..slash];
+                                out.insert(child.to_string());
+                                // Skip the child's subtree: '0' sorts right after '/'.
+                                let mut skip = key[..base_len + slash].to_vec();
+                                skip.push(b'0');
+                                next = Some(skip);
+                            }
+                            None => {
+                                out.insert(rest.to_string());
+                                next = Some(successor(key));
+                            }
+                        }
+                    }
+                    next
+                },
+            )
+            .await?;
+        Ok(children.into_iter().collect())
+    }
+}
+
+/// The smallest key after `key`.
+fn successor(key: &[u8]) -> Vec<u8> {
+    let mut next = key.to_vec();
+    next.push(0);
+    next
+}
+
+/// A metadata key from an etcd key under the root (`None` for non-UTF-8 foreign keys).
+pub(crate) fn strip_root(key: &[u8], root_len: usize) -> Option<String> {
+    key.get(root_len..).and_then(|k| std::str::from_utf8(k).ok()).map(str::to_string)
+}
+
+fn impossible(what: &str) -> MetadataError {
+    MetadataError::io(
+        "checking an etcd response",
+        std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string()),
+    )
+}
+
+/// The version read back by the last op of a txn branch (`None` = key absent).
+fn read_back_version(resp: &etcd_client::TxnResponse) -> Result<Option<u64>> {
+    let ops = resp.op_responses();
+    let Some(TxnOpResponse::Get(get)) = ops.last() else {
+        return Err(impossible("txn without its read-back"));
+    };
+    get.kvs().first().map(|kv| version_of(kv.version())).transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_and_successor() {
+        assert_eq!(prefix_end("/m/c1/"), b"/m/c10".to_vec());
+        assert_eq!(prefix_end("/a"), b"/b".to_vec());
+        assert_eq!(successor(b"/a"), b"/a\0".to_vec());
+        assert_eq!(strip_root(b"/m/c1/x", 5), Some("/x".to_string()));
+    }
+}
