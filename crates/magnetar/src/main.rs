@@ -8,14 +8,23 @@ use clap::Parser;
 use cli::{Cli, Command, DebugCommand, DiskProbeArgs, LogFormat, PerfCommand};
 use std::time::Duration;
 
-fn main() -> anyhow::Result<()> {
+fn main() {
     let cli = Cli::parse();
     if let Err(why) = cli.validate() {
         eprintln!("error: {why}");
         std::process::exit(2);
     }
     init_logging(cli.log_format);
-    match cli.command {
+    // One line that says what went wrong, and a non-zero exit; no backtrace (RUST_BACKTRACE
+    // would otherwise add one to an anyhow error, which reads like a crash).
+    if let Err(error) = run(cli.command) {
+        eprintln!("error: {error:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Standalone(args) => standalone::run(args),
         Command::Perf(PerfCommand::Produce(args)) => perf::produce(args),
         Command::Perf(PerfCommand::Consume(args)) => perf::consume(args),

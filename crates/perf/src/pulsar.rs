@@ -217,9 +217,11 @@ pub fn produce(
                 false,
             )));
         }
-        let streams = drive(run, &control, stop, vec![&publish], workers).await;
+        let (streams, finished) = drive(run, &control, stop, vec![&publish], workers).await;
         client.close().await;
-        Ok(report("produce", target, topics, Some(options.size), streams, run.json))
+        let report = report("produce", target, topics, Some(options.size), streams, run.json);
+        finished_or_error(finished)?;
+        Ok(report)
     })
 }
 
@@ -243,9 +245,11 @@ pub fn consume(
                 options.unsubscribe_at_end,
             )));
         }
-        let streams = drive(run, &control, stop, vec![&received], workers).await;
+        let (streams, finished) = drive(run, &control, stop, vec![&received], workers).await;
         client.close().await;
-        Ok(report("consume", target, topics, None, streams, run.json))
+        let report = report("consume", target, topics, None, streams, run.json);
+        finished_or_error(finished)?;
+        Ok(report)
     })
 }
 
@@ -296,9 +300,11 @@ pub fn e2e(
                 true,
             )));
         }
-        let streams = drive(run, &control, stop, vec![&publish, &e2e], workers).await;
+        let (streams, finished) = drive(run, &control, stop, vec![&publish, &e2e], workers).await;
         client.close().await;
-        Ok(report("e2e", target, topics, Some(produce.size), streams, run.json))
+        let report = report("e2e", target, topics, Some(produce.size), streams, run.json);
+        finished_or_error(finished)?;
+        Ok(report)
     })
 }
 
@@ -448,7 +454,7 @@ async fn drive(
     stop: watch::Sender<bool>,
     streams: Vec<&Stream>,
     workers: Vec<tokio::task::JoinHandle<()>>,
-) -> Vec<StreamSummary> {
+) -> (Vec<StreamSummary>, bool) {
     let mut reporter = Reporter::new(streams, false);
     if run.messages.is_none() && !run.warmup.is_zero() {
         tokio::time::sleep(run.warmup).await;
@@ -476,10 +482,24 @@ async fn drive(
     let _ = stop.send(true);
     // Workers finish their in-flight messages; do not wait forever on a stuck broker.
     let join = futures_join(workers);
-    if tokio::time::timeout(Duration::from_secs(30), join).await.is_err() {
-        eprintln!("warning: workers did not stop within 30 s");
+    let finished = tokio::time::timeout(WORKERS_STOP_TIMEOUT, join).await.is_ok();
+    (summaries, finished)
+}
+
+/// How long producers and consumers get to finish what is in flight once a run ends.
+const WORKERS_STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A run whose producers or consumers could not finish (the broker stopped answering) is a
+/// failed run: its figures are printed, and the tool exits with an error, not a success.
+fn finished_or_error(finished: bool) -> anyhow::Result<()> {
+    if finished {
+        return Ok(());
     }
-    summaries
+    bail!(
+        "the broker stopped answering: producers or consumers still had messages in flight {} s \
+         after the run ended (neither acknowledged nor failed)",
+        WORKERS_STOP_TIMEOUT.as_secs()
+    )
 }
 
 async fn futures_join(workers: Vec<tokio::task::JoinHandle<()>>) {
