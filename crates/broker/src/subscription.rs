@@ -870,12 +870,16 @@ impl Subscription {
             let ack_set: Vec<u64> = id.ack_set.iter().map(|&w| w as u64).collect();
             // The Go and Java clients send a batch-index ack's bitmap without `batch_size`: the
             // size is the dispatched entry's (as Pulsar takes it from its pending acks).
-            let batch_size = id
-                .batch_size
-                .and_then(|s| u32::try_from(s).ok())
-                .filter(|&s| s > 0)
-                .or_else(|| state.pending.get(&position).map(|p| p.messages))
-                .or_else(|| state.ack.partial_batch(position).map(|b| b.batch_size()));
+            // (Looked up only for a bitmap: plain acks, the common case, pay nothing.)
+            let batch_size = if ack_set.is_empty() {
+                None
+            } else {
+                id.batch_size
+                    .and_then(|s| u32::try_from(s).ok())
+                    .filter(|&s| s > 0)
+                    .or_else(|| state.pending.get(&position).map(|p| p.messages))
+                    .or_else(|| state.ack.partial_batch(position).map(|b| b.batch_size()))
+            };
             let result = match translate_ack(ack_type, position, &ack_set, batch_size) {
                 AckAction::Entry(position) => state.ack.ack_individual(position, &ledgers),
                 AckAction::BatchIndexes { position, batch_size } => {
