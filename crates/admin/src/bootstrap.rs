@@ -10,9 +10,9 @@ use bytes::Bytes;
 use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
 
 use crate::error::AdminError;
-use crate::keys;
 use crate::model::TenantInfo;
-use crate::names::is_valid_entity_name;
+use magnetar_model::keys;
+use magnetar_model::names::is_valid_entity_name;
 
 /// Tenants and namespaces created by [`bootstrap`].
 pub const BOOTSTRAP_NAMESPACES: [(&str, &str); 2] = [("public", "default"), ("pulsar", "system")];

@@ -117,12 +117,12 @@ impl IntoResponse for AdminError {
 }
 
 /// Incompatible -> 409 and invalid -> 422, as Pulsar's `SchemasResource`.
-impl From<crate::schema::SchemaError> for AdminError {
-    fn from(error: crate::schema::SchemaError) -> Self {
+impl From<magnetar_model::schema::SchemaError> for AdminError {
+    fn from(error: magnetar_model::schema::SchemaError) -> Self {
         match error {
-            crate::schema::SchemaError::Incompatible(why) => AdminError::Conflict(why),
-            crate::schema::SchemaError::Invalid(why) => AdminError::Unprocessable(why),
-            crate::schema::SchemaError::Metadata(why) => AdminError::Internal(why),
+            magnetar_model::schema::SchemaError::Incompatible(why) => AdminError::Conflict(why),
+            magnetar_model::schema::SchemaError::Invalid(why) => AdminError::Unprocessable(why),
+            magnetar_model::schema::SchemaError::Metadata(why) => AdminError::Internal(why),
         }
     }
 }

@@ -12,7 +12,7 @@
 use async_trait::async_trait;
 use thiserror::Error;
 
-use crate::names::{NamespaceName, TopicDomain, TopicName};
+use magnetar_model::names::{NamespaceName, TopicDomain, TopicName};
 
 /// A failure reported by a broker hook. The variant decides the HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -18,12 +18,15 @@
 //! # }
 //! ```
 //!
-//! The broker implements [`BrokerHooks`] for what only it knows (its topics, deleting topic
-//! data, health, metrics) and reuses [`keys`] and [`names`], which are pure (no HTTP types).
+//! The HTTP layer above the broker core: [`AdminHooks`] answers [`BrokerHooks`] (what only the
+//! broker knows: its topics, deleting topic data, health) with a `magnetar_broker::BrokerService`;
+//! tests use [`NoopHooks`]. Names, metadata keys, policies documents and schema rules come from
+//! `magnetar_model`, shared with the broker and the client.
 //!
 //! # Metadata layout
 //!
-//! The admin API and the broker share these metadata-store keys ([`keys`] builds them):
+//! The admin API and the broker share these metadata-store keys (`magnetar_model::keys` builds
+//! them):
 //!
 //! | what | key | value |
 //! | --- | --- | --- |
@@ -31,10 +34,10 @@
 //! | namespace | `/admin/namespaces/{tenant}/{namespace}` | JSON policies object (`{}` by default) |
 //! | partitioned topic | `/admin/partitioned-topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | JSON `{"partitions":N}` (optionally `"properties"`) |
 //! | non-partitioned topic | `/topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | owned by the broker; the admin API only reads existence and lists children |
-//! | topic schema history | `/schemas/{tenant}/{namespace}/{encoded-topic}` | JSON [`schema::SchemaHistory`] (partitions share their topic's) |
+//! | topic schema history | `/schemas/{tenant}/{namespace}/{encoded-topic}` | JSON `magnetar_model::schema::SchemaHistory` (partitions share their topic's) |
 //!
 //! `{domain}` is `persistent` or `non-persistent`; `{encoded-topic}` is the local name encoded
-//! like Java's `URLEncoder` ([`names::encode_topic_name`]). Partitions are topics named
+//! like Java's `URLEncoder` (`magnetar_model::names::encode_topic_name`). Partitions are topics named
 //! `{topic}-partition-{i}`. [`bootstrap`] creates tenants `public` and `pulsar` and namespaces
 //! `public/default` and `pulsar/system` when absent.
 //!
@@ -77,13 +80,11 @@
 //! Each handler documents its exact semantics (see `routes`).
 
 mod bootstrap;
+mod broker_hooks;
 mod error;
 mod hooks;
-pub mod keys;
 mod model;
-pub mod names;
 mod routes;
-pub mod schema;
 
 use std::fmt;
 use std::future::Future;
@@ -92,10 +93,12 @@ use std::sync::Arc;
 use magnetar_metadata::MetadataStore;
 
 pub use bootstrap::{bootstrap, BOOTSTRAP_NAMESPACES};
+pub use broker_hooks::AdminHooks;
 pub use error::AdminError;
 pub use hooks::{BrokerHooks, HookError, NoopHooks};
-pub use model::{PartitionedTopicMetadata, TenantInfo};
-pub use names::{NameError, NamespaceName, TopicDomain, TopicName};
+pub use magnetar_model::{
+    NameError, NamespaceName, PartitionedTopicMetadata, TenantInfo, TopicDomain, TopicName,
+};
 
 /// Default cap on the partitions of one topic. Pulsar's `maxNumPartitionsPerPartitionedTopic`
 /// defaults to unlimited; Magnetar caps it so a single request cannot make the broker create

@@ -11,10 +11,11 @@ use axum::Router;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use magnetar_admin::{
-    bootstrap, keys, router, AdminState, BrokerHooks, HookError, NamespaceName, NoopHooks,
-    TopicDomain, TopicName,
+    bootstrap, router, AdminState, BrokerHooks, HookError, NamespaceName, NoopHooks, TopicDomain,
+    TopicName,
 };
 use magnetar_metadata::{ExpectedVersion, MemoryStore, MetadataStore};
+use magnetar_model::keys;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 

@@ -45,9 +45,9 @@ pub enum BrokerError {
     IncompatibleSchema(String),
 }
 
-impl From<magnetar_admin::schema::SchemaError> for BrokerError {
-    fn from(error: magnetar_admin::schema::SchemaError) -> Self {
-        use magnetar_admin::schema::SchemaError;
+impl From<magnetar_model::schema::SchemaError> for BrokerError {
+    fn from(error: magnetar_model::schema::SchemaError) -> Self {
+        use magnetar_model::schema::SchemaError;
         match error {
             // Pulsar answers both with IncompatibleSchema.
             SchemaError::Incompatible(why) | SchemaError::Invalid(why) => {

@@ -10,6 +10,10 @@
 //! - `delayed`: the bounded delayed-delivery index (pure).
 //! - `dedup`: producer deduplication state (pure).
 //! - `non_persistent`: in-memory, at-most-once topics and their subscriptions.
+//! - `schema_registry`: schema histories in the metadata store (the rules are in `magnetar_model::schema`).
+//!
+//! Names, metadata keys, policies documents and schema rules come from `magnetar_model`; the
+//! HTTP admin API (`magnetar_admin`) sits above this crate.
 
 pub mod clock;
 pub mod config;
@@ -24,10 +28,11 @@ pub mod ledger_ids;
 pub mod managed_ledger;
 pub mod non_persistent;
 pub mod ownership;
+pub mod schema_registry;
 pub mod service;
 pub mod subscription;
 pub mod topic;
 
 pub use config::BrokerConfig;
 pub use error::BrokerError;
-pub use service::{AdminHooks, BrokerService};
+pub use service::BrokerService;

@@ -88,7 +88,7 @@ impl LedgerBackend {
         clock: Arc<dyn Clock>,
     ) -> Self {
         let floor = storage.ledger_id_floor();
-        let ids = LedgerIds::new(metadata, magnetar_admin::keys::LEDGER_IDS, floor);
+        let ids = LedgerIds::new(metadata, magnetar_model::keys::LEDGER_IDS, floor);
         LedgerBackend { storage, ids: Arc::new(ids), clock }
     }
 

@@ -14,7 +14,7 @@ use crate::error::BrokerError;
 use crate::key_shared::{murmur3_32, HASH_RANGE_SIZE};
 use crate::topic::ProducerRegistry;
 use bytes::Bytes;
-use magnetar_admin::names::TopicName;
+use magnetar_model::names::TopicName;
 use magnetar_protocol::proto::command_subscribe::SubType;
 use magnetar_protocol::{commands, parse_metadata_and_payload};
 use parking_lot::Mutex;

@@ -4,7 +4,7 @@
 
 use crate::error::BrokerError;
 use async_trait::async_trait;
-use magnetar_admin::names::TopicName;
+use magnetar_model::names::TopicName;
 
 /// Where a client should go for a topic.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,21 +1,20 @@
-//! The broker service: the registry of loaded topics, topic-name rules, partition metadata and
-//! the hooks the admin API calls.
+//! The broker service: the registry of loaded topics, topic-name rules, partition metadata
+//! and what the admin API asks of topics.
 
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::managed_ledger::LedgerBackend;
 use crate::non_persistent::NonPersistentTopic;
 use crate::ownership::{Ownership, SingleBroker};
+use crate::schema_registry::SchemaRegistry;
 use crate::topic::Topic;
-use magnetar_admin::keys;
-use magnetar_admin::names::{
-    decode_topic_name, is_system_topic, NamespaceName, TopicDomain, TopicName,
-};
-use magnetar_admin::schema::SchemaRegistry;
-use magnetar_admin::PartitionedTopicMetadata;
-use magnetar_admin::{BrokerHooks, HookError};
 use magnetar_ledger::LedgerStorage;
 use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
+use magnetar_model::keys;
+use magnetar_model::names::{
+    decode_topic_name, is_system_topic, NamespaceName, TopicDomain, TopicName,
+};
+use magnetar_model::PartitionedTopicMetadata;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -296,62 +295,6 @@ pub fn topics_hash(topics: &[String]) -> String {
     sorted.sort_unstable();
     let crc = crc32c::crc32c(sorted.join(",").as_bytes());
     crc.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The admin API's view of the broker.
-pub struct AdminHooks(pub Arc<BrokerService>);
-
-#[async_trait::async_trait]
-impl BrokerHooks for AdminHooks {
-    async fn topic_exists(&self, topic: &TopicName) -> Result<bool, HookError> {
-        self.0.topic_exists(topic).await.map_err(|e| HookError::Unavailable(e.to_string()))
-    }
-
-    async fn list_topics(
-        &self,
-        namespace: &NamespaceName,
-        domain: TopicDomain,
-    ) -> Result<Vec<String>, HookError> {
-        Ok(match domain {
-            TopicDomain::NonPersistent => self.0.non_persistent_topics_of(namespace),
-            TopicDomain::Persistent => Vec::new(),
-        })
-    }
-
-    async fn create_topic(&self, topic: &TopicName) -> Result<(), HookError> {
-        match self.0.create_topic(topic).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(HookError::Conflict("This topic already exists".into())),
-            Err(e) => Err(HookError::Internal(e.to_string())),
-        }
-    }
-
-    async fn delete_topic(&self, topic: &TopicName, force: bool) -> Result<(), HookError> {
-        match self.0.delete_topic(topic, force).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(HookError::NotFound(format!("Topic {topic} not found"))),
-            Err(BrokerError::NotAllowed(why)) => Err(HookError::PreconditionFailed(why)),
-            Err(e) => Err(HookError::Internal(e.to_string())),
-        }
-    }
-
-    async fn policies_updated(
-        &self,
-        namespace: &NamespaceName,
-        topic: Option<&TopicName>,
-    ) -> Result<(), HookError> {
-        let base = topic.map(|t| t.partitioned_topic());
-        for loaded in self.0.loaded_topics() {
-            let affected = match &base {
-                Some(base) => loaded.name.partitioned_topic() == *base,
-                None => loaded.name.namespace() == namespace,
-            };
-            if affected {
-                loaded.refresh_policies().await.map_err(|e| HookError::Internal(e.to_string()))?;
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -6,8 +6,8 @@ use crate::dedup::{DedupSnapshot, DedupState, DupStatus};
 use crate::error::BrokerError;
 use crate::managed_ledger::ManagedLedger;
 use crate::subscription::{previous_position, DispatchSettings, Subscription};
-use magnetar_admin::names::{encode_topic_name, TopicName};
 use magnetar_metadata::MetadataStore;
+use magnetar_model::names::TopicName;
 use magnetar_protocol::commands;
 use magnetar_protocol::proto::{command_subscribe::SubType, MessageIdData, ProducerAccessMode};
 use parking_lot::Mutex;
@@ -282,16 +282,6 @@ pub struct Topic {
     deleted: AtomicBool,
 }
 
-fn storage_path(name: &TopicName) -> String {
-    format!(
-        "{}/{}/{}/{}",
-        name.domain().as_str(),
-        name.tenant(),
-        name.namespace().namespace(),
-        name.encoded_local_name()
-    )
-}
-
 impl Topic {
     /// Loads a topic: its managed ledger and its durable subscriptions.
     pub async fn load(
@@ -301,10 +291,9 @@ impl Topic {
         metadata: Arc<dyn MetadataStore>,
     ) -> Result<Arc<Topic>, BrokerError> {
         let full_name = name.to_string();
-        let path = storage_path(&name);
         let managed_ledger = ManagedLedger::open(
             full_name.clone(),
-            format!("/managed-ledgers/{path}"),
+            magnetar_model::keys::managed_ledger_key(&name),
             ledgers,
             metadata.clone(),
             crate::managed_ledger::RolloverPolicy {
@@ -316,20 +305,22 @@ impl Topic {
         .await?;
         let partition = name.partition_index().map_or(-1, |p| p as i32);
         let producers = ProducerRegistry::new(full_name.clone());
+        let cursor_prefix = magnetar_model::keys::cursors_of(&name);
+        let dedup_key = magnetar_model::keys::dedup_key(&name);
         let topic = Arc::new(Topic {
             name,
             full_name,
             partition,
             managed_ledger,
             metadata: metadata.clone(),
-            cursor_prefix: format!("/cursors/{path}"),
+            cursor_prefix,
             dispatch: config.dispatch_settings(),
             producers,
             subscriptions: Mutex::default(),
             dedup: Mutex::default(),
             dedup_enabled: AtomicBool::new(config.broker_deduplication_enabled),
             dedup_default: config.broker_deduplication_enabled,
-            dedup_key: format!("/dedup/{path}"),
+            dedup_key,
             dedup_snapshot_due: Arc::new(Notify::new()),
             dedup_version: tokio::sync::Mutex::new(None),
             deleted: AtomicBool::new(false),
@@ -340,7 +331,8 @@ impl Topic {
         tokio::spawn(fence_task(Arc::downgrade(&topic), topic.managed_ledger.fence().clone()));
         let ledgers = topic.managed_ledger.ledgers();
         for encoded in metadata.list_children(&topic.cursor_prefix).await? {
-            let Some(found) = metadata.get(&format!("{}/{encoded}", topic.cursor_prefix)).await?
+            let Some(found) =
+                metadata.get(&magnetar_model::keys::child(&topic.cursor_prefix, &encoded)).await?
             else {
                 continue;
             };
@@ -354,7 +346,7 @@ impl Topic {
             ack.reconcile(&ledgers);
             let last_read = ack.mark_delete();
             let name =
-                magnetar_admin::names::decode_topic_name(&encoded).unwrap_or(encoded.clone());
+                magnetar_model::names::decode_topic_name(&encoded).unwrap_or(encoded.clone());
             let version = Some(found.version);
             let subscription = topic.start_subscription(
                 name.clone(),
@@ -430,10 +422,10 @@ impl Topic {
     pub async fn refresh_policies(&self) -> Result<(), BrokerError> {
         let topic_policy = self
             .metadata
-            .get(&magnetar_admin::keys::topic_policies_key(&self.name.partitioned_topic()))
+            .get(&magnetar_model::keys::topic_policies_key(&self.name.partitioned_topic()))
             .await?;
         let namespace =
-            self.metadata.get(&magnetar_admin::keys::namespace_key(self.name.namespace())).await?;
+            self.metadata.get(&magnetar_model::keys::namespace_key(self.name.namespace())).await?;
         let flag = |value: Option<magnetar_metadata::Versioned>| {
             value
                 .and_then(|v| serde_json::from_slice::<serde_json::Value>(&v.value).ok())
@@ -493,7 +485,7 @@ impl Topic {
         last_read: Option<Position>,
         cursor_version: Option<u64>,
     ) -> Arc<Subscription> {
-        let cursor_key = format!("{}/{}", self.cursor_prefix, encode_topic_name(&name));
+        let cursor_key = magnetar_model::keys::cursor_key(&self.name, &name);
         Subscription::start(
             name,
             sub_type,
@@ -654,12 +646,16 @@ impl Topic {
         self.close_clients().await;
         // Every cursor under the topic, and the rest of the topic's keys.
         for encoded in self.metadata.list_children(&self.cursor_prefix).await? {
-            delete_key(&*self.metadata, &format!("{}/{encoded}", self.cursor_prefix)).await?;
+            delete_key(
+                &*self.metadata,
+                &magnetar_model::keys::child(&self.cursor_prefix, &encoded),
+            )
+            .await?;
         }
         delete_key(&*self.metadata, &self.dedup_key).await?;
-        delete_key(&*self.metadata, &magnetar_admin::keys::topic_policies_key(&self.name)).await?;
+        delete_key(&*self.metadata, &magnetar_model::keys::topic_policies_key(&self.name)).await?;
         self.managed_ledger.delete().await?;
-        delete_key(&*self.metadata, &magnetar_admin::keys::topic_key(&self.name)).await?;
+        delete_key(&*self.metadata, &magnetar_model::keys::topic_key(&self.name)).await?;
         Ok(())
     }
 }

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use magnetar_model::TopicName;
 use magnetar_protocol::proto::base_command::Type;
 use magnetar_protocol::proto::command_lookup_topic_response::LookupType;
 use magnetar_protocol::proto::command_partitioned_topic_metadata_response::LookupType as PartitionedLookup;
@@ -69,20 +70,22 @@ pub struct LookupResult {
 }
 
 /// Full topic name: `my-topic` → `persistent://public/default/my-topic`,
-/// `tenant/ns/t` → `persistent://tenant/ns/t`.
+/// `tenant/ns/t` → `persistent://tenant/ns/t` (the rules of `magnetar_model`'s
+/// `TopicName::expand`). A name those rules reject is passed on as written, so the broker
+/// answers it with its own error.
 pub fn full_topic_name(topic: &str) -> String {
-    if topic.contains("://") {
-        topic.to_string()
-    } else if topic.matches('/').count() == 2 {
-        format!("persistent://{topic}")
-    } else {
-        format!("persistent://public/default/{topic}")
+    match TopicName::expand(topic) {
+        Ok(name) => name.to_string(),
+        Err(_) => topic.to_string(),
     }
 }
 
 /// Name of partition `index` of `topic`.
 pub fn partition_topic_name(topic: &str, index: u32) -> String {
-    format!("{}-partition-{index}", full_topic_name(topic))
+    match TopicName::expand(topic) {
+        Ok(name) => name.partition(index).to_string(),
+        Err(_) => format!("{topic}-partition-{index}"),
+    }
 }
 
 impl Client {

@@ -2,7 +2,8 @@
 
 use crate::cli::StandaloneArgs;
 use anyhow::Context;
-use magnetar_broker::{AdminHooks, BrokerConfig, BrokerService};
+use magnetar_admin::AdminHooks;
+use magnetar_broker::{BrokerConfig, BrokerService};
 use magnetar_journal::{JournalConfig, SyncMode};
 use magnetar_ledger::{LedgerStore, LedgerStoreConfig};
 use magnetar_metadata::{EmbeddedStore, EmbeddedStoreConfig, MetadataStore};

@@ -24,10 +24,12 @@ use magnetar_metadata::Versioned;
 use serde::de::DeserializeOwned;
 
 use crate::error::AdminError;
-use crate::keys;
 use crate::model::PartitionedTopicMetadata;
-use crate::names::{decode_path_segment, decode_topic_name, NamespaceName, TopicDomain, TopicName};
 use crate::AdminState;
+use magnetar_model::keys;
+use magnetar_model::names::{
+    decode_path_segment, decode_topic_name, NamespaceName, TopicDomain, TopicName,
+};
 
 /// Builds the admin router (see the crate docs for the endpoint list).
 pub(crate) fn build(state: AdminState) -> Router {

@@ -15,8 +15,8 @@ use serde_json::{Map, Value};
 
 use super::{body_bytes, get_json, require_namespace, to_json_bytes, PathSegments};
 use crate::error::AdminError;
-use crate::keys;
 use crate::AdminState;
+use magnetar_model::keys;
 
 const FIELD: &str = "deduplicationEnabled";
 

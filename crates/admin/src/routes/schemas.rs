@@ -15,9 +15,10 @@ use serde_json::{json, Value};
 
 use super::{body_bytes, query_bool, require_namespace, PathSegments};
 use crate::error::AdminError;
-use crate::names::TopicName;
-use crate::schema::{type_code, type_name, SchemaData, SchemaError, SchemaRegistry, StoredSchema};
 use crate::AdminState;
+use magnetar_broker::schema_registry::SchemaRegistry;
+use magnetar_model::names::TopicName;
+use magnetar_model::schema::{type_code, type_name, SchemaData, SchemaError, StoredSchema};
 
 /// Pulsar's `GetSchemaResponse`.
 fn render(schema: &StoredSchema) -> Value {
@@ -109,7 +110,7 @@ fn payload(body: Result<Bytes, BytesRejection>) -> Result<SchemaData, AdminError
     let payload: PostSchemaPayload = serde_json::from_slice(&body)
         .map_err(|e| AdminError::BadRequest(format!("Invalid schema payload: {e}")))?;
     let schema_type = type_code(&payload.schema_type)
-        .filter(|code| *code != crate::schema::TYPE_AUTO_CONSUME)
+        .filter(|code| *code != magnetar_model::schema::TYPE_AUTO_CONSUME)
         .ok_or_else(|| {
             AdminError::BadRequest(format!("Unsupported schema type {}", payload.schema_type))
         })?;

@@ -20,10 +20,10 @@ use super::{
 };
 use crate::error::AdminError;
 use crate::hooks::HookError;
-use crate::keys;
 use crate::model::{effective_policies, parse_object_body, TenantInfo};
-use crate::names::{is_system_topic, is_valid_entity_name, NamespaceName, TopicDomain};
 use crate::AdminState;
+use magnetar_model::keys;
+use magnetar_model::names::{is_system_topic, is_valid_entity_name, NamespaceName, TopicDomain};
 
 /// `GET /admin/v2/clusters`: `["<cluster>"]`.
 pub(crate) async fn list_clusters(State(state): State<AdminState>) -> Json<Vec<String>> {

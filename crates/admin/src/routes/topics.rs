@@ -22,14 +22,14 @@ use super::{
 };
 use crate::error::AdminError;
 use crate::hooks::HookError;
-use crate::keys;
 use crate::model::{parse_partitions_body, PartitionedTopicMetadata};
-use crate::names::{
+use crate::AdminState;
+use magnetar_broker::schema_registry::SchemaRegistry;
+use magnetar_model::keys;
+use magnetar_model::names::{
     decode_topic_name, is_system_topic, partition_index, NamespaceName, TopicDomain, TopicName,
     PARTITIONED_TOPIC_SUFFIX,
 };
-use crate::schema::SchemaRegistry;
-use crate::AdminState;
 
 /// `GET /admin/v2/{domain}/{tenant}/{namespace}[?includeSystemTopic=true]`: every topic of
 /// the namespace in that domain, partitions included (partitioned parents are not listed).

@@ -74,7 +74,7 @@ impl Connection {
     /// optional pattern, with their hash (the list is left out when the client's hash matches),
     /// as Pulsar's `ServerCnx.handleGetTopicsOfNamespace`.
     pub(super) async fn on_get_topics_of_namespace(&mut self, command: &BaseCommand) -> Handled {
-        use magnetar_admin::names::NamespaceName;
+        use magnetar_model::names::NamespaceName;
         use magnetar_protocol::proto::command_get_topics_of_namespace::Mode;
         let request = command
             .get_topics_of_namespace

@@ -26,8 +26,8 @@ use crate::service::BrokerService;
 use crate::subscription::{ConsumerHandle, Subscription};
 use crate::topic::{ProducerClient, StartAt, Topic};
 use bytes::{Bytes, BytesMut};
-use magnetar_admin::names::{TopicDomain, TopicName};
-use magnetar_admin::schema::{SchemaData, TYPE_AUTO_CONSUME};
+use magnetar_model::names::{TopicDomain, TopicName};
+use magnetar_model::schema::{SchemaData, TYPE_AUTO_CONSUME};
 use magnetar_protocol::proto::{
     base_command::Type,
     command_ack::AckType,

@@ -5,14 +5,13 @@
 //! [`SchemaHistory`] is the pure decision core (Pulsar's `SchemaRegistryServiceImpl` rules:
 //! same type and data -> the existing version; otherwise a compatibility check against the
 //! latest, or all for transitive strategies; delete = a tombstone version, and the history
-//! before the last tombstone no longer counts). [`SchemaRegistry`] stores one history per
-//! topic under one metadata key, updated by compare-and-set.
+//! before the last tombstone no longer counts). The broker's `SchemaRegistry` stores one
+//! history per topic under one metadata key, updated by compare-and-set (the registry lives in the broker,
+//! `magnetar_broker::schema_registry`; this module is the pure part).
 
 mod avro;
-mod registry;
 
 pub use avro::{AvroParseError, AvroSchema};
-pub use registry::{schema_key, SchemaPolicies, SchemaRegistry, SCHEMAS_ROOT};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

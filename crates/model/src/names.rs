@@ -189,6 +189,24 @@ impl TopicName {
         TopicName::new(domain, ns, local)
     }
 
+    /// Expands the short forms clients accept, as Pulsar's `TopicName.get` does:
+    /// `my-topic` → `persistent://public/default/my-topic`, `tenant/ns/t` →
+    /// `persistent://tenant/ns/t`; a full name is parsed as [`TopicName::parse`].
+    pub fn expand(name: &str) -> Result<Self, NameError> {
+        if name.contains("://") {
+            return TopicName::parse(name);
+        }
+        match name.matches('/').count() {
+            0 => TopicName::new(
+                TopicDomain::Persistent,
+                NamespaceName::new("public", "default")?,
+                name,
+            ),
+            2 => TopicName::parse(&format!("persistent://{name}")),
+            _ => Err(NameError::Topic(shown(name))),
+        }
+    }
+
     /// The domain.
     pub fn domain(&self) -> TopicDomain {
         self.domain
@@ -435,5 +453,15 @@ mod tests {
         assert!(is_system_topic(&sys.unwrap()));
         assert!(is_system_topic(&TopicName::parse("persistent://pulsar/system/x").unwrap()));
         assert!(!is_system_topic(&TopicName::parse("persistent://public/default/x").unwrap()));
+    }
+
+    #[test]
+    fn short_names_expand_as_pulsar_clients_do() {
+        let full = |s: &str| TopicName::expand(s).map(|t| t.to_string());
+        assert_eq!(full("t").unwrap(), "persistent://public/default/t");
+        assert_eq!(full("a/b/t").unwrap(), "persistent://a/b/t");
+        assert_eq!(full("non-persistent://a/b/t").unwrap(), "non-persistent://a/b/t");
+        assert!(full("a/t").is_err(), "two parts name neither a topic nor a v2 namespace topic");
+        assert!(full("").is_err());
     }
 }

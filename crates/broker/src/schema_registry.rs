@@ -2,40 +2,22 @@
 //! compare-and-set so that concurrent registrations (two producers, or a producer and the
 //! REST API) never lose a version.
 
-use super::{CompatibilityStrategy, SchemaData, SchemaError, SchemaHistory};
-use crate::keys::{self, encode_topic_name};
-use crate::names::TopicName;
+use crate::clock::{Clock, SystemClock};
 use bytes::Bytes;
 use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
+use magnetar_model::keys;
+use magnetar_model::names::TopicName;
+use magnetar_model::schema::{CompatibilityStrategy, SchemaData, SchemaError, SchemaHistory};
 use serde_json::Value;
 use std::sync::Arc;
 
-/// Parent of every schema key: `/schemas/{tenant}/{namespace}/{encoded-topic}`.
-pub const SCHEMAS_ROOT: &str = "/schemas";
-
-/// The schema key of a topic: partitions share their partitioned topic's key, and the domain
-/// plays no part (Pulsar's schema id is `tenant/namespace/topic`).
-pub fn schema_key(topic: &TopicName) -> String {
-    let base = topic.partitioned_topic();
-    format!(
-        "{SCHEMAS_ROOT}/{}/{}/{}",
-        base.tenant(),
-        base.namespace().namespace(),
-        encode_topic_name(base.local_name())
-    )
-}
+pub use magnetar_model::keys::{schema_key, SCHEMAS_ROOT};
 
 /// Bounded compare-and-set retries: contention on one topic's schema is rare and short.
 const MAX_CAS_ATTEMPTS: usize = 64;
 
 fn metadata_error(error: MetadataError) -> SchemaError {
     SchemaError::Metadata(error.to_string())
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The schema policies of a namespace that the registry obeys.
@@ -61,11 +43,21 @@ impl Default for SchemaPolicies {
 #[derive(Clone)]
 pub struct SchemaRegistry {
     store: Arc<dyn MetadataStore>,
+    clock: Arc<dyn Clock>,
 }
 
 impl SchemaRegistry {
+    /// A registry stamping versions with the system clock.
     pub fn new(store: Arc<dyn MetadataStore>) -> Self {
-        SchemaRegistry { store }
+        SchemaRegistry::with_clock(store, Arc::new(SystemClock))
+    }
+
+    pub fn with_clock(store: Arc<dyn MetadataStore>, clock: Arc<dyn Clock>) -> Self {
+        SchemaRegistry { store, clock }
+    }
+
+    fn now_ms(&self) -> i64 {
+        i64::try_from(self.clock.now_ms()).unwrap_or(i64::MAX)
     }
 
     /// The topic's history and the version of its metadata key (`None`: no key).
@@ -118,7 +110,7 @@ impl SchemaRegistry {
         schema: &SchemaData,
         policies: SchemaPolicies,
     ) -> Result<u64, SchemaError> {
-        let now = now_ms();
+        let now = self.now_ms();
         self.update(topic, |history| {
             if !policies.allow_auto_update {
                 return match history.find(schema) {
@@ -149,7 +141,7 @@ impl SchemaRegistry {
             }
             return Ok(last);
         }
-        let now = now_ms();
+        let now = self.now_ms();
         self.update(topic, |history| {
             let deleted = history.delete(now);
             Ok((deleted, deleted.is_some()))
@@ -185,8 +177,8 @@ impl SchemaRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::TYPE_AVRO;
     use magnetar_metadata::MemoryStore;
+    use magnetar_model::schema::TYPE_AVRO;
     use std::collections::BTreeMap;
 
     fn record(fields: &str) -> SchemaData {

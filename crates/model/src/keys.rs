@@ -11,11 +11,17 @@
 //! | topic policies | `/admin/topic-policies/{tenant}/{namespace}/{domain}/{encoded-topic}` | JSON, e.g. `{"deduplicationEnabled":true}` |
 //! | non-partitioned topic (broker-owned) | `/topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | owned by the broker |
 //! | ledger id allocator | `/ledger-ids` | decimal: the next id not yet handed out in a block |
+//! | managed ledger (broker) | `/managed-ledgers/{domain}/{tenant}/{namespace}/{encoded-topic}` | the topic's ledger list (CAS) |
+//! | cursors (broker) | `/cursors/{domain}/{tenant}/{namespace}/{encoded-topic}/{encoded-subscription}` | a subscription's cursor (CAS) |
+//! | dedup snapshot (broker) | `/dedup/{domain}/{tenant}/{namespace}/{encoded-topic}` | producer sequence ids (CAS) |
+//! | schema history | `/schemas/{tenant}/{namespace}/{encoded-topic}` | JSON SchemaHistory (partitions share it) |
 //!
 //! `{domain}` is `persistent` or `non-persistent`; `{encoded-topic}` is the topic's local name
 //! encoded with [`encode_topic_name`] (Java `URLEncoder` rules, as Pulsar's
 //! `TopicName.getEncodedLocalName`), so a local name never introduces an extra path segment.
 //! Partitions of a partitioned topic are ordinary topics named `{topic}-partition-{i}`.
+//!
+//! No other crate builds a metadata key by hand: every key comes from here.
 //!
 //! The functions taking `&str` parts do not validate them: callers pass names already
 //! validated by [`crate::names`] (the typed variants take validated names).
@@ -127,6 +133,64 @@ pub fn topic_policies_key(topic: &TopicName) -> String {
     )
 }
 
+/// Parent of every managed-ledger record.
+pub const MANAGED_LEDGERS_ROOT: &str = "/managed-ledgers";
+/// Parent of every subscription cursor.
+pub const CURSORS_ROOT: &str = "/cursors";
+/// Parent of every deduplication snapshot.
+pub const DEDUP_ROOT: &str = "/dedup";
+/// Parent of every schema history.
+pub const SCHEMAS_ROOT: &str = "/schemas";
+
+/// `{domain}/{tenant}/{namespace}/{encoded-topic}`: where a topic's storage records live
+/// below each broker-owned root.
+fn storage_path(topic: &TopicName) -> String {
+    format!(
+        "{}/{}/{}/{}",
+        topic.domain().as_str(),
+        topic.tenant(),
+        topic.namespace().namespace(),
+        topic.encoded_local_name()
+    )
+}
+
+/// The topic's managed-ledger record (its ledger list).
+pub fn managed_ledger_key(topic: &TopicName) -> String {
+    format!("{MANAGED_LEDGERS_ROOT}/{}", storage_path(topic))
+}
+
+/// Parent of the topic's subscription cursors.
+pub fn cursors_of(topic: &TopicName) -> String {
+    format!("{CURSORS_ROOT}/{}", storage_path(topic))
+}
+
+/// One subscription's cursor (the subscription name is encoded like a topic's local name).
+pub fn cursor_key(topic: &TopicName, subscription: &str) -> String {
+    format!("{}/{}", cursors_of(topic), encode_topic_name(subscription))
+}
+
+/// A child of `parent` as `list_children` returned it (already encoded).
+pub fn child(parent: &str, encoded_child: &str) -> String {
+    format!("{parent}/{encoded_child}")
+}
+
+/// The topic's deduplication snapshot.
+pub fn dedup_key(topic: &TopicName) -> String {
+    format!("{DEDUP_ROOT}/{}", storage_path(topic))
+}
+
+/// The schema key of a topic: partitions share their partitioned topic's key, and the domain
+/// plays no part (Pulsar's schema id is `tenant/namespace/topic`).
+pub fn schema_key(topic: &TopicName) -> String {
+    let base = topic.partitioned_topic();
+    format!(
+        "{SCHEMAS_ROOT}/{}/{}/{}",
+        base.tenant(),
+        base.namespace().namespace(),
+        encode_topic_name(base.local_name())
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +213,10 @@ mod tests {
         assert_eq!(partitioned_topic_key(&t), "/admin/partitioned-topics/t/n/persistent/x+y");
         assert_eq!(namespace_key(t.namespace()), "/admin/namespaces/t/n");
         assert_eq!(topic_policies_key(&t), "/admin/topic-policies/t/n/persistent/x+y");
+        assert_eq!(managed_ledger_key(&t), "/managed-ledgers/persistent/t/n/x+y");
+        assert_eq!(cursor_key(&t, "s/1"), "/cursors/persistent/t/n/x+y/s%2F1");
+        assert_eq!(dedup_key(&t), "/dedup/persistent/t/n/x+y");
+        assert_eq!(schema_key(&t), "/schemas/t/n/x+y");
     }
 
     #[test]

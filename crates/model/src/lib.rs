@@ -1,0 +1,19 @@
+//! Magnetar's shared model, below the broker, the admin API and the client: what every layer
+//! must agree on and nothing more.
+//!
+//! - [`names`]: tenant, namespace and topic names, parsed and validated as Pulsar does, and the
+//!   encoding of a topic's local name in keys and URLs.
+//! - [`keys`]: every metadata-store key. No other crate builds a key by hand, so the layout is
+//!   read in one place (and moved under a cluster's root prefix by the store, not here).
+//! - [`policies`]: the JSON documents stored for tenants and partitioned topics.
+//! - [`schema`]: schema histories and the compatibility rules deciding what may join them.
+//!
+//! Pure: no I/O, no async, no clock (callers pass times in).
+
+pub mod keys;
+pub mod names;
+pub mod policies;
+pub mod schema;
+
+pub use names::{NameError, NamespaceName, TopicDomain, TopicName};
+pub use policies::{PartitionedTopicMetadata, TenantInfo};

@@ -1,0 +1,62 @@
+//! The JSON documents Magnetar stores in the metadata store and serves over the admin API,
+//! with the field names of Pulsar's Jackson serialisation (`TenantInfoImpl`,
+//! `PartitionedTopicMetadata`). Unknown fields are ignored, as Jackson does.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Pulsar's `TenantInfo`: who administers the tenant and which clusters it may use. Stored
+/// as-is at `/admin/tenants/{tenant}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantInfo {
+    /// Roles with admin rights on the tenant.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub admin_roles: Vec<String>,
+    /// Clusters the tenant's namespaces may use.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub allowed_clusters: Vec<String>,
+}
+
+impl TenantInfo {
+    /// A tenant allowed on `cluster`, with no admin roles.
+    pub fn for_cluster(cluster: &str) -> Self {
+        TenantInfo { admin_roles: Vec::new(), allowed_clusters: vec![cluster.to_string()] }
+    }
+
+    /// Sorts and de-duplicates both lists (Pulsar keeps them as sets).
+    pub fn normalize(&mut self) {
+        self.admin_roles.sort();
+        self.admin_roles.dedup();
+        self.allowed_clusters.sort();
+        self.allowed_clusters.dedup();
+    }
+}
+
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// Pulsar's `PartitionedTopicMetadata`, stored at
+/// `/admin/partitioned-topics/{tenant}/{namespace}/{domain}/{encoded-topic}` and returned by
+/// `GET …/partitions`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionedTopicMetadata {
+    /// Number of partitions; 0 means "not partitioned".
+    pub partitions: u32,
+    /// Optional topic properties (Pulsar 2.11+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub properties: Option<BTreeMap<String, String>>,
+}
+
+impl PartitionedTopicMetadata {
+    /// Metadata with `partitions` partitions and no properties.
+    pub fn new(partitions: u32) -> Self {
+        PartitionedTopicMetadata { partitions, properties: None }
+    }
+}
