@@ -33,6 +33,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use magnetar_clock::{Clock, SystemClock};
+
 /// Called once when the record's group is durable, with the record's location (or with the
 /// error). Runs on the writer thread: keep it short and never block in it.
 pub type Completion = Box<dyn FnOnce(Result<RecordLocation, JournalError>) + Send>;
@@ -131,6 +133,7 @@ struct Shared {
     completed_ready: Condvar,
     config: JournalConfig,
     storage: Arc<dyn Storage>,
+    clock: Arc<dyn Clock>,
     staging: Mutex<Staging>,
     data_ready: Condvar,
     readers: RwLock<BTreeMap<u64, SegmentReader>>,
@@ -155,6 +158,15 @@ impl Journal {
     pub fn open(
         config: JournalConfig,
         storage: Arc<dyn Storage>,
+    ) -> Result<(Journal, RecoveryReport), JournalError> {
+        Journal::open_with_clock(config, storage, Arc::new(SystemClock))
+    }
+
+    /// [`Journal::open`] with the clock that times group-commit windows (`max_wait`).
+    pub fn open_with_clock(
+        config: JournalConfig,
+        storage: Arc<dyn Storage>,
+        clock: Arc<dyn Clock>,
     ) -> Result<(Journal, RecoveryReport), JournalError> {
         config.validate()?;
         storage.remove_temporaries().map_err(|e| JournalError::io("remove temporary files", e))?;
@@ -200,6 +212,7 @@ impl Journal {
             }),
             config,
             storage,
+            clock,
             data_ready: Condvar::new(),
             readers: RwLock::new(readers),
             read_pool: ReadPool::new(READ_POOL_IDLE_BYTES),
@@ -295,7 +308,7 @@ impl Journal {
                 buf,
                 waiters: Vec::new(),
                 closed: false,
-                opened_at: Instant::now(),
+                opened_at: self.shared.clock.now(),
             };
             staging.groups.push_back(group);
             wake_writer = true;
@@ -542,7 +555,7 @@ fn take_group(shared: &Shared) -> Option<Group> {
                 if let Some(max_wait) = shared.config.max_wait {
                     let deadline = front.opened_at + max_wait;
                     let closing = matches!(staging.state, State::Closing);
-                    if !closing && Instant::now() < deadline {
+                    if !closing && shared.clock.now() < deadline {
                         shared.data_ready.wait_until(&mut staging, deadline);
                         continue;
                     }

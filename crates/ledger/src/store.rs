@@ -24,6 +24,7 @@ use crate::error::LedgerError;
 use crate::files::{self, Checkpoint, IndexEntry, LedgerMeta, CHECKPOINT_FILE};
 use crate::idmap::IdMap;
 use bytes::Bytes;
+use magnetar_clock::{Clock, SystemClock};
 use magnetar_journal::storage::{FsStorage, Storage};
 use magnetar_journal::{Journal, JournalError, RecordHeader, RecordLocation, SealedSegment};
 use parking_lot::{Mutex, RwLock};
@@ -144,6 +145,8 @@ enum Maintenance {
 
 struct Inner {
     config: LedgerStoreConfig,
+    /// Times the maintenance thread's ticks (and the journal's group-commit windows).
+    clock: Arc<dyn Clock>,
     journal: Journal,
     ledgers: RwLock<IdMap<Arc<Ledger>>>,
     next_ledger_id: AtomicU64,
@@ -215,13 +218,24 @@ impl LedgerStore {
         config: LedgerStoreConfig,
         storage: Arc<dyn Storage>,
     ) -> Result<(Self, StoreRecovery), LedgerError> {
+        Self::open_with_clock(config, storage, Arc::new(SystemClock))
+    }
+
+    /// Opens the store over any storage with the clock its journal and maintenance use.
+    pub fn open_with_clock(
+        config: LedgerStoreConfig,
+        storage: Arc<dyn Storage>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Self, StoreRecovery), LedgerError> {
         config.validate()?;
-        let (journal, journal_report) = Journal::open(config.journal.clone(), storage.clone())?;
+        let (journal, journal_report) =
+            Journal::open_with_clock(config.journal.clone(), storage.clone(), clock.clone())?;
         let recovered = recover(&journal, &*storage, journal_report)?;
         let (sender, receiver) = mpsc::channel();
         let cache = CacheBudget::new(config.write_cache_bytes);
         let inner = Arc::new(Inner {
             config,
+            clock,
             journal,
             ledgers: RwLock::new(recovered.ledgers),
             next_ledger_id: AtomicU64::new(recovered.next_ledger_id),
@@ -762,17 +776,17 @@ const CACHE_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_mill
 
 fn maintenance_loop(inner: &Inner, receiver: mpsc::Receiver<Maintenance>) {
     let mut sealed = Vec::new();
-    let mut next_sweep = std::time::Instant::now() + CACHE_SWEEP_INTERVAL;
+    let mut next_sweep = inner.clock.now() + CACHE_SWEEP_INTERVAL;
     loop {
-        let wait = next_sweep.saturating_duration_since(std::time::Instant::now());
+        let wait = next_sweep.saturating_duration_since(inner.clock.now());
         let message = match receiver.recv_timeout(wait) {
             Ok(message) => Some(message),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
-        if std::time::Instant::now() >= next_sweep {
+        if inner.clock.now() >= next_sweep {
             sweep_caches(inner);
-            next_sweep = std::time::Instant::now() + CACHE_SWEEP_INTERVAL;
+            next_sweep = inner.clock.now() + CACHE_SWEEP_INTERVAL;
         }
         let Some(message) = message else { continue };
         let mut reply = None;

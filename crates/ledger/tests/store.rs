@@ -354,9 +354,9 @@ async fn compaction_does_not_hold_up_appends() {
     // Append to the ledger whose entries are being moved until compaction is done.
     let mut slowest = Duration::ZERO;
     let mut appends = 0;
-    let deadline = std::time::Instant::now() + WAIT;
-    while !compacting.is_finished() && std::time::Instant::now() < deadline {
-        let started = std::time::Instant::now();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !compacting.is_finished() && tokio::time::Instant::now() < deadline {
+        let started = tokio::time::Instant::now();
         timed(store.append(keep, data(keep, kept)).unwrap()).await.unwrap();
         slowest = slowest.max(started.elapsed());
         kept += 1;
