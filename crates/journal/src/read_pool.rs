@@ -11,8 +11,13 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Smallest buffer handed out: small reads share a size class instead of fragmenting the pool.
-const MIN_CLASS: usize = 64 << 10;
+/// Smallest buffer handed out: one block (what `O_DIRECT` needs). It was 64 KiB, so that small
+/// reads shared a class; but a topic load reads a few small entries per ledger (deduplication
+/// replay), and 20,000 concurrent loads churned 64 KiB per read through the allocator: glibc
+/// kept the freed buffers (its mmap threshold rises once a large block is freed), and RSS after
+/// a restart grew with every ledger a topic had (1.5 GB for 20,000 topics of 4 ledgers). Sized
+/// to the read, the same loads kept 224 MB (docs/benchmarks.md, "Topic load rate").
+const MIN_CLASS: usize = crate::record::BLOCK_SIZE;
 
 /// A pool of aligned buffers in power-of-two size classes. Cloning shares the pool.
 #[derive(Clone)]
