@@ -102,11 +102,12 @@ impl Default for MetadataSection {
     }
 }
 
-/// A configuration that cannot be used. Each renders as one line.
+/// A configuration that cannot be used. Each renders as one line, its cause included (no
+/// `source` chain: `main` prints the chain, which would repeat it).
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    #[error("read config file {path}: {cause}")]
+    Read { path: PathBuf, cause: std::io::Error },
     #[error("parse config file {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("broker config: {0}")]
@@ -114,7 +115,7 @@ pub enum ConfigError {
     #[error("storage.sync_mode: {0}")]
     SyncMode(String),
     #[error("--metadata: {0}")]
-    MetadataUrl(#[from] MetadataUrlError),
+    MetadataUrl(MetadataUrlError),
     #[error(
         "cluster name {0:?} is not valid: use 1-255 letters, digits, '-', '_', '.', ':' or '='"
     )]
@@ -126,6 +127,12 @@ pub enum ConfigError {
     AdvertisedAddress(String),
     #[error("metadata.{0}")]
     MetadataSection(&'static str),
+}
+
+impl From<MetadataUrlError> for ConfigError {
+    fn from(error: MetadataUrlError) -> Self {
+        ConfigError::MetadataUrl(error)
+    }
 }
 
 /// Which metadata store the server runs on.
@@ -197,7 +204,7 @@ impl Settings {
 
 fn read_file(path: &Path) -> Result<ServerConfig, ConfigError> {
     let text = std::fs::read_to_string(path)
-        .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        .map_err(|cause| ConfigError::Read { path: path.to_path_buf(), cause })?;
     toml::from_str(&text).map_err(|e| ConfigError::Parse {
         path: path.to_path_buf(),
         // toml's message spans lines (a snippet of the file): keep the error one line.

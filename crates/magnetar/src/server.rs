@@ -26,6 +26,8 @@ use thiserror::Error;
 use crate::config::{MetadataBackend, Settings};
 
 /// Start-up failures that are the operator's to fix (others carry their context as text).
+/// One line each, the cause included as text (`main` prints `source` chains, which would
+/// repeat it).
 #[derive(Debug, Error)]
 pub enum StartError {
     #[error(
@@ -33,13 +35,8 @@ pub enum StartError {
          init --metadata {url} --cluster {cluster}` first"
     )]
     NotInitialized { cluster: String, endpoints: String, url: String },
-    #[error("cannot reach etcd at {endpoints} (cluster {cluster:?}): {source}")]
-    EtcdUnreachable {
-        endpoints: String,
-        cluster: String,
-        #[source]
-        source: magnetar_metadata::MetadataError,
-    },
+    #[error("cannot reach etcd at {endpoints} (cluster {cluster:?}): {cause}")]
+    EtcdUnreachable { endpoints: String, cluster: String, cause: String },
 }
 
 /// Runs the server until SIGINT or SIGTERM. `name` is the command, for the log.
@@ -196,10 +193,10 @@ pub async fn connect_etcd(
     etcd: &magnetar_metadata_etcd::EtcdStoreConfig,
     cluster: &str,
 ) -> Result<EtcdStore, StartError> {
-    EtcdStore::connect(etcd.clone()).await.map_err(|source| StartError::EtcdUnreachable {
+    EtcdStore::connect(etcd.clone()).await.map_err(|cause| StartError::EtcdUnreachable {
         endpoints: etcd.endpoints.join(","),
         cluster: cluster.to_string(),
-        source,
+        cause: cause.to_string(),
     })
 }
 

@@ -216,7 +216,7 @@ async fn metadata_init_is_idempotent_and_brokers_need_it() {
     let url = etcd_url(&etcd);
 
     let first = text(&init(&url, "c1").stdout);
-    assert_eq!(first.matches("created").count(), 5, "{first}");
+    assert_eq!(first.matches("\n  created ").count(), 5, "{first}");
     let store = store_for(etcd.endpoints(), "c1").await;
     let expected = [
         keys::tenant("public"),
@@ -235,7 +235,8 @@ async fn metadata_init_is_idempotent_and_brokers_need_it() {
     assert_eq!(record["brokerServiceUrl"], "pulsar://127.0.0.1:6650");
 
     let second = text(&init(&url, "c1").stdout);
-    assert!(second.contains("nothing changed") && !second.contains("created "), "{second}");
+    assert!(second.contains("nothing changed"), "{second}");
+    assert_eq!(second.matches("\n  exists ").count(), 5, "{second}");
     for (key, version) in expected.iter().zip(&versions) {
         assert_eq!(store.get(key).await.unwrap().unwrap().version, *version, "{key} rewritten");
     }
@@ -334,7 +335,7 @@ async fn a_broker_cut_off_from_etcd_is_not_ready_until_it_registers_again() {
     let broker = Broker::start(&through_proxy, "lost", dir.path(), TTL);
     let key = broker.key();
     assert!(matches!(next_change(&mut watch, &key).await, EventKind::Put { .. }), "{}", broker.log());
-    let first_lease = observer.get(&key).await.unwrap().unwrap();
+    let first = observer.get(&key).await.unwrap().unwrap();
     broker.wait_status("/admin/v2/brokers/ready", 200).await;
 
     let client = magnetar_client::Client::connect(&format!("pulsar://127.0.0.1:{}", broker.broker_port))
@@ -361,7 +362,7 @@ async fn a_broker_cut_off_from_etcd_is_not_ready_until_it_registers_again() {
     proxy.resume();
     assert!(matches!(next_change(&mut watch, &key).await, EventKind::Put { .. }), "{}", broker.log());
     broker.wait_status("/admin/v2/brokers/ready", 200).await;
-    assert_eq!(observer.get(&key).await.unwrap().unwrap().value, first_lease.value);
+    assert_eq!(observer.get(&key).await.unwrap().unwrap().value, first.value);
     let fresh = within("producer", WAIT, client.producer("new-topic").create()).await.expect("new");
     within("send", WAIT, fresh.send("after")).await.expect("send after");
     let log = broker.log();
