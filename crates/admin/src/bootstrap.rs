@@ -17,8 +17,8 @@ use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
 use crate::error::AdminError;
 use crate::model::TenantInfo;
 use magnetar_model::keys;
-use magnetar_model::ClusterData;
 use magnetar_model::names::is_valid_entity_name;
+use magnetar_model::ClusterData;
 
 /// Tenants and namespaces created by [`bootstrap`].
 pub const BOOTSTRAP_NAMESPACES: [(&str, &str); 2] = [("public", "default"), ("pulsar", "system")];

@@ -129,7 +129,11 @@ async fn brokers_list_and_the_stored_cluster_record() {
     assert_eq!((r.status, r.json()), (StatusCode::OK, json!([])), "nobody registered yet");
     for (host, port) in [("h2", 8080), ("h1", 8081)] {
         app.store
-            .put_ephemeral(&keys::broker(host, port), Bytes::from_static(b"{}"), ExpectedVersion::Any)
+            .put_ephemeral(
+                &keys::broker(host, port),
+                Bytes::from_static(b"{}"),
+                ExpectedVersion::Any,
+            )
             .await
             .unwrap();
     }

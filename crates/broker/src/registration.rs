@@ -518,10 +518,14 @@ mod tests {
         let readiness = Arc::new(Readiness::not_ready("starting"));
         let mut changes = readiness.subscribe();
         let key = "/brokers/127.0.0.1:8080".to_string();
-        let registration =
-            Registration::start(store.clone(), key.clone(), Bytes::from_static(b"{}"), readiness.clone())
-                .await
-                .expect("register");
+        let registration = Registration::start(
+            store.clone(),
+            key.clone(),
+            Bytes::from_static(b"{}"),
+            readiness.clone(),
+        )
+        .await
+        .expect("register");
         assert!(readiness.check().is_ok());
         let first = magnetar_metadata::MetadataStore::get(&*store, &key).await.unwrap();
         assert!(first.is_some(), "the key is written");

@@ -101,7 +101,9 @@ impl MetadataInitArgs {
     fn validate(&self) -> Result<(), String> {
         if let Some(url) = &self.web_service_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(format!("--web-service-url {url:?} must start with http:// or https://"));
+                return Err(format!(
+                    "--web-service-url {url:?} must start with http:// or https://"
+                ));
             }
         }
         if let Some(url) = &self.broker_service_url {

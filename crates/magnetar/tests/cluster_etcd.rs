@@ -83,7 +83,12 @@ fn init(url: &str, name: &str) -> Output {
         ]),
         WAIT,
     );
-    assert!(out.status.success(), "metadata init failed: {}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "metadata init failed: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     out
 }
 
@@ -146,7 +151,8 @@ impl Broker {
     fn get(&self, path: &str) -> Option<(u16, String)> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.web_port)).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        let request =
+            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).ok()?;
         let mut response = String::new();
         stream.read_to_string(&mut response).ok()?;
@@ -304,7 +310,11 @@ async fn a_broker_registers_while_it_runs() {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(&url, "reg", dir.path(), 10);
     let key = broker.key();
-    assert!(matches!(next_change(&mut watch, &key).await, EventKind::Put { .. }), "{}", broker.log());
+    assert!(
+        matches!(next_change(&mut watch, &key).await, EventKind::Put { .. }),
+        "{}",
+        broker.log()
+    );
     let value = observer.get(&key).await.unwrap().expect("registered");
     let value: serde_json::Value = serde_json::from_slice(&value.value).unwrap();
     assert_eq!(value["pulsarServiceUrl"], format!("pulsar://127.0.0.1:{}", broker.broker_port));
@@ -334,14 +344,20 @@ async fn a_broker_cut_off_from_etcd_is_not_ready_until_it_registers_again() {
     const TTL: u64 = 3;
     let broker = Broker::start(&through_proxy, "lost", dir.path(), TTL);
     let key = broker.key();
-    assert!(matches!(next_change(&mut watch, &key).await, EventKind::Put { .. }), "{}", broker.log());
+    assert!(
+        matches!(next_change(&mut watch, &key).await, EventKind::Put { .. }),
+        "{}",
+        broker.log()
+    );
     let first = observer.get(&key).await.unwrap().unwrap();
     broker.wait_status("/admin/v2/brokers/ready", 200).await;
 
-    let client = magnetar_client::Client::connect(&format!("pulsar://127.0.0.1:{}", broker.broker_port))
-        .await
-        .expect("connect");
-    let loaded = within("producer", WAIT, client.producer("loaded").create()).await.expect("producer");
+    let client =
+        magnetar_client::Client::connect(&format!("pulsar://127.0.0.1:{}", broker.broker_port))
+            .await
+            .expect("connect");
+    let loaded =
+        within("producer", WAIT, client.producer("loaded").create()).await.expect("producer");
     within("send", WAIT, loaded.send("before")).await.expect("send before");
 
     // Cut off past the TTL: etcd drops the key, the broker reports not ready.
@@ -360,7 +376,11 @@ async fn a_broker_cut_off_from_etcd_is_not_ready_until_it_registers_again() {
 
     // Healed: a new session, the key again (another lease), ready again, new topics load.
     proxy.resume();
-    assert!(matches!(next_change(&mut watch, &key).await, EventKind::Put { .. }), "{}", broker.log());
+    assert!(
+        matches!(next_change(&mut watch, &key).await, EventKind::Put { .. }),
+        "{}",
+        broker.log()
+    );
     broker.wait_status("/admin/v2/brokers/ready", 200).await;
     assert_eq!(observer.get(&key).await.unwrap().unwrap().value, first.value);
     let fresh = within("producer", WAIT, client.producer("new-topic").create()).await.expect("new");

@@ -37,9 +37,9 @@ mod config;
 mod errors;
 mod kv;
 mod session;
-mod url;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod url;
 mod watch;
 
 use std::sync::atomic::{AtomicBool, Ordering};

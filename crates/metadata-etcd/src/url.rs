@@ -143,14 +143,18 @@ mod tests {
             "etcd's own client URL form"
         );
         assert_eq!(ok("etcd://http://a:1, b:2"), ["http://a:1", "http://b:2"]);
-        assert_eq!(ok("etcd://[::1]:2379,[fe80::1]"), ["http://[::1]:2379", "http://[fe80::1]:2379"]);
+        assert_eq!(
+            ok("etcd://[::1]:2379,[fe80::1]"),
+            ["http://[::1]:2379", "http://[fe80::1]:2379"]
+        );
         assert_eq!(ok(" etcd://a:1,a:1 "), ["http://a:1"], "duplicates dropped, spaces trimmed");
     }
 
     #[test]
     fn refused_forms() {
         use MetadataUrlError::*;
-        let cases: [(&str, fn(&MetadataUrlError) -> bool); 16] = [
+        type Expect = fn(&MetadataUrlError) -> bool;
+        let cases: [(&str, Expect); 16] = [
             ("", |e| matches!(e, UnsupportedScheme(_))),
             ("127.0.0.1:2379", |e| matches!(e, UnsupportedScheme(_))),
             ("zk://h:2181", |e| matches!(e, UnsupportedScheme(_))),

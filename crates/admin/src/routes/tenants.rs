@@ -41,12 +41,11 @@ pub(crate) async fn get_cluster(
     if name.as_deref() != Some(state.cluster.as_str()) {
         return Err(AdminError::NotFound("Cluster does not exist".to_string()));
     }
-    let mut data = match get_json::<Map<String, Value>>(&state, &keys::cluster(&state.cluster))
-        .await?
-    {
-        Some((stored, _)) => stored,
-        None => Map::new(),
-    };
+    let mut data =
+        match get_json::<Map<String, Value>>(&state, &keys::cluster(&state.cluster)).await? {
+            Some((stored, _)) => stored,
+            None => Map::new(),
+        };
     if let Some(url) = &state.service_url {
         data.entry("serviceUrl").or_insert_with(|| Value::String(url.clone()));
     }
