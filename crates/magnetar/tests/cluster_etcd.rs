@@ -7,7 +7,9 @@
 //!   lists it) and disappears when it stops;
 //! * a broker cut off from etcd past its session TTL reports not ready (503 with the reason),
 //!   refuses new topics with ServiceNotReady while a loaded topic keeps taking messages, and
-//!   once etcd is reachable again registers anew and is ready.
+//!   once etcd is reachable again registers anew and is ready;
+//! * in process, the registration shell on `EtcdStore::expire_session`: key deleted, then
+//!   written again in the new session, ready again.
 //!
 //! Every wait is bounded; the broker's key is followed through an etcd watch, and the admin
 //! endpoints of the broker (another process, no events to wait on) are polled with a deadline.
@@ -390,5 +392,43 @@ async fn a_broker_cut_off_from_etcd_is_not_ready_until_it_registers_again() {
     drop((fresh, loaded));
     client.close().await;
     broker.stop();
+    observer.close().await.unwrap();
+}
+
+/// The registration shell in process, on etcd: `EtcdStore::expire_session` revokes the lease
+/// (etcd deletes the key), the broker goes not ready, and the new session gets the key back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_follows_an_expired_etcd_session() {
+    use magnetar_broker::registration::{Readiness, ReadinessState, Registration};
+    use std::sync::Arc;
+
+    let Some(binary) = etcd_or_skip("registration on etcd") else { return };
+    let etcd = EtcdCluster::start(&binary, 1).await.expect("start etcd");
+    let store = Arc::new(store_for(etcd.endpoints(), "expire").await);
+    let observer = store_for(etcd.endpoints(), "expire").await;
+    let key = keys::broker("10.1.2.3", 8080);
+    let mut watch = observer.watch(keys::BROKERS_ROOT).await.unwrap();
+    let readiness = Arc::new(Readiness::not_ready("starting"));
+    let mut changes = readiness.subscribe();
+    let registration =
+        Registration::start(store.clone(), key.clone(), "{}".into(), readiness.clone())
+            .await
+            .expect("register");
+    assert!(readiness.check().is_ok());
+    assert!(matches!(next_change(&mut watch, &key).await, EventKind::Put { .. }));
+
+    store.expire_session().await.expect("expire");
+    assert_eq!(next_change(&mut watch, &key).await, EventKind::Delete, "the lease took the key");
+    assert!(matches!(next_change(&mut watch, &key).await, EventKind::Put { .. }), "back");
+    let back = |s: &ReadinessState| s.sessions_lost == 1 && s.registrations == 2;
+    // `is_ok` drops the watch's read guard at once (holding it would block the shell).
+    let reregistered = tokio::time::timeout(WAIT, changes.wait_for(back)).await.is_ok();
+    assert!(reregistered, "{:?}", readiness.state());
+    assert!(readiness.check().is_ok(), "ready again");
+
+    registration.stop().await;
+    assert!(readiness.check().is_err(), "not ready once stopped");
+    store.close().await.unwrap();
+    assert_eq!(next_change(&mut watch, &key).await, EventKind::Delete, "closing ends the session");
     observer.close().await.unwrap();
 }
