@@ -44,6 +44,17 @@ impl BrokerHooks for AdminHooks {
         }
     }
 
+    /// Ready while the broker's registration holds (see `magnetar_broker::registration`).
+    async fn ready(&self) -> Result<(), HookError> {
+        self.0.readiness.check().map_err(|e| HookError::Unavailable(e.to_string()))
+    }
+
+    /// Healthy while ready: a broker whose metadata session is lost answers 503 with the
+    /// reason (it serves loaded topics, but takes on no new ones).
+    async fn health_check(&self) -> Result<(), HookError> {
+        self.ready().await
+    }
+
     async fn policies_updated(
         &self,
         namespace: &NamespaceName,

@@ -99,9 +99,10 @@ pub trait BrokerHooks: Send + Sync {
         Ok(())
     }
 
-    /// Readiness behind `GET /admin/v2/brokers/ready`. Default: ready.
-    async fn is_ready(&self) -> bool {
-        true
+    /// Readiness behind `GET /admin/v2/brokers/ready`: `Ok` when ready, otherwise the reason
+    /// (`Unavailable`: 503, e.g. while the broker's metadata session is lost). Default: ready.
+    async fn ready(&self) -> Result<(), HookError> {
+        Ok(())
     }
 
     /// Prometheus text exposition served at `GET /metrics`. Default: empty.

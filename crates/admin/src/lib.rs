@@ -48,10 +48,11 @@
 //!
 //! | method and path | success | errors |
 //! | --- | --- | --- |
-//! | `GET /admin/v2/brokers/health`, `GET /admin/v2/brokers/ready` | 200 `ok` | 500 |
+//! | `GET /admin/v2/brokers/health`, `GET /admin/v2/brokers/ready` | 200 `ok` | 503 with the reason (not ready), 500 |
+//! | `GET /admin/v2/brokers/{c}` | 200 `["host:web-port"]` (registered brokers) | 404 |
 //! | `GET /metrics` | 200 Prometheus text | |
 //! | `GET /admin/v2/clusters` | 200 `["standalone"]` | |
-//! | `GET /admin/v2/clusters/{c}` | 200 ClusterData | 404 |
+//! | `GET /admin/v2/clusters/{c}` | 200 ClusterData (stored record, else this broker's URLs) | 404 |
 //! | `GET /admin/v2/tenants` | 200 names | |
 //! | `PUT /admin/v2/tenants/{t}` | 204 | 400, 409, 412 |
 //! | `GET /admin/v2/tenants/{t}` | 200 TenantInfo | 404 |
@@ -92,7 +93,9 @@ use std::sync::Arc;
 
 use magnetar_metadata::MetadataStore;
 
-pub use bootstrap::{bootstrap, BOOTSTRAP_NAMESPACES};
+pub use bootstrap::{
+    bootstrap, cluster_initialized, initialize_cluster, BootstrapReport, BOOTSTRAP_NAMESPACES,
+};
 pub use broker_hooks::AdminHooks;
 pub use error::AdminError;
 pub use hooks::{BrokerHooks, HookError, NoopHooks};

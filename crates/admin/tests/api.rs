@@ -14,7 +14,7 @@ use magnetar_admin::{
     bootstrap, router, AdminState, BrokerHooks, HookError, NamespaceName, NoopHooks, TopicDomain,
     TopicName,
 };
-use magnetar_metadata::{ExpectedVersion, MemoryStore, MetadataStore};
+use magnetar_metadata::{ExpectedVersion, MemoryStore, MetadataStore, SessionStore};
 use magnetar_model::keys;
 use serde_json::{json, Value};
 use tower::ServiceExt;
@@ -120,6 +120,38 @@ async fn health_ready_metrics_clusters() {
     let r = app.get("/admin/v2/clusters/standalone").await;
     assert_eq!(r.json()["brokerServiceUrl"], "pulsar://localhost:6650");
     assert_eq!(app.get("/admin/v2/clusters/other").await.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn brokers_list_and_the_stored_cluster_record() {
+    let app = App::new().await;
+    let r = app.get("/admin/v2/brokers/standalone").await;
+    assert_eq!((r.status, r.json()), (StatusCode::OK, json!([])), "nobody registered yet");
+    for (host, port) in [("h2", 8080), ("h1", 8081)] {
+        app.store
+            .put_ephemeral(
+                &keys::broker(host, port),
+                Bytes::from_static(b"{}"),
+                ExpectedVersion::Any,
+            )
+            .await
+            .unwrap();
+    }
+    let r = app.get("/admin/v2/brokers/standalone").await;
+    assert_eq!(r.json(), json!(["h1:8081", "h2:8080"]));
+    assert_eq!(app.get("/admin/v2/brokers/other").await.status, StatusCode::NOT_FOUND);
+    app.store.expire_session().unwrap();
+    assert_eq!(app.get("/admin/v2/brokers/standalone").await.json(), json!([]), "ephemeral");
+
+    // The stored cluster record wins over the broker's own URLs; missing fields are filled.
+    let record = json!({"serviceUrl": "http://cluster:8080", "peerClusterNames": null});
+    app.store
+        .put(&keys::cluster("standalone"), record.to_string().into(), ExpectedVersion::Absent)
+        .await
+        .unwrap();
+    let r = app.get("/admin/v2/clusters/standalone").await;
+    assert_eq!(r.json()["serviceUrl"], "http://cluster:8080");
+    assert_eq!(r.json()["brokerServiceUrl"], "pulsar://localhost:6650");
 }
 
 #[tokio::test]
@@ -648,8 +680,8 @@ impl BrokerHooks for RecordingHooks {
         Ok(())
     }
 
-    async fn is_ready(&self) -> bool {
-        false
+    async fn ready(&self) -> Result<(), HookError> {
+        Err(HookError::Unavailable("metadata session lost".to_string()))
     }
 
     async fn health_check(&self) -> Result<(), HookError> {
@@ -709,7 +741,10 @@ async fn hooks_are_called() {
     );
 
     let r = app.get("/admin/v2/brokers/ready").await;
-    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        (r.status, r.reason().as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, "metadata session lost")
+    );
     let r = app.get("/admin/v2/brokers/health").await;
     assert_eq!(
         (r.status, r.reason().as_str()),

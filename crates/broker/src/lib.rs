@@ -10,6 +10,8 @@
 //! - `delayed`: the bounded delayed-delivery index (pure).
 //! - `dedup`: producer deduplication state (pure).
 //! - `non_persistent`: in-memory, at-most-once topics and their subscriptions.
+//! - `registration`: the broker's ephemeral registration key and readiness across metadata
+//!   session loss (pure state machine plus a small tokio shell).
 //! - `schema_registry`: schema histories in the metadata store (the rules are in `magnetar_model::schema`).
 //!
 //! Names, metadata keys, policies documents and schema rules come from `magnetar_model`; the
@@ -28,6 +30,7 @@ pub mod ledger_ids;
 pub mod managed_ledger;
 pub mod non_persistent;
 pub mod ownership;
+pub mod registration;
 pub mod schema_registry;
 pub mod service;
 pub mod subscription;

@@ -6,6 +6,7 @@ use crate::error::BrokerError;
 use crate::managed_ledger::LedgerBackend;
 use crate::non_persistent::NonPersistentTopic;
 use crate::ownership::{Ownership, SingleBroker};
+use crate::registration::Readiness;
 use crate::schema_registry::SchemaRegistry;
 use crate::topic::Topic;
 use magnetar_ledger::LedgerStorage;
@@ -28,6 +29,9 @@ pub struct BrokerService {
     pub ownership: Arc<dyn Ownership>,
     pub metadata: Arc<dyn MetadataStore>,
     pub schemas: SchemaRegistry,
+    /// Whether this broker may load topics (see `registration`): not while its metadata
+    /// session is lost. Topics already loaded are served regardless.
+    pub readiness: Arc<Readiness>,
     topics: Mutex<HashMap<String, Arc<OnceCell<Arc<Topic>>>>>,
     /// Live non-persistent topics: in memory only, gone with the process (as in Pulsar).
     non_persistent: Mutex<HashMap<String, Arc<NonPersistentTopic>>>,
@@ -40,6 +44,16 @@ impl BrokerService {
         storage: Arc<dyn LedgerStorage>,
         metadata: Arc<dyn MetadataStore>,
     ) -> Arc<Self> {
+        Self::with_readiness(config, storage, metadata, Arc::new(Readiness::ready()))
+    }
+
+    /// A service whose topic loads follow `readiness` (driven by a `registration::Registration`).
+    pub fn with_readiness(
+        config: BrokerConfig,
+        storage: Arc<dyn LedgerStorage>,
+        metadata: Arc<dyn MetadataStore>,
+        readiness: Arc<Readiness>,
+    ) -> Arc<Self> {
         let ownership = Arc::new(SingleBroker { broker_url: config.service_url() });
         Arc::new(BrokerService {
             config,
@@ -47,6 +61,7 @@ impl BrokerService {
             ledgers: LedgerBackend::new(storage, metadata.clone()),
             schemas: SchemaRegistry::new(metadata.clone()),
             metadata,
+            readiness,
             topics: Mutex::default(),
             non_persistent: Mutex::default(),
             next_key: AtomicU64::new(1),
@@ -90,6 +105,15 @@ impl BrokerService {
         }
     }
 
+    /// Whether `name` is a persistent topic loaded on this broker (and not fenced).
+    pub fn is_loaded(&self, name: &TopicName) -> bool {
+        self.topics
+            .lock()
+            .get(&name.to_string())
+            .and_then(|cell| cell.get())
+            .is_some_and(|topic| !topic.is_fenced())
+    }
+
     pub async fn topic_exists(&self, name: &TopicName) -> Result<bool, BrokerError> {
         if name.domain() == TopicDomain::NonPersistent {
             return Ok(self.non_persistent.lock().contains_key(&name.to_string()));
@@ -115,6 +139,9 @@ impl BrokerService {
         if let Some(topic) = cell.get() {
             return Ok(topic.clone());
         }
+        // Loading a topic relies on this broker's registration (its metadata session): refuse
+        // new loads, with an error clients retry, while it is lost.
+        self.readiness.check()?;
         if !self.topic_exists(name).await? {
             if !(create && self.config.allow_auto_topic_creation) {
                 return Err(BrokerError::TopicNotFound(full));

@@ -23,7 +23,12 @@ pub enum LogFormat {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run broker, storage and metadata in one process.
-    Standalone(StandaloneArgs),
+    Standalone(ServerArgs),
+    /// Run a broker with local storage and cluster metadata on etcd (see `metadata init`).
+    Broker(BrokerArgs),
+    /// Cluster metadata tools.
+    #[command(subcommand)]
+    Metadata(MetadataCommand),
     /// Benchmarks (not tests): see docs/benchmarks.md.
     #[command(subcommand)]
     Perf(PerfCommand),
@@ -34,8 +39,9 @@ pub enum Command {
     Debug(DebugCommand),
 }
 
-#[derive(Args, Debug)]
-pub struct StandaloneArgs {
+/// Options of every server command (`standalone`, `broker`).
+#[derive(Args, Debug, Default)]
+pub struct ServerArgs {
     /// Configuration file (TOML); see magnetar.example.toml for every knob. Flags override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -48,6 +54,67 @@ pub struct StandaloneArgs {
     /// HTTP admin port [default: 8080].
     #[arg(long)]
     pub web_port: Option<u16>,
+    /// Host name or address clients and other brokers reach this broker at (LOOKUP answers,
+    /// its registration) [default: 127.0.0.1].
+    #[arg(long)]
+    pub advertised_address: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct BrokerArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// Metadata store: etcd://host:2379[,host2:2379...] (http://host:2379,... also accepted).
+    #[arg(long)]
+    pub metadata: String,
+    /// Cluster name: the root of this cluster's keys in etcd (/magnetar/NAME). The cluster
+    /// must have been initialized with `magnetar metadata init`.
+    #[arg(long)]
+    pub cluster: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MetadataCommand {
+    /// Create a cluster's initial metadata (as Pulsar's initialize-cluster-metadata): the
+    /// cluster record, tenants public and pulsar, namespaces public/default and pulsar/system.
+    /// Idempotent: what exists is left unchanged.
+    Init(MetadataInitArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct MetadataInitArgs {
+    /// Metadata store: etcd://host:2379[,host2:2379...].
+    #[arg(long)]
+    pub metadata: String,
+    /// Cluster name.
+    #[arg(long)]
+    pub cluster: String,
+    /// The cluster's HTTP admin URL, recorded in its ClusterData (http://host:8080).
+    #[arg(long)]
+    pub web_service_url: Option<String>,
+    /// The cluster's binary protocol URL, recorded in its ClusterData (pulsar://host:6650).
+    #[arg(long)]
+    pub broker_service_url: Option<String>,
+}
+
+impl MetadataInitArgs {
+    fn validate(&self) -> Result<(), String> {
+        if let Some(url) = &self.web_service_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!(
+                    "--web-service-url {url:?} must start with http:// or https://"
+                ));
+            }
+        }
+        if let Some(url) = &self.broker_service_url {
+            if !(url.starts_with("pulsar://") || url.starts_with("pulsar+ssl://")) {
+                return Err(format!(
+                    "--broker-service-url {url:?} must start with pulsar:// or pulsar+ssl://"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -353,7 +420,10 @@ impl Cli {
                     return Err("--seconds must be between 0.1 and 3600".into());
                 }
             }
-            Command::Standalone(_) | Command::Debug(_) => {}
+            Command::Metadata(MetadataCommand::Init(args)) => args.validate()?,
+            // Server commands validate their whole configuration (file included) in
+            // `config::Settings::load`, before anything is opened.
+            Command::Standalone(_) | Command::Broker(_) | Command::Debug(_) => {}
         }
         Ok(())
     }

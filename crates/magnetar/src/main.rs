@@ -1,11 +1,14 @@
 //! The one Magnetar binary. `cli.rs` says what each subcommand takes; this file wires them up.
 
 mod cli;
+mod cluster;
+mod config;
 mod perf;
+mod server;
 mod standalone;
 
 use clap::Parser;
-use cli::{Cli, Command, DebugCommand, DiskProbeArgs, LogFormat, PerfCommand};
+use cli::{Cli, Command, DebugCommand, DiskProbeArgs, LogFormat, MetadataCommand, PerfCommand};
 use std::time::Duration;
 
 fn main() {
@@ -26,6 +29,8 @@ fn main() {
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Standalone(args) => standalone::run(args),
+        Command::Broker(args) => cluster::broker(args),
+        Command::Metadata(MetadataCommand::Init(args)) => cluster::init(args),
         Command::Perf(PerfCommand::Produce(args)) => perf::produce(args),
         Command::Perf(PerfCommand::Consume(args)) => perf::consume(args),
         Command::Perf(PerfCommand::E2e(args)) => perf::e2e(args),

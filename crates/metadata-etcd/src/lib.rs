@@ -39,6 +39,7 @@ mod kv;
 mod session;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod url;
 mod watch;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +56,8 @@ use tokio::sync::watch as signal;
 pub use config::{
     EtcdStoreConfig, ETCD_DEFAULT_MAX_REQUEST_BYTES, MAX_ROOT_LEN, REQUIRED_MAX_REQUEST_BYTES,
 };
+
+pub use url::{parse_metadata_url, MetadataUrlError, DEFAULT_ETCD_PORT};
 
 use crate::kv::Kv;
 use crate::session::Session;

@@ -15,6 +15,8 @@
 //! | cursors (broker) | `/cursors/{domain}/{tenant}/{namespace}/{encoded-topic}/{encoded-subscription}` | a subscription's cursor (CAS) |
 //! | dedup snapshot (broker) | `/dedup/{domain}/{tenant}/{namespace}/{encoded-topic}` | producer sequence ids (CAS) |
 //! | schema history | `/schemas/{tenant}/{namespace}/{encoded-topic}` | JSON SchemaHistory (partitions share it) |
+//! | cluster record (marks an initialized cluster) | `/admin/clusters/{cluster}` | JSON ClusterData (`magnetar metadata init`) |
+//! | broker registration (ephemeral) | `/brokers/{advertised-host}:{web-port}` | JSON BrokerRegistration |
 //!
 //! `{domain}` is `persistent` or `non-persistent`; `{encoded-topic}` is the topic's local name
 //! encoded with [`encode_topic_name`] (Java `URLEncoder` rules, as Pulsar's
@@ -191,6 +193,34 @@ pub fn schema_key(topic: &TopicName) -> String {
     )
 }
 
+/// Parent of every cluster record.
+pub const CLUSTERS_ROOT: &str = "/admin/clusters";
+/// Parent of every broker registration (ephemeral keys; children are `host:web-port`).
+pub const BROKERS_ROOT: &str = "/brokers";
+
+/// `/admin/clusters/{cluster}`: the cluster record `magnetar metadata init` writes last, so its
+/// presence means the cluster's initial keys all exist. `cluster` is a valid entity name.
+pub fn cluster(cluster: &str) -> String {
+    format!("{CLUSTERS_ROOT}/{cluster}")
+}
+
+/// The id of a broker in listings and in its registration key: `{host}:{web_port}`, the form
+/// Pulsar's `GET /admin/v2/brokers/{cluster}` answers.
+pub fn broker_id(advertised_host: &str, web_port: u16) -> String {
+    format!("{advertised_host}:{web_port}")
+}
+
+/// `/brokers/{host}:{web_port}`: a running broker's registration. The host is an advertised
+/// address already validated by the caller; it never contains `/` (asserted: a `/` would
+/// make the key a different path).
+pub fn broker(advertised_host: &str, web_port: u16) -> String {
+    assert!(
+        !advertised_host.is_empty() && !advertised_host.contains('/'),
+        "advertised host must be validated before it names a key: {advertised_host:?}"
+    );
+    format!("{BROKERS_ROOT}/{}", broker_id(advertised_host, web_port))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +247,16 @@ mod tests {
         assert_eq!(cursor_key(&t, "s/1"), "/cursors/persistent/t/n/x+y/s%2F1");
         assert_eq!(dedup_key(&t), "/dedup/persistent/t/n/x+y");
         assert_eq!(schema_key(&t), "/schemas/t/n/x+y");
+        assert_eq!(cluster("c-1"), "/admin/clusters/c-1");
+        assert_eq!(broker_id("10.0.0.1", 8080), "10.0.0.1:8080");
+        assert_eq!(broker("host.example", 8080), "/brokers/host.example:8080");
+        assert_eq!(child(BROKERS_ROOT, &broker_id("h", 1)), broker("h", 1));
+    }
+
+    #[test]
+    #[should_panic(expected = "advertised host")]
+    fn a_broker_key_never_takes_a_slash() {
+        broker("a/b", 1);
     }
 
     #[test]
@@ -228,6 +268,9 @@ mod tests {
         for key in
             [topic_key(&t), partitioned_topic_key(&t), topic_key(&t.partition(i32::MAX as u32))]
         {
+            magnetar_metadata::validate_key(&key).unwrap();
+        }
+        for key in [cluster("standalone"), broker("127.0.0.1", 8080), broker("[::1]", 80)] {
             magnetar_metadata::validate_key(&key).unwrap();
         }
     }

@@ -5,7 +5,8 @@
 //!   encoding of a topic's local name in keys and URLs.
 //! - [`keys`]: every metadata-store key. No other crate builds a key by hand, so the layout is
 //!   read in one place (and moved under a cluster's root prefix by the store, not here).
-//! - [`policies`]: the JSON documents stored for tenants and partitioned topics.
+//! - [`policies`]: the JSON documents stored for tenants, partitioned topics, the cluster record
+//!   and broker registrations.
 //! - [`schema`]: schema histories and the compatibility rules deciding what may join them.
 //!
 //! Pure: no I/O, no async, no clock (callers pass times in).
@@ -16,4 +17,4 @@ pub mod policies;
 pub mod schema;
 
 pub use names::{NameError, NamespaceName, TopicDomain, TopicName};
-pub use policies::{PartitionedTopicMetadata, TenantInfo};
+pub use policies::{BrokerRegistration, ClusterData, PartitionedTopicMetadata, TenantInfo};

@@ -60,3 +60,32 @@ impl PartitionedTopicMetadata {
         PartitionedTopicMetadata { partitions, properties: None }
     }
 }
+
+/// Pulsar's `ClusterData` (the fields Magnetar uses), stored at `/admin/clusters/{cluster}` by
+/// `magnetar metadata init` and returned by `GET /admin/v2/clusters/{cluster}`. Its presence
+/// marks an initialized cluster: a broker refuses to start on a cluster without it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterData {
+    /// HTTP admin URL of the cluster (`http://host:8080`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_url: Option<String>,
+    /// Binary protocol URL of the cluster (`pulsar://host:6650`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broker_service_url: Option<String>,
+}
+
+/// What a running broker publishes about itself at `/brokers/{host}:{web-port}`, an ephemeral
+/// key bound to its metadata session (field names after Pulsar's `BrokerLookupData`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerRegistration {
+    /// `pulsar://host:port` clients connect to.
+    pub pulsar_service_url: String,
+    /// `http://host:port` of its admin API.
+    pub web_service_url: String,
+    /// When the broker process started, milliseconds since the Unix epoch.
+    pub start_timestamp: u64,
+    /// The broker's version (`CARGO_PKG_VERSION` of the binary).
+    pub broker_version: String,
+}

@@ -36,6 +36,7 @@ pub(crate) fn build(state: AdminState) -> Router {
     let mut router = Router::new()
         .route("/admin/v2/brokers/health", get(broker::health))
         .route("/admin/v2/brokers/ready", get(broker::ready))
+        .route("/admin/v2/brokers/{cluster}", get(broker::list_brokers))
         .route("/metrics", get(broker::metrics))
         .route("/metrics/", get(broker::metrics))
         .route("/admin/v2/clusters", get(tenants::list_clusters))

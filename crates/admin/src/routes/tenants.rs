@@ -30,8 +30,9 @@ pub(crate) async fn list_clusters(State(state): State<AdminState>) -> Json<Vec<S
     Json(vec![state.cluster.clone()])
 }
 
-/// `GET /admin/v2/clusters/{cluster}`: the cluster's `ClusterData` (service URLs when
-/// configured); 404 for any other cluster.
+/// `GET /admin/v2/clusters/{cluster}`: the cluster's `ClusterData`: the record `magnetar
+/// metadata init` stored at `/admin/clusters/{cluster}` (unknown fields kept), with this
+/// broker's service URLs filling what it does not set; 404 for any other cluster.
 pub(crate) async fn get_cluster(
     State(state): State<AdminState>,
     uri: Uri,
@@ -40,12 +41,16 @@ pub(crate) async fn get_cluster(
     if name.as_deref() != Some(state.cluster.as_str()) {
         return Err(AdminError::NotFound("Cluster does not exist".to_string()));
     }
-    let mut data = Map::new();
+    let mut data =
+        match get_json::<Map<String, Value>>(&state, &keys::cluster(&state.cluster)).await? {
+            Some((stored, _)) => stored,
+            None => Map::new(),
+        };
     if let Some(url) = &state.service_url {
-        data.insert("serviceUrl".into(), Value::String(url.clone()));
+        data.entry("serviceUrl").or_insert_with(|| Value::String(url.clone()));
     }
     if let Some(url) = &state.broker_service_url {
-        data.insert("brokerServiceUrl".into(), Value::String(url.clone()));
+        data.entry("brokerServiceUrl").or_insert_with(|| Value::String(url.clone()));
     }
     Ok(Json(Value::Object(data)))
 }

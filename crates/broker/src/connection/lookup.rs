@@ -9,6 +9,11 @@ impl Connection {
         let request_id = request.request_id;
         let result = async {
             let name = BrokerService::topic_name(&request.topic)?;
+            if !self.service.is_loaded(&name) {
+                // A topic this broker would have to load: answer at once, with an error clients
+                // retry, while its metadata session is lost (instead of waiting on the store).
+                self.service.readiness.check()?;
+            }
             let partitions = self.service.partitions(&name).await?;
             let may_create = request.metadata_auto_creation_enabled.unwrap_or(true)
                 && self.service.config.allow_auto_topic_creation;

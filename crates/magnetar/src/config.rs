@@ -1,0 +1,349 @@
+//! The server configuration, shared by `magnetar standalone` and `magnetar broker`: one file
+//! format (magnetar.example.toml documents every knob and its default), command-line flags
+//! over it, and [`Settings::load`], which validates all of it before any file is opened or any
+//! connection made. The two commands differ only in [`MetadataBackend`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use magnetar_broker::BrokerConfig;
+use magnetar_journal::{JournalConfig, SyncMode};
+use magnetar_ledger::LedgerStoreConfig;
+use magnetar_metadata_etcd::{parse_metadata_url, EtcdStoreConfig, MetadataUrlError};
+use magnetar_model::names::is_valid_entity_name;
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::cli::ServerArgs;
+
+/// The configuration file. Every field is optional; see magnetar.example.toml.
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Directory for ledgers (`ledgers/`) and, standalone, metadata (`metadata/`).
+    pub data_dir: PathBuf,
+    /// Address the HTTP admin API listens on.
+    pub web_bind_address: String,
+    pub web_port: u16,
+    /// Cluster name reported by the admin API (`magnetar broker` takes it from `--cluster`).
+    pub cluster: String,
+    pub broker: BrokerConfig,
+    pub storage: StorageSection,
+    pub metadata: MetadataSection,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageSection {
+    /// Journal segment size in bytes.
+    pub segment_size_bytes: u64,
+    /// Most bytes per group commit (one write, one flush).
+    pub max_group_bytes: usize,
+    /// Optional wait for a group to fill, in microseconds (0: flush when idle).
+    pub max_wait_micros: u64,
+    /// fdatasync (default), dsync, or none (tests only: acknowledged data may be lost).
+    pub sync_mode: String,
+    /// Write the journal with O_DIRECT.
+    pub direct_io: bool,
+    /// Memory for recently appended entries served to tailing readers.
+    pub write_cache_bytes: usize,
+}
+
+/// The etcd metadata store of `magnetar broker` (standalone ignores this section).
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetadataSection {
+    /// Time to live of the broker's etcd session (lease), whole seconds: after this long
+    /// without contact, etcd deletes the broker's registration and the broker reports its
+    /// session lost (not ready, no new topics) until a new session registers it again.
+    pub session_ttl_seconds: u64,
+    /// Bound on one etcd request, in seconds.
+    pub request_timeout_seconds: u64,
+    /// Bound on reaching etcd at start-up, in seconds: past it the broker exits with an error.
+    pub connect_timeout_seconds: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            data_dir: PathBuf::from("./data"),
+            web_bind_address: "127.0.0.1".into(),
+            web_port: 8080,
+            cluster: "standalone".into(),
+            broker: BrokerConfig::default(),
+            storage: StorageSection::default(),
+            metadata: MetadataSection::default(),
+        }
+    }
+}
+
+impl Default for StorageSection {
+    fn default() -> Self {
+        let journal = JournalConfig::default();
+        StorageSection {
+            segment_size_bytes: journal.segment_size_bytes,
+            max_group_bytes: journal.max_group_bytes,
+            max_wait_micros: 0,
+            sync_mode: "fdatasync".into(),
+            direct_io: journal.direct_io,
+            write_cache_bytes: LedgerStoreConfig::default().write_cache_bytes,
+        }
+    }
+}
+
+impl Default for MetadataSection {
+    fn default() -> Self {
+        let etcd = EtcdStoreConfig::new(Vec::new(), "default");
+        MetadataSection {
+            session_ttl_seconds: etcd.session_ttl.as_secs(),
+            request_timeout_seconds: etcd.request_timeout.as_secs(),
+            connect_timeout_seconds: etcd.connect_timeout.as_secs(),
+        }
+    }
+}
+
+/// A configuration that cannot be used. Each renders as one line, its cause included (no
+/// `source` chain: `main` prints the chain, which would repeat it).
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("read config file {path}: {cause}")]
+    Read { path: PathBuf, cause: std::io::Error },
+    #[error("parse config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("broker config: {0}")]
+    Broker(String),
+    #[error("storage.sync_mode: {0}")]
+    SyncMode(String),
+    #[error("--metadata: {0}")]
+    MetadataUrl(MetadataUrlError),
+    #[error(
+        "cluster name {0:?} is not valid: use 1-255 letters, digits, '-', '_', '.', ':' or '='"
+    )]
+    ClusterName(String),
+    #[error(
+        "advertised address {0:?} is not valid: a host name or IP address (no scheme, port or \
+         '/')"
+    )]
+    AdvertisedAddress(String),
+    #[error("metadata.{0}")]
+    MetadataSection(&'static str),
+}
+
+impl From<MetadataUrlError> for ConfigError {
+    fn from(error: MetadataUrlError) -> Self {
+        ConfigError::MetadataUrl(error)
+    }
+}
+
+/// Which metadata store the server runs on.
+#[derive(Debug, Clone)]
+pub enum MetadataBackend {
+    /// `magnetar standalone`: the embedded store in `<data_dir>/metadata`, bootstrapped with
+    /// `public/default` on every start.
+    Embedded,
+    /// `magnetar broker`: etcd, under the cluster's root; the cluster must be initialized.
+    Etcd(EtcdStoreConfig),
+}
+
+/// What a server command asks for, before validation.
+pub enum Mode<'a> {
+    Standalone,
+    Broker { metadata_url: &'a str, cluster: &'a str },
+}
+
+/// A validated server configuration.
+#[derive(Debug)]
+pub struct Settings {
+    pub config: ServerConfig,
+    pub ledger: LedgerStoreConfig,
+    pub metadata: MetadataBackend,
+}
+
+impl Settings {
+    /// Reads the file (if any), applies the flags, and checks everything. Opens nothing.
+    pub fn load(args: &ServerArgs, mode: Mode<'_>) -> Result<Settings, ConfigError> {
+        let mut config = match &args.config {
+            Some(path) => read_file(path)?,
+            None => ServerConfig::default(),
+        };
+        if let Some(dir) = &args.data_dir {
+            config.data_dir = dir.clone();
+        }
+        if let Some(port) = args.broker_port {
+            config.broker.broker_port = port;
+        }
+        if let Some(port) = args.web_port {
+            config.web_port = port;
+        }
+        if let Some(address) = &args.advertised_address {
+            config.broker.advertised_address = address.clone();
+        }
+        let metadata = match mode {
+            Mode::Standalone => MetadataBackend::Embedded,
+            Mode::Broker { metadata_url, cluster } => {
+                config.cluster = cluster.to_string();
+                let endpoints = parse_metadata_url(metadata_url)?;
+                MetadataBackend::Etcd(etcd_config(&config.metadata, endpoints, cluster)?)
+            }
+        };
+        Self::validate(config, metadata)
+    }
+
+    fn validate(config: ServerConfig, metadata: MetadataBackend) -> Result<Settings, ConfigError> {
+        if !is_valid_entity_name(&config.cluster) {
+            return Err(ConfigError::ClusterName(config.cluster.clone()));
+        }
+        if !valid_host(&config.broker.advertised_address) {
+            return Err(ConfigError::AdvertisedAddress(config.broker.advertised_address.clone()));
+        }
+        config.broker.validate().map_err(ConfigError::Broker)?;
+        let ledger = ledger_store_config(&config)?;
+        Ok(Settings { config, ledger, metadata })
+    }
+}
+
+fn read_file(path: &Path) -> Result<ServerConfig, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|cause| ConfigError::Read { path: path.to_path_buf(), cause })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        // toml's message spans lines (a snippet of the file): keep the error one line.
+        message: e.to_string().split_whitespace().collect::<Vec<_>>().join(" "),
+    })
+}
+
+fn etcd_config(
+    section: &MetadataSection,
+    endpoints: Vec<String>,
+    cluster: &str,
+) -> Result<EtcdStoreConfig, ConfigError> {
+    if !is_valid_entity_name(cluster) {
+        return Err(ConfigError::ClusterName(cluster.to_string()));
+    }
+    if !(1..=3600).contains(&section.session_ttl_seconds) {
+        return Err(ConfigError::MetadataSection("session_ttl_seconds must be 1..=3600"));
+    }
+    if !(1..=600).contains(&section.request_timeout_seconds) {
+        return Err(ConfigError::MetadataSection("request_timeout_seconds must be 1..=600"));
+    }
+    if !(1..=3600).contains(&section.connect_timeout_seconds) {
+        return Err(ConfigError::MetadataSection("connect_timeout_seconds must be 1..=3600"));
+    }
+    let mut etcd = EtcdStoreConfig::new(endpoints, cluster);
+    etcd.session_ttl = Duration::from_secs(section.session_ttl_seconds);
+    etcd.request_timeout = Duration::from_secs(section.request_timeout_seconds);
+    etcd.connect_timeout = Duration::from_secs(section.connect_timeout_seconds);
+    Ok(etcd)
+}
+
+/// A host name or an IP address as it appears in a URL (IPv6 in brackets).
+fn valid_host(host: &str) -> bool {
+    if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        return !v6.is_empty() && v6.bytes().all(|b| b.is_ascii_hexdigit() || b == b':');
+    }
+    !host.is_empty()
+        && host.len() <= 253
+        && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+}
+
+fn ledger_store_config(config: &ServerConfig) -> Result<LedgerStoreConfig, ConfigError> {
+    let sync_mode: SyncMode = config.storage.sync_mode.parse().map_err(ConfigError::SyncMode)?;
+    let journal = JournalConfig {
+        segment_size_bytes: config.storage.segment_size_bytes,
+        max_group_bytes: config.storage.max_group_bytes,
+        max_wait: (config.storage.max_wait_micros > 0)
+            .then(|| Duration::from_micros(config.storage.max_wait_micros)),
+        sync_mode,
+        direct_io: config.storage.direct_io,
+        ..JournalConfig::default()
+    };
+    Ok(LedgerStoreConfig {
+        dir: config.data_dir.join("ledgers"),
+        journal,
+        write_cache_bytes: config.storage.write_cache_bytes,
+        ..LedgerStoreConfig::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_lists_every_knob_with_its_default() {
+        let text = include_str!("../../../magnetar.example.toml");
+        let parsed: ServerConfig = toml::from_str(text).expect("the example parses");
+        let default = ServerConfig::default();
+        assert_eq!(format!("{parsed:?}"), format!("{default:?}"), "example and defaults differ");
+        // Every field of every section appears in the example (no knob left undocumented).
+        let value: toml::Value = toml::from_str(text).unwrap();
+        let sections = [
+            ("broker", format!("{:?}", default.broker)),
+            ("storage", format!("{:?}", default.storage)),
+            ("metadata", format!("{:?}", default.metadata)),
+        ];
+        for (section, debug) in sections {
+            let table = value[section].as_table().unwrap();
+            assert_eq!(table.len(), debug.matches(": ").count(), "every {section} knob is listed");
+        }
+    }
+
+    fn broker_args() -> ServerArgs {
+        ServerArgs::default()
+    }
+
+    fn load_broker(url: &str, cluster: &str) -> Result<Settings, ConfigError> {
+        Settings::load(&broker_args(), Mode::Broker { metadata_url: url, cluster })
+    }
+
+    #[test]
+    fn broker_settings_on_etcd() {
+        let settings = load_broker("etcd://10.0.0.1:2379,10.0.0.2:2379", "c1").unwrap();
+        let MetadataBackend::Etcd(etcd) = &settings.metadata else { panic!("etcd expected") };
+        assert_eq!(etcd.endpoints, ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]);
+        assert_eq!(etcd.root, "/magnetar/c1");
+        assert_eq!(etcd.session_ttl, Duration::from_secs(10));
+        assert_eq!(settings.config.cluster, "c1");
+        let standalone = Settings::load(&broker_args(), Mode::Standalone).unwrap();
+        assert!(matches!(standalone.metadata, MetadataBackend::Embedded));
+        assert_eq!(standalone.config.cluster, "standalone");
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_one_line() {
+        let cases = [
+            load_broker("etcd://", "c1"),
+            load_broker("zk://h:2181", "c1"),
+            load_broker("etcd://h:99999", "c1"),
+            load_broker("etcd://h:2379", ""),
+            load_broker("etcd://h:2379", "a/b"),
+        ];
+        for result in cases {
+            let error = result.expect_err("refused");
+            let line = error.to_string();
+            assert!(!line.is_empty() && !line.contains('\n'), "{line:?}");
+        }
+        assert!(matches!(load_broker("etcd://h", ""), Err(ConfigError::ClusterName(_))));
+        let args = ServerArgs { advertised_address: Some("pulsar://h:1".into()), ..broker_args() };
+        assert!(matches!(
+            Settings::load(&args, Mode::Standalone),
+            Err(ConfigError::AdvertisedAddress(_))
+        ));
+        assert!(valid_host("[::1]") && valid_host("broker-0.example") && !valid_host(""));
+    }
+
+    #[test]
+    fn a_bad_file_is_one_line_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "[storage]\nsync_mode = \"sometimes\"\n").unwrap();
+        let args = ServerArgs { config: Some(path.clone()), ..broker_args() };
+        assert!(matches!(Settings::load(&args, Mode::Standalone), Err(ConfigError::SyncMode(_))));
+        std::fs::write(&path, "[metadata]\nsession_ttl = 3\n").unwrap();
+        let error = Settings::load(&args, Mode::Standalone).expect_err("unknown field");
+        assert!(!error.to_string().contains('\n'), "{error}");
+        std::fs::write(&path, "[metadata]\nsession_ttl_seconds = 0\n").unwrap();
+        let result = Settings::load(&args, Mode::Broker { metadata_url: "etcd://h", cluster: "c" });
+        assert!(matches!(result, Err(ConfigError::MetadataSection(_))));
+    }
+}
