@@ -44,6 +44,10 @@ impl BrokerHooks for AdminHooks {
         }
     }
 
+    async fn metrics(&self) -> String {
+        self.0.metrics_text()
+    }
+
     async fn policies_updated(
         &self,
         namespace: &NamespaceName,

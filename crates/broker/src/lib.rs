@@ -10,6 +10,7 @@
 //! - `delayed`: the bounded delayed-delivery index (pure).
 //! - `dedup`: producer deduplication state (pure).
 //! - `non_persistent`: in-memory, at-most-once topics and their subscriptions.
+//! - `metrics`: counters for `GET /metrics` (Prometheus text).
 //! - `schema_registry`: schema histories in the metadata store (the rules are in `magnetar_model::schema`).
 //!
 //! Names, metadata keys, policies documents and schema rules come from `magnetar_model`; the
@@ -26,6 +27,7 @@ pub mod fence;
 pub mod key_shared;
 pub mod ledger_ids;
 pub mod managed_ledger;
+pub mod metrics;
 pub mod non_persistent;
 pub mod ownership;
 pub mod schema_registry;

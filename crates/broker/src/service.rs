@@ -4,6 +4,7 @@
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::managed_ledger::LedgerBackend;
+use crate::metrics::BrokerMetrics;
 use crate::non_persistent::NonPersistentTopic;
 use crate::ownership::{Ownership, SingleBroker};
 use crate::schema_registry::SchemaRegistry;
@@ -40,11 +41,22 @@ impl BrokerService {
         storage: Arc<dyn LedgerStorage>,
         metadata: Arc<dyn MetadataStore>,
     ) -> Arc<Self> {
+        Self::with_metrics(config, storage, metadata, BrokerMetrics::new(None))
+    }
+
+    /// As [`Self::new`], counting into `metrics` (whose metadata-write counter, if any, is that
+    /// of a counting store around `metadata`).
+    pub fn with_metrics(
+        config: BrokerConfig,
+        storage: Arc<dyn LedgerStorage>,
+        metadata: Arc<dyn MetadataStore>,
+        metrics: Arc<BrokerMetrics>,
+    ) -> Arc<Self> {
         let ownership = Arc::new(SingleBroker { broker_url: config.service_url() });
         Arc::new(BrokerService {
             config,
             ownership,
-            ledgers: LedgerBackend::new(storage, metadata.clone()),
+            ledgers: LedgerBackend::new(storage, metadata.clone()).with_metrics(metrics),
             schemas: SchemaRegistry::new(metadata.clone()),
             metadata,
             topics: Mutex::default(),
@@ -259,6 +271,11 @@ impl BrokerService {
             self.topics.lock().remove(&full);
         }
         deleted.map(|()| true)
+    }
+
+    /// The broker's counters in Prometheus text (`GET /metrics`).
+    pub fn metrics_text(&self) -> String {
+        self.ledgers.metrics.prometheus_text()
     }
 
     /// Topics loaded now.

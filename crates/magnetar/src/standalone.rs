@@ -127,6 +127,9 @@ pub fn run(args: StandaloneArgs) -> anyhow::Result<()> {
             EmbeddedStore::open(EmbeddedStoreConfig::new(config.data_dir.join("metadata")))
                 .await
                 .context("open metadata store")?;
+        // Every metadata write is counted (`magnetar_metadata_writes_total` on GET /metrics).
+        let metadata = magnetar_metadata::CountingStore::new(Arc::new(metadata));
+        let metrics = magnetar_broker::metrics::BrokerMetrics::new(Some(metadata.write_counter()));
         let metadata: Arc<dyn MetadataStore> = Arc::new(metadata);
         magnetar_admin::bootstrap(&*metadata, &config.cluster)
             .await
@@ -137,7 +140,12 @@ pub fn run(args: StandaloneArgs) -> anyhow::Result<()> {
                 .await?
                 .context("open ledger store")?;
         let store = Arc::new(store);
-        let service = BrokerService::new(config.broker.clone(), store.clone(), metadata.clone());
+        let service = BrokerService::with_metrics(
+            config.broker.clone(),
+            store.clone(),
+            metadata.clone(),
+            metrics,
+        );
 
         let broker_address =
             format!("{}:{}", config.broker.bind_address, config.broker.broker_port);

@@ -33,7 +33,7 @@ pub(crate) async fn ready(State(state): State<AdminState>) -> Result<Response, A
     }
 }
 
-/// `GET /metrics`: the broker's Prometheus exposition (empty by default).
+/// `GET /metrics`: the broker's Prometheus exposition (the hooks' counters; empty without a broker).
 pub(crate) async fn metrics(State(state): State<AdminState>) -> Response {
     let body = state.hooks.metrics().await;
     (
