@@ -5,7 +5,8 @@
 //! - `topic`: a topic's producers and subscriptions over its managed ledger.
 //! - `managed_ledger`: a topic's ledgers in the ledger store, rolled over by size.
 //! - `subscription`: cursor, consumers and the dispatcher task.
-//! - `cursor`: the acknowledgement-state core (pure, no I/O).
+//! - `cursor`: the acknowledgement-state core and the cursor record's format (pure, no I/O).
+//! - `cursor_ledger`: durable subscriptions' states in cursor ledgers, a pointer in metadata.
 //! - `key_shared`: Key_Shared hashing, selectors and draining hashes (pure).
 //! - `delayed`: the bounded delayed-delivery index (pure).
 //! - `dedup`: producer deduplication state (pure).
@@ -20,6 +21,7 @@ pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod cursor;
+pub mod cursor_ledger;
 pub mod dedup;
 pub mod delayed;
 pub mod error;

@@ -202,6 +202,11 @@ impl ManagedLedger {
         &self.backend.clock
     }
 
+    /// The storage, id allocator and counters this managed ledger (and its cursors) use.
+    pub fn backend(&self) -> &LedgerBackend {
+        &self.backend
+    }
+
     pub fn fence(&self) -> &Arc<Fence> {
         &self.fence
     }

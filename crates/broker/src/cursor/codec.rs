@@ -331,7 +331,7 @@ fn run_gap(previous_last: Option<u16>, run: Run) -> u64 {
     }
 }
 
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+pub(super) fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         out.push((value as u8 & 0x7f) | 0x80);
         value >>= 7;
@@ -477,17 +477,17 @@ fn decode_batches(
     Ok(batches)
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    offset: usize,
+pub(super) struct Reader<'a> {
+    pub(super) bytes: &'a [u8],
+    pub(super) offset: usize,
 }
 
 impl Reader<'_> {
-    fn invalid(&self, reason: &'static str) -> CursorStateError {
+    pub(super) fn invalid(&self, reason: &'static str) -> CursorStateError {
         CursorStateError::Invalid { offset: self.offset, reason }
     }
 
-    fn take(&mut self, count: usize) -> Result<&[u8], CursorStateError> {
+    pub(super) fn take(&mut self, count: usize) -> Result<&[u8], CursorStateError> {
         let have = self.bytes.len() - self.offset;
         if have < count {
             return Err(CursorStateError::Truncated { offset: self.offset, need: count, have });
@@ -497,7 +497,7 @@ impl Reader<'_> {
         Ok(taken)
     }
 
-    fn byte(&mut self) -> Result<u8, CursorStateError> {
+    pub(super) fn byte(&mut self) -> Result<u8, CursorStateError> {
         Ok(self.take(1)?[0])
     }
 
@@ -507,7 +507,7 @@ impl Reader<'_> {
         Ok(u64::from_le_bytes(word))
     }
 
-    fn varint(&mut self) -> Result<u64, CursorStateError> {
+    pub(super) fn varint(&mut self) -> Result<u64, CursorStateError> {
         let start = self.offset;
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
