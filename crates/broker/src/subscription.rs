@@ -927,12 +927,19 @@ impl Subscription {
             return Ok(());
         }
         let mut persisted = self.acks_persisted.subscribe();
+        let fence = self.managed_ledger.fence();
         let done = tokio::time::timeout(ACK_PERSIST_TIMEOUT, async {
-            persisted.wait_for(|&n| n >= ticket.0).await.is_ok()
+            tokio::select! {
+                biased;
+                written = persisted.wait_for(|&n| n >= ticket.0) => written.is_ok(),
+                // Fenced: nothing more is persisted from here.
+                () = fence.fenced() => false,
+            }
         })
         .await;
         match done {
             Ok(true) => Ok(()),
+            _ if fence.is_fenced() => Err(fence.error()),
             _ => Err(BrokerError::Metadata("the cursor could not be persisted in time".into())),
         }
     }
