@@ -59,7 +59,8 @@ const COUNT_FIELDS_MAX_LEN: usize = 3 * 10;
 /// Default cap on persisted acked ranges: 1000x Pulsar's `managedLedgerMaxUnackedRangesToPersist`
 /// (10,000), affordable because a range costs bytes, not a protobuf message.
 pub const DEFAULT_MAX_PERSISTED_RANGES: u64 = 10_000_000;
-/// Default cap on the encoded size, to stay under common metadata-store value limits (1 MiB).
+/// Default cap on the encoded size (1 MiB): what a durable subscription appends to its cursor
+/// ledger per persist at most.
 pub const DEFAULT_MAX_ENCODED_BYTES: usize = 1 << 20;
 
 /// Bounds on what [`AckState::encode_with_limits`] writes. Anything beyond them is left out and
