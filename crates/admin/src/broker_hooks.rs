@@ -55,6 +55,10 @@ impl BrokerHooks for AdminHooks {
         self.ready().await
     }
 
+    async fn metrics(&self) -> String {
+        self.0.metrics_text()
+    }
+
     async fn policies_updated(
         &self,
         namespace: &NamespaceName,

@@ -25,6 +25,12 @@ pub struct BrokerConfig {
     pub max_bytes_per_ledger: u64,
     /// ...or this many seconds after it was opened, checked at the next append (Pulsar: 4 h).
     pub max_ledger_age_seconds: u64,
+    /// A durable subscription's cursor ledger (its acknowledgement states, one per persist) is
+    /// rolled over after this many entries (Pulsar's `managedLedgerCursorMaxEntriesPerLedger`,
+    /// 50,000)...
+    pub cursor_max_entries_per_ledger: u64,
+    /// ...or this many bytes (a big ack-hole state costs up to 1 MiB per entry).
+    pub cursor_max_bytes_per_ledger: u64,
     /// Most entries read and sent per dispatch round of a subscription.
     pub dispatch_batch_entries: usize,
     /// Producer deduplication where neither the topic nor its namespace sets it (Pulsar's
@@ -52,6 +58,8 @@ impl Default for BrokerConfig {
             max_entries_per_ledger: 50_000,
             max_bytes_per_ledger: 2 << 30,
             max_ledger_age_seconds: 4 * 3600,
+            cursor_max_entries_per_ledger: 50_000,
+            cursor_max_bytes_per_ledger: 64 << 20,
             dispatch_batch_entries: 100,
             broker_deduplication_enabled: false,
             active_consumer_failover_delay_ms: 1_000,
@@ -81,6 +89,9 @@ impl BrokerConfig {
         {
             return Err("ledger rollover limits and dispatch_batch_entries must be positive".into());
         }
+        if self.cursor_max_entries_per_ledger == 0 || self.cursor_max_bytes_per_ledger == 0 {
+            return Err("cursor ledger rollover limits must be positive".into());
+        }
         Ok(())
     }
 
@@ -89,6 +100,13 @@ impl BrokerConfig {
             batch_entries: self.dispatch_batch_entries,
             failover_delay_ms: self.active_consumer_failover_delay_ms,
             key_shared_consistent_hashing: self.key_shared_use_consistent_hashing,
+        }
+    }
+
+    pub fn cursor_ledger_limits(&self) -> crate::cursor_ledger::CursorLedgerLimits {
+        crate::cursor_ledger::CursorLedgerLimits {
+            max_entries: self.cursor_max_entries_per_ledger,
+            max_bytes: self.cursor_max_bytes_per_ledger,
         }
     }
 

@@ -1,8 +1,9 @@
 //! Fencing of a topic whose metadata someone else changed.
 //!
 //! Everything a topic's owner writes that a second owner could also write (the ledger list,
-//! cursors, the deduplication snapshot) is written by compare-and-set against the version this
-//! owner last saw. A lost compare-and-set means another broker owns the topic now: the writer
+//! cursor records, the deduplication snapshot) is written by compare-and-set against the version
+//! this owner last saw; cursor states go to cursor ledgers, which a new owner fences when it
+//! loads them (`cursor_ledger`), so the old owner's next append fails and fences it the same way. A lost compare-and-set means another broker owns the topic now: the writer
 //! never retries over it. It fences the topic instead: appends fail, producers and consumers are
 //! closed (clients reconnect, and a lookup sends them to the owner), and the next use of the
 //! topic on this broker loads it afresh from the metadata store.
@@ -32,8 +33,9 @@ impl Fence {
     /// Fences the topic (once); `key` is the write that found someone else's version.
     pub fn fence(&self, key: &str) -> BrokerError {
         if !self.fenced.swap(true, Ordering::AcqRel) {
-            tracing::error!(topic = %self.topic, %key, "metadata changed by another writer: topic fenced");
-            self.fenced_now.notify_one();
+            tracing::error!(topic = %self.topic, %key, "another writer took over (a lost compare-and-set or a fenced cursor ledger): topic fenced");
+            // Every waiter (the topic's fence task, ack receipts waiting on a persist).
+            self.fenced_now.notify_waiters();
         }
         self.error()
     }

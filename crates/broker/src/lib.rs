@@ -5,13 +5,15 @@
 //! - `topic`: a topic's producers and subscriptions over its managed ledger.
 //! - `managed_ledger`: a topic's ledgers in the ledger store, rolled over by size.
 //! - `subscription`: cursor, consumers and the dispatcher task.
-//! - `cursor`: the acknowledgement-state core (pure, no I/O).
+//! - `cursor`: the acknowledgement-state core and the cursor record's format (pure, no I/O).
+//! - `cursor_ledger`: durable subscriptions' states in cursor ledgers, a pointer in metadata.
 //! - `key_shared`: Key_Shared hashing, selectors and draining hashes (pure).
 //! - `delayed`: the bounded delayed-delivery index (pure).
 //! - `dedup`: producer deduplication state (pure).
 //! - `non_persistent`: in-memory, at-most-once topics and their subscriptions.
 //! - `registration`: the broker's ephemeral registration key and readiness across metadata
 //!   session loss (pure state machine plus a small tokio shell).
+//! - `metrics`: counters for `GET /metrics` (Prometheus text).
 //! - `schema_registry`: schema histories in the metadata store (the rules are in `magnetar_model::schema`).
 //!
 //! Names, metadata keys, policies documents and schema rules come from `magnetar_model`; the
@@ -21,6 +23,7 @@ pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod cursor;
+pub mod cursor_ledger;
 pub mod dedup;
 pub mod delayed;
 pub mod error;
@@ -28,6 +31,7 @@ pub mod fence;
 pub mod key_shared;
 pub mod ledger_ids;
 pub mod managed_ledger;
+pub mod metrics;
 pub mod non_persistent;
 pub mod ownership;
 pub mod registration;

@@ -14,6 +14,7 @@ use crate::cursor::{LedgerList, Position};
 use crate::error::BrokerError;
 use crate::fence::Fence;
 use crate::ledger_ids::LedgerIds;
+use crate::metrics::BrokerMetrics;
 use bytes::Bytes;
 use magnetar_ledger::{LedgerError, LedgerMetadata, LedgerStorage};
 use magnetar_metadata::{ExpectedVersion, MetadataStore};
@@ -75,6 +76,8 @@ pub struct LedgerBackend {
     pub ids: Arc<LedgerIds>,
     /// The time managed ledgers and their subscriptions go by.
     pub clock: Arc<dyn Clock>,
+    /// Counters of what the topics on this backend do.
+    pub metrics: Arc<BrokerMetrics>,
 }
 
 impl LedgerBackend {
@@ -89,7 +92,13 @@ impl LedgerBackend {
     ) -> Self {
         let floor = storage.ledger_id_floor();
         let ids = LedgerIds::new(metadata, magnetar_model::keys::LEDGER_IDS, floor);
-        LedgerBackend { storage, ids: Arc::new(ids), clock }
+        LedgerBackend { storage, ids: Arc::new(ids), clock, metrics: BrokerMetrics::new(None) }
+    }
+
+    /// The same backend counting into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<BrokerMetrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// A new ledger with an id above `after` (the topic's last ledger), from the allocator.
@@ -191,6 +200,11 @@ impl ManagedLedger {
 
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.backend.clock
+    }
+
+    /// The storage, id allocator and counters this managed ledger (and its cursors) use.
+    pub fn backend(&self) -> &LedgerBackend {
+        &self.backend
     }
 
     pub fn fence(&self) -> &Arc<Fence> {

@@ -4,6 +4,7 @@
 use crate::config::BrokerConfig;
 use crate::error::BrokerError;
 use crate::managed_ledger::LedgerBackend;
+use crate::metrics::BrokerMetrics;
 use crate::non_persistent::NonPersistentTopic;
 use crate::ownership::{Ownership, SingleBroker};
 use crate::registration::Readiness;
@@ -44,21 +45,30 @@ impl BrokerService {
         storage: Arc<dyn LedgerStorage>,
         metadata: Arc<dyn MetadataStore>,
     ) -> Arc<Self> {
-        Self::with_readiness(config, storage, metadata, Arc::new(Readiness::ready()))
+        Self::build(
+            config,
+            storage,
+            metadata,
+            Arc::new(Readiness::ready()),
+            BrokerMetrics::new(None),
+        )
     }
 
-    /// A service whose topic loads follow `readiness` (driven by a `registration::Registration`).
-    pub fn with_readiness(
+    /// A service whose topic loads follow `readiness` (driven by a `registration::Registration`)
+    /// and that counts into `metrics` (whose metadata-write counter, if any, is that of a
+    /// counting store around `metadata`).
+    pub fn build(
         config: BrokerConfig,
         storage: Arc<dyn LedgerStorage>,
         metadata: Arc<dyn MetadataStore>,
         readiness: Arc<Readiness>,
+        metrics: Arc<BrokerMetrics>,
     ) -> Arc<Self> {
         let ownership = Arc::new(SingleBroker { broker_url: config.service_url() });
         Arc::new(BrokerService {
             config,
             ownership,
-            ledgers: LedgerBackend::new(storage, metadata.clone()),
+            ledgers: LedgerBackend::new(storage, metadata.clone()).with_metrics(metrics),
             schemas: SchemaRegistry::new(metadata.clone()),
             metadata,
             readiness,
@@ -286,6 +296,11 @@ impl BrokerService {
             self.topics.lock().remove(&full);
         }
         deleted.map(|()| true)
+    }
+
+    /// The broker's counters in Prometheus text (`GET /metrics`).
+    pub fn metrics_text(&self) -> String {
+        self.ledgers.metrics.prometheus_text()
     }
 
     /// Topics loaded now.

@@ -21,12 +21,14 @@
 //!   while an earlier entry of its hash is queued or held by another consumer.
 //! - An acknowledged entry is never sent again.
 //! - Durable subscriptions persist their acknowledgement state after every change (coalesced:
-//!   at most one write in flight), so a restart redelivers only what was not acknowledged.
+//!   at most one write in flight) to their cursor ledger (`cursor_ledger`), so a restart
+//!   redelivers only what was not acknowledged; an ack receipt waits for that write.
 //! - A cursor reset (seek) detaches every consumer (CLOSE_CONSUMER) and replaces the whole
 //!   dispatch state; a dispatch round that read before the reset sends nothing (`epoch`).
 
 use crate::connection::Outbox;
-use crate::cursor::{next_position, AckState, LedgerList, Position};
+use crate::cursor::{next_position, AckState, LedgerList, PersistLimits, Position};
+use crate::cursor_ledger::CursorLedger;
 use crate::delayed::{DelayConfig, DelayTracker, Rescan};
 use crate::error::BrokerError;
 use crate::key_shared::{
@@ -35,7 +37,6 @@ use crate::key_shared::{
 };
 use crate::managed_ledger::ManagedLedger;
 use bytes::Bytes;
-use magnetar_metadata::{ExpectedVersion, MetadataStore};
 use magnetar_protocol::proto::{
     command_ack::AckType, command_subscribe::SubType, KeySharedMeta, KeySharedMode, MessageIdData,
 };
@@ -172,6 +173,16 @@ impl State {
             failover_switch_at: None,
             messages_per_entry: 1.0,
         }
+    }
+
+    /// The acknowledgement state as persisted (at most [`PersistLimits::default`]: acks past
+    /// it are left out and redelivered after a restart), and its mark-delete position.
+    fn encode_ack(&self) -> (Bytes, Option<Position>) {
+        let encoded = self.ack.encode_with_limits(&PersistLimits::default());
+        if let Some(from) = encoded.dropped_from {
+            tracing::debug!(%from, "cursor state too large: later acks not persisted");
+        }
+        (encoded.bytes.into(), self.ack.mark_delete())
     }
 
     /// Entries sent to consumer `key` and not acknowledged, in position order.
@@ -499,16 +510,15 @@ pub struct Subscription {
     pub durable: bool,
     partition: i32,
     managed_ledger: Arc<ManagedLedger>,
-    metadata: Arc<dyn MetadataStore>,
-    cursor_key: String,
-    /// The cursor key's version as this subscription last wrote (or loaded) it, `None`: absent.
-    /// Held across each write, so the subscription's writes form one compare-and-set chain.
-    cursor_version: tokio::sync::Mutex<Option<u64>>,
+    /// Durable subscriptions: where the acknowledgement state is persisted. Held across each
+    /// write, so the subscription's writes form one chain (and one compare-and-set chain on
+    /// its cursor record).
+    cursor: Option<tokio::sync::Mutex<CursorLedger>>,
     batch_entries: usize,
     state: Mutex<State>,
     wake: Arc<Notify>,
     /// Acknowledgements made so far (a counter), and the count covered by the last cursor
-    /// write that reached the metadata store: an ack receipt waits for the second to pass it.
+    /// write that is durable: an ack receipt waits for the second to pass it.
     acks_made: std::sync::atomic::AtomicU64,
     acks_persisted: tokio::sync::watch::Sender<u64>,
 }
@@ -529,16 +539,14 @@ enum Plan {
 }
 
 impl Subscription {
+    /// Starts a subscription; durable ones have a `cursor` to persist to.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         name: String,
         sub_type: SubType,
-        durable: bool,
         partition: i32,
         managed_ledger: Arc<ManagedLedger>,
-        metadata: Arc<dyn MetadataStore>,
-        cursor_key: String,
-        cursor_version: Option<u64>,
+        cursor: Option<CursorLedger>,
         ack: AckState,
         last_read: Option<Position>,
         settings: DispatchSettings,
@@ -546,12 +554,10 @@ impl Subscription {
         let state = State::new(sub_type, ack, last_read, settings);
         let subscription = Arc::new(Subscription {
             name,
-            durable,
+            durable: cursor.is_some(),
             partition,
             managed_ledger,
-            metadata,
-            cursor_key,
-            cursor_version: tokio::sync::Mutex::new(cursor_version),
+            cursor: cursor.map(tokio::sync::Mutex::new),
             batch_entries: settings.batch_entries,
             state: Mutex::new(state),
             wake: Arc::new(Notify::new()),
@@ -914,19 +920,26 @@ impl Subscription {
         Ok(AckTicket(ticket))
     }
 
-    /// Waits until the cursor write that covers `ticket` is in the metadata store (at once for
-    /// non-durable subscriptions), so an ack receipt never promises more than a restart keeps.
+    /// Waits until the cursor write that covers `ticket` is durable (at once for non-durable
+    /// subscriptions), so an ack receipt never promises more than a restart keeps.
     pub async fn persisted(&self, ticket: AckTicket) -> Result<(), BrokerError> {
         if !self.durable {
             return Ok(());
         }
         let mut persisted = self.acks_persisted.subscribe();
+        let fence = self.managed_ledger.fence();
         let done = tokio::time::timeout(ACK_PERSIST_TIMEOUT, async {
-            persisted.wait_for(|&n| n >= ticket.0).await.is_ok()
+            tokio::select! {
+                biased;
+                written = persisted.wait_for(|&n| n >= ticket.0) => written.is_ok(),
+                // Fenced: nothing more is persisted from here.
+                () = fence.fenced() => false,
+            }
         })
         .await;
         match done {
             Ok(true) => Ok(()),
+            _ if fence.is_fenced() => Err(fence.error()),
             _ => Err(BrokerError::Metadata("the cursor could not be persisted in time".into())),
         }
     }
@@ -947,37 +960,37 @@ impl Subscription {
         self.wake.notify_one();
     }
 
-    /// Stops dispatching and forgets the persisted cursor (unsubscribe), or just stops.
+    /// Stops dispatching and forgets the persisted cursor, its ledgers and its record
+    /// (unsubscribe), or just stops.
     pub async fn close(&self, delete_cursor: bool) -> Result<(), BrokerError> {
         self.state.lock().closed = true;
         self.managed_ledger.remove_listener(&self.wake);
         self.wake.notify_one();
-        if delete_cursor && self.durable {
-            let mut version = self.cursor_version.lock().await;
-            match self.metadata.delete(&self.cursor_key, ExpectedVersion::Any).await {
-                Ok(()) | Err(magnetar_metadata::MetadataError::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-            *version = None;
+        if let Some(cursor) = self.cursor.as_ref().filter(|_| delete_cursor) {
+            cursor.lock().await.delete().await?;
         }
         Ok(())
     }
 
-    /// Writes the acknowledgement state now (first persist of a new subscription).
+    /// Writes the acknowledgement state now (first persist of a new or loaded subscription:
+    /// it starts the subscription's own cursor ledger).
     pub async fn persist_now(&self) -> Result<(), BrokerError> {
         if !self.durable {
             return Ok(());
         }
-        let bytes = self.state.lock().ack.encode();
-        self.write_cursor(bytes.into()).await
+        let (bytes, mark_delete) = self.state.lock().encode_ack();
+        self.write_cursor(bytes, mark_delete).await
     }
 
-    /// One cursor write, by compare-and-set on the version this subscription last wrote: a
-    /// conflict fences the topic (another broker owns it) instead of overwriting.
-    async fn write_cursor(&self, bytes: Bytes) -> Result<(), BrokerError> {
-        let mut version = self.cursor_version.lock().await;
-        let fence = self.managed_ledger.fence();
-        fence.put(&*self.metadata, &self.cursor_key, bytes, &mut version).await
+    /// One cursor write: an append to the cursor ledger (a rollover now and then). A lost
+    /// compare-and-set or a fenced ledger fences the topic (another broker owns it).
+    async fn write_cursor(
+        &self,
+        bytes: Bytes,
+        mark_delete: Option<Position>,
+    ) -> Result<(), BrokerError> {
+        let Some(cursor) = &self.cursor else { return Ok(()) };
+        cursor.lock().await.persist(bytes, mark_delete).await
     }
 
     fn schedule_persist(self: &Arc<Self>) {
@@ -995,12 +1008,12 @@ impl Subscription {
         let me = self.clone();
         tokio::spawn(async move {
             loop {
-                let (bytes, covers) = {
+                let ((bytes, mark_delete), covers) = {
                     let mut state = me.state.lock();
                     state.persist_dirty = false;
-                    (state.ack.encode(), me.acks_made.load(std::sync::atomic::Ordering::SeqCst))
+                    (state.encode_ack(), me.acks_made.load(std::sync::atomic::Ordering::SeqCst))
                 };
-                match me.write_cursor(bytes.into()).await {
+                match me.write_cursor(bytes, mark_delete).await {
                     Ok(()) => {
                         me.acks_persisted.send_if_modified(|n| {
                             let advanced = covers > *n;

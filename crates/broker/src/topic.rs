@@ -2,6 +2,7 @@
 
 use crate::config::BrokerConfig;
 use crate::cursor::{AckState, Position};
+use crate::cursor_ledger::{CursorLedger, CursorLedgerLimits, LoadError};
 use crate::dedup::{DedupSnapshot, DedupState, DupStatus};
 use crate::error::BrokerError;
 use crate::managed_ledger::ManagedLedger;
@@ -266,6 +267,7 @@ pub struct Topic {
     pub managed_ledger: Arc<ManagedLedger>,
     metadata: Arc<dyn MetadataStore>,
     cursor_prefix: String,
+    cursor_limits: CursorLedgerLimits,
     dispatch: DispatchSettings,
     producers: ProducerRegistry,
     subscriptions: Mutex<HashMap<String, Arc<Subscription>>>,
@@ -314,6 +316,7 @@ impl Topic {
             managed_ledger,
             metadata: metadata.clone(),
             cursor_prefix,
+            cursor_limits: config.cursor_ledger_limits(),
             dispatch: config.dispatch_settings(),
             producers,
             subscriptions: Mutex::default(),
@@ -330,33 +333,43 @@ impl Topic {
         tokio::spawn(snapshot_task(Arc::downgrade(&topic), topic.dedup_snapshot_due.clone()));
         tokio::spawn(fence_task(Arc::downgrade(&topic), topic.managed_ledger.fence().clone()));
         let ledgers = topic.managed_ledger.ledgers();
+        let storage = topic.managed_ledger.backend().storage.clone();
         for encoded in metadata.list_children(&topic.cursor_prefix).await? {
             let Some(found) =
                 metadata.get(&magnetar_model::keys::child(&topic.cursor_prefix, &encoded)).await?
             else {
                 continue;
             };
-            let mut ack = match AckState::decode(&found.value) {
-                Ok(ack) => ack,
-                Err(error) => {
+            // Fences the cursor's ledger (a previous owner's persists fail from now on) and
+            // reads its last state.
+            let loaded = match crate::cursor_ledger::load(&storage, &found).await {
+                Ok(loaded) => loaded,
+                Err(LoadError::Unreadable(error)) => {
+                    // As before cursors moved to ledgers: logged and skipped (the key stays,
+                    // for an operator; a new subscription of that name fences the topic).
                     tracing::error!(topic = %topic.full_name, cursor = %encoded, %error, "cursor unreadable; skipped");
                     continue;
                 }
+                Err(LoadError::Broker(error)) => return Err(error),
             };
+            let mut ack = loaded.ack;
             ack.reconcile(&ledgers);
             let last_read = ack.mark_delete();
             let name =
                 magnetar_model::names::decode_topic_name(&encoded).unwrap_or(encoded.clone());
-            let version = Some(found.version);
+            let cursor = topic.cursor_ledger(&name, Some(loaded.version), loaded.obsolete);
             let subscription = topic.start_subscription(
                 name.clone(),
                 SubType::Exclusive,
-                true,
+                Some(cursor),
                 ack,
                 last_read,
-                version,
             );
-            topic.subscriptions.lock().insert(name, subscription);
+            topic.subscriptions.lock().insert(name, subscription.clone());
+            // The subscription's own cursor ledger, as Pulsar opens a new one: the loaded state
+            // is its first entry, the record names it (an old-format value is converted here),
+            // and the ledgers the record named are deleted.
+            subscription.persist_now().await?;
         }
         Ok(topic)
     }
@@ -476,25 +489,36 @@ impl Topic {
         self.dedup.lock().append_failed();
     }
 
+    /// The cursor persistence of durable subscription `name`: its record's `version` and the
+    /// ledgers to delete as loaded (a new subscription: `None` and nothing).
+    fn cursor_ledger(&self, name: &str, version: Option<u64>, obsolete: Vec<u64>) -> CursorLedger {
+        CursorLedger::new(
+            self.managed_ledger.backend().clone(),
+            self.metadata.clone(),
+            self.managed_ledger.fence().clone(),
+            magnetar_model::keys::cursor_key(&self.name, name),
+            &self.full_name,
+            name,
+            self.cursor_limits,
+            version,
+            obsolete,
+        )
+    }
+
     fn start_subscription(
         &self,
         name: String,
         sub_type: SubType,
-        durable: bool,
+        cursor: Option<CursorLedger>,
         ack: AckState,
         last_read: Option<Position>,
-        cursor_version: Option<u64>,
     ) -> Arc<Subscription> {
-        let cursor_key = magnetar_model::keys::cursor_key(&self.name, &name);
         Subscription::start(
             name,
             sub_type,
-            durable,
             self.partition,
             self.managed_ledger.clone(),
-            self.metadata.clone(),
-            cursor_key,
-            cursor_version,
+            cursor,
             ack,
             last_read,
             self.dispatch,
@@ -565,8 +589,9 @@ impl Topic {
             _ => AckState::new(None),
         };
         // A new cursor: its first write expects no key (another owner's would fence us).
+        let cursor = durable.then(|| self.cursor_ledger(name, None, Vec::new()));
         let subscription =
-            self.start_subscription(name.to_string(), sub_type, durable, ack, last_read, None);
+            self.start_subscription(name.to_string(), sub_type, cursor, ack, last_read);
         let winner = {
             let mut subscriptions = self.subscriptions.lock();
             subscriptions.entry(name.to_string()).or_insert_with(|| subscription.clone()).clone()
@@ -632,8 +657,9 @@ impl Topic {
 
     /// Deletes the topic, as Pulsar's `PersistentTopic.delete`: refused while clients are
     /// connected unless `force`, which closes them (they reconnect and, with auto-creation on,
-    /// find a new, empty topic). Then its subscriptions' cursors, deduplication state, policies,
-    /// ledger list and topic key go from the metadata store, and its ledgers from storage.
+    /// find a new, empty topic). Then its subscriptions' cursors (records and cursor ledgers),
+    /// deduplication state, policies, ledger list and topic key go from the metadata store,
+    /// and its ledgers from storage.
     /// The caller takes the topic out of the broker's map first.
     pub async fn delete(&self, force: bool) -> Result<(), BrokerError> {
         if !force && self.client_count() > 0 {
@@ -643,14 +669,20 @@ impl Topic {
             )));
         }
         self.deleted.store(true, Ordering::Release);
-        self.close_clients().await;
-        // Every cursor under the topic, and the rest of the topic's keys.
+        self.producers.close_all();
+        let subscriptions: Vec<Arc<Subscription>> =
+            self.subscriptions.lock().drain().map(|(_, s)| s).collect();
+        for subscription in subscriptions {
+            subscription.close_consumers();
+            // Its cursor ledgers and record (after any persist in flight).
+            subscription.close(true).await?;
+        }
+        // Cursors no subscription held (unreadable ones, skipped at load), and the rest of the
+        // topic's keys.
+        let storage = &self.managed_ledger.backend().storage;
         for encoded in self.metadata.list_children(&self.cursor_prefix).await? {
-            delete_key(
-                &*self.metadata,
-                &magnetar_model::keys::child(&self.cursor_prefix, &encoded),
-            )
-            .await?;
+            let key = magnetar_model::keys::child(&self.cursor_prefix, &encoded);
+            crate::cursor_ledger::delete_stored(storage, &*self.metadata, &key).await?;
         }
         delete_key(&*self.metadata, &self.dedup_key).await?;
         delete_key(&*self.metadata, &magnetar_model::keys::topic_policies_key(&self.name)).await?;

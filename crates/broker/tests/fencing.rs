@@ -1,5 +1,6 @@
-//! Two brokers on one metadata store: the one that loaded a topic last owns it, and the other's
-//! next metadata write is refused by compare-and-set and fences its copy instead of overwriting.
+//! Two brokers on one metadata store and one ledger storage: the one that loaded a topic last
+//! owns it, and the other's next write (a cursor-ledger append the loader fenced, or a metadata
+//! compare-and-set) is refused and fences its copy instead of overwriting.
 
 use bytes::Bytes;
 use magnetar_broker::topic::StartAt;
@@ -10,20 +11,21 @@ use magnetar_metadata::{MemoryStore, MetadataStore};
 use magnetar_protocol::proto::command_subscribe::SubType;
 use std::sync::Arc;
 
-fn broker(metadata: &Arc<dyn MetadataStore>, seed: u64) -> Arc<BrokerService> {
-    let store = LedgerStore::open_with_storage(
-        LedgerStoreConfig::default(),
-        Arc::new(SimStorage::new(seed)),
-    )
-    .unwrap()
-    .0;
-    BrokerService::new(BrokerConfig::default(), Arc::new(store), metadata.clone())
+/// A broker over `storage` and `metadata`: brokers of a cluster share both (the ledgers are on
+/// replicated storage), so a new owner can fence the ledgers the old one writes.
+fn broker(storage: &Arc<LedgerStore>, metadata: &Arc<dyn MetadataStore>) -> Arc<BrokerService> {
+    BrokerService::new(BrokerConfig::default(), storage.clone(), metadata.clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_old_owner_is_fenced_by_the_new_owners_writes() {
     let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-    let (old, new) = (broker(&metadata, 1), broker(&metadata, 2));
+    let storage = Arc::new(
+        LedgerStore::open_with_storage(LedgerStoreConfig::default(), Arc::new(SimStorage::new(1)))
+            .unwrap()
+            .0,
+    );
+    let (old, new) = (broker(&storage, &metadata), broker(&storage, &metadata));
     let name = BrokerService::topic_name("persistent://public/default/owned").unwrap();
     let cursor_key = "/cursors/persistent/public/default/owned/s";
 
@@ -38,7 +40,9 @@ async fn the_old_owner_is_fenced_by_the_new_owners_writes() {
     new_sub.persist_now().await.unwrap();
     let written_by_new = metadata.get(cursor_key).await.unwrap().unwrap();
 
-    // The old owner's next cursor write loses the compare-and-set: fenced, nothing overwritten.
+    // The old owner's next cursor write finds its cursor ledger fenced (or gone: the new owner
+    // rolled over to its own and deleted it, and the old owner's rollover then loses the
+    // compare-and-set): fenced, nothing overwritten.
     let lost = old_sub.persist_now().await;
     assert!(matches!(lost, Err(BrokerError::Fenced(_))), "{lost:?}");
     assert!(old_topic.is_fenced());

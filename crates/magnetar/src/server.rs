@@ -85,12 +85,18 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         let web_url = format!("http://{host}:{web_port}");
 
         let readiness = Arc::new(Readiness::not_ready("starting"));
-        let metadata_store: Arc<dyn MetadataStore> = metadata.clone();
-        let service = BrokerService::with_readiness(
+        // Every metadata write of the broker and the admin API is counted
+        // (`magnetar_metadata_writes_total` on GET /metrics); the registration's ephemeral key
+        // goes to the session store directly.
+        let counting = magnetar_metadata::CountingStore::new(metadata.clone());
+        let metrics = magnetar_broker::metrics::BrokerMetrics::new(Some(counting.write_counter()));
+        let metadata_store: Arc<dyn MetadataStore> = Arc::new(counting);
+        let service = BrokerService::build(
             broker_config,
             store.clone(),
             metadata_store.clone(),
             readiness.clone(),
+            metrics,
         );
         let registration = BrokerRegistration {
             pulsar_service_url: service_url.clone(),

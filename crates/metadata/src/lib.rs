@@ -54,6 +54,7 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod counting;
 mod embedded;
 mod error;
 mod key;
@@ -67,6 +68,7 @@ use std::fmt;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+pub use counting::CountingStore;
 pub use embedded::{
     EmbeddedStats, EmbeddedStore, EmbeddedStoreConfig, FileLogIo, LogIo, LogIoWrapper,
     RecoveryReport,

@@ -54,7 +54,7 @@ pub(crate) async fn list_brokers(
     Ok(Json(brokers))
 }
 
-/// `GET /metrics`: the broker's Prometheus exposition (empty by default).
+/// `GET /metrics`: the broker's Prometheus exposition (the hooks' counters; empty without a broker).
 pub(crate) async fn metrics(State(state): State<AdminState>) -> Response {
     let body = state.hooks.metrics().await;
     (

@@ -59,7 +59,8 @@ const COUNT_FIELDS_MAX_LEN: usize = 3 * 10;
 /// Default cap on persisted acked ranges: 1000x Pulsar's `managedLedgerMaxUnackedRangesToPersist`
 /// (10,000), affordable because a range costs bytes, not a protobuf message.
 pub const DEFAULT_MAX_PERSISTED_RANGES: u64 = 10_000_000;
-/// Default cap on the encoded size, to stay under common metadata-store value limits (1 MiB).
+/// Default cap on the encoded size (1 MiB): what a durable subscription appends to its cursor
+/// ledger per persist at most.
 pub const DEFAULT_MAX_ENCODED_BYTES: usize = 1 << 20;
 
 /// Bounds on what [`AckState::encode_with_limits`] writes. Anything beyond them is left out and
@@ -331,7 +332,7 @@ fn run_gap(previous_last: Option<u16>, run: Run) -> u64 {
     }
 }
 
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+pub(super) fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         out.push((value as u8 & 0x7f) | 0x80);
         value >>= 7;
@@ -477,17 +478,17 @@ fn decode_batches(
     Ok(batches)
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    offset: usize,
+pub(super) struct Reader<'a> {
+    pub(super) bytes: &'a [u8],
+    pub(super) offset: usize,
 }
 
 impl Reader<'_> {
-    fn invalid(&self, reason: &'static str) -> CursorStateError {
+    pub(super) fn invalid(&self, reason: &'static str) -> CursorStateError {
         CursorStateError::Invalid { offset: self.offset, reason }
     }
 
-    fn take(&mut self, count: usize) -> Result<&[u8], CursorStateError> {
+    pub(super) fn take(&mut self, count: usize) -> Result<&[u8], CursorStateError> {
         let have = self.bytes.len() - self.offset;
         if have < count {
             return Err(CursorStateError::Truncated { offset: self.offset, need: count, have });
@@ -497,7 +498,7 @@ impl Reader<'_> {
         Ok(taken)
     }
 
-    fn byte(&mut self) -> Result<u8, CursorStateError> {
+    pub(super) fn byte(&mut self) -> Result<u8, CursorStateError> {
         Ok(self.take(1)?[0])
     }
 
@@ -507,7 +508,7 @@ impl Reader<'_> {
         Ok(u64::from_le_bytes(word))
     }
 
-    fn varint(&mut self) -> Result<u64, CursorStateError> {
+    pub(super) fn varint(&mut self) -> Result<u64, CursorStateError> {
         let start = self.offset;
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {

@@ -7,8 +7,9 @@
 //! batches are tracked per entry until every message is acknowledged.
 //!
 //! This module is a pure data structure: no I/O, no async, no clock. The broker feeds it
-//! acknowledgements plus the topic's ledger layout ([`LedgerBoundaries`]) and persists
-//! [`AckState::encode`] output in the metadata store.
+//! acknowledgements plus the topic's ledger layout ([`LedgerBoundaries`]) and appends
+//! [`AckState::encode`] output to the subscription's cursor ledger; the metadata store keeps a
+//! small [`CursorRecord`] pointing at that ledger (`record.rs`, and `crate::cursor_ledger`).
 //!
 //! # Design
 //! - Individually acked positions are a *set* grouped per ledger into 65,536-entry chunks, each a
@@ -41,6 +42,7 @@ mod chunk;
 mod codec;
 mod error;
 mod position;
+mod record;
 mod state;
 
 #[cfg(test)]
@@ -54,5 +56,8 @@ pub use error::{AckError, CursorStateError};
 pub use position::{
     entries_after, entries_between, entry_count, next_position, position_exists, EntryRange,
     LedgerBoundaries, LedgerExtent, LedgerList, Position, PositionRange,
+};
+pub use record::{
+    CursorRecord, CursorValue, MAX_INLINE_STATE_BYTES, MAX_OBSOLETE_LEDGERS, MAX_RECORD_BYTES,
 };
 pub use state::{AckOutcome, AckState, UnackedRanges};

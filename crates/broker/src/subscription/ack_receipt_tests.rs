@@ -1,11 +1,14 @@
 //! An acknowledgement's receipt waits for the cursor write that covers it.
 
+const LIMITS: crate::cursor_ledger::CursorLedgerLimits =
+    crate::cursor_ledger::CursorLedgerLimits { max_entries: 1_000, max_bytes: 1 << 20 };
+
 use super::*;
 use crate::managed_ledger::RolloverPolicy;
 use async_trait::async_trait;
 use magnetar_journal::sim::SimStorage;
 use magnetar_ledger::{LedgerStore, LedgerStoreConfig};
-use magnetar_metadata::{MemoryStore, Versioned, WatchStream};
+use magnetar_metadata::{ExpectedVersion, MemoryStore, MetadataStore, Versioned, WatchStream};
 use magnetar_protocol::proto::MessageIdData;
 use tokio::sync::Semaphore;
 
@@ -81,12 +84,9 @@ async fn ack_receipt_waits_for_the_cursor_write() {
     let subscription = Subscription::start(
         "sub".into(),
         SubType::Shared,
-        true,
         -1,
-        ml,
-        metadata.clone(),
-        cursor_key.clone(),
-        None,
+        ml.clone(),
+        Some(CursorLedger::for_test(&ml, metadata.clone(), &cursor_key, LIMITS)),
         AckState::new(None),
         None,
         DispatchSettings::new(10),
@@ -114,6 +114,31 @@ async fn ack_receipt_waits_for_the_cursor_write() {
         .unwrap();
     assert!(result.is_ok(), "{result:?}");
     let stored = metadata.get(&cursor_key).await.unwrap().expect("cursor written");
-    let decoded = AckState::decode(&stored.value).unwrap();
-    assert!(decoded.is_acked(position), "the written cursor holds the ack");
+    let record = crate::cursor::CursorRecord::decode(&stored.value).unwrap();
+    assert!(record.snapshot().is_acked(position), "the record's snapshot holds the ack");
+
+    // Later acks go to the cursor ledger alone: with the gate shut, their receipts still come.
+    let (sender, receiver) = tokio::sync::oneshot::channel();
+    subscription
+        .managed_ledger
+        .append(Bytes::from_static(b"second"), move |result| {
+            let _ = sender.send(result);
+        })
+        .unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(10), receiver)
+        .await
+        .expect("append completes")
+        .unwrap()
+        .unwrap();
+    let id = MessageIdData {
+        ledger_id: second.ledger_id,
+        entry_id: second.entry_id,
+        ..Default::default()
+    };
+    let ticket = subscription.ack(AckType::Individual, &[id]).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), subscription.persisted(ticket))
+        .await
+        .expect("no metadata write on the ack path")
+        .unwrap();
+    assert_eq!(metadata.get(&cursor_key).await.unwrap().unwrap().version, stored.version);
 }

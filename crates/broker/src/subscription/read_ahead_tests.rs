@@ -8,12 +8,14 @@ use bytes::BytesMut;
 use magnetar_journal::sim::SimStorage;
 use magnetar_journal::JournalConfig;
 use magnetar_ledger::{LedgerStore, LedgerStoreConfig};
-use magnetar_metadata::MemoryStore;
+use magnetar_metadata::{MemoryStore, MetadataStore};
 use magnetar_protocol::encode_metadata_and_payload;
 use magnetar_protocol::proto::MessageMetadata;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 const ENTRIES: usize = 300;
+const LIMITS: crate::cursor_ledger::CursorLedgerLimits =
+    crate::cursor_ledger::CursorLedgerLimits { max_entries: 1_000, max_bytes: 1 << 20 };
 const WAIT: Duration = Duration::from_secs(10);
 
 fn entry(index: usize) -> Bytes {
@@ -83,12 +85,9 @@ async fn a_drain_reads_ahead_and_delivers_everything_once_in_order() {
     let subscription = Subscription::start(
         "sub".into(),
         SubType::Exclusive,
-        true,
         -1,
-        ml,
-        metadata,
-        "/cursors/t/sub".into(),
-        None,
+        ml.clone(),
+        Some(CursorLedger::for_test(&ml, metadata, "/cursors/t/sub", LIMITS)),
         AckState::new(None),
         None,
         DispatchSettings::new(8),
