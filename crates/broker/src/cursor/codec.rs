@@ -164,31 +164,7 @@ impl AckState {
     /// Decodes bytes written by [`AckState::encode`]. The result holds exactly what was encoded;
     /// call [`AckState::reconcile`] with the current ledger layout before using it.
     pub fn decode(bytes: &[u8]) -> Result<AckState, CursorStateError> {
-        if bytes.len() < HEADER_LEN + CHECKSUM_LEN {
-            return Err(CursorStateError::Truncated {
-                offset: 0,
-                need: HEADER_LEN + CHECKSUM_LEN,
-                have: bytes.len(),
-            });
-        }
-        let mut magic = [0u8; 4];
-        magic.copy_from_slice(&bytes[..MAGIC.len()]);
-        if magic != MAGIC {
-            return Err(CursorStateError::BadMagic { found: magic });
-        }
-        let version = bytes[MAGIC.len()];
-        if version != FORMAT_VERSION {
-            return Err(CursorStateError::UnsupportedVersion { version });
-        }
-        let (body, checksum) = bytes.split_at(bytes.len() - CHECKSUM_LEN);
-        let mut stored = [0u8; CHECKSUM_LEN];
-        stored.copy_from_slice(checksum);
-        let stored = u32::from_le_bytes(stored);
-        let computed = crc32c::crc32c(body);
-        if stored != computed {
-            return Err(CursorStateError::ChecksumMismatch { stored, computed });
-        }
-        let mut reader = Reader { bytes: body, offset: MAGIC.len() + 1 };
+        let (body, mut reader) = checked_body(bytes, MAGIC, FORMAT_VERSION)?;
         let state = decode_body(&mut reader)?;
         if reader.offset != body.len() {
             return Err(CursorStateError::TrailingBytes {
@@ -476,6 +452,38 @@ fn decode_batches(
         previous = Some(position);
     }
     Ok(batches)
+}
+
+/// The framing both cursor formats share: 4-byte magic, a version byte, the body, and a CRC32C
+/// of everything before it. Checks all of it; returns the checksummed bytes and a reader placed
+/// just after the version byte.
+pub(super) fn checked_body(
+    bytes: &[u8],
+    magic: [u8; 4],
+    version: u8,
+) -> Result<(&[u8], Reader<'_>), CursorStateError> {
+    // Magic, version and at least one more byte (the formats' first field), then the checksum.
+    let need = magic.len() + 2 + CHECKSUM_LEN;
+    if bytes.len() < need {
+        return Err(CursorStateError::Truncated { offset: 0, need, have: bytes.len() });
+    }
+    let mut found = [0u8; 4];
+    found.copy_from_slice(&bytes[..magic.len()]);
+    if found != magic {
+        return Err(CursorStateError::BadMagic { found });
+    }
+    if bytes[magic.len()] != version {
+        return Err(CursorStateError::UnsupportedVersion { version: bytes[magic.len()] });
+    }
+    let (body, checksum) = bytes.split_at(bytes.len() - CHECKSUM_LEN);
+    let mut stored = [0u8; CHECKSUM_LEN];
+    stored.copy_from_slice(checksum);
+    let stored = u32::from_le_bytes(stored);
+    let computed = crc32c::crc32c(body);
+    if stored != computed {
+        return Err(CursorStateError::ChecksumMismatch { stored, computed });
+    }
+    Ok((body, Reader { bytes: body, offset: magic.len() + 1 }))
 }
 
 pub(super) struct Reader<'a> {

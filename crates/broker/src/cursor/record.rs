@@ -25,7 +25,7 @@
 //! A record is at most [`MAX_RECORD_BYTES`], far below etcd's 1.5 MiB request limit, whatever
 //! the acknowledgement state holds.
 
-use super::codec::{put_varint, Reader};
+use super::codec::{checked_body, put_varint};
 use super::error::CursorStateError;
 use super::position::Position;
 use super::state::AckState;
@@ -37,7 +37,6 @@ const FORMAT_VERSION: u8 = 1;
 const FLAG_MARK_DELETE: u8 = 0b01;
 const FLAG_INLINE: u8 = 0b10;
 const KNOWN_FLAGS: u8 = FLAG_MARK_DELETE | FLAG_INLINE;
-const CHECKSUM_LEN: usize = 4;
 
 /// Largest encoded state kept inline in the record (Pulsar keeps the individually deleted
 /// ranges in the cursor's metadata only when they are few).
@@ -137,32 +136,7 @@ impl CursorRecord {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<CursorRecord, CursorStateError> {
-        let header = MAGIC.len() + 2;
-        if bytes.len() < header + CHECKSUM_LEN {
-            return Err(CursorStateError::Truncated {
-                offset: 0,
-                need: header + CHECKSUM_LEN,
-                have: bytes.len(),
-            });
-        }
-        let mut magic = [0u8; 4];
-        magic.copy_from_slice(&bytes[..MAGIC.len()]);
-        if magic != MAGIC {
-            return Err(CursorStateError::BadMagic { found: magic });
-        }
-        let version = bytes[MAGIC.len()];
-        if version != FORMAT_VERSION {
-            return Err(CursorStateError::UnsupportedVersion { version });
-        }
-        let (body, checksum) = bytes.split_at(bytes.len() - CHECKSUM_LEN);
-        let mut stored = [0u8; CHECKSUM_LEN];
-        stored.copy_from_slice(checksum);
-        let stored = u32::from_le_bytes(stored);
-        let computed = crc32c::crc32c(body);
-        if stored != computed {
-            return Err(CursorStateError::ChecksumMismatch { stored, computed });
-        }
-        let mut reader = Reader { bytes: body, offset: MAGIC.len() + 1 };
+        let (body, mut reader) = checked_body(bytes, MAGIC, FORMAT_VERSION)?;
         let flags = reader.byte()?;
         if flags & !KNOWN_FLAGS != 0 {
             return Err(CursorStateError::UnknownFlags { flags });
