@@ -98,3 +98,24 @@ def check_round_trip(server, prefix="health"):
         consumer.acknowledge(msg)
     finally:
         client.close()
+
+
+def produce_and_consume(service_url, count, prefix="t"):
+    """A fresh client sends `count` messages on a new topic and receives and acks each, in
+    order (what a newcomer does first against a server the README started)."""
+    client = pulsar.Client(service_url, operation_timeout_seconds=15, connection_timeout_ms=5000)
+    try:
+        topic = unique_topic(prefix)
+        consumer = client.subscribe(topic, prefix)
+        producer = client.create_producer(topic)
+        sent = [("%s %d" % (prefix, i)).encode() for i in range(count)]
+        for body in sent:
+            producer.send(body)
+        received = []
+        for _ in sent:
+            msg = consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MS)
+            received.append(msg.data())
+            consumer.acknowledge(msg)
+        assert received == sent
+    finally:
+        client.close()

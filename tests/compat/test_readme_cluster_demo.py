@@ -19,11 +19,10 @@ import subprocess
 import threading
 import time
 
-import pulsar
 import pytest
 
 import conftest
-from compat_util import http_request, unique_topic
+from compat_util import http_request, produce_and_consume
 from etcd_util import etcd_binary, free_port
 
 README = os.path.join(conftest.REPO_ROOT, "README.md")
@@ -112,23 +111,7 @@ def test_readme_cluster_demo_runs_and_stops_everything_it_started():
         work = re.search(r"data and logs in (\S+)\)", text).group(1)
         assert os.path.isdir(work), text
 
-        client = pulsar.Client("pulsar://127.0.0.1:%d" % broker_port,
-                               operation_timeout_seconds=15, connection_timeout_ms=5000)
-        try:
-            topic = unique_topic("demo")
-            consumer = client.subscribe(topic, "demo")
-            producer = client.create_producer(topic)
-            sent = [("demo %d" % i).encode() for i in range(10)]
-            for body in sent:
-                producer.send(body)
-            got = []
-            for _ in sent:
-                msg = consumer.receive(timeout_millis=10000)
-                got.append(msg.data())
-                consumer.acknowledge(msg)
-            assert got == sent
-        finally:
-            client.close()
+        produce_and_consume("pulsar://127.0.0.1:%d" % broker_port, 10, "demo")
         status, body = http_request("GET", "http://127.0.0.1:%d/admin/v2/brokers/demo" % web_port)
         assert (status, body) == (200, ('["127.0.0.1:%d"]' % web_port).encode()), (status, body)
 

@@ -20,10 +20,9 @@ import subprocess
 import tempfile
 import time
 
-import pulsar
 import pytest
 
-from compat_util import http_request, unique_topic
+from compat_util import http_request, produce_and_consume
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 README = os.path.join(REPO_ROOT, "README.md")
@@ -100,7 +99,7 @@ def test_readme_first_command_runs_the_server():
                                 stdin=subprocess.DEVNULL, env=env)
     try:
         _wait_ready(proc, command, broker_port, web_port, log_path)
-        _produce_and_consume("pulsar://127.0.0.1:%d" % broker_port)
+        produce_and_consume("pulsar://127.0.0.1:%d" % broker_port, 5, "quick-start")
         assert os.path.isdir(os.path.join(workdir, "data")), \
             "the server keeps no ./data in the directory it was started in"
         proc.send_signal(signal.SIGTERM)  # `cargo run` execs the binary: this PID is the server
@@ -142,22 +141,3 @@ def _wait_ready(proc, command, broker_port, web_port, log_path):
         time.sleep(0.2)  # polling process start-up (and maybe a build): there is no event to await
     pytest.fail("`%s` not ready after %d s (last: %s)\n%s"
                 % (command, START_TIMEOUT_S, last, _tail(log_path)))
-
-
-def _produce_and_consume(service_url):
-    client = pulsar.Client(service_url, operation_timeout_seconds=15, connection_timeout_ms=5000)
-    try:
-        topic = unique_topic()
-        consumer = client.subscribe(topic, "quick-start")
-        producer = client.create_producer(topic)
-        sent = [("hello %d" % i).encode() for i in range(5)]
-        for payload in sent:
-            producer.send(payload)
-        received = []
-        for _ in sent:
-            msg = consumer.receive(timeout_millis=10000)
-            received.append(msg.data())
-            consumer.acknowledge(msg)
-        assert received == sent
-    finally:
-        client.close()
