@@ -7,6 +7,8 @@
 //!   read in one place (and moved under a cluster's root prefix by the store, not here).
 //! - [`policies`]: the JSON documents stored for tenants, partitioned topics, the cluster record
 //!   and broker registrations.
+//! - [`policy`]: namespace and topic policies (retention, TTL, backlog quotas, limits, rates)
+//!   and how they layer into what a topic obeys.
 //! - [`schema`]: schema histories and the compatibility rules deciding what may join them.
 //!
 //! Pure: no I/O, no async, no clock (callers pass times in).
@@ -14,6 +16,7 @@
 pub mod keys;
 pub mod names;
 pub mod policies;
+pub mod policy;
 pub mod schema;
 
 pub use names::{NameError, NamespaceName, TopicDomain, TopicName};
