@@ -1,0 +1,91 @@
+"""Apache's own `pulsar-admin` (the Java CLI of org.apache.pulsar:pulsar-client-tools 4.0.8),
+for tests that check the admin API the way operators drive it.
+
+The first use resolves the CLI's classpath with Maven (tests/pulsar-admin/pom.xml; artifacts in
+the git-ignored tests/pulsar-admin/.m2, about 15 s cold) and caches it in
+tests/pulsar-admin/classpath.txt. Each command is one JVM (about 1.5 s).
+
+    from pulsar_admin import PulsarAdmin, pulsar_admin_available
+    admin = PulsarAdmin(server.web_url)
+    out = admin("namespaces", "get-retention", "public/default")          # stdout, exit 0 asserted
+    res = admin.run("topics", "stats", "persistent://public/default/x")   # CompletedProcess
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import pytest
+
+CLI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pulsar-admin")
+CLASSPATH_FILE = os.path.join(CLI_DIR, "classpath.txt")
+MAIN_CLASS = "org.apache.pulsar.admin.cli.PulsarAdminTool"
+RESOLVE_TIMEOUT_S = 600
+COMMAND_TIMEOUT_S = 60
+
+_lock = threading.Lock()
+
+
+def pulsar_admin_available():
+    return shutil.which("mvn") is not None and shutil.which("java") is not None
+
+
+requires_pulsar_admin = pytest.mark.skipif(
+    not pulsar_admin_available(), reason="Maven (`mvn`) and a JDK (`java`) are needed on PATH")
+
+
+def classpath():
+    """The CLI's classpath, resolved once (by Maven) and cached."""
+    with _lock:
+        if not os.path.exists(CLASSPATH_FILE):
+            cmd = ["mvn", "-B", "-ntp", "-q", "-Dstyle.color=never",
+                   "-Dmaven.repo.local=" + os.path.join(CLI_DIR, ".m2"),
+                   "dependency:build-classpath", "-Dmdep.outputFile=" + CLASSPATH_FILE + ".tmp"]
+            proc = subprocess.run(cmd, cwd=CLI_DIR, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  timeout=RESOLVE_TIMEOUT_S)
+            if proc.returncode != 0:
+                raise RuntimeError("resolving pulsar-admin failed:\n" +
+                                   proc.stdout.decode("utf-8", "replace")[-5000:])
+            os.replace(CLASSPATH_FILE + ".tmp", CLASSPATH_FILE)
+        with open(CLASSPATH_FILE) as f:
+            return f.read().strip()
+
+
+class PulsarAdmin:
+    """`pulsar-admin --admin-url WEB_URL ...` as a callable."""
+
+    def __init__(self, web_url):
+        self.web_url = web_url
+        self._conf_dir = tempfile.mkdtemp(prefix="pulsar-admin-conf-")
+        self.conf = os.path.join(self._conf_dir, "client.conf")
+        with open(self.conf, "w") as f:
+            f.write("webServiceUrl=%s\n" % web_url)
+
+    def run(self, *args, timeout=COMMAND_TIMEOUT_S):
+        """Runs one command; returns the CompletedProcess (text stdout/stderr), whatever its exit."""
+        cmd = ["java", "-cp", classpath(), MAIN_CLASS, self.conf, "--admin-url", self.web_url]
+        cmd += [str(a) for a in args]
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def __call__(self, *args, timeout=COMMAND_TIMEOUT_S):
+        """Runs one command, asserts exit 0 and returns its stdout."""
+        res = self.run(*args, timeout=timeout)
+        assert res.returncode == 0, "pulsar-admin %s: exit %d\nstdout: %s\nstderr: %s" % (
+            " ".join(map(str, args)), res.returncode, res.stdout[-3000:], res.stderr[-3000:])
+        return res.stdout
+
+    def json(self, *args, timeout=COMMAND_TIMEOUT_S):
+        """Runs one command whose stdout is JSON and parses it."""
+        return json.loads(self(*args, timeout=timeout))
+
+    def fails(self, *args, timeout=COMMAND_TIMEOUT_S):
+        """Runs one command that must fail; returns stdout+stderr (the reason is in there)."""
+        res = self.run(*args, timeout=timeout)
+        assert res.returncode != 0, "pulsar-admin %s should have failed:\n%s" % (
+            " ".join(map(str, args)), res.stdout[-3000:])
+        return res.stdout + res.stderr
