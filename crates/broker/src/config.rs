@@ -44,6 +44,24 @@ pub struct BrokerConfig {
     /// hash range for each joining consumer (false) (Pulsar's
     /// `subscriptionKeySharedUseConsistentHashing`).
     pub key_shared_use_consistent_hashing: bool,
+    /// The cluster this broker serves (picks the per-cluster rates of namespace policies; the
+    /// server sets it from its own `cluster`).
+    pub cluster_name: String,
+    /// Retention where neither the topic nor its namespace sets one: minutes and megabytes of
+    /// consumed data kept, `-1` = unlimited (Pulsar's `defaultRetentionTimeInMinutes` and
+    /// `defaultRetentionSizeInMB`, both 0: a ledger goes once every subscription is past it).
+    pub default_retention_time_minutes: i32,
+    pub default_retention_size_mb: i64,
+    /// Seconds between retention passes over the loaded topics (Pulsar's
+    /// `retentionCheckIntervalInSeconds`, 120; ours is shorter because a pass is cheap: it reads
+    /// memory and deletes at most `retention_max_deletes_per_pass` ledgers per topic).
+    pub retention_check_interval_seconds: u64,
+    /// Most ledgers one topic deletes per retention pass (bounds the work of a pass).
+    pub retention_max_deletes_per_pass: usize,
+    /// A ledger that has data is rolled over this many minutes after it was opened even when
+    /// no append comes, so that an idle topic's data can be trimmed (Pulsar's
+    /// `managedLedgerMaxLedgerRolloverTimeMinutes`, 240). 0: never (only at an append).
+    pub max_ledger_rollover_minutes: u64,
 }
 
 impl Default for BrokerConfig {
@@ -64,6 +82,12 @@ impl Default for BrokerConfig {
             broker_deduplication_enabled: false,
             active_consumer_failover_delay_ms: 1_000,
             key_shared_use_consistent_hashing: true,
+            cluster_name: "standalone".into(),
+            default_retention_time_minutes: 0,
+            default_retention_size_mb: 0,
+            retention_check_interval_seconds: 10,
+            retention_max_deletes_per_pass: 100,
+            max_ledger_rollover_minutes: 240,
         }
     }
 }
@@ -92,6 +116,15 @@ impl BrokerConfig {
         if self.cursor_max_entries_per_ledger == 0 || self.cursor_max_bytes_per_ledger == 0 {
             return Err("cursor ledger rollover limits must be positive".into());
         }
+        if self.default_retention_time_minutes < -1 || self.default_retention_size_mb < -1 {
+            return Err("default retention time and size must be -1 (unlimited) or more".into());
+        }
+        if self.retention_check_interval_seconds == 0 || self.retention_max_deletes_per_pass == 0 {
+            return Err(
+                "retention_check_interval_seconds and retention_max_deletes_per_pass must be positive"
+                    .into(),
+            );
+        }
         Ok(())
     }
 
@@ -107,6 +140,19 @@ impl BrokerConfig {
         crate::cursor_ledger::CursorLedgerLimits {
             max_entries: self.cursor_max_entries_per_ledger,
             max_bytes: self.cursor_max_bytes_per_ledger,
+        }
+    }
+
+    /// The broker-wide defaults policies fall back to.
+    pub fn policy_defaults(&self) -> magnetar_model::policy::PolicyDefaults {
+        magnetar_model::policy::PolicyDefaults {
+            retention: magnetar_model::policy::RetentionPolicies {
+                retention_time_in_minutes: self.default_retention_time_minutes,
+                retention_size_in_mb: self.default_retention_size_mb,
+            },
+            deduplication_enabled: self.broker_deduplication_enabled,
+            max_message_size: u32::try_from(self.max_message_size).unwrap_or(u32::MAX),
+            ..Default::default()
         }
     }
 

@@ -9,6 +9,7 @@ use crate::managed_ledger::ManagedLedger;
 use crate::subscription::{previous_position, DispatchSettings, Subscription};
 use magnetar_metadata::MetadataStore;
 use magnetar_model::names::TopicName;
+use magnetar_model::policy::{Effective, NamespacePolicies, PolicyDefaults, TopicPolicies};
 use magnetar_protocol::commands;
 use magnetar_protocol::proto::{command_subscribe::SubType, MessageIdData, ProducerAccessMode};
 use parking_lot::Mutex;
@@ -275,7 +276,11 @@ pub struct Topic {
     /// enabling it later needs no replay.
     dedup: Mutex<DedupState>,
     dedup_enabled: AtomicBool,
-    dedup_default: bool,
+    /// What the topic obeys (topic over namespace over broker policies), re-read at load and
+    /// whenever the admin API changes a policy ([`Topic::refresh_policies`]).
+    policies: Mutex<Arc<Effective>>,
+    policy_defaults: PolicyDefaults,
+    cluster: String,
     dedup_key: String,
     dedup_snapshot_due: Arc<Notify>,
     /// The snapshot key's version as this broker last wrote or read it (compare-and-set).
@@ -322,7 +327,14 @@ impl Topic {
             subscriptions: Mutex::default(),
             dedup: Mutex::default(),
             dedup_enabled: AtomicBool::new(config.broker_deduplication_enabled),
-            dedup_default: config.broker_deduplication_enabled,
+            policies: Mutex::new(Arc::new(Effective::resolve(
+                &config.policy_defaults(),
+                None,
+                None,
+                &config.cluster_name,
+            ))),
+            policy_defaults: config.policy_defaults(),
+            cluster: config.cluster_name.clone(),
             dedup_key,
             dedup_snapshot_due: Arc::new(Notify::new()),
             dedup_version: tokio::sync::Mutex::new(None),
@@ -430,23 +442,43 @@ impl Topic {
         fence.put(&*self.metadata, &self.dedup_key, value.into(), &mut version).await
     }
 
-    /// Re-reads the deduplication policy: the topic's, else its namespace's, else the broker
-    /// default (Pulsar's order).
+    /// Re-reads the topic's and its namespace's policies and layers them over the broker
+    /// defaults (Pulsar's order). A document that does not parse counts as absent (logged): a
+    /// bad policy must not make the topic unloadable.
     pub async fn refresh_policies(&self) -> Result<(), BrokerError> {
-        let topic_policy = self
-            .metadata
-            .get(&magnetar_model::keys::topic_policies_key(&self.name.partitioned_topic()))
-            .await?;
-        let namespace =
-            self.metadata.get(&magnetar_model::keys::namespace_key(self.name.namespace())).await?;
-        let flag = |value: Option<magnetar_metadata::Versioned>| {
-            value
-                .and_then(|v| serde_json::from_slice::<serde_json::Value>(&v.value).ok())
-                .and_then(|v| v.get("deduplicationEnabled").and_then(serde_json::Value::as_bool))
-        };
-        let enabled = flag(topic_policy).or(flag(namespace)).unwrap_or(self.dedup_default);
-        self.dedup_enabled.store(enabled, Ordering::Relaxed);
+        let topic_key = magnetar_model::keys::topic_policies_key(&self.name.partitioned_topic());
+        let namespace_key = magnetar_model::keys::namespace_key(self.name.namespace());
+        let topic: Option<TopicPolicies> = self.read_policy_document(&topic_key).await?;
+        let namespace: Option<NamespacePolicies> =
+            self.read_policy_document(&namespace_key).await?;
+        let effective = Effective::resolve(
+            &self.policy_defaults,
+            namespace.as_ref(),
+            topic.as_ref(),
+            &self.cluster,
+        );
+        self.dedup_enabled.store(effective.deduplication_enabled, Ordering::Relaxed);
+        *self.policies.lock() = Arc::new(effective);
         Ok(())
+    }
+
+    async fn read_policy_document<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<Option<T>, BrokerError> {
+        let Some(found) = self.metadata.get(key).await? else { return Ok(None) };
+        match serde_json::from_slice(&found.value) {
+            Ok(document) => Ok(Some(document)),
+            Err(error) => {
+                tracing::error!(topic = %self.full_name, key, %error, "policy document unreadable; ignored");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The policies the topic obeys now.
+    pub fn policies(&self) -> Arc<Effective> {
+        self.policies.lock().clone()
     }
 
     pub fn deduplication_enabled(&self) -> bool {

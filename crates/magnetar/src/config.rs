@@ -196,6 +196,7 @@ impl Settings {
         if !valid_host(&config.broker.advertised_address) {
             return Err(ConfigError::AdvertisedAddress(config.broker.advertised_address.clone()));
         }
+        config.broker.cluster_name = config.cluster.clone();
         config.broker.validate().map_err(ConfigError::Broker)?;
         let ledger = ledger_store_config(&config)?;
         Ok(Settings { config, ledger, metadata })
