@@ -1,5 +1,6 @@
 //! Broker configuration: every knob, its default and why.
 
+use magnetar_model::policy::{InactiveTopicDeleteMode, InactiveTopicPolicies};
 use serde::Deserialize;
 use std::time::Duration;
 
@@ -62,6 +63,19 @@ pub struct BrokerConfig {
     /// no append comes, so that an idle topic's data can be trimmed (Pulsar's
     /// `managedLedgerMaxLedgerRolloverTimeMinutes`, 240). 0: never (only at an append).
     pub max_ledger_rollover_minutes: u64,
+    /// Delete topics that stay inactive (Pulsar's `brokerDeleteInactiveTopicsEnabled`). Pulsar
+    /// defaults to true; Magnetar to false, because deleting a topic that still holds
+    /// unconsumed messages after a minute without clients surprises users. A namespace turns
+    /// it on with `inactive-topic-policies`.
+    pub delete_inactive_topics_enabled: bool,
+    /// `delete_when_no_subscriptions` (Pulsar's default) or
+    /// `delete_when_subscriptions_caught_up` (`brokerDeleteInactiveTopicsMode`).
+    pub delete_inactive_topics_mode: InactiveTopicDeleteMode,
+    /// Seconds between inactive-topic checks (`brokerDeleteInactiveTopicsFrequencySeconds`, 60).
+    pub delete_inactive_topics_frequency_seconds: u64,
+    /// Seconds without producers and consumers before a topic counts as inactive
+    /// (`brokerDeleteInactiveTopicsMaxInactiveDurationSeconds`, 60).
+    pub delete_inactive_topics_max_inactive_duration_seconds: i32,
 }
 
 impl Default for BrokerConfig {
@@ -88,6 +102,10 @@ impl Default for BrokerConfig {
             retention_check_interval_seconds: 10,
             retention_max_deletes_per_pass: 100,
             max_ledger_rollover_minutes: 240,
+            delete_inactive_topics_enabled: false,
+            delete_inactive_topics_mode: InactiveTopicDeleteMode::DeleteWhenNoSubscriptions,
+            delete_inactive_topics_frequency_seconds: 60,
+            delete_inactive_topics_max_inactive_duration_seconds: 60,
         }
     }
 }
@@ -125,6 +143,13 @@ impl BrokerConfig {
                     .into(),
             );
         }
+        if self.delete_inactive_topics_frequency_seconds == 0
+            || self.delete_inactive_topics_max_inactive_duration_seconds < 0
+        {
+            return Err("delete_inactive_topics_frequency_seconds must be positive and the max \
+                 inactive duration not negative"
+                .into());
+        }
         Ok(())
     }
 
@@ -152,6 +177,12 @@ impl BrokerConfig {
             },
             deduplication_enabled: self.broker_deduplication_enabled,
             max_message_size: u32::try_from(self.max_message_size).unwrap_or(u32::MAX),
+            inactive_topic: Some(InactiveTopicPolicies {
+                inactive_topic_delete_mode: self.delete_inactive_topics_mode,
+                max_inactive_duration_seconds: self
+                    .delete_inactive_topics_max_inactive_duration_seconds,
+                delete_while_inactive: self.delete_inactive_topics_enabled,
+            }),
             ..Default::default()
         }
     }

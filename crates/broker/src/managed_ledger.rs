@@ -41,6 +41,10 @@ struct PersistedLedgers {
     ledgers: Vec<u64>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     closed: BTreeMap<u64, ClosedLedger>,
+    /// Ledgers retention took out of `ledgers` whose deletion from storage may not have
+    /// happened yet: a restart deletes them (so a crash mid-trim leaves no orphan).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    deleting: Vec<u64>,
 }
 
 /// A closed ledger, as recorded by the managed ledger that closed it.
@@ -66,6 +70,8 @@ struct State {
     metadata_version: Option<u64>,
     /// Closed ledgers' records (see [`PersistedLedgers`]).
     closed: BTreeMap<u64, ClosedLedger>,
+    /// See [`PersistedLedgers::deleting`].
+    deleting: Vec<u64>,
 }
 
 /// Where managed ledgers keep their ledgers: the ledger storage (local, replicated, tiered: the
@@ -119,6 +125,9 @@ pub struct ManagedLedger {
     listeners: Mutex<Vec<Arc<Notify>>>,
     /// Shared by everything that writes this topic's metadata (see `fence.rs`).
     fence: Arc<Fence>,
+    /// One ledger-list write at a time (rollover and trimming both write it): each write
+    /// carries the state as of its turn and the version the previous one left.
+    persist_lock: tokio::sync::Mutex<()>,
 }
 
 impl ManagedLedger {
@@ -140,6 +149,13 @@ impl ManagedLedger {
             }
             None => (PersistedLedgers::default(), None),
         };
+        // A trim that was cut short: its ledgers left the list, and go from storage now.
+        for &id in &persisted.deleting {
+            match store.delete(id).await {
+                Ok(()) | Err(LedgerError::NoSuchLedger(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         let mut ledgers = LedgerList::new();
         let mut ids = Vec::new();
         let mut closed = BTreeMap::new();
@@ -173,6 +189,7 @@ impl ManagedLedger {
             rolling: false,
             metadata_version: version,
             closed,
+            deleting: Vec::new(),
         };
         let managed = Arc::new(ManagedLedger {
             fence: Fence::new(topic.clone()),
@@ -183,6 +200,7 @@ impl ManagedLedger {
             rollover,
             state: Mutex::new(state),
             listeners: Mutex::new(Vec::new()),
+            persist_lock: tokio::sync::Mutex::new(()),
         });
         managed.persist_ledger_list().await?;
         Ok(managed)
@@ -228,10 +246,14 @@ impl ManagedLedger {
     }
 
     async fn persist_ledger_list(&self) -> Result<(), BrokerError> {
+        let _turn = self.persist_lock.lock().await;
         let (record, mut version) = {
             let state = self.state.lock();
-            let record =
-                PersistedLedgers { ledgers: state.ids.clone(), closed: state.closed.clone() };
+            let record = PersistedLedgers {
+                ledgers: state.ids.clone(),
+                closed: state.closed.clone(),
+                deleting: state.deleting.clone(),
+            };
             (record, state.metadata_version)
         };
         let value =
@@ -338,6 +360,93 @@ impl ManagedLedger {
         self.state.lock().closed.clone()
     }
 
+    /// Bytes of entry data the topic holds: its closed ledgers and what the current one has.
+    pub fn total_size(&self) -> u64 {
+        let state = self.state.lock();
+        state.closed.values().map(|c| c.size).sum::<u64>() + state.staged_bytes_in_current
+    }
+
+    /// Rolls the current ledger over if it holds entries and was opened at least `max_age`
+    /// ago, so that an idle topic's data can be trimmed (Pulsar's
+    /// `managedLedgerMaxLedgerRolloverTimeMinutes`). Returns whether a rollover started.
+    pub fn roll_over_if_older_than(self: &Arc<Self>, max_age: Duration) -> bool {
+        let mut state = self.state.lock();
+        let age = self.backend.clock.now_ms().saturating_sub(state.current_opened_ms);
+        if state.rolling || state.staged_in_current == 0 || age < max_age.as_millis() as u64 {
+            return false;
+        }
+        state.rolling = true;
+        let me = self.clone();
+        tokio::spawn(async move { me.roll_over().await });
+        true
+    }
+
+    /// Deletes the closed ledgers that every subscription has consumed and retention no
+    /// longer covers (see `retention.rs`), at most `max`, oldest first. Crash-safe: the
+    /// ledgers leave the list and join its `deleting` set in one write before storage deletes
+    /// them, and a restart deletes whatever that set still names. Returns how many went.
+    pub async fn trim(
+        &self,
+        consumed: crate::retention::Consumed,
+        limits: crate::retention::RetentionLimits,
+        max: usize,
+    ) -> Result<usize, BrokerError> {
+        if self.fence.is_fenced() {
+            return Ok(0);
+        }
+        let doomed = {
+            let state = self.state.lock();
+            // Oldest first; a ledger whose close is not recorded yet (a rollover under way)
+            // ends the walk, and so does the ledger being written.
+            let closed: Vec<crate::retention::ClosedLedgerFacts> = state
+                .ids
+                .iter()
+                .take_while(|&&id| id != state.current)
+                .map_while(|&id| {
+                    let record = state.closed.get(&id)?;
+                    Some(crate::retention::ClosedLedgerFacts {
+                        id,
+                        entries: record.entries,
+                        size: record.size,
+                        closed_at_ms: record.closed_at_ms,
+                    })
+                })
+                .collect();
+            let total = state.closed.values().map(|c| c.size).sum::<u64>()
+                + state.staged_bytes_in_current;
+            let now = self.backend.clock.now_ms();
+            crate::retention::ledgers_to_delete(&closed, total, consumed, limits, now, max)
+        };
+        if !doomed.is_empty() {
+            {
+                let mut state = self.state.lock();
+                for id in &doomed {
+                    assert_ne!(*id, state.current, "the ledger being written is never trimmed");
+                    state.ids.retain(|i| i != id);
+                    state.ledgers.remove_ledger(*id);
+                    state.closed.remove(id);
+                    state.deleting.push(*id);
+                }
+            }
+            self.persist_ledger_list().await?;
+        }
+        // What this pass took out, and whatever an earlier pass could not finish.
+        let pending = self.state.lock().deleting.clone();
+        if pending.is_empty() {
+            return Ok(0);
+        }
+        for &id in &pending {
+            match self.backend.storage.delete(id).await {
+                Ok(()) | Err(LedgerError::NoSuchLedger(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.state.lock().deleting.retain(|id| !pending.contains(id));
+        self.persist_ledger_list().await?;
+        tracing::debug!(topic = %self.topic, ledgers = ?doomed, "trimmed consumed ledgers");
+        Ok(doomed.len())
+    }
+
     /// Whether a rollover is under way.
     pub fn is_rolling(&self) -> bool {
         self.state.lock().rolling
@@ -400,7 +509,14 @@ impl ManagedLedger {
     ) -> Result<Vec<(Position, Bytes)>, BrokerError> {
         let ledgers = self.ledgers();
         let mut out = Vec::new();
-        let mut next = Some(from).filter(|p| crate::cursor::position_exists(&ledgers, *p));
+        let mut next = if crate::cursor::position_exists(&ledgers, from) {
+            Some(from)
+        } else if crate::cursor::entry_count(&ledgers, from.ledger_id).is_none() {
+            // Its ledger was trimmed away (a reader behind retention): go on from the next one.
+            crate::cursor::next_position(&ledgers, Some(Position::new(from.ledger_id, u64::MAX)))
+        } else {
+            None
+        };
         while let Some(position) = next {
             if out.len() >= max {
                 break;
@@ -565,6 +681,96 @@ mod tests {
         assert!(closed.iter().all(|(id, c)| reloaded.get(id) == Some(c)), "{reloaded:?}");
         let next = append(&reopened, b"after restart").await;
         assert!(next > *positions.last().unwrap(), "a reopened topic appends after its last entry");
+    }
+
+    /// Appends `n` entries, letting each rollover finish (a deterministic layout).
+    async fn append_settled(ml: &Arc<ManagedLedger>, n: usize) -> Vec<Position> {
+        let mut positions = Vec::new();
+        for _ in 0..n {
+            positions.push(append(ml, b"entry").await);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while ml.is_rolling() {
+                assert!(tokio::time::Instant::now() < deadline, "rollover finishes");
+                tokio::task::yield_now().await;
+            }
+        }
+        positions
+    }
+
+    const NO_RETENTION: crate::retention::RetentionLimits =
+        crate::retention::RetentionLimits { time_ms: Some(0), size_bytes: Some(0) };
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn trimming_deletes_consumed_ledgers_from_storage_and_list_but_never_the_current() {
+        use crate::retention::Consumed;
+        let storage = SimStorage::new(13);
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let key = "/managed-ledgers/t".to_string();
+        let ledger_store = store(&storage);
+        let backend = LedgerBackend::new(ledger_store.clone(), metadata.clone());
+        let ml = ManagedLedger::open("t".into(), key.clone(), &backend, metadata.clone(), policy(10))
+            .await
+            .unwrap();
+        let positions = append_settled(&ml, 35).await; // ledgers of 10, 10, 10 and 5 entries
+        let ids: Vec<u64> = ml.ledgers().iter().map(|e| e.ledger_id).collect();
+        assert_eq!(ids.len(), 4, "{ids:?}");
+        // Consumed up to the middle of the second ledger: only the first goes.
+        let consumed = Consumed::UpTo(Some(positions[14]));
+        assert_eq!(ml.trim(consumed, NO_RETENTION, 100).await.unwrap(), 1);
+        assert!(matches!(ledger_store.ledger_info(ids[0]), Err(LedgerError::NoSuchLedger(_))));
+        // A reader left in the deleted ledger goes on from the next one.
+        let read = ml.read_from(positions[3], 1).unwrap();
+        assert_eq!(read[0].0, positions[10]);
+        // Everything consumed: every closed ledger goes, the current one stays.
+        assert_eq!(ml.trim(Consumed::Everything, NO_RETENTION, 100).await.unwrap(), 2);
+        let left: Vec<u64> = ml.ledgers().iter().map(|e| e.ledger_id).collect();
+        assert_eq!(left, vec![ids[3]]);
+        assert_eq!(ml.last_confirmed(), positions.last().copied());
+        // The persisted list agrees, with nothing left to delete.
+        let record: PersistedLedgers =
+            serde_json::from_slice(&metadata.get(&key).await.unwrap().unwrap().value).unwrap();
+        assert_eq!(record.ledgers, vec![ids[3]]);
+        assert!(record.deleting.is_empty() && record.closed.is_empty(), "{record:?}");
+        // Unlimited retention keeps what is consumed.
+        let kept = ml.roll_over_if_older_than(Duration::ZERO);
+        assert!(kept, "a ledger with entries rolls over when old enough");
+        append_settled(&ml, 0).await;
+        let infinite = crate::retention::RetentionLimits { time_ms: None, size_bytes: None };
+        assert_eq!(ml.trim(Consumed::Everything, infinite, 100).await.unwrap(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_trim_cut_short_by_a_crash_is_finished_at_the_next_open() {
+        let storage = SimStorage::new(14);
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let key = "/managed-ledgers/t".to_string();
+        let ledger_store = store(&storage);
+        let backend = LedgerBackend::new(ledger_store.clone(), metadata.clone());
+        let ml = ManagedLedger::open("t".into(), key.clone(), &backend, metadata.clone(), policy(10))
+            .await
+            .unwrap();
+        let positions = append_settled(&ml, 25).await;
+        let first = positions[0].ledger_id;
+        drop(ml);
+        // The state a crash leaves between the list write and the storage delete: the ledger
+        // left the list for the deleting set, and storage still has it.
+        let found = metadata.get(&key).await.unwrap().unwrap();
+        let mut record: PersistedLedgers = serde_json::from_slice(&found.value).unwrap();
+        record.ledgers.retain(|&id| id != first);
+        record.closed.remove(&first);
+        record.deleting.push(first);
+        let value = serde_json::to_vec(&record).unwrap();
+        metadata.put(&key, value.into(), ExpectedVersion::Exactly(found.version)).await.unwrap();
+        assert!(ledger_store.ledger_info(first).is_ok());
+        let reopened =
+            ManagedLedger::open("t".into(), key.clone(), &backend, metadata.clone(), policy(10))
+                .await
+                .unwrap();
+        assert!(matches!(ledger_store.ledger_info(first), Err(LedgerError::NoSuchLedger(_))));
+        assert_eq!(reopened.read_from(positions[0], 1).unwrap()[0].0, positions[10]);
+        let record: PersistedLedgers =
+            serde_json::from_slice(&metadata.get(&key).await.unwrap().unwrap().value).unwrap();
+        assert!(record.deleting.is_empty() && !record.ledgers.contains(&first), "{record:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -295,7 +295,14 @@ impl BrokerService {
             // Gone, or half gone: a later load starts from what is left.
             self.topics.lock().remove(&full);
         }
-        deleted.map(|()| true)
+        deleted?;
+        // Its schema too (partitions share their partitioned topic's, which goes with it).
+        if name.partition_index().is_none() {
+            if let Err(error) = self.schemas.delete(name, true).await {
+                tracing::warn!(topic = %name, %error, "schema of a deleted topic not deleted");
+            }
+        }
+        Ok(true)
     }
 
     /// The broker's counters in Prometheus text (`GET /metrics`).

@@ -9,12 +9,16 @@ use crate::managed_ledger::ManagedLedger;
 use crate::subscription::{previous_position, DispatchSettings, Subscription};
 use magnetar_metadata::MetadataStore;
 use magnetar_model::names::TopicName;
-use magnetar_model::policy::{Effective, NamespacePolicies, PolicyDefaults, TopicPolicies};
+use crate::retention::{Consumed, RetentionLimits};
+use magnetar_model::policy::{
+    Effective, InactiveTopicDeleteMode, InactiveTopicPolicies, NamespacePolicies, PolicyDefaults,
+    TopicPolicies,
+};
 use magnetar_protocol::commands;
 use magnetar_protocol::proto::{command_subscribe::SubType, MessageIdData, ProducerAccessMode};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use tokio::sync::Notify;
 
@@ -287,6 +291,9 @@ pub struct Topic {
     dedup_version: tokio::sync::Mutex<Option<u64>>,
     /// Set once a delete starts: no producer or subscription attaches after it.
     deleted: AtomicBool,
+    /// When the broker's housekeeping last saw a producer or consumer on the topic (clock ms;
+    /// starts at load): what inactive-topic deletion measures idleness from.
+    last_active_ms: AtomicU64,
 }
 
 impl Topic {
@@ -339,6 +346,7 @@ impl Topic {
             dedup_snapshot_due: Arc::new(Notify::new()),
             dedup_version: tokio::sync::Mutex::new(None),
             deleted: AtomicBool::new(false),
+            last_active_ms: AtomicU64::new(ledgers.clock.now_ms()),
         });
         topic.recover_dedup().await?;
         topic.refresh_policies().await?;
@@ -654,6 +662,56 @@ impl Topic {
         self.producers.is_empty()
             && self.subscriptions.lock().values().all(|s| s.consumer_count() == 0)
             && self.managed_ledger.last_confirmed().is_none()
+    }
+
+    /// Deletes what every durable subscription has consumed and retention no longer covers
+    /// (readers do not hold data, as in Pulsar: retention is what keeps it for them), at most
+    /// `max` ledgers. Returns how many ledgers went.
+    pub async fn trim(&self, max: usize) -> Result<usize, BrokerError> {
+        if self.is_deleted() {
+            return Ok(0);
+        }
+        let policies = self.policies();
+        let consumed = {
+            let subscriptions = self.subscriptions.lock();
+            Consumed::slowest(
+                subscriptions.values().filter(|s| s.durable).map(|s| s.mark_delete()),
+            )
+        };
+        let limits = RetentionLimits {
+            time_ms: policies.retention_time_ms(),
+            size_bytes: policies.retention_size_bytes(),
+        };
+        self.managed_ledger.trim(consumed, limits, max).await
+    }
+
+    /// Whether inactive-topic deletion may delete the topic now, under `policy`: no producer
+    /// and no consumer since at least `max_inactive_duration_seconds`, and no subscription
+    /// (`delete_when_no_subscriptions`) or only caught-up ones
+    /// (`delete_when_subscriptions_caught_up`). Also records activity seen now.
+    pub fn inactive_for_deletion(&self, policy: &InactiveTopicPolicies) -> bool {
+        let now = self.managed_ledger.clock().now_ms();
+        if self.client_count() > 0 {
+            self.last_active_ms.store(now, Ordering::Relaxed);
+            return false;
+        }
+        if !policy.delete_while_inactive || self.is_deleted() {
+            return false;
+        }
+        let idle_ms = now.saturating_sub(self.last_active_ms.load(Ordering::Relaxed));
+        if idle_ms < u64::try_from(policy.max_inactive_duration_seconds).unwrap_or(0) * 1000 {
+            return false;
+        }
+        let subscriptions = self.subscriptions.lock();
+        match policy.inactive_topic_delete_mode {
+            InactiveTopicDeleteMode::DeleteWhenNoSubscriptions => {
+                subscriptions.values().all(|s| !s.durable)
+            }
+            InactiveTopicDeleteMode::DeleteWhenSubscriptionsCaughtUp => {
+                let last = self.managed_ledger.last_confirmed();
+                subscriptions.values().filter(|s| s.durable).all(|s| s.mark_delete() >= last)
+            }
+        }
     }
 
     pub fn subscription_names(&self) -> Vec<String> {

@@ -98,6 +98,8 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
             readiness.clone(),
             metrics,
         );
+        // Retention, idle-ledger rollover and inactive-topic deletion.
+        magnetar_broker::housekeeping::start(&service);
         let registration = BrokerRegistration {
             pulsar_service_url: service_url.clone(),
             web_service_url: web_url.clone(),

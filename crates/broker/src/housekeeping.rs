@@ -1,0 +1,87 @@
+//! The broker's housekeeping: one background task that, every
+//! `retention_check_interval_seconds`, rolls over the ledgers of topics whose writer went idle
+//! (so their data can go), trims what retention lets go, and every
+//! `delete_inactive_topics_frequency_seconds` deletes the topics that stayed inactive.
+//!
+//! Never on the publish path: a pass reads memory, writes each trimmed topic's ledger list
+//! (twice: see `ManagedLedger::trim`) and deletes at most `retention_max_deletes_per_pass`
+//! ledgers per topic. The ledger store frees the journal segments the deleted ledgers leave
+//! dead (and compacts mostly-dead ones) in its own maintenance thread.
+
+use crate::service::BrokerService;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PassReport {
+    pub ledgers_rolled: usize,
+    pub ledgers_trimmed: usize,
+    pub topics_deleted: usize,
+}
+
+/// Starts the housekeeping task; it ends when the service is dropped.
+pub fn start(service: &Arc<BrokerService>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(run(Arc::downgrade(service)))
+}
+
+async fn run(service: Weak<BrokerService>) {
+    let (interval, inactive_every) = {
+        let Some(service) = service.upgrade() else { return };
+        let interval = service.config.retention_check_interval_seconds;
+        let inactive = service.config.delete_inactive_topics_frequency_seconds;
+        (Duration::from_secs(interval), inactive.div_ceil(interval).max(1))
+    };
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await; // the first tick is immediate
+    let mut round = 0u64;
+    loop {
+        ticks.tick().await;
+        round += 1;
+        let Some(service) = service.upgrade() else { return };
+        let report = pass(&service, round % inactive_every == 0).await;
+        if report != PassReport::default() {
+            tracing::info!(?report, "housekeeping pass");
+        }
+    }
+}
+
+/// One pass over the loaded topics; `check_inactive`: also delete inactive topics.
+pub async fn pass(service: &BrokerService, check_inactive: bool) -> PassReport {
+    let mut report = PassReport::default();
+    let rollover_after = Duration::from_secs(service.config.max_ledger_rollover_minutes * 60);
+    for topic in service.loaded_topics() {
+        if topic.is_deleted() || topic.is_fenced() {
+            continue;
+        }
+        if check_inactive {
+            if let Some(policy) = topic.policies().inactive_topic {
+                if topic.inactive_for_deletion(&policy) {
+                    match service.delete_topic(&topic.name, false).await {
+                        Ok(true) => {
+                            tracing::info!(topic = %topic.full_name, "deleted inactive topic");
+                            report.topics_deleted += 1;
+                            continue;
+                        }
+                        Ok(false) => continue,
+                        // A client came back meanwhile (or the delete failed): next time.
+                        Err(error) => {
+                            tracing::debug!(topic = %topic.full_name, %error, "inactive topic kept")
+                        }
+                    }
+                }
+            }
+        }
+        if service.config.max_ledger_rollover_minutes > 0
+            && topic.managed_ledger.roll_over_if_older_than(rollover_after)
+        {
+            report.ledgers_rolled += 1;
+        }
+        match topic.trim(service.config.retention_max_deletes_per_pass).await {
+            Ok(trimmed) => report.ledgers_trimmed += trimmed,
+            Err(error) => tracing::warn!(topic = %topic.full_name, %error, "trimming failed"),
+        }
+    }
+    report
+}
