@@ -67,6 +67,11 @@ struct State {
     /// When the current ledger was opened (clock ms).
     current_opened_ms: u64,
     rolling: bool,
+    /// A ledger created and persisted in the list ahead of need (after `ids`' current), so
+    /// that a full ledger is swapped out at once at the append that fills it: appends never
+    /// pile into a full ledger while a rollover writes metadata.
+    spare: Option<u64>,
+    preparing_spare: bool,
     metadata_version: Option<u64>,
     /// Closed ledgers' records (see [`PersistedLedgers`]).
     closed: BTreeMap<u64, ClosedLedger>,
@@ -187,6 +192,8 @@ impl ManagedLedger {
             staged_bytes_in_current: 0,
             current_opened_ms: backend.clock.now_ms(),
             rolling: false,
+            spare: None,
+            preparing_spare: false,
             metadata_version: version,
             closed,
             deleting: Vec::new(),
@@ -297,10 +304,17 @@ impl ManagedLedger {
             || state.staged_bytes_in_current >= self.rollover.max_bytes
             || self.backend.clock.now_ms().saturating_sub(state.current_opened_ms)
                 >= self.rollover.max_age.as_millis() as u64;
-        if full && !state.rolling {
-            state.rolling = true;
+        if full && !state.rolling && !state.preparing_spare {
+            self.start_rollover(&mut state);
+        } else if !state.rolling
+            && state.spare.is_none()
+            && !state.preparing_spare
+            && (state.staged_in_current * 2 >= self.rollover.max_entries
+                || state.staged_bytes_in_current * 2 >= self.rollover.max_bytes)
+        {
+            state.preparing_spare = true;
             let me = self.clone();
-            tokio::spawn(async move { me.roll_over().await });
+            tokio::spawn(async move { me.prepare_spare().await });
         }
         Ok(())
     }
@@ -316,6 +330,65 @@ impl ManagedLedger {
         for listener in self.listeners.lock().iter() {
             listener.notify_one();
         }
+    }
+
+    /// Rolls over: at once to the spare if there is one, else through a new ledger. Callers
+    /// check that no rollover runs and no spare is being prepared (either creates a ledger,
+    /// and ledger ids must grow along the list).
+    fn start_rollover(self: &Arc<Self>, state: &mut State) {
+        assert!(!state.rolling && !state.preparing_spare);
+        state.rolling = true;
+        let me = self.clone();
+        if let Some(spare) = state.spare.take() {
+            let (old, size) = (state.current, state.staged_bytes_in_current);
+            state.current = spare;
+            state.staged_in_current = 0;
+            state.staged_bytes_in_current = 0;
+            state.current_opened_ms = self.backend.clock.now_ms();
+            tokio::spawn(async move { me.finish_rollover(old, size).await });
+        } else {
+            tokio::spawn(async move { me.roll_over().await });
+        }
+    }
+
+    /// Creates the next ledger and persists it in the list, then offers it as the spare.
+    async fn prepare_spare(self: Arc<Self>) {
+        let result: Result<(), BrokerError> = async {
+            let last = self.state.lock().ids.last().copied();
+            let spare = self.backend.create_ledger(last).await?;
+            {
+                let mut state = self.state.lock();
+                state.ids.push(spare);
+                state.ledgers.set_entry_count(spare, 0);
+            }
+            self.persist_ledger_list().await?;
+            self.state.lock().spare = Some(spare);
+            Ok(())
+        }
+        .await;
+        if let Err(error) = result {
+            tracing::warn!(topic = %self.topic, %error, "next ledger not prepared; will retry");
+        }
+        self.state.lock().preparing_spare = false;
+    }
+
+    /// After a swap to the spare: closes the full ledger and records it.
+    async fn finish_rollover(self: Arc<Self>, old: u64, size: u64) {
+        let result: Result<(), BrokerError> = async {
+            let entries = self.backend.storage.close(old).await?;
+            {
+                let mut state = self.state.lock();
+                state.ledgers.set_entry_count(old, entries);
+                let closed_at_ms = self.backend.clock.now_ms();
+                state.closed.insert(old, ClosedLedger { entries, size, closed_at_ms });
+            }
+            self.persist_ledger_list().await
+        }
+        .await;
+        if let Err(error) = result {
+            tracing::warn!(topic = %self.topic, %error, "closing a full ledger failed");
+        }
+        self.state.lock().rolling = false;
     }
 
     async fn roll_over(self: Arc<Self>) {
@@ -372,12 +445,14 @@ impl ManagedLedger {
     pub fn roll_over_if_older_than(self: &Arc<Self>, max_age: Duration) -> bool {
         let mut state = self.state.lock();
         let age = self.backend.clock.now_ms().saturating_sub(state.current_opened_ms);
-        if state.rolling || state.staged_in_current == 0 || age < max_age.as_millis() as u64 {
+        if state.rolling
+            || state.preparing_spare
+            || state.staged_in_current == 0
+            || age < max_age.as_millis() as u64
+        {
             return false;
         }
-        state.rolling = true;
-        let me = self.clone();
-        tokio::spawn(async move { me.roll_over().await });
+        self.start_rollover(&mut state);
         true
     }
 
@@ -447,9 +522,10 @@ impl ManagedLedger {
         Ok(doomed.len())
     }
 
-    /// Whether a rollover is under way.
+    /// Whether a rollover (or the preparation of the next ledger) is under way.
     pub fn is_rolling(&self) -> bool {
-        self.state.lock().rolling
+        let state = self.state.lock();
+        state.rolling || state.preparing_spare
     }
 
     /// Wakes `listener` whenever new entries become durable.
@@ -712,7 +788,8 @@ mod tests {
             .await
             .unwrap();
         let positions = append_settled(&ml, 35).await; // ledgers of 10, 10, 10 and 5 entries
-        let ids: Vec<u64> = ml.ledgers().iter().map(|e| e.ledger_id).collect();
+        let mut ids: Vec<u64> = positions.iter().map(|p| p.ledger_id).collect();
+        ids.dedup();
         assert_eq!(ids.len(), 4, "{ids:?}");
         // Consumed up to the middle of the second ledger: only the first goes.
         let consumed = Consumed::UpTo(Some(positions[14]));
@@ -723,13 +800,15 @@ mod tests {
         assert_eq!(read[0].0, positions[10]);
         // Everything consumed: every closed ledger goes, the current one stays.
         assert_eq!(ml.trim(Consumed::Everything, NO_RETENTION, 100).await.unwrap(), 2);
-        let left: Vec<u64> = ml.ledgers().iter().map(|e| e.ledger_id).collect();
+        // (After the current ledger, the next one prepared ahead of need.)
+        let left: Vec<u64> =
+            ml.ledgers().iter().filter(|e| e.entry_count > 0).map(|e| e.ledger_id).collect();
         assert_eq!(left, vec![ids[3]]);
         assert_eq!(ml.last_confirmed(), positions.last().copied());
         // The persisted list agrees, with nothing left to delete.
         let record: PersistedLedgers =
             serde_json::from_slice(&metadata.get(&key).await.unwrap().unwrap().value).unwrap();
-        assert_eq!(record.ledgers, vec![ids[3]]);
+        assert_eq!(record.ledgers[0], ids[3]);
         assert!(record.deleting.is_empty() && record.closed.is_empty(), "{record:?}");
         // Unlimited retention keeps what is consumed.
         let kept = ml.roll_over_if_older_than(Duration::ZERO);
