@@ -40,7 +40,7 @@ async fn run(service: Weak<BrokerService>) {
         ticks.tick().await;
         round += 1;
         let Some(service) = service.upgrade() else { return };
-        let report = pass(&service, round % inactive_every == 0).await;
+        let report = pass(&service, round.is_multiple_of(inactive_every)).await;
         if report != PassReport::default() {
             tracing::info!(?report, "housekeeping pass");
         }

@@ -487,8 +487,8 @@ impl ManagedLedger {
                     })
                 })
                 .collect();
-            let total = state.closed.values().map(|c| c.size).sum::<u64>()
-                + state.staged_bytes_in_current;
+            let total =
+                state.closed.values().map(|c| c.size).sum::<u64>() + state.staged_bytes_in_current;
             let now = self.backend.clock.now_ms();
             crate::retention::ledgers_to_delete(&closed, total, consumed, limits, now, max)
         };
@@ -784,9 +784,10 @@ mod tests {
         let key = "/managed-ledgers/t".to_string();
         let ledger_store = store(&storage);
         let backend = LedgerBackend::new(ledger_store.clone(), metadata.clone());
-        let ml = ManagedLedger::open("t".into(), key.clone(), &backend, metadata.clone(), policy(10))
-            .await
-            .unwrap();
+        let ml =
+            ManagedLedger::open("t".into(), key.clone(), &backend, metadata.clone(), policy(10))
+                .await
+                .unwrap();
         let positions = append_settled(&ml, 35).await; // ledgers of 10, 10, 10 and 5 entries
         let mut ids: Vec<u64> = positions.iter().map(|p| p.ledger_id).collect();
         ids.dedup();
@@ -825,9 +826,10 @@ mod tests {
         let key = "/managed-ledgers/t".to_string();
         let ledger_store = store(&storage);
         let backend = LedgerBackend::new(ledger_store.clone(), metadata.clone());
-        let ml = ManagedLedger::open("t".into(), key.clone(), &backend, metadata.clone(), policy(10))
-            .await
-            .unwrap();
+        let ml =
+            ManagedLedger::open("t".into(), key.clone(), &backend, metadata.clone(), policy(10))
+                .await
+                .unwrap();
         let positions = append_settled(&ml, 25).await;
         let first = positions[0].ledger_id;
         drop(ml);

@@ -56,7 +56,8 @@ impl Consumed {
             Consumed::UpTo(None) => false,
             Consumed::UpTo(Some(md)) => {
                 ledger.id < md.ledger_id
-                    || (ledger.id == md.ledger_id && md.entry_id.saturating_add(1) >= ledger.entries)
+                    || (ledger.id == md.ledger_id
+                        && md.entry_id.saturating_add(1) >= ledger.entries)
             }
         }
     }
@@ -172,11 +173,11 @@ mod tests {
     #[test]
     fn infinite_retention_keeps_everything_and_unconsumed_data_is_never_deleted() {
         let closed = ledgers(5);
-        assert!(ledgers_to_delete(&closed, 600, Consumed::Everything, INFINITE, NOW, 100)
-            .is_empty());
+        assert!(
+            ledgers_to_delete(&closed, 600, Consumed::Everything, INFINITE, NOW, 100).is_empty()
+        );
         let limits = RetentionLimits { time_ms: Some(0), size_bytes: Some(0) };
-        assert!(ledgers_to_delete(&closed, 600, Consumed::UpTo(None), limits, NOW, 100)
-            .is_empty());
+        assert!(ledgers_to_delete(&closed, 600, Consumed::UpTo(None), limits, NOW, 100).is_empty());
     }
 
     #[test]

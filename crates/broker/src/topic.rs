@@ -6,10 +6,10 @@ use crate::cursor_ledger::{CursorLedger, CursorLedgerLimits, LoadError};
 use crate::dedup::{DedupSnapshot, DedupState, DupStatus};
 use crate::error::BrokerError;
 use crate::managed_ledger::ManagedLedger;
+use crate::retention::{Consumed, RetentionLimits};
 use crate::subscription::{previous_position, DispatchSettings, Subscription};
 use magnetar_metadata::MetadataStore;
 use magnetar_model::names::TopicName;
-use crate::retention::{Consumed, RetentionLimits};
 use magnetar_model::policy::{
     Effective, InactiveTopicDeleteMode, InactiveTopicPolicies, NamespacePolicies, PolicyDefaults,
     TopicPolicies,
@@ -674,9 +674,7 @@ impl Topic {
         let policies = self.policies();
         let consumed = {
             let subscriptions = self.subscriptions.lock();
-            Consumed::slowest(
-                subscriptions.values().filter(|s| s.durable).map(|s| s.mark_delete()),
-            )
+            Consumed::slowest(subscriptions.values().filter(|s| s.durable).map(|s| s.mark_delete()))
         };
         let limits = RetentionLimits {
             time_ms: policies.retention_time_ms(),

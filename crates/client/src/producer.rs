@@ -60,7 +60,13 @@ struct Config {
     batching: Option<Batching>,
     compression: Compression,
     listener: Option<Listener>,
+    /// A message not acknowledged this long after it was sent fails (with every message
+    /// pending behind it) with [`Error::Timeout`]; `None`: wait for ever.
+    send_timeout: Option<Duration>,
 }
+
+/// Pulsar's `sendTimeoutMs` default.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Hears the outcome of messages sent with [`Producer::send_tagged`]: an entry (a whole batch)
 /// at a time, in send order, on the producer's task, so keep it short. At millions of messages
@@ -148,6 +154,7 @@ impl ProducerBuilder {
                 batching: None,
                 compression: Compression::None,
                 listener: None,
+                send_timeout: Some(DEFAULT_SEND_TIMEOUT),
             },
             max_pending: 1000,
             routing: Routing::RoundRobin,
@@ -170,6 +177,15 @@ impl ProducerBuilder {
     /// Compression of each entry (a whole batch, or a single message).
     pub fn compression(mut self, compression: Compression) -> Self {
         self.config.compression = compression;
+        self
+    }
+
+    /// How long a message may wait for the broker's acknowledgement before it fails with
+    /// [`Error::Timeout`], and every message pending behind it too, as Pulsar's clients do
+    /// (default 30 s; zero: no timeout). A broker that cannot store (a full disk) thus gives
+    /// the application an error in bounded time.
+    pub fn send_timeout(mut self, timeout: Duration) -> Self {
+        self.config.send_timeout = (!timeout.is_zero()).then_some(timeout);
         self
     }
 
@@ -679,6 +695,8 @@ struct Pending {
     frame: Bytes,
     batched: bool,
     waiters: Vec<Reply>,
+    /// When it was first sent (the send timeout counts from here).
+    sent_at: Instant,
     /// Dropped after the waiters completed.
     _permits: Permits,
 }
@@ -809,12 +827,26 @@ impl PartitionProducer {
         let timer = tokio::time::sleep(Duration::from_secs(3600));
         tokio::pin!(timer);
         let mut armed = None;
+        // And one for the send timeout of the oldest pending entry.
+        let expiry = tokio::time::sleep(Duration::from_secs(3600));
+        tokio::pin!(expiry);
+        let mut expiry_armed = None;
         let (mut commands, mut full) = (Vec::new(), Vec::new());
         'run: loop {
             if self.batch_deadline != armed {
                 armed = self.batch_deadline;
                 if let Some(deadline) = armed {
                     timer.as_mut().reset(deadline);
+                }
+            }
+            let oldest_due = self
+                .config
+                .send_timeout
+                .and_then(|timeout| Some(self.pending.front()?.sent_at + timeout));
+            if oldest_due != expiry_armed {
+                expiry_armed = oldest_due;
+                if let Some(due) = expiry_armed {
+                    expiry.as_mut().reset(due);
                 }
             }
             let events = self.events.as_mut();
@@ -865,6 +897,9 @@ impl PartitionProducer {
                     }
                     Some(ProducerEvent::Closed) | None => self.reconnect().await,
                 },
+                () = &mut expiry, if expiry_armed.is_some() => {
+                    self.fail_timed_out();
+                }
                 () = &mut timer, if armed.is_some() => {
                     let now = Instant::now();
                     let (due, open_since) = intake.take_batches(|b| b.since + delay <= now);
@@ -879,6 +914,27 @@ impl PartitionProducer {
         self.fail_commands(commands);
         for batch in batches {
             self.fail_batch(batch, &Error::Closed);
+        }
+    }
+
+    /// The oldest pending entry waited past the send timeout: it fails, and so does every
+    /// entry behind it (Pulsar's clients fail the whole pending queue: ordering means none of
+    /// them could be acknowledged first). Receipts that still come for them are ignored.
+    fn fail_timed_out(&mut self) {
+        let Some(timeout) = self.config.send_timeout else { return };
+        if self.pending.front().is_none_or(|p| p.sent_at + timeout > Instant::now()) {
+            return;
+        }
+        tracing::warn!(
+            topic = %self.topic,
+            pending = self.pending.len(),
+            ?timeout,
+            "send timed out: failing every pending message"
+        );
+        let error =
+            Error::Timeout("send (no acknowledgement from the broker within the send timeout)");
+        while let Some(pending) = self.pending.pop_front() {
+            self.report(pending.waiters, Err(&error));
         }
     }
 
@@ -966,6 +1022,7 @@ impl PartitionProducer {
                 frame,
                 batched: false,
                 waiters: vec![reply],
+                sent_at: Instant::now(),
                 _permits,
             }),
             Err(e) => reply.complete(Err(e), self.config.listener.as_ref()),
@@ -994,7 +1051,15 @@ impl PartitionProducer {
         let _permits = self.permits(waiters.len());
         match built {
             Ok(frame) => {
-                self.transmit(Pending { sequence_id, frame, batched: true, waiters, _permits })
+                let sent_at = Instant::now();
+                self.transmit(Pending {
+                    sequence_id,
+                    frame,
+                    batched: true,
+                    waiters,
+                    sent_at,
+                    _permits,
+                })
             }
             Err(e) => self.report(waiters, Err(&e)),
         }

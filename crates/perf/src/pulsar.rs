@@ -221,6 +221,7 @@ pub fn produce(
         client.close().await;
         let report = report("produce", target, topics, Some(options.size), streams, run.json);
         finished_or_error(finished)?;
+        no_failed_sends(&publish)?;
         Ok(report)
     })
 }
@@ -304,6 +305,7 @@ pub fn e2e(
         client.close().await;
         let report = report("e2e", target, topics, Some(produce.size), streams, run.json);
         finished_or_error(finished)?;
+        no_failed_sends(&publish)?;
         Ok(report)
     })
 }
@@ -500,6 +502,15 @@ fn finished_or_error(finished: bool) -> anyhow::Result<()> {
          after the run ended (neither acknowledged nor failed)",
         WORKERS_STOP_TIMEOUT.as_secs()
     )
+}
+
+/// Failed sends (the broker refused them, or they timed out: a full disk, say) make the run
+/// a failure too: its figures are printed, and the tool exits 1.
+fn no_failed_sends(publish: &Stream) -> anyhow::Result<()> {
+    match publish.errors() {
+        0 => Ok(()),
+        failed => bail!("{failed} messages failed to send (first errors above)"),
+    }
 }
 
 async fn futures_join(workers: Vec<tokio::task::JoinHandle<()>>) {

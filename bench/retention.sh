@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Retention benchmark (not a test; figures go to docs/benchmarks.md):
+#   1. "trimming": produce and consume at RATE messages/s of SIZE bytes for SECS seconds with
+#      default retention (0/0: a ledger goes once consumed); the data directory is sampled
+#      every 5 s and its largest size is the figure to hold under the stated bound.
+#   2. "no-trimming": the same load for AB_SECS seconds with retention passes turned off
+#      (retention_check_interval_seconds = 1 day): publish latency without trimming, to compare
+#      with the first AB_SECS seconds... of case 1 measured in the same run.
+#   3. "clear": a BACKLOG_MB backlog on a subscription, then consumed as fast as possible:
+#      seconds from the last message consumed until the data directory is back under the bound.
+# Usage: bench/retention.sh [--secs 1200] [--ab-secs 300] [--rate 51200] [--size 1024]
+#                           [--backlog-mb 10240] [--only trimming,no-trimming,clear]
+# Needs target/release/magnetar. Writes bench/results/retention-<date>/.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=$ROOT/target/release/magnetar
+SECS=1200 AB_SECS=300 RATE=51200 SIZE=1024 BACKLOG_MB=10240 ONLY=trimming,no-trimming,clear
+while (( $# )); do
+  case $1 in
+    --secs) SECS=$2; shift 2 ;;
+    --ab-secs) AB_SECS=$2; shift 2 ;;
+    --rate) RATE=$2; shift 2 ;;
+    --size) SIZE=$2; shift 2 ;;
+    --backlog-mb) BACKLOG_MB=$2; shift 2 ;;
+    --only) ONLY=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ -x "$BIN" ] || { echo "build it first: cargo build --release -p magnetar" >&2; exit 1; }
+OUT=$ROOT/bench/results/retention-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$OUT"
+WORK=$(mktemp -d /tmp/magnetar-retention-XXXXXX)
+SERVER_PID=
+SAMPLER_PID=
+cleanup() {
+  [ -n "$SAMPLER_PID" ] && kill "$SAMPLER_PID" 2>/dev/null || true
+  [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start_server NAME [extra TOML for [broker]]
+start_server() {
+  local name=$1 extra=${2:-}
+  BPORT=$(free_port); WPORT=$(free_port)
+  DATA=$WORK/$name
+  mkdir -p "$DATA"
+  printf '[broker]\n%s\n' "$extra" > "$WORK/$name.toml"
+  "$BIN" standalone --broker-port "$BPORT" --web-port "$WPORT" --data-dir "$DATA" \
+    --config "$WORK/$name.toml" > "$OUT/$name.server.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 1 100); do
+    curl -sf "http://127.0.0.1:$WPORT/admin/v2/brokers/health" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "server $name did not start" >&2; exit 1
+}
+
+stop_server() {
+  kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=
+}
+
+# Samples the data directory's size every 5 s into $OUT/NAME.du (seconds, bytes).
+start_sampler() {
+  local name=$1 t0; t0=$(date +%s)
+  ( while :; do
+      echo "$(( $(date +%s) - t0 )) $(du -sb "$DATA" 2>/dev/null | cut -f1)"
+      sleep 5
+    done ) > "$OUT/$name.du" &
+  SAMPLER_PID=$!
+}
+
+stop_sampler() { kill "$SAMPLER_PID" 2>/dev/null || true; wait "$SAMPLER_PID" 2>/dev/null || true; SAMPLER_PID=; }
+
+max_mb() { awk 'BEGIN{m=0} {if ($2>m) m=$2} END{printf "%.0f", m/1048576}' "$1"; }
+
+e2e() {  # e2e NAME SECONDS
+  "$BIN" perf e2e -u "pulsar://127.0.0.1:$BPORT" --admin-url "http://127.0.0.1:$WPORT" \
+    -r "$RATE" -s "$SIZE" -d "$2" --json "persistent://public/default/retention-$1" \
+    > "$OUT/$1.json" 2> "$OUT/$1.perf.log"
+}
+
+summary() {
+  python3 - "$OUT/$1.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+def find(o, *keys):
+    for k in keys:
+        if isinstance(o, dict) and k in o: return o[k]
+    return None
+print(json.dumps(d)[:600])
+EOF
+}
+
+if [[ ,$ONLY, == *,trimming,* ]]; then
+  echo "== trimming: ${SECS}s at $RATE msg/s x $SIZE B, default retention"
+  start_server trimming
+  start_sampler trimming
+  e2e trimming "$SECS"
+  stop_sampler
+  echo "max data dir: $(max_mb "$OUT/trimming.du") MiB; final: $(du -sm "$DATA" | cut -f1) MiB"
+  summary trimming
+  stop_server; rm -rf "$DATA"
+fi
+
+if [[ ,$ONLY, == *,no-trimming,* ]]; then
+  echo "== no-trimming: ${AB_SECS}s, retention passes off"
+  start_server no-trimming "retention_check_interval_seconds = 86400"
+  start_sampler no-trimming
+  e2e no-trimming "$AB_SECS"
+  stop_sampler
+  echo "max data dir: $(max_mb "$OUT/no-trimming.du") MiB"
+  summary no-trimming
+  stop_server; rm -rf "$DATA"
+fi
+
+if [[ ,$ONLY, == *,clear,* ]]; then
+  echo "== clear: ${BACKLOG_MB} MiB backlog, then consumed"
+  start_server clear
+  topic=persistent://public/default/retention-clear
+  count=$(( BACKLOG_MB * 1048576 / SIZE ))
+  # The subscription exists first, so the backlog is kept for it.
+  "$BIN" perf consume -u "pulsar://127.0.0.1:$BPORT" --subscriptions backlog -m 1 -d 2 "$topic" \
+    > /dev/null 2>&1 || true
+  "$BIN" perf produce -u "pulsar://127.0.0.1:$BPORT" -s "$SIZE" -m "$count" "$topic" \
+    > "$OUT/clear.produce.log" 2>&1
+  echo "backlog on disk: $(du -sm "$DATA" | cut -f1) MiB"
+  "$BIN" perf consume -u "pulsar://127.0.0.1:$BPORT" --subscriptions backlog -m "$count" "$topic" \
+    > "$OUT/clear.consume.log" 2>&1
+  t0=$(date +%s.%N)
+  start_sampler clear
+  bound_mb=${BOUND_MB:-512}
+  while (( $(du -sm "$DATA" | cut -f1) > bound_mb )); do
+    sleep 1
+    if (( $(echo "$(date +%s.%N) - $t0 > 300" | bc) )); then echo "not under ${bound_mb} MiB after 300 s"; break; fi
+  done
+  stop_sampler
+  echo "consumed; data dir under ${bound_mb} MiB after $(echo "$(date +%s.%N) - $t0" | bc) s (now $(du -sm "$DATA" | cut -f1) MiB)"
+  stop_server; rm -rf "$DATA"
+fi
+echo "results in $OUT"
