@@ -5,13 +5,17 @@ small ledgers and a retention pass every second:
 - retention keeps what it covers (readable by a new reader from the earliest position) and
   lets the rest go;
 - kill -9 while ledgers are being trimmed: after a restart the subscription gets every message
-  it had not acknowledged, and the restart finishes the trimming.
+  it had not acknowledged, and the restart finishes the trimming;
+- deleting a topic (admin DELETE, force) frees its disk;
+- inactive-topic deletion (`delete_inactive_topics_*`, Pulsar's `brokerDeleteInactiveTopics*`)
+  deletes an idle topic and keeps one with a subscription or a producer.
 
 Magnetar's knobs (TOML given with `--config`): `[broker] max_entries_per_ledger`,
 `retention_check_interval_seconds`, `default_retention_size_mb`, `[storage] segment_size_bytes`.
 Pulsar's equivalents are `managedLedgerMaxEntriesPerLedger`, `retentionCheckIntervalInSeconds`
 and `defaultRetentionSizeInMB`; the directory bound is ours."""
 
+import json
 import os
 import shutil
 import time
@@ -20,7 +24,7 @@ import pulsar
 import pytest
 
 import conftest
-from compat_util import unique_topic
+from compat_util import http_request, unique_topic
 
 MIB = 1024 * 1024
 PAYLOAD = 64 * 1024
@@ -198,3 +202,50 @@ def test_kill_during_trimming_loses_nothing_unacknowledged(private_server):
     client.close()
     # The restart finishes the job: everything consumed goes.
     wait_for_size(srv.data_dir, lambda s: s < RECLAIMED_BOUND, "after the restart")
+
+
+def test_deleting_a_topic_frees_its_disk(private_server):
+    srv = private_server(_toml())
+    client = srv.client()
+    topic = unique_topic("deleted")
+    consumer = client.subscribe(topic, "backlog")  # holds every message
+    count = 100 * MIB // PAYLOAD
+    produce(client, topic, count)
+    assert dir_bytes(srv.data_dir) > 80 * MIB
+    consumer.close()
+    client.close()
+    path = topic.replace("persistent://", "/admin/v2/persistent/")
+    status, body = http_request("DELETE", srv.web_url + path + "?force=true")
+    assert status == 204, (status, body)
+    wait_for_size(srv.data_dir, lambda s: s < RECLAIMED_BOUND, "after deleting the topic")
+    status, body = http_request("GET", srv.web_url + "/admin/v2/persistent/public/default")
+    assert status == 200 and topic not in json.loads(body), body
+
+
+def test_inactive_topics_are_deleted_when_the_policy_says_so(private_server):
+    srv = private_server(_toml("delete_inactive_topics_enabled = true\n"
+                               "delete_inactive_topics_frequency_seconds = 1\n"
+                               "delete_inactive_topics_max_inactive_duration_seconds = 2"))
+    client = srv.client()
+    idle, subscribed, busy = (unique_topic(p) for p in ("idle", "subscribed", "busy"))
+    produce(client, idle, 5)
+    client.subscribe(subscribed, "keep").close()
+    produce(client, subscribed, 5)
+    busy_producer = client.create_producer(busy)
+    busy_producer.send(b"x")
+
+    def topics():
+        status, body = http_request("GET", srv.web_url + "/admin/v2/persistent/public/default")
+        assert status == 200, body
+        return set(json.loads(body))
+
+    deadline = time.monotonic() + 30
+    while idle in topics():
+        assert time.monotonic() < deadline, "the idle topic is still there after 30 s"
+        time.sleep(0.5)  # polling the housekeeping pass: there is no event to wait on
+    # Mode delete_when_no_subscriptions: a topic with a subscription stays, and so does one
+    # with a producer connected.
+    left = topics()
+    assert subscribed in left and busy in left, left
+    busy_producer.send(b"still works")
+    client.close()
