@@ -289,6 +289,9 @@ pub struct Topic {
     dedup_snapshot_due: Arc<Notify>,
     /// The snapshot key's version as this broker last wrote or read it (compare-and-set).
     dedup_version: tokio::sync::Mutex<Option<u64>>,
+    /// The position the stored deduplication snapshot covers: with deduplication on, what
+    /// comes after it is replayed at load, so retention keeps it (Pulsar's dedup cursor).
+    dedup_snapshot_position: Mutex<Option<Position>>,
     /// Set once a delete starts: no producer or subscription attaches after it.
     deleted: AtomicBool,
     /// When the broker's housekeeping last saw a producer or consumer on the topic (clock ms;
@@ -345,6 +348,7 @@ impl Topic {
             dedup_key,
             dedup_snapshot_due: Arc::new(Notify::new()),
             dedup_version: tokio::sync::Mutex::new(None),
+            dedup_snapshot_position: Mutex::new(None),
             deleted: AtomicBool::new(false),
             last_active_ms: AtomicU64::new(ledgers.clock.now_ms()),
         });
@@ -399,6 +403,11 @@ impl Topic {
     async fn recover_dedup(self: &Arc<Self>) -> Result<(), BrokerError> {
         let found = self.metadata.get(&self.dedup_key).await?;
         *self.dedup_version.lock().await = found.as_ref().map(|f| f.version);
+        let stored_position = |found: &magnetar_metadata::Versioned| {
+            serde_json::from_slice::<DedupSnapshot>(&found.value).ok()?.position
+        };
+        *self.dedup_snapshot_position.lock() =
+            found.as_ref().and_then(stored_position).map(|(l, e)| Position::new(l, e));
         let snapshot = match found {
             Some(found) => serde_json::from_slice::<DedupSnapshot>(&found.value).map_err(|e| {
                 BrokerError::Metadata(format!("dedup snapshot of {}: {e}", self.full_name))
@@ -447,7 +456,10 @@ impl Topic {
         let value =
             serde_json::to_vec(&snapshot).map_err(|e| BrokerError::Metadata(e.to_string()))?;
         let fence = self.managed_ledger.fence();
-        fence.put(&*self.metadata, &self.dedup_key, value.into(), &mut version).await
+        fence.put(&*self.metadata, &self.dedup_key, value.into(), &mut version).await?;
+        *self.dedup_snapshot_position.lock() =
+            snapshot.position.map(|(l, e)| Position::new(l, e));
+        Ok(())
     }
 
     /// Re-reads the topic's and its namespace's policies and layers them over the broker
@@ -674,7 +686,12 @@ impl Topic {
         let policies = self.policies();
         let consumed = {
             let subscriptions = self.subscriptions.lock();
-            Consumed::slowest(subscriptions.values().filter(|s| s.durable).map(|s| s.mark_delete()))
+            let cursors = subscriptions.values().filter(|s| s.durable).map(|s| s.mark_delete());
+            // With deduplication on, what its snapshot does not cover is replayed at load.
+            let dedup = self
+                .deduplication_enabled()
+                .then(|| *self.dedup_snapshot_position.lock());
+            Consumed::slowest(cursors.chain(dedup))
         };
         let limits = RetentionLimits {
             time_ms: policies.retention_time_ms(),
