@@ -7,7 +7,8 @@
 #      (retention_check_interval_seconds = 1 day): publish latency without trimming, to compare
 #      with the first AB_SECS seconds... of case 1 measured in the same run.
 #   3. "clear": a BACKLOG_MB backlog on a subscription, then consumed as fast as possible:
-#      seconds from the last message consumed until the data directory is back under the bound.
+#      seconds from the last message consumed until the data directory is back under BOUND_MB
+#      (default 2560: the current ledger, at most 2 GiB by default, plus a few segments).
 # Usage: bench/retention.sh [--secs 1200] [--ab-secs 300] [--rate 51200] [--size 1024]
 #                           [--backlog-mb 10240] [--only trimming,no-trimming,clear]
 # Needs target/release/magnetar. Writes bench/results/retention-<date>/.
@@ -133,7 +134,9 @@ if [[ ,$ONLY, == *,clear,* ]]; then
     > "$OUT/clear.consume.log" 2>&1
   t0=$(date +%s.%N)
   start_sampler clear
-  bound_mb=${BOUND_MB:-512}
+  # Bound: the current ledger (at most max_bytes_per_ledger, 2 GiB by default) plus the spare
+  # and a few 64 MiB journal segments.
+  bound_mb=${BOUND_MB:-2560}
   while (( $(du -sm "$DATA" | cut -f1) > bound_mb )); do
     sleep 1
     if (( $(echo "$(date +%s.%N) - $t0 > 300" | bc) )); then echo "not under ${bound_mb} MiB after 300 s"; break; fi
