@@ -85,3 +85,50 @@ pub async fn pass(service: &BrokerService, check_inactive: bool) -> PassReport {
     }
     report
 }
+
+/// Loads every persistent topic whose ledger list still names ledgers to delete (a trim cut
+/// short by a crash), so that its load finishes the deletion even if no client ever uses the
+/// topic again. Only where this broker owns every topic (standalone): loading a topic takes
+/// it over. Returns how many topics it loaded.
+pub async fn finish_interrupted_trims(service: &BrokerService) -> usize {
+    let metadata = &service.metadata;
+    let root = magnetar_model::keys::MANAGED_LEDGERS_ROOT;
+    let mut loaded = 0;
+    let domain = "persistent";
+    let domain_key = magnetar_model::keys::child(root, domain);
+    let Ok(tenants) = metadata.list_children(&domain_key).await else { return 0 };
+    for tenant in tenants {
+        let tenant_key = magnetar_model::keys::child(&domain_key, &tenant);
+        let Ok(namespaces) = metadata.list_children(&tenant_key).await else { continue };
+        for namespace in namespaces {
+            let namespace_key = magnetar_model::keys::child(&tenant_key, &namespace);
+            let Ok(topics) = metadata.list_children(&namespace_key).await else { continue };
+            for encoded in topics {
+                let key = magnetar_model::keys::child(&namespace_key, &encoded);
+                let Ok(Some(found)) = metadata.get(&key).await else { continue };
+                let pending = serde_json::from_slice::<serde_json::Value>(&found.value)
+                    .ok()
+                    .and_then(|v| v.get("deleting").and_then(|d| d.as_array()).map(Vec::len))
+                    .unwrap_or(0);
+                if pending == 0 {
+                    continue;
+                }
+                let local = magnetar_model::keys::decode_topic_name(&encoded).unwrap_or(encoded);
+                let full = format!("{domain}://{tenant}/{namespace}/{local}");
+                match magnetar_model::TopicName::parse(&full) {
+                    Ok(name) => match service.topic(&name, false).await {
+                        Ok(_) => loaded += 1,
+                        Err(error) => {
+                            tracing::warn!(topic = %full, %error, "interrupted trim not finished")
+                        }
+                    },
+                    Err(error) => tracing::warn!(key, %error, "unparsable topic name"),
+                }
+            }
+        }
+    }
+    if loaded > 0 {
+        tracing::info!(topics = loaded, "finished trims a crash had interrupted");
+    }
+    loaded
+}

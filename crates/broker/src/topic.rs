@@ -457,8 +457,7 @@ impl Topic {
             serde_json::to_vec(&snapshot).map_err(|e| BrokerError::Metadata(e.to_string()))?;
         let fence = self.managed_ledger.fence();
         fence.put(&*self.metadata, &self.dedup_key, value.into(), &mut version).await?;
-        *self.dedup_snapshot_position.lock() =
-            snapshot.position.map(|(l, e)| Position::new(l, e));
+        *self.dedup_snapshot_position.lock() = snapshot.position.map(|(l, e)| Position::new(l, e));
         Ok(())
     }
 
@@ -688,9 +687,7 @@ impl Topic {
             let subscriptions = self.subscriptions.lock();
             let cursors = subscriptions.values().filter(|s| s.durable).map(|s| s.mark_delete());
             // With deduplication on, what its snapshot does not cover is replayed at load.
-            let dedup = self
-                .deduplication_enabled()
-                .then(|| *self.dedup_snapshot_position.lock());
+            let dedup = self.deduplication_enabled().then(|| *self.dedup_snapshot_position.lock());
             Consumed::slowest(cursors.chain(dedup))
         };
         let limits = RetentionLimits {

@@ -100,6 +100,13 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         );
         // Retention, idle-ledger rollover and inactive-topic deletion.
         magnetar_broker::housekeeping::start(&service);
+        if matches!(settings.metadata, MetadataBackend::Embedded) {
+            // Standalone owns every topic: finish trims a crash cut short, loaded or not.
+            let service = service.clone();
+            tokio::spawn(async move {
+                magnetar_broker::housekeeping::finish_interrupted_trims(&service).await
+            });
+        }
         let registration = BrokerRegistration {
             pulsar_service_url: service_url.clone(),
             web_service_url: web_url.clone(),
