@@ -998,6 +998,20 @@ fn quota_key(kind: BacklogQuotaType) -> &'static str {
     }
 }
 
+/// A BacklogQuota body. Java's `BacklogQuotaImpl` serialises both `limitSize` and its
+/// deprecated twin `limit` (same value): `limitSize` wins.
+fn quota_body(body: &[u8]) -> Result<Value, AdminError> {
+    let mut value = parse_json(body)?;
+    let Value::Object(map) = &mut value else {
+        return Err(bad("expected a JSON object"));
+    };
+    if map.contains_key("limitSize") {
+        map.remove("limit");
+    }
+    let typed: BacklogQuota = as_typed(&value)?;
+    serde_json::to_value(typed).map_err(|e| AdminError::Internal(e.to_string()))
+}
+
 /// `POST …/backlogQuota[?backlogQuotaType=destination_storage|message_age]` with a
 /// BacklogQuota body: 204; 400 bad body or type; 404; 412 when a size quota does not stay
 /// below the retention limits (Pulsar's message).
@@ -1009,7 +1023,7 @@ async fn set_backlog_quota(
 ) -> Result<StatusCode, AdminError> {
     let target = Target::from_uri(uri, level)?;
     let kind = quota_type(uri)?;
-    let quota: BacklogQuota = as_typed(&typed_body::<BacklogQuota>(body, uri)?)?;
+    let quota: BacklogQuota = as_typed(&quota_body(body)?)?;
     if kind == BacklogQuotaType::MessageAge && quota.limit_time <= 0 && quota.limit_time != -1 {
         return Err(AdminError::PreconditionFailed(
             "backlog quota limitTime must be positive or -1".to_string(),
@@ -1216,7 +1230,13 @@ mod tests {
         assert!(
             typed_body::<RetentionPolicies>(br#"{"retentionTimeInMinutes":"x"}"#, &uri).is_err()
         );
-        assert!(typed_body::<BacklogQuota>(br#"{"limitSize":1,"policy":"nope"}"#, &uri).is_err());
+        assert!(quota_body(br#"{"limitSize":1,"policy":"nope"}"#).is_err());
+        let java = br#"{"limit":5,"limitSize":5,"limitTime":-1,"policy":"producer_exception"}"#;
+        assert_eq!(quota_body(java).unwrap()["limitSize"], 5);
+        assert_eq!(
+            quota_body(br#"{"limit":7,"policy":"producer_exception"}"#).unwrap()["limitSize"],
+            7
+        );
     }
 
     #[test]
