@@ -77,6 +77,7 @@ def test_namespace_policies_round_trip(admin, server):
     policies, bundles = _parallel(admin, ("namespaces", "policies", ns),
                                   ("namespaces", "bundles", ns))
     assert _json(policies)["bundles"]["numBundles"] == 4
+    assert _json(policies)["replication_clusters"] == ["standalone"]
     assert _json(bundles)["boundaries"][0] == "0x00000000"
     assert _json(bundles)["boundaries"][-1] == "0xffffffff"
     assert len(_json(bundles)["boundaries"]) == 5

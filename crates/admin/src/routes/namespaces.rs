@@ -119,7 +119,7 @@ fn name_segment(uri: &Uri, index: usize, what: &str) -> Result<String, AdminErro
         .ok_or_else(|| AdminError::PreconditionFailed(format!("Invalid {what}")))
 }
 
-fn auth_map<'a>(doc: &'a Map<String, Value>, field: &str) -> Value {
+fn auth_map(doc: &Map<String, Value>, field: &str) -> Value {
     doc.get("auth_policies")
         .and_then(|a| a.get(field))
         .filter(|m| m.is_object())

@@ -252,6 +252,15 @@ pub(crate) async fn create_namespace(
             }
         }
     }
+    // No replication clusters (what `pulsar-admin namespaces create` sends): the local one, as
+    // Pulsar does.
+    let mut typed = typed;
+    let no_clusters = |c: &Value| c.is_null() || c.as_array().is_some_and(Vec::is_empty);
+    if typed.other.get("replication_clusters").is_none_or(no_clusters) {
+        typed
+            .other
+            .insert("replication_clusters".to_string(), Value::from(vec![state.cluster.clone()]));
+    }
     match state
         .store
         .put(&keys::namespace_key(&ns), to_json_bytes(&typed)?, ExpectedVersion::Absent)
