@@ -1139,3 +1139,37 @@ async fn broker_endpoints() {
     assert_eq!(app.get("/admin/v2/brokers/internal-configuration").await.status, StatusCode::OK);
     assert_eq!(app.get("/admin/v2/broker-stats/topics").await.json(), json!({}));
 }
+
+#[tokio::test]
+async fn unknown_policy_fields_survive_policy_changes() {
+    let app = App::new().await;
+    let ns = "/admin/v2/namespaces/public/keep";
+    let body = r#"{"x_custom":{"a":[1,2]},"offload_policies":null,"bundles":{"numBundles":2}}"#;
+    assert_eq!(app.put(ns, body).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.post(&format!("{ns}/messageTTL"), "5").await.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.delete(&format!("{ns}/messageTTL")).await.status, StatusCode::NO_CONTENT);
+    let r = app.post(&format!("{ns}/permissions/r"), r#"["consume"]"#).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let p = app.get(ns).await.json();
+    assert_eq!(p["x_custom"], json!({"a": [1, 2]}));
+    assert_eq!(p["bundles"]["numBundles"], json!(2));
+    assert_eq!(p["auth_policies"]["namespace_auth"], json!({"r": ["consume"]}));
+    assert!(p.get("message_ttl_in_seconds").is_none());
+    let r = app.put("/admin/v2/namespaces/public/keep/0x7fffffff_0xffffffff/unload", "").await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+
+    // A topic document another writer left with a field Magnetar does not model.
+    let key = "/admin/topic-policies/public/keep/persistent/t";
+    let raw = Bytes::from_static(br#"{"deduplicationEnabled":true,"entryFilters":{"x":1}}"#);
+    app.store.put(key, raw, ExpectedVersion::Absent).await.unwrap();
+    let topic = "/admin/v2/persistent/public/keep/t";
+    assert_eq!(app.get(&format!("{topic}/deduplicationEnabled")).await.json(), json!(true));
+    assert_eq!(
+        app.post(&format!("{topic}/maxProducers"), "2").await.status,
+        StatusCode::NO_CONTENT
+    );
+    let stored: Value =
+        serde_json::from_slice(&app.store.get(key).await.unwrap().unwrap().value).unwrap();
+    assert_eq!(stored["entryFilters"], json!({"x": 1}));
+    assert_eq!(stored["maxProducerPerTopic"], json!(2));
+}
