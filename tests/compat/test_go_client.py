@@ -2,7 +2,8 @@
 with the fixture's broker URLs. Covers paths the Python client does not: retry topics
 (ReconsumeLater) and their dead-letter topic, chunking from Go, nack redelivery delay, seek by
 time, inclusive readers, GetLastMessageIDs / HasNext, batch-index acks, producer access modes
-(Exclusive, WaitForExclusive), admin topic create / delete, the Failover EventListener, lookups
+(Exclusive, WaitForExclusive), admin topic create / delete, namespace and topic policies
+through the pulsaradmin package, the Failover EventListener, lookups
 over an HTTP service URL (see tests/go/*_test.go). Tests behind the `restartphases` build tag are
 left out here: test_go_restart_phases.py runs them around a broker restart.
 

@@ -1,9 +1,11 @@
 //! The broker side of the admin API: [`BrokerHooks`] answered by the broker core.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use magnetar_broker::{BrokerError, BrokerService};
 use magnetar_model::names::{NamespaceName, TopicDomain, TopicName};
+use magnetar_model::policy::PolicyDefaults;
 
 use crate::hooks::{BrokerHooks, HookError};
 
@@ -53,6 +55,47 @@ impl BrokerHooks for AdminHooks {
     /// reason (it serves loaded topics, but takes on no new ones).
     async fn health_check(&self) -> Result<(), HookError> {
         self.ready().await
+    }
+
+    async fn unload_namespace(&self, namespace: &NamespaceName) -> Result<usize, HookError> {
+        let mut unloaded = 0;
+        for loaded in self.0.loaded_topics() {
+            if loaded.name.namespace() == namespace && self.0.unload_topic(&loaded.name).await {
+                unloaded += 1;
+            }
+        }
+        Ok(unloaded)
+    }
+
+    fn policy_defaults(&self) -> PolicyDefaults {
+        let config = &self.0.config;
+        PolicyDefaults {
+            deduplication_enabled: config.broker_deduplication_enabled,
+            max_message_size: u32::try_from(config.max_message_size).unwrap_or(u32::MAX),
+            ..PolicyDefaults::default()
+        }
+    }
+
+    fn runtime_configuration(&self) -> BTreeMap<String, String> {
+        let c = &self.0.config;
+        [
+            ("bindAddress", c.bind_address.clone()),
+            ("brokerServicePort", c.broker_port.to_string()),
+            ("advertisedAddress", c.advertised_address.clone()),
+            ("maxMessageSize", c.max_message_size.to_string()),
+            ("keepAliveIntervalSeconds", c.keepalive_seconds.to_string()),
+            ("allowAutoTopicCreation", c.allow_auto_topic_creation.to_string()),
+            ("managedLedgerMaxEntriesPerLedger", c.max_entries_per_ledger.to_string()),
+            ("managedLedgerMaxSizePerLedgerMbytes", (c.max_bytes_per_ledger >> 20).to_string()),
+            (
+                "managedLedgerMaxLedgerRolloverTimeMinutes",
+                (c.max_ledger_age_seconds / 60).to_string(),
+            ),
+            ("brokerDeduplicationEnabled", c.broker_deduplication_enabled.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
     }
 
     async fn metrics(&self) -> String {

@@ -12,7 +12,10 @@
 use async_trait::async_trait;
 use thiserror::Error;
 
+use std::collections::BTreeMap;
+
 use magnetar_model::names::{NamespaceName, TopicDomain, TopicName};
+use magnetar_model::policy::PolicyDefaults;
 
 /// A failure reported by a broker hook. The variant decides the HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -92,6 +95,26 @@ pub trait BrokerHooks: Send + Sync {
     ) -> Result<(), HookError> {
         let _ = (namespace, topic);
         Ok(())
+    }
+
+    /// Unloads the topics of `namespace` this broker has loaded (`PUT …/{namespace}/unload`):
+    /// each closes its producers and consumers, which reconnect and load it afresh. Returns
+    /// how many were unloaded. Default: none.
+    async fn unload_namespace(&self, namespace: &NamespaceName) -> Result<usize, HookError> {
+        let _ = namespace;
+        Ok(0)
+    }
+
+    /// The broker defaults policies fall back to (`?applied=true` answers, the topic
+    /// `maxMessageSize` cap). Default: Pulsar's (`PolicyDefaults::default()`).
+    fn policy_defaults(&self) -> PolicyDefaults {
+        PolicyDefaults::default()
+    }
+
+    /// The broker's configuration as Pulsar names it, for
+    /// `GET /admin/v2/brokers/configuration/runtime`. Default: empty.
+    fn runtime_configuration(&self) -> BTreeMap<String, String> {
+        BTreeMap::new()
     }
 
     /// Liveness check behind `GET /admin/v2/brokers/health`. Default: healthy.

@@ -31,7 +31,8 @@
 //! | what | key | value |
 //! | --- | --- | --- |
 //! | tenant | `/admin/tenants/{tenant}` | JSON TenantInfo `{"adminRoles":[],"allowedClusters":["standalone"]}` |
-//! | namespace | `/admin/namespaces/{tenant}/{namespace}` | JSON policies object (`{}` by default) |
+//! | namespace | `/admin/namespaces/{tenant}/{namespace}` | JSON `magnetar_model::policy::NamespacePolicies` (Pulsar's `Policies` names; unknown fields kept) |
+//! | topic policies | `/admin/topic-policies/{tenant}/{namespace}/{domain}/{encoded-topic}` | JSON `magnetar_model::policy::TopicPolicies` (partitions share their topic's) |
 //! | partitioned topic | `/admin/partitioned-topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | JSON `{"partitions":N}` (optionally `"properties"`) |
 //! | non-partitioned topic | `/topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | owned by the broker; the admin API only reads existence and lists children |
 //! | topic schema history | `/schemas/{tenant}/{namespace}/{encoded-topic}` | JSON `magnetar_model::schema::SchemaHistory` (partitions share their topic's) |
@@ -49,7 +50,15 @@
 //! | method and path | success | errors |
 //! | --- | --- | --- |
 //! | `GET /admin/v2/brokers/health`, `GET /admin/v2/brokers/ready` | 200 `ok` | 503 with the reason (not ready), 500 |
-//! | `GET /admin/v2/brokers/{c}` | 200 `["host:web-port"]` (registered brokers) | 404 |
+//! | `GET /admin/v2/brokers/{c}`, `GET /admin/v2/brokers` | 200 `["host:web-port"]` (registered brokers) | 404 |
+//! | `GET /admin/v2/brokers/leaderBroker` | 200 `{"brokerId","serviceUrl"}` (first registered broker; no election) | |
+//! | `GET /admin/v2/brokers/version` | 200 version, plain text | |
+//! | `GET /admin/v2/brokers/configuration` | 200 `[]` (no setting is dynamic) | |
+//! | `GET /admin/v2/brokers/configuration/values` | 200 `{}` | |
+//! | `GET /admin/v2/brokers/configuration/runtime` | 200 settings by Pulsar's names (those Magnetar has) | |
+//! | `GET /admin/v2/brokers/internal-configuration` | 200 InternalConfigurationData, all null | |
+//! | `POST /admin/v2/brokers/configuration/{name}/{value}`, `DELETE …/configuration/{name}` | | 412 " Can't update non-dynamic configuration" |
+//! | `GET /admin/v2/broker-stats/{topics,bookieops}` / `{metrics,mbeans}` | 200 `{}` / `[]` (stubs) | |
 //! | `GET /metrics` | 200 Prometheus text | |
 //! | `GET /admin/v2/clusters` | 200 `["standalone"]` | |
 //! | `GET /admin/v2/clusters/{c}` | 200 ClusterData (stored record, else this broker's URLs) | 404 |
@@ -57,11 +66,24 @@
 //! | `PUT /admin/v2/tenants/{t}` | 204 | 400, 409, 412 |
 //! | `GET /admin/v2/tenants/{t}` | 200 TenantInfo | 404 |
 //! | `POST /admin/v2/tenants/{t}` | 204 | 400, 404, 409, 412 |
-//! | `DELETE /admin/v2/tenants/{t}` | 204 | 404, 405 (force), 409 (has namespaces) |
+//! | `DELETE /admin/v2/tenants/{t}[?force=true]` | 204 (force: every namespace, forced, first) | 404, 409 (has namespaces, not forced) |
 //! | `GET /admin/v2/namespaces/{t}` | 200 `["t/ns"]` | 404 |
 //! | `PUT /admin/v2/namespaces/{t}/{ns}` | 204 | 400, 403, 404, 409, 412 |
 //! | `GET /admin/v2/namespaces/{t}/{ns}` | 200 Policies | 404, 412 |
-//! | `DELETE /admin/v2/namespaces/{t}/{ns}` | 204 | 404, 405 (force), 409 (not empty), 412 |
+//! | `DELETE /admin/v2/namespaces/{t}/{ns}[?force=true]` | 204 (force: every topic deleted by the broker) | 404, 409 (not empty, not forced), 412 |
+//! | `GET\|POST\|DELETE /admin/v2/namespaces/{t}/{ns}/{policy}` (see below) | 200 value / 204 unset; 204 | 400 body, 404, 412 value |
+//! | `POST\|DELETE /admin/v2/namespaces/{t}/{ns}/backlogQuota[?backlogQuotaType=]` BacklogQuota | 204 | 400, 404, 412 (exceeds retention) |
+//! | `GET /admin/v2/namespaces/{t}/{ns}/backlogQuotaMap` | 200 `{type: quota}` | 404 |
+//! | `GET /admin/v2/namespaces/{t}/{ns}/permissions` | 200 `{role: [actions]}` | 404 |
+//! | `POST\|DELETE /admin/v2/namespaces/{t}/{ns}/permissions/{role}` `["produce",…]` | 204 | 400, 404 |
+//! | `GET /admin/v2/namespaces/{t}/{ns}/permissions/subscription` | 200 `{sub: [roles]}` | 404 |
+//! | `POST …/permissions/subscription/{sub}` `[roles]`, `DELETE …/permissions/{sub}/{role}` | 204 | 400, 404 |
+//! | `GET\|PUT\|DELETE /admin/v2/namespaces/{t}/{ns}/properties` | 200 map; 204 (PUT merges) | 400, 404 |
+//! | `GET\|DELETE …/property/{key}`, `PUT …/property/{key}/{value}` | 200 text / 204 | 404 |
+//! | `GET /admin/v2/namespaces/{t}/{ns}/bundles` | 200 BundlesData | 404 |
+//! | `PUT /admin/v2/namespaces/{t}/{ns}/unload`, `PUT …/{bundle}/unload` | 204 (loaded topics unloaded) | 404, 412 bad bundle |
+//! | `GET\|POST\|DELETE /admin/v2/{d}/{t}/{ns}/{topic}/{policy}[?applied=true]` (see below) | 200 / 204; 204 | 400, 404 (namespace), 412 |
+//! | `POST\|DELETE /admin/v2/{d}/{t}/{ns}/{topic}/backlogQuota[?backlogQuotaType=]`, `GET …/backlogQuotaMap[?applied=true]` | 204 / 200 | 400, 404, 412 |
 //! | `GET /admin/v2/namespaces/{t}/{ns}/topics` | 200 names | 400, 404, 412 |
 //! | `GET /admin/v2/{d}/{t}/{ns}` | 200 topics incl. partitions | 404, 412 |
 //! | `GET /admin/v2/{d}/{t}/{ns}/partitioned` | 200 partitioned topics | 404, 412 |
@@ -79,6 +101,44 @@
 //! | `POST /admin/v2/schemas/{t}/{ns}/{topic}/compatibility` PostSchemaPayload | 202 `{"isCompatibility":…,"schemaCompatibilityStrategy":…}` | 400 |
 //!
 //! Each handler documents its exact semantics (see `routes`).
+//!
+//! # Policies
+//!
+//! Namespace `{policy}` (set with `POST` unless marked PUT; body a JSON value of Pulsar's type):
+//! `retention`, `messageTTL`, `deduplication`, `maxUnackedMessagesPerConsumer`,
+//! `maxUnackedMessagesPerSubscription`, `maxProducersPerTopic`, `maxConsumersPerTopic`,
+//! `maxConsumersPerSubscription`, `dispatchRate`, `subscriptionDispatchRate`, `publishRate`
+//! (these three per cluster, as Pulsar stores them), `inactiveTopicPolicies`,
+//! `autoTopicCreation`, `autoSubscriptionCreation`, `subscriptionExpirationTime`,
+//! `schemaCompatibilityStrategy` (PUT), `maxTopicsPerNamespace`, `persistence`,
+//! `compactionThreshold` (PUT), `offloadThreshold` (PUT), `offloadThresholdInSeconds` (PUT),
+//! `offloadDeletionLagMs` (PUT), `persistence/bookieAffinity`.
+//!
+//! Topic `{policy}`: `retention`, `messageTTL` (value in the `messageTTL` query parameter),
+//! `deduplicationEnabled`, `maxUnackedMessagesOnConsumer`, `maxUnackedMessagesOnSubscription`,
+//! `maxProducers`, `maxConsumers`, `maxConsumersPerSubscription`, `dispatchRate`,
+//! `subscriptionDispatchRate`, `publishRate`, `inactiveTopicPolicies`, `maxMessageSize`,
+//! `subscribeRate`, `persistence`, `compactionThreshold`. `?applied=true` answers the topic's
+//! value, else its namespace's, else the broker's default ([`BrokerHooks::policy_defaults`]).
+//! `isGlobal` is ignored (one cluster). Setting a policy on a topic that does not exist is
+//! accepted (Pulsar 3+ answers 404).
+//!
+//! Values are checked as Pulsar's `NamespacesBase` / `PersistentTopicsBase` do: negative limits
+//! and TTLs are 412 with Pulsar's reasons, retention follows `validateRetentionPolicies` (400),
+//! a size backlog quota must stay below the retention size and time (412 either way round),
+//! persistence follows `validatePersistencePolicies` with Pulsar's default maxima (5).
+//!
+//! Stored and served but **not enforced** by the broker (yet): `persistence` (no BookKeeper
+//! ensembles), the `offload*` policies (no tiered storage), `compactionThreshold` (no
+//! compaction), `persistence/bookieAffinity`, `subscriptionExpirationTime`,
+//! `maxTopicsPerNamespace`, `autoTopicCreation` / `autoSubscriptionCreation` overrides,
+//! `subscribeRate`, `schemaCompatibilityStrategy`, and permissions (no authorization until the
+//! security work lands). Which of the others the broker enforces is the broker's to say
+//! (`magnetar_model::policy::Effective`).
+//!
+//! Bundles: one bundle (`0x00000000`–`0xffffffff`) per namespace unless created with
+//! `bundles` (Pulsar's `defaultNumberOfNamespaceBundles` is 4; Magnetar does not split
+//! ownership by hash range). Unloading a bundle unloads the whole namespace's loaded topics.
 
 mod bootstrap;
 mod broker_hooks;

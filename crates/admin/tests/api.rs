@@ -251,10 +251,6 @@ async fn tenants_crud() {
         (r.status, r.reason().as_str()),
         (StatusCode::CONFLICT, "The tenant still has active namespaces")
     );
-    assert_eq!(
-        app.delete("/admin/v2/tenants/acme?force=true").await.status,
-        StatusCode::METHOD_NOT_ALLOWED
-    );
     assert_eq!(app.delete("/admin/v2/namespaces/acme/ns1").await.status, StatusCode::NO_CONTENT);
     assert_eq!(app.delete("/admin/v2/tenants/acme").await.status, StatusCode::NO_CONTENT);
     assert_eq!(app.get("/admin/v2/tenants/acme").await.status, StatusCode::NOT_FOUND);
@@ -285,7 +281,8 @@ async fn namespaces_crud() {
         .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     let p = app.get("/admin/v2/namespaces/public/ns3").await.json();
-    assert_eq!(p["bundles"], json!({"numBundles": 4}));
+    assert_eq!(p["bundles"]["numBundles"], json!(4));
+    assert_eq!(p["bundles"]["boundaries"].as_array().map(Vec::len), Some(5));
     assert_eq!(p["deleted"], json!(false));
 
     let r = app.put("/admin/v2/namespaces/public/ns4", r#"{"replication_clusters":["x"]}"#).await;
@@ -315,10 +312,6 @@ async fn namespaces_crud() {
     assert_eq!(
         (r.status, r.reason().as_str()),
         (StatusCode::CONFLICT, "Cannot delete non empty namespace")
-    );
-    assert_eq!(
-        app.delete(&format!("{ns}?force=true")).await.status,
-        StatusCode::METHOD_NOT_ALLOWED
     );
     assert_eq!(
         app.delete("/admin/v2/persistent/public/ns2/t/partitions").await.status,
@@ -910,4 +903,273 @@ async fn schema_endpoints() {
         app.get("/admin/v2/schemas/public/nope/t/schema").await.status,
         StatusCode::NOT_FOUND
     );
+}
+
+#[tokio::test]
+async fn forced_deletes_take_everything_beneath() {
+    let hooks = Arc::new(RecordingHooks::default());
+    let app = App::with_hooks(hooks.clone()).await;
+    let body = r#"{"allowedClusters":["standalone"]}"#;
+    assert_eq!(app.put("/admin/v2/tenants/acme", body).await.status, StatusCode::NO_CONTENT);
+    for ns in ["a", "b"] {
+        let path = format!("/admin/v2/namespaces/acme/{ns}");
+        assert_eq!(app.put(&path, "").await.status, StatusCode::NO_CONTENT);
+    }
+    let topic = "/admin/v2/persistent/acme/a/t/partitions";
+    assert_eq!(app.put(topic, "2").await.status, StatusCode::NO_CONTENT);
+    app.broker_creates_topic("persistent://acme/b/plain").await;
+    let retention = r#"{"retentionTimeInMinutes":5,"retentionSizeInMB":-1}"#;
+    let path = "/admin/v2/persistent/acme/a/t/retention";
+    assert_eq!(app.post(path, retention).await.status, StatusCode::NO_CONTENT);
+
+    let r = app.delete("/admin/v2/namespaces/acme/a").await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    let r = app.delete("/admin/v2/tenants/acme").await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    let r = app.delete("/admin/v2/namespaces/acme/a?force=true").await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let calls = hooks.calls();
+    assert!(
+        calls.contains(&"delete persistent://acme/a/t-partition-0 true".to_string()),
+        "{calls:?}"
+    );
+    assert_eq!(app.get("/admin/v2/namespaces/acme/a").await.status, StatusCode::NOT_FOUND);
+    assert!(app.store.get("/admin/topic-policies/acme/a/persistent/t").await.unwrap().is_none());
+    assert!(app
+        .store
+        .get("/admin/partitioned-topics/acme/a/persistent/t")
+        .await
+        .unwrap()
+        .is_none());
+
+    let r = app.delete("/admin/v2/tenants/acme?force=true").await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert!(hooks.calls().contains(&"delete persistent://acme/b/plain true".to_string()));
+    assert_eq!(app.get("/admin/v2/tenants/acme").await.status, StatusCode::NOT_FOUND);
+    assert!(app.store.get("/topics/acme/b/persistent/plain").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn namespace_policies_round_trip() {
+    let app = App::new().await;
+    let ns = "/admin/v2/namespaces/public/default";
+    // Unset: 204.
+    for policy in
+        ["retention", "messageTTL", "maxProducersPerTopic", "dispatchRate", "deduplication"]
+    {
+        assert_eq!(
+            app.get(&format!("{ns}/{policy}")).await.status,
+            StatusCode::NO_CONTENT,
+            "{policy}"
+        );
+    }
+    let r = app
+        .post(
+            &format!("{ns}/retention"),
+            r#"{"retentionTimeInMinutes":60,"retentionSizeInMB":100}"#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        app.get(&format!("{ns}/retention")).await.json(),
+        json!({"retentionTimeInMinutes":60,"retentionSizeInMB":100})
+    );
+    let r = app
+        .post(&format!("{ns}/retention"), r#"{"retentionTimeInMinutes":0,"retentionSizeInMB":100}"#)
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.reason().starts_with("Invalid retention policy"), "{}", r.reason());
+
+    let r = app.post(&format!("{ns}/messageTTL"), "-1").await;
+    assert_eq!(
+        (r.status, r.reason().as_str()),
+        (StatusCode::PRECONDITION_FAILED, "Invalid value for message TTL")
+    );
+    assert_eq!(app.post(&format!("{ns}/messageTTL"), "30").await.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.get(&format!("{ns}/messageTTL")).await.json(), json!(30));
+
+    // A size quota at or above the retention size is refused.
+    let quota = r#"{"limitSize":209715200,"limitTime":-1,"policy":"producer_request_hold"}"#;
+    let r = app.post(&format!("{ns}/backlogQuota"), quota).await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
+    let quota = r#"{"limitSize":1048576,"policy":"producer_exception"}"#;
+    assert_eq!(app.post(&format!("{ns}/backlogQuota"), quota).await.status, StatusCode::NO_CONTENT);
+    let quota = r#"{"limitTime":30,"policy":"consumer_backlog_eviction"}"#;
+    let r = app.post(&format!("{ns}/backlogQuota?backlogQuotaType=message_age"), quota).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let map = app.get(&format!("{ns}/backlogQuotaMap")).await.json();
+    assert_eq!(map["destination_storage"]["limitSize"], json!(1048576));
+    assert_eq!(map["message_age"]["limitTime"], json!(30));
+    let r = app.post(&format!("{ns}/backlogQuota?backlogQuotaType=nope"), quota).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+
+    let rate = r#"{"dispatchThrottlingRateInMsg":100,"dispatchThrottlingRateInByte":1000,"ratePeriodInSecond":1}"#;
+    assert_eq!(app.post(&format!("{ns}/dispatchRate"), rate).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        app.get(&format!("{ns}/dispatchRate")).await.json()["dispatchThrottlingRateInMsg"],
+        json!(100)
+    );
+
+    // The whole document carries everything, unknown fields kept.
+    let p = app.get(ns).await.json();
+    assert_eq!(p["retention_policies"]["retentionSizeInMB"], json!(100));
+    assert_eq!(p["message_ttl_in_seconds"], json!(30));
+    assert_eq!(p["topicDispatchRate"]["standalone"]["dispatchThrottlingRateInMsg"], json!(100));
+    assert_eq!(p["bundles"]["boundaries"], json!(["0x00000000", "0xffffffff"]));
+
+    assert_eq!(app.delete(&format!("{ns}/messageTTL")).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.get(&format!("{ns}/messageTTL")).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.delete(&format!("{ns}/backlogQuota")).await.status, StatusCode::NO_CONTENT);
+    let map = app.get(&format!("{ns}/backlogQuotaMap")).await.json();
+    assert_eq!(map.as_object().map(|m| m.len()), Some(1));
+
+    // Permissions and properties.
+    let r = app.post(&format!("{ns}/permissions/role1"), r#"["produce","consume"]"#).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        app.get(&format!("{ns}/permissions")).await.json(),
+        json!({"role1": ["consume", "produce"]})
+    );
+    assert_eq!(
+        app.post(&format!("{ns}/permissions/role1"), r#"["fly"]"#).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(app.delete(&format!("{ns}/permissions/role1")).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.get(&format!("{ns}/permissions")).await.json(), json!({}));
+    assert_eq!(app.put(&format!("{ns}/property/k/v"), "").await.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.get(&format!("{ns}/property/k")).await.body, "v");
+    assert_eq!(app.get(&format!("{ns}/properties")).await.json(), json!({"k": "v"}));
+
+    // Missing namespace: 404.
+    let r = app.post("/admin/v2/namespaces/public/ghost/messageTTL", "5").await;
+    assert_eq!(
+        (r.status, r.reason().as_str()),
+        (StatusCode::NOT_FOUND, "Namespace does not exist")
+    );
+    assert_eq!(
+        app.get("/admin/v2/namespaces/public/default/bundles").await.json()["numBundles"],
+        json!(1)
+    );
+    assert_eq!(
+        app.put("/admin/v2/namespaces/public/default/unload", "").await.status,
+        StatusCode::NO_CONTENT
+    );
+    let r = app.put("/admin/v2/namespaces/public/default/0x00000000_0xffffffff/unload", "").await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = app.put("/admin/v2/namespaces/public/default/0x00000000_0x0fffffff/unload", "").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn topic_policies_and_applied_values() {
+    let app = App::new().await;
+    let ns = "/admin/v2/namespaces/public/default";
+    let topic = "/admin/v2/persistent/public/default/tp";
+    assert_eq!(app.get(&format!("{topic}/messageTTL")).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.get(&format!("{topic}/messageTTL?applied=true")).await.json(), json!(0));
+    assert_eq!(app.post(&format!("{ns}/messageTTL"), "40").await.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.get(&format!("{topic}/messageTTL?applied=true")).await.json(), json!(40));
+    assert_eq!(
+        app.post(&format!("{topic}/messageTTL?messageTTL=7"), "").await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(app.get(&format!("{topic}/messageTTL")).await.json(), json!(7));
+    let r = app.post(&format!("{topic}/messageTTL?messageTTL=-3"), "").await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
+    // Partitions share their topic's document.
+    assert_eq!(app.get(&format!("{topic}-partition-1/messageTTL")).await.json(), json!(7));
+
+    let retention = r#"{"retentionTimeInMinutes":-1,"retentionSizeInMB":-1}"#;
+    assert_eq!(
+        app.post(&format!("{topic}/retention"), retention).await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.get(&format!("{topic}/retention")).await.json()["retentionTimeInMinutes"],
+        json!(-1)
+    );
+    assert_eq!(
+        app.get(&format!("{topic}/maxUnackedMessagesOnConsumer?applied=true")).await.json(),
+        json!(50000)
+    );
+    assert_eq!(
+        app.post(&format!("{topic}/maxProducers"), "-1").await.status,
+        StatusCode::PRECONDITION_FAILED
+    );
+    assert_eq!(
+        app.post(&format!("{topic}/maxProducers"), "3").await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(app.get(&format!("{topic}/backlogQuotaMap?applied=true")).await.json(), json!({}));
+    let r = app.post(&format!("{topic}/maxMessageSize"), "999999999").await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
+    assert_eq!(
+        app.post(&format!("{topic}/deduplicationEnabled"), "true").await.status,
+        StatusCode::NO_CONTENT
+    );
+
+    let stored: Value = serde_json::from_slice(
+        &app.store
+            .get("/admin/topic-policies/public/default/persistent/tp")
+            .await
+            .unwrap()
+            .unwrap()
+            .value,
+    )
+    .unwrap();
+    assert_eq!(stored["messageTTLInSeconds"], json!(7));
+    assert_eq!(stored["maxProducerPerTopic"], json!(3));
+    assert_eq!(stored["deduplicationEnabled"], json!(true));
+    assert_eq!(app.delete(&format!("{topic}/messageTTL")).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.get(&format!("{topic}/messageTTL")).await.status, StatusCode::NO_CONTENT);
+}
+
+#[tokio::test]
+async fn broker_endpoints() {
+    let app = App::new().await;
+    assert_eq!(app.get("/admin/v2/brokers").await.json(), json!([]));
+    let leader = app.get("/admin/v2/brokers/leaderBroker").await.json();
+    assert_eq!(leader["serviceUrl"], json!("http://localhost:8080"));
+    assert_eq!(app.get("/admin/v2/brokers/configuration").await.json(), json!([]));
+    assert_eq!(app.get("/admin/v2/brokers/configuration/values").await.json(), json!({}));
+    let runtime = app.get("/admin/v2/brokers/configuration/runtime").await.json();
+    assert_eq!(runtime["clusterName"], json!("standalone"));
+    let r = app.post("/admin/v2/brokers/configuration/foo/1", "").await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
+    assert_eq!(app.get("/admin/v2/brokers/internal-configuration").await.status, StatusCode::OK);
+    assert_eq!(app.get("/admin/v2/broker-stats/topics").await.json(), json!({}));
+}
+
+#[tokio::test]
+async fn unknown_policy_fields_survive_policy_changes() {
+    let app = App::new().await;
+    let ns = "/admin/v2/namespaces/public/keep";
+    let body = r#"{"x_custom":{"a":[1,2]},"offload_policies":null,"bundles":{"numBundles":2}}"#;
+    assert_eq!(app.put(ns, body).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.post(&format!("{ns}/messageTTL"), "5").await.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.delete(&format!("{ns}/messageTTL")).await.status, StatusCode::NO_CONTENT);
+    let r = app.post(&format!("{ns}/permissions/r"), r#"["consume"]"#).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let p = app.get(ns).await.json();
+    assert_eq!(p["x_custom"], json!({"a": [1, 2]}));
+    assert_eq!(p["bundles"]["numBundles"], json!(2));
+    assert_eq!(p["auth_policies"]["namespace_auth"], json!({"r": ["consume"]}));
+    assert!(p.get("message_ttl_in_seconds").is_none());
+    let r = app.put("/admin/v2/namespaces/public/keep/0x7fffffff_0xffffffff/unload", "").await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+
+    // A topic document another writer left with a field Magnetar does not model.
+    let key = "/admin/topic-policies/public/keep/persistent/t";
+    let raw = Bytes::from_static(br#"{"deduplicationEnabled":true,"entryFilters":{"x":1}}"#);
+    app.store.put(key, raw, ExpectedVersion::Absent).await.unwrap();
+    let topic = "/admin/v2/persistent/public/keep/t";
+    assert_eq!(app.get(&format!("{topic}/deduplicationEnabled")).await.json(), json!(true));
+    assert_eq!(
+        app.post(&format!("{topic}/maxProducers"), "2").await.status,
+        StatusCode::NO_CONTENT
+    );
+    let stored: Value =
+        serde_json::from_slice(&app.store.get(key).await.unwrap().unwrap().value).unwrap();
+    assert_eq!(stored["entryFilters"], json!({"x": 1}));
+    assert_eq!(stored["maxProducerPerTopic"], json!(2));
 }

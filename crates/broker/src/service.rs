@@ -305,6 +305,29 @@ impl BrokerService {
         Ok(true)
     }
 
+    /// Unloads a loaded persistent topic, as Pulsar's topic unload: it leaves the map (the next
+    /// use loads it afresh from the metadata store) and its producers and consumers are closed
+    /// (they hear CLOSE_PRODUCER / CLOSE_CONSUMER and reconnect). Cursors are kept. `false`
+    /// when the topic was not loaded.
+    pub async fn unload_topic(&self, name: &TopicName) -> bool {
+        let topic = {
+            let mut topics = self.topics.lock();
+            let loaded = topics.get(&name.to_string()).and_then(|cell| cell.get().cloned());
+            if loaded.is_some() {
+                // Only a loaded topic: one still loading stays, for whoever awaits it.
+                topics.remove(&name.to_string());
+            }
+            loaded
+        };
+        match topic {
+            Some(topic) => {
+                topic.close_clients().await;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The broker's counters in Prometheus text (`GET /metrics`).
     pub fn metrics_text(&self) -> String {
         self.ledgers.metrics.prometheus_text()

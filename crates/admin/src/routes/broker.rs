@@ -12,6 +12,7 @@ use axum::http::{header, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use magnetar_model::keys;
+use magnetar_model::BrokerRegistration;
 
 use super::PathSegments;
 use crate::error::AdminError;
@@ -63,4 +64,106 @@ pub(crate) async fn metrics(State(state): State<AdminState>) -> Response {
         body,
     )
         .into_response()
+}
+
+/// `GET /admin/v2/brokers`: the active brokers of this cluster (Pulsar 3+), as
+/// `GET /admin/v2/brokers/{cluster}`.
+pub(crate) async fn list_active_brokers(
+    State(state): State<AdminState>,
+) -> Result<Json<Vec<String>>, AdminError> {
+    let mut brokers = state.store.list_children(keys::BROKERS_ROOT).await?;
+    brokers.sort();
+    Ok(Json(brokers))
+}
+
+/// `GET /admin/v2/brokers/leaderBroker`: Pulsar's `LeaderBroker` `{"brokerId","serviceUrl"}`.
+/// Magnetar elects no leader; it names the first registered broker (sorted), or this one when
+/// none is registered.
+pub(crate) async fn leader_broker(
+    State(state): State<AdminState>,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let mut brokers = state.store.list_children(keys::BROKERS_ROOT).await?;
+    brokers.sort();
+    if let Some(first) = brokers.first() {
+        let key = keys::child(keys::BROKERS_ROOT, first);
+        let url = super::get_json::<BrokerRegistration>(&state, &key)
+            .await
+            .ok()
+            .flatten()
+            .map_or_else(|| format!("http://{first}"), |(r, _)| r.web_service_url);
+        return Ok(Json(serde_json::json!({ "brokerId": first, "serviceUrl": url })));
+    }
+    let url = state.service_url.clone().unwrap_or_default();
+    let id = url.trim_start_matches("http://").trim_start_matches("https://").to_string();
+    Ok(Json(serde_json::json!({ "brokerId": id, "serviceUrl": url })))
+}
+
+/// `GET /admin/v2/brokers/version`: the broker's version, plain text.
+pub(crate) async fn version() -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"))],
+        env!("CARGO_PKG_VERSION"),
+    )
+        .into_response()
+}
+
+/// `GET /admin/v2/brokers/configuration`: the names of dynamically updatable settings: none
+/// in Magnetar.
+pub(crate) async fn dynamic_configuration_names() -> Json<Vec<String>> {
+    Json(Vec::new())
+}
+
+/// `GET /admin/v2/brokers/configuration/values`: dynamic settings overridden at runtime: none.
+pub(crate) async fn dynamic_configuration_values() -> Json<serde_json::Value> {
+    Json(serde_json::json!({}))
+}
+
+/// `GET /admin/v2/brokers/configuration/runtime`: the broker's settings by Pulsar's names
+/// (those Magnetar has), plus `clusterName`.
+pub(crate) async fn runtime_configuration(
+    State(state): State<AdminState>,
+) -> Json<std::collections::BTreeMap<String, String>> {
+    let mut config = state.hooks.runtime_configuration();
+    config.insert("clusterName".to_string(), state.cluster.clone());
+    if let Some(url) = &state.service_url {
+        config.insert("webServiceUrl".to_string(), url.clone());
+    }
+    if let Some(url) = &state.broker_service_url {
+        config.insert("brokerServiceUrl".to_string(), url.clone());
+    }
+    Json(config)
+}
+
+/// `GET /admin/v2/brokers/internal-configuration`: Pulsar's `InternalConfigurationData`; the
+/// ZooKeeper and BookKeeper fields do not apply to Magnetar and are null.
+pub(crate) async fn internal_configuration() -> Json<serde_json::Value> {
+    Json(serde_json::json!({
+        "zookeeperServers": null,
+        "configurationStoreServers": null,
+        "metadataStoreUrl": null,
+        "configurationMetadataStoreUrl": null,
+        "ledgersRootPath": null,
+        "bookkeeperMetadataServiceUri": null,
+        "stateStorageServiceUrl": null
+    }))
+}
+
+/// `POST /admin/v2/brokers/configuration/{name}/{value}` and
+/// `DELETE /admin/v2/brokers/configuration/{name}`: no setting is dynamic, so 412 with
+/// Pulsar's reason for a non-dynamic one.
+pub(crate) async fn update_dynamic_configuration() -> AdminError {
+    AdminError::PreconditionFailed(" Can't update non-dynamic configuration".to_string())
+}
+
+/// `GET /admin/v2/broker-stats/topics` and `…/bookieops`: `{}` (stubbed: per-topic stats are
+/// served by the topic stats endpoints).
+pub(crate) async fn empty_stats_object() -> Json<serde_json::Value> {
+    Json(serde_json::json!({}))
+}
+
+/// `GET /admin/v2/broker-stats/metrics` and `…/mbeans`: `[]` (stubbed: metrics are at
+/// `GET /metrics`).
+pub(crate) async fn empty_stats_list() -> Json<serde_json::Value> {
+    Json(serde_json::json!([]))
 }

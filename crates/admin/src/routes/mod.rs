@@ -10,6 +10,7 @@
 //! [`AdminError`] rendered as `{"reason": …}` with Pulsar's status code.
 
 mod broker;
+mod namespaces;
 mod policies;
 mod schemas;
 mod tenants;
@@ -18,7 +19,7 @@ mod topics;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::Uri;
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 use magnetar_metadata::Versioned;
 use serde::de::DeserializeOwned;
@@ -30,13 +31,33 @@ use magnetar_model::keys;
 use magnetar_model::names::{
     decode_path_segment, decode_topic_name, NamespaceName, TopicDomain, TopicName,
 };
+use policies::Level;
 
 /// Builds the admin router (see the crate docs for the endpoint list).
 pub(crate) fn build(state: AdminState) -> Router {
     let mut router = Router::new()
+        .route("/admin/v2/brokers", get(broker::list_active_brokers))
         .route("/admin/v2/brokers/health", get(broker::health))
         .route("/admin/v2/brokers/ready", get(broker::ready))
+        .route("/admin/v2/brokers/leaderBroker", get(broker::leader_broker))
+        .route("/admin/v2/brokers/version", get(broker::version))
+        .route("/admin/v2/brokers/configuration", get(broker::dynamic_configuration_names))
+        .route("/admin/v2/brokers/configuration/values", get(broker::dynamic_configuration_values))
+        .route("/admin/v2/brokers/configuration/runtime", get(broker::runtime_configuration))
+        .route(
+            "/admin/v2/brokers/configuration/{name}",
+            delete(broker::update_dynamic_configuration),
+        )
+        .route(
+            "/admin/v2/brokers/configuration/{name}/{value}",
+            post(broker::update_dynamic_configuration),
+        )
+        .route("/admin/v2/brokers/internal-configuration", get(broker::internal_configuration))
         .route("/admin/v2/brokers/{cluster}", get(broker::list_brokers))
+        .route("/admin/v2/broker-stats/topics", get(broker::empty_stats_object))
+        .route("/admin/v2/broker-stats/bookieops", get(broker::empty_stats_object))
+        .route("/admin/v2/broker-stats/metrics", get(broker::empty_stats_list))
+        .route("/admin/v2/broker-stats/mbeans", get(broker::empty_stats_list))
         .route("/metrics", get(broker::metrics))
         .route("/metrics/", get(broker::metrics))
         .route("/admin/v2/clusters", get(tenants::list_clusters))
@@ -69,13 +90,40 @@ pub(crate) fn build(state: AdminState) -> Router {
         .route(
             "/admin/v2/schemas/{tenant}/{namespace}/{topic}/compatibility",
             post(schemas::compatibility),
+        );
+    let ns = "/admin/v2/namespaces/{tenant}/{namespace}";
+    router = policies::policy_routes(router, ns, Level::Namespace)
+        .route(&format!("{ns}/permissions"), get(namespaces::get_permissions))
+        .route(
+            &format!("{ns}/permissions/subscription"),
+            get(namespaces::get_subscription_permissions),
         )
         .route(
-            "/admin/v2/namespaces/{tenant}/{namespace}/deduplication",
-            get(policies::get_namespace_dedup)
-                .post(policies::set_namespace_dedup)
-                .delete(policies::remove_namespace_dedup),
-        );
+            &format!("{ns}/permissions/subscription/{{subscription}}"),
+            post(namespaces::grant_subscription_permission),
+        )
+        .route(
+            &format!("{ns}/permissions/{{role}}"),
+            post(namespaces::grant_permission).delete(namespaces::revoke_permission),
+        )
+        .route(
+            &format!("{ns}/permissions/{{subscription}}/{{role}}"),
+            delete(namespaces::revoke_subscription_permission),
+        )
+        .route(
+            &format!("{ns}/properties"),
+            get(namespaces::get_properties)
+                .put(namespaces::set_properties)
+                .delete(namespaces::clear_properties),
+        )
+        .route(
+            &format!("{ns}/property/{{key}}"),
+            get(namespaces::get_property).delete(namespaces::remove_property),
+        )
+        .route(&format!("{ns}/property/{{key}}/{{value}}"), put(namespaces::set_property))
+        .route(&format!("{ns}/bundles"), get(namespaces::get_bundles))
+        .route(&format!("{ns}/unload"), put(namespaces::unload_namespace))
+        .route(&format!("{ns}/{{bundle}}/unload"), put(namespaces::unload_bundle));
     for domain in TopicDomain::ALL {
         router = router.route(
             &format!("/lookup/v2/topic/{domain}/{{tenant}}/{{namespace}}/{{topic}}"),
@@ -90,18 +138,13 @@ pub(crate) fn build(state: AdminState) -> Router {
                 put(topics::create_topic).delete(topics::delete_topic),
             )
             .route(
-                &format!("{base}/{{topic}}/deduplicationEnabled"),
-                get(policies::get_topic_dedup)
-                    .post(policies::set_topic_dedup)
-                    .delete(policies::remove_topic_dedup),
-            )
-            .route(
                 &format!("{base}/{{topic}}/partitions"),
                 put(topics::create_partitioned)
                     .get(topics::get_partitioned)
                     .post(topics::update_partitioned)
                     .delete(topics::delete_partitioned),
             );
+        router = policies::policy_routes(router, &format!("{base}/{{topic}}"), Level::Topic);
     }
     router.fallback(not_found).with_state(state)
 }

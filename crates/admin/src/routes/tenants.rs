@@ -3,8 +3,8 @@
 //! `NamespacesBase`.
 //!
 //! There is exactly one cluster, the one named in [`AdminState`]. Forced deletes of tenants and
-//! namespaces answer 405, which is Pulsar's answer under its default configuration
-//! (`forceDeleteTenantAllowed` / `forceDeleteNamespaceAllowed` are false).
+//! namespaces are allowed (Pulsar's `forceDeleteTenantAllowed` / `forceDeleteNamespaceAllowed`
+//! on): they delete everything beneath.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -14,6 +14,8 @@ use axum::Json;
 use magnetar_metadata::{ExpectedVersion, MetadataError};
 use serde_json::{Map, Value};
 
+use super::namespaces::normalize_bundles;
+use super::policies::validate_retention;
 use super::topics::{collect_topics, partitioned_topic_names};
 use super::{
     body_bytes, get_json, query_bool, query_param, require_namespace, to_json_bytes, PathSegments,
@@ -24,6 +26,7 @@ use crate::model::{effective_policies, parse_object_body, TenantInfo};
 use crate::AdminState;
 use magnetar_model::keys;
 use magnetar_model::names::{is_system_topic, is_valid_entity_name, NamespaceName, TopicDomain};
+use magnetar_model::policy::NamespacePolicies;
 
 /// `GET /admin/v2/clusters`: `["<cluster>"]`.
 pub(crate) async fn list_clusters(State(state): State<AdminState>) -> Json<Vec<String>> {
@@ -157,28 +160,39 @@ pub(crate) async fn update_tenant(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `DELETE /admin/v2/tenants/{tenant}[?force=true]`: 204; 404 unknown tenant; 405 forced;
-/// 409 "The tenant still has active namespaces".
+/// `DELETE /admin/v2/tenants/{tenant}[?force=true]`: 204; 404 unknown tenant; 409 "The tenant
+/// still has active namespaces" unless `force`, which deletes every namespace first (each as
+/// a forced namespace delete: with its topics).
 pub(crate) async fn delete_tenant(
     State(state): State<AdminState>,
     uri: Uri,
 ) -> Result<StatusCode, AdminError> {
-    if query_bool(&uri, "force") {
-        return Err(AdminError::MethodNotAllowed(
-            "Broker doesn't allow forced deletion of tenants".to_string(),
-        ));
-    }
+    let force = query_bool(&uri, "force");
     let tenant = tenant_segment(&uri)?;
-    let Some((_, version)) = load_tenant(&state, tenant.as_deref()).await? else {
+    let Some(_) = load_tenant(&state, tenant.as_deref()).await? else {
         return Err(AdminError::NotFound("Tenant doesn't exist".to_string()));
     };
     let tenant = tenant.unwrap_or_default();
-    if !state.store.list_children(&keys::namespaces_of(&tenant)).await?.is_empty() {
-        return Err(AdminError::Conflict("The tenant still has active namespaces".to_string()));
+    let namespaces = state.store.list_children(&keys::namespaces_of(&tenant)).await?;
+    if !namespaces.is_empty() {
+        if !force {
+            return Err(AdminError::Conflict("The tenant still has active namespaces".to_string()));
+        }
+        for name in namespaces {
+            let Ok(ns) = NamespaceName::new(&tenant, &name) else { continue };
+            match remove_namespace(&state, &ns, true).await {
+                Ok(()) | Err(AdminError::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
+    // Read again: the namespace deletes do not touch the tenant, but another admin may have.
+    let Some((_, version)) = load_tenant(&state, Some(&tenant)).await? else {
+        return Err(AdminError::NotFound("Tenant doesn't exist".to_string()));
+    };
     match state.store.delete(&keys::tenant(&tenant), ExpectedVersion::Exactly(version)).await {
         Ok(()) => {
-            tracing::info!(%tenant, "deleted tenant");
+            tracing::info!(%tenant, force, "deleted tenant");
             Ok(StatusCode::NO_CONTENT)
         }
         Err(MetadataError::NotFound { .. }) => {
@@ -210,8 +224,15 @@ pub(crate) async fn create_namespace(
     uri: Uri,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, AdminError> {
-    let policies = parse_object_body(&body_bytes(body)?, "policies")?.unwrap_or_default();
+    let mut policies = parse_object_body(&body_bytes(body)?, "policies")?.unwrap_or_default();
     let ns = PathSegments::new(&uri).namespace(1)?;
+    normalize_bundles(&mut policies)?;
+    // The stored document must decode as the typed policies the broker reads.
+    let typed: NamespacePolicies = serde_json::from_value(Value::Object(policies.clone()))
+        .map_err(|e| AdminError::BadRequest(format!("Invalid policies: {e}")))?;
+    if let Some(retention) = &typed.retention_policies {
+        validate_retention(retention)?;
+    }
     let Some((tenant_info, _)) = load_tenant(&state, Some(ns.tenant())).await? else {
         return Err(AdminError::NotFound("Tenant does not exist".to_string()));
     };
@@ -231,13 +252,18 @@ pub(crate) async fn create_namespace(
             }
         }
     }
+    // No replication clusters (what `pulsar-admin namespaces create` sends): the local one, as
+    // Pulsar does.
+    let mut typed = typed;
+    let no_clusters = |c: &Value| c.is_null() || c.as_array().is_some_and(Vec::is_empty);
+    if typed.other.get("replication_clusters").is_none_or(no_clusters) {
+        typed
+            .other
+            .insert("replication_clusters".to_string(), Value::from(vec![state.cluster.clone()]));
+    }
     match state
         .store
-        .put(
-            &keys::namespace_key(&ns),
-            to_json_bytes(&Value::Object(policies))?,
-            ExpectedVersion::Absent,
-        )
+        .put(&keys::namespace_key(&ns), to_json_bytes(&typed)?, ExpectedVersion::Absent)
         .await
     {
         Ok(_) => {
@@ -267,53 +293,67 @@ pub(crate) async fn get_namespace(
 }
 
 /// `DELETE /admin/v2/namespaces/{tenant}/{namespace}[?force=true]`: 204; 412 invalid name;
-/// 404 unknown namespace; 405 forced; 409 "Cannot delete non empty namespace" when a
-/// non-system topic exists. System topics (and their partitioned metadata) are deleted along.
+/// 404 unknown namespace; 409 "Cannot delete non empty namespace" when a non-system topic exists
+/// and not `force`. System topics (and, forced, every topic: deleted by the broker with its
+/// data, clients closed), partitioned-topic metadata and topic policies go with the namespace.
 pub(crate) async fn delete_namespace(
     State(state): State<AdminState>,
     uri: Uri,
 ) -> Result<StatusCode, AdminError> {
-    if query_bool(&uri, "force") {
-        return Err(AdminError::MethodNotAllowed(
-            "Broker doesn't allow forced deletion of namespaces".to_string(),
-        ));
-    }
+    let force = query_bool(&uri, "force");
     let ns = PathSegments::new(&uri).namespace(1)?;
-    let key = keys::namespace_key(&ns);
+    remove_namespace(&state, &ns, force).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_key(state: &AdminState, key: &str) -> Result<(), AdminError> {
+    match state.store.delete(key, ExpectedVersion::Any).await {
+        Ok(()) | Err(MetadataError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes namespace `ns` with its topics (see [`delete_namespace`]).
+pub(crate) async fn remove_namespace(
+    state: &AdminState,
+    ns: &NamespaceName,
+    force: bool,
+) -> Result<(), AdminError> {
+    let key = keys::namespace_key(ns);
     let Some(current) = state.store.get(&key).await? else {
         return Err(AdminError::NotFound("Namespace does not exist".to_string()));
     };
-    let mut system_topics = Vec::new();
+    let mut topics = Vec::new();
     for domain in TopicDomain::ALL {
-        for topic in collect_topics(&state, &ns, domain).await? {
-            if !is_system_topic(&topic) {
+        for topic in collect_topics(state, ns, domain).await? {
+            if !force && !is_system_topic(&topic) {
                 return Err(AdminError::Conflict("Cannot delete non empty namespace".to_string()));
             }
-            system_topics.push(topic);
+            topics.push(topic);
         }
     }
-    for topic in &system_topics {
+    for topic in &topics {
         match state.hooks.delete_topic(topic, true).await {
             Ok(()) | Err(HookError::NotFound(_)) => {}
             Err(e) => return Err(e.into()),
         }
+        // What the broker did not own (e.g. a key written without it) goes too.
+        delete_key(state, &keys::topic_key(topic)).await?;
     }
     for domain in TopicDomain::ALL {
-        for base in partitioned_topic_names(&state, &ns, domain).await? {
-            match state
-                .store
-                .delete(&keys::partitioned_topic_key(&base), ExpectedVersion::Any)
-                .await
-            {
-                Ok(()) | Err(MetadataError::NotFound { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
+        for base in partitioned_topic_names(state, ns, domain).await? {
+            delete_key(state, &keys::partitioned_topic_key(&base)).await?;
+        }
+        let policies =
+            format!("{}/{}/{}/{domain}", keys::TOPIC_POLICIES_ROOT, ns.tenant(), ns.namespace());
+        for child in state.store.list_children(&policies).await? {
+            delete_key(state, &keys::child(&policies, &child)).await?;
         }
     }
     match state.store.delete(&key, ExpectedVersion::Exactly(current.version)).await {
         Ok(()) => {
-            tracing::info!(namespace = %ns, "deleted namespace");
-            Ok(StatusCode::NO_CONTENT)
+            tracing::info!(namespace = %ns, force, topics = topics.len(), "deleted namespace");
+            Ok(())
         }
         Err(MetadataError::NotFound { .. }) => {
             Err(AdminError::NotFound("Namespace does not exist".to_string()))

@@ -1,0 +1,476 @@
+//! Namespace endpoints beyond the simple policies: permissions, properties, bundles and
+//! unloading, as Pulsar's `Namespaces` resource.
+//!
+//! Permissions are stored in the namespace document's `auth_policies` (Pulsar's layout:
+//! `namespace_auth` role → actions, `subscription_auth_roles` subscription → roles) and served
+//! back, but not enforced: Magnetar has no authorization yet.
+//!
+//! Bundles: Magnetar does not split namespace ownership by hash range, so a namespace has one
+//! bundle `0x00000000_0xffffffff` unless created with `bundles` (`numBundles` N, then N even
+//! ranges as Pulsar computes them). Pulsar's own default (`defaultNumberOfNamespaceBundles`) is 4;
+//! one bundle says what Magnetar does. Unloading a bundle unloads the whole namespace.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{Map, Value};
+
+use super::policies::{Level, Target};
+use super::{body_bytes, PathSegments};
+use crate::error::AdminError;
+use crate::AdminState;
+
+/// Pulsar's `AuthAction` names.
+const AUTH_ACTIONS: [&str; 6] = ["produce", "consume", "functions", "sources", "sinks", "packages"];
+
+/// The most bundles a namespace may have (Pulsar's `maxNumberOfNamespaceBundles` default 128).
+pub(crate) const MAX_BUNDLES: i64 = 128;
+
+/// Pulsar's `BundlesData` for `n` even bundles over the 32-bit hash range.
+pub(crate) fn bundles_data(n: u32) -> Value {
+    let n = u64::from(n.max(1));
+    let full: u64 = 0xffff_ffff;
+    let step = full / n;
+    let boundaries: Vec<String> = (0..=n)
+        .map(|i| if i == n { full } else { i * step })
+        .map(|b| format!("0x{b:08x}"))
+        .collect();
+    serde_json::json!({ "boundaries": boundaries, "numBundles": n })
+}
+
+/// The `bundles` of a create-namespace body, completed: 412 for a count outside 1..=128, and
+/// boundaries computed when only `numBundles` is given (what `pulsar-admin namespaces create
+/// --bundles N` sends).
+pub(crate) fn normalize_bundles(policies: &mut Map<String, Value>) -> Result<(), AdminError> {
+    let invalid = || {
+        AdminError::PreconditionFailed(format!(
+            "Invalid number of bundles. Number of bundles has to be in the range of (0, {MAX_BUNDLES}]."
+        ))
+    };
+    let Some(bundles) = policies.get("bundles").filter(|b| !b.is_null()) else {
+        policies.insert("bundles".to_string(), bundles_data(1));
+        return Ok(());
+    };
+    let Value::Object(bundles) = bundles else {
+        return Err(AdminError::BadRequest("Invalid policies: bundles".to_string()));
+    };
+    let boundaries = match bundles.get("boundaries") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(items)) => {
+            let mut out = Vec::new();
+            for item in items {
+                let parsed = item
+                    .as_str()
+                    .and_then(|s| s.strip_prefix("0x"))
+                    .and_then(|h| u64::from_str_radix(h, 16).ok())
+                    .filter(|b| *b <= 0xffff_ffff);
+                out.push(parsed.ok_or_else(|| {
+                    AdminError::BadRequest("Invalid policies: bundles boundaries".to_string())
+                })?);
+            }
+            Some(out)
+        }
+        Some(_) => return Err(AdminError::BadRequest("Invalid policies: bundles".to_string())),
+    };
+    let count = match (bundles.get("numBundles"), &boundaries) {
+        (Some(Value::Number(n)), _) => n.as_i64().ok_or_else(invalid)?,
+        (None | Some(Value::Null), Some(b)) => b.len() as i64 - 1,
+        (None | Some(Value::Null), None) => 1,
+        (Some(_), _) => {
+            return Err(AdminError::BadRequest("Invalid policies: bundles".to_string()))
+        }
+    };
+    if !(1..=MAX_BUNDLES).contains(&count) {
+        return Err(invalid());
+    }
+    let data = match boundaries {
+        None => bundles_data(count as u32),
+        Some(b) => {
+            let ordered = b.windows(2).all(|w| w[0] < w[1]);
+            if b.len() as i64 != count + 1
+                || b.first() != Some(&0)
+                || b.last() != Some(&0xffff_ffff)
+                || !ordered
+            {
+                return Err(AdminError::PreconditionFailed(
+                    "Bundle boundaries must cover 0x00000000 to 0xffffffff in order".to_string(),
+                ));
+            }
+            let boundaries: Vec<String> = b.iter().map(|x| format!("0x{x:08x}")).collect();
+            serde_json::json!({ "boundaries": boundaries, "numBundles": count })
+        }
+    };
+    policies.insert("bundles".to_string(), data);
+    Ok(())
+}
+
+fn namespace_target(uri: &Uri) -> Result<Target, AdminError> {
+    Target::from_uri(uri, Level::Namespace)
+}
+
+/// A path segment that names something (a role, a subscription, a property key).
+fn name_segment(uri: &Uri, index: usize, what: &str) -> Result<String, AdminError> {
+    PathSegments::new(uri)
+        .decoded(index)?
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| AdminError::PreconditionFailed(format!("Invalid {what}")))
+}
+
+fn auth_map(doc: &Map<String, Value>, field: &str) -> Value {
+    doc.get("auth_policies")
+        .and_then(|a| a.get(field))
+        .filter(|m| m.is_object())
+        .cloned()
+        .unwrap_or_else(|| Value::Object(Map::new()))
+}
+
+/// The `auth_policies.{field}` map of `doc`, created when absent.
+fn auth_map_mut<'a>(doc: &'a mut Map<String, Value>, field: &str) -> &'a mut Map<String, Value> {
+    let auth = doc.entry("auth_policies").or_insert_with(|| Value::Object(Map::new()));
+    if !auth.is_object() {
+        *auth = Value::Object(Map::new());
+    }
+    let Value::Object(auth) = auth else { unreachable!("just made an object") };
+    let map = auth.entry(field.to_string()).or_insert_with(|| Value::Object(Map::new()));
+    if !map.is_object() {
+        *map = Value::Object(Map::new());
+    }
+    match map {
+        Value::Object(map) => map,
+        _ => unreachable!("just made an object"),
+    }
+}
+
+/// A JSON array of strings (a `Set<String>` or `Set<AuthAction>` body), sorted and unique.
+fn string_set(body: &[u8], what: &str) -> Result<Vec<String>, AdminError> {
+    let bad =
+        || AdminError::BadRequest(format!("Invalid {what}: expected a JSON array of strings"));
+    let mut items: Vec<String> = serde_json::from_slice(body).map_err(|_| bad())?;
+    items.sort();
+    items.dedup();
+    Ok(items)
+}
+
+/// `GET /admin/v2/namespaces/{t}/{ns}/permissions`: role → actions.
+pub(crate) async fn get_permissions(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<Value>, AdminError> {
+    let (doc, _) = namespace_target(&uri)?.load(&state).await?;
+    Ok(Json(auth_map(&doc, "namespace_auth")))
+}
+
+/// `POST /admin/v2/namespaces/{t}/{ns}/permissions/{role}` with a JSON array of actions
+/// (`produce`, `consume`, `functions`, `sources`, `sinks`, `packages`): 204; 400 unknown action.
+pub(crate) async fn grant_permission(
+    State(state): State<AdminState>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, AdminError> {
+    let target = namespace_target(&uri)?;
+    let role = name_segment(&uri, 4, "role")?;
+    let actions = string_set(&body_bytes(body)?, "actions")?;
+    if let Some(bad) = actions.iter().find(|a| !AUTH_ACTIONS.contains(&a.as_str())) {
+        return Err(AdminError::BadRequest(format!("Invalid action: {bad}")));
+    }
+    let value = Value::from(actions);
+    target
+        .update(&state, |doc| {
+            auth_map_mut(doc, "namespace_auth").insert(role.clone(), value.clone());
+            Ok(())
+        })
+        .await?;
+    tracing::info!(%role, actions = %value, "granted namespace permission");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /admin/v2/namespaces/{t}/{ns}/permissions/{role}`: 204 (also when the role had none).
+pub(crate) async fn revoke_permission(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    let target = namespace_target(&uri)?;
+    let role = name_segment(&uri, 4, "role")?;
+    target
+        .update(&state, |doc| {
+            auth_map_mut(doc, "namespace_auth").remove(&role);
+            Ok(())
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /admin/v2/namespaces/{t}/{ns}/permissions/subscription`: subscription → roles.
+pub(crate) async fn get_subscription_permissions(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<Value>, AdminError> {
+    let (doc, _) = namespace_target(&uri)?.load(&state).await?;
+    Ok(Json(auth_map(&doc, "subscription_auth_roles")))
+}
+
+/// `POST /admin/v2/namespaces/{t}/{ns}/permissions/subscription/{subscription}` with a JSON
+/// array of roles: 204.
+pub(crate) async fn grant_subscription_permission(
+    State(state): State<AdminState>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, AdminError> {
+    let target = namespace_target(&uri)?;
+    let subscription = name_segment(&uri, 5, "subscription")?;
+    let roles = string_set(&body_bytes(body)?, "roles")?;
+    let value = Value::from(roles);
+    target
+        .update(&state, |doc| {
+            auth_map_mut(doc, "subscription_auth_roles")
+                .insert(subscription.clone(), value.clone());
+            Ok(())
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /admin/v2/namespaces/{t}/{ns}/permissions/{subscription}/{role}`: 204.
+pub(crate) async fn revoke_subscription_permission(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    let target = namespace_target(&uri)?;
+    let subscription = name_segment(&uri, 4, "subscription")?;
+    let role = name_segment(&uri, 5, "role")?;
+    target
+        .update(&state, |doc| {
+            let map = auth_map_mut(doc, "subscription_auth_roles");
+            if let Some(Value::Array(roles)) = map.get_mut(&subscription) {
+                roles.retain(|r| r.as_str() != Some(role.as_str()));
+            }
+            Ok(())
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+fn properties_of(doc: &Map<String, Value>) -> Map<String, Value> {
+    doc.get("properties").and_then(Value::as_object).cloned().unwrap_or_default()
+}
+
+/// `GET /admin/v2/namespaces/{t}/{ns}/properties`: the properties (`{}` when none).
+pub(crate) async fn get_properties(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<Value>, AdminError> {
+    let (doc, _) = namespace_target(&uri)?.load(&state).await?;
+    Ok(Json(Value::Object(properties_of(&doc))))
+}
+
+/// `PUT /admin/v2/namespaces/{t}/{ns}/properties` with a string → string object: merged into
+/// the properties (as Pulsar's `putAll`). 204; 400 not such an object.
+pub(crate) async fn set_properties(
+    State(state): State<AdminState>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, AdminError> {
+    let target = namespace_target(&uri)?;
+    let added: std::collections::BTreeMap<String, String> =
+        serde_json::from_slice(&body_bytes(body)?).map_err(|_| {
+            AdminError::BadRequest("Invalid properties: expected a JSON object of strings".into())
+        })?;
+    target
+        .update(&state, |doc| {
+            let mut props = properties_of(doc);
+            for (k, v) in &added {
+                props.insert(k.clone(), Value::String(v.clone()));
+            }
+            doc.insert("properties".to_string(), Value::Object(props));
+            Ok(())
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /admin/v2/namespaces/{t}/{ns}/properties`: clears them. 204.
+pub(crate) async fn clear_properties(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    namespace_target(&uri)?
+        .update(&state, |doc| {
+            doc.remove("properties");
+            Ok(())
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /admin/v2/namespaces/{t}/{ns}/property/{key}`: the value as plain text, 204 unset.
+pub(crate) async fn get_property(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Response, AdminError> {
+    let target = namespace_target(&uri)?;
+    let key = name_segment(&uri, 4, "property key")?;
+    let (doc, _) = target.load(&state).await?;
+    Ok(match properties_of(&doc).get(&key).and_then(Value::as_str) {
+        Some(v) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"))],
+            v.to_string(),
+        )
+            .into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    })
+}
+
+/// `PUT /admin/v2/namespaces/{t}/{ns}/property/{key}/{value}`: 204.
+pub(crate) async fn set_property(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    let target = namespace_target(&uri)?;
+    let key = name_segment(&uri, 4, "property key")?;
+    let value = PathSegments::new(&uri)
+        .decoded(5)?
+        .ok_or_else(|| AdminError::PreconditionFailed("Invalid property value".to_string()))?;
+    target
+        .update(&state, |doc| {
+            let mut props = properties_of(doc);
+            props.insert(key.clone(), Value::String(value.clone()));
+            doc.insert("properties".to_string(), Value::Object(props));
+            Ok(())
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /admin/v2/namespaces/{t}/{ns}/property/{key}`: 204.
+pub(crate) async fn remove_property(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    let target = namespace_target(&uri)?;
+    let key = name_segment(&uri, 4, "property key")?;
+    target
+        .update(&state, |doc| {
+            let mut props = properties_of(doc);
+            props.remove(&key);
+            if props.is_empty() {
+                doc.remove("properties");
+            } else {
+                doc.insert("properties".to_string(), Value::Object(props));
+            }
+            Ok(())
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The namespace's `BundlesData` (one bundle when the document has none).
+fn bundles_of(doc: &Map<String, Value>) -> Value {
+    doc.get("bundles")
+        .filter(|b| b.get("boundaries").is_some_and(Value::is_array))
+        .cloned()
+        .unwrap_or_else(|| bundles_data(1))
+}
+
+/// `GET /admin/v2/namespaces/{t}/{ns}/bundles`: `{"boundaries":[…],"numBundles":N}`.
+pub(crate) async fn get_bundles(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<Value>, AdminError> {
+    let (doc, _) = namespace_target(&uri)?.load(&state).await?;
+    Ok(Json(bundles_of(&doc)))
+}
+
+/// `PUT /admin/v2/namespaces/{t}/{ns}/unload`: unloads the namespace's loaded topics (their
+/// clients reconnect). 204.
+pub(crate) async fn unload_namespace(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    let target = namespace_target(&uri)?;
+    target.load(&state).await?;
+    let ns = PathSegments::new(&uri).namespace(1)?;
+    let unloaded = state.hooks.unload_namespace(&ns).await?;
+    tracing::info!(namespace = %ns, unloaded, "unloaded namespace");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `PUT /admin/v2/namespaces/{t}/{ns}/{bundle}/unload`: `{bundle}` is `0xLOWER_0xUPPER`, one of
+/// the namespace's bundles (412 when malformed, 404 when not one of them). Unloads the whole
+/// namespace (Magnetar does not place topics by bundle). 204.
+pub(crate) async fn unload_bundle(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    let target = namespace_target(&uri)?;
+    let bundle = PathSegments::new(&uri).decoded(3)?.unwrap_or_default();
+    let parse = |s: &str| {
+        s.strip_prefix("0x").filter(|h| h.len() == 8).and_then(|h| u64::from_str_radix(h, 16).ok())
+    };
+    let range = bundle.split_once('_').and_then(|(lo, hi)| Some((parse(lo)?, parse(hi)?)));
+    let Some((lo, hi)) = range.filter(|(lo, hi)| lo < hi) else {
+        return Err(AdminError::PreconditionFailed(format!("Invalid bundle range {bundle}")));
+    };
+    let (doc, _) = target.load(&state).await?;
+    let bundles = bundles_of(&doc);
+    let boundaries: Vec<u64> = bundles["boundaries"]
+        .as_array()
+        .map(|b| b.iter().filter_map(|x| x.as_str().and_then(parse)).collect())
+        .unwrap_or_default();
+    if !boundaries.windows(2).any(|w| w[0] == lo && w[1] == hi) {
+        return Err(AdminError::NotFound(format!("Bundle {bundle} not found")));
+    }
+    let ns = PathSegments::new(&uri).namespace(1)?;
+    let unloaded = state.hooks.unload_namespace(&ns).await?;
+    tracing::info!(namespace = %ns, %bundle, unloaded, "unloaded bundle");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundles_like_pulsar() {
+        assert_eq!(
+            bundles_data(1),
+            serde_json::json!({"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1})
+        );
+        assert_eq!(
+            bundles_data(4)["boundaries"],
+            serde_json::json!([
+                "0x00000000",
+                "0x3fffffff",
+                "0x7ffffffe",
+                "0xbffffffd",
+                "0xffffffff"
+            ])
+        );
+        let mut p = Map::new();
+        normalize_bundles(&mut p).unwrap();
+        assert_eq!(p["bundles"]["numBundles"], 1);
+        let mut p: Map<String, Value> =
+            serde_json::from_str(r#"{"bundles":{"numBundles":4}}"#).unwrap();
+        normalize_bundles(&mut p).unwrap();
+        assert_eq!(p["bundles"]["boundaries"].as_array().unwrap().len(), 5);
+        for bad in [
+            r#"{"bundles":{"numBundles":0}}"#,
+            r#"{"bundles":{"numBundles":129}}"#,
+            r#"{"bundles":{"boundaries":["0x00000000","0x10000000"]}}"#,
+        ] {
+            let mut p: Map<String, Value> = serde_json::from_str(bad).unwrap();
+            assert!(matches!(normalize_bundles(&mut p), Err(AdminError::PreconditionFailed(_))));
+        }
+        for bad in [
+            r#"{"bundles":3}"#,
+            r#"{"bundles":{"numBundles":"x"}}"#,
+            r#"{"bundles":{"boundaries":["zz"]}}"#,
+        ] {
+            let mut p: Map<String, Value> = serde_json::from_str(bad).unwrap();
+            assert!(matches!(normalize_bundles(&mut p), Err(AdminError::BadRequest(_))), "{bad}");
+        }
+    }
+}

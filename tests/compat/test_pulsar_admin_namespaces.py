@@ -1,0 +1,224 @@
+"""Apache's `pulsar-admin` CLI against the namespace, topic-policy, cluster and broker endpoints:
+what operators type, with the printed values checked (not only exit codes).
+
+Each command is one JVM (about 1.5 s), so independent commands run a few at a time."""
+
+import json
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pulsar
+import pytest
+
+from compat_util import http_request
+from pulsar_admin import PulsarAdmin, requires_pulsar_admin
+
+pytestmark = requires_pulsar_admin
+
+PARALLEL = 3
+
+
+def _parallel(admin, *commands):
+    """Runs the commands (tuples of arguments) concurrently; returns their stdouts in order."""
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        return list(pool.map(lambda args: admin(*args), commands))
+
+
+def _sequences(*sequences):
+    """Runs each callable (a sequence of dependent commands) concurrently with the others."""
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        for future in [pool.submit(s) for s in sequences]:
+            future.result()
+
+
+def _json(text):
+    return json.loads(text)
+
+
+@pytest.fixture(scope="module")
+def admin(server):
+    return PulsarAdmin(server.web_url)
+
+
+def test_clusters_and_brokers(admin, server):
+    clusters, cluster, brokers, health, leader, active, dyn = _parallel(
+        admin,
+        ("clusters", "list"),
+        ("clusters", "get", "standalone"),
+        ("brokers", "list", "standalone"),
+        ("brokers", "healthcheck"),
+        ("brokers", "leader-broker"),
+        ("brokers", "get-runtime-config"),
+        ("brokers", "list-dynamic-config"),
+    )
+    assert clusters.split() == ["standalone"]
+    assert _json(cluster)["serviceUrl"] == server.web_url
+    web_host_port = server.web_url.split("://", 1)[1]
+    port = web_host_port.rsplit(":", 1)[1]
+    assert [b for b in brokers.split() if b.endswith(":" + port)], brokers
+    assert "ok" in health
+    assert _json(leader)["serviceUrl"].endswith(":" + port), leader
+    # Maps print as "key    value" lines.
+    assert "clusterName    standalone" in active, active
+    assert dyn.strip() in ("", "[]"), dyn
+    out = admin.fails("brokers", "update-dynamic-config", "-c", "noSuchSetting", "-v", "1")
+    assert "non-dynamic" in out, out
+
+
+def _http_json(server, path):
+    status, body = http_request("GET", server.web_url + path)
+    assert status == 200, (path, status, body)
+    return json.loads(body)
+
+
+def test_namespace_policies_round_trip(admin, server):
+    ns = "public/cli-%s" % uuid.uuid4().hex[:8]
+    admin("namespaces", "create", ns, "-b", "4")
+    policies, bundles = _parallel(admin, ("namespaces", "policies", ns),
+                                  ("namespaces", "bundles", ns))
+    assert _json(policies)["bundles"]["numBundles"] == 4
+    assert _json(policies)["replication_clusters"] == ["standalone"]
+    assert _json(bundles)["boundaries"][0] == "0x00000000"
+    assert _json(bundles)["boundaries"][-1] == "0xffffffff"
+    assert len(_json(bundles)["boundaries"]) == 5
+
+    def retention_and_quotas():
+        admin("namespaces", "set-retention", ns, "-t", "1h", "-s", "1G")
+        assert _json(admin("namespaces", "get-retention", ns)) == {
+            "retentionTimeInMinutes": 60, "retentionSizeInMB": 1024}
+        # A size quota above the retention size is refused with Pulsar's reason.
+        out = admin.fails("namespaces", "set-backlog-quota", ns, "-l", "2G",
+                          "-p", "producer_request_hold")
+        assert "Backlog Quota exceeds configured retention quota" in out, out
+        admin("namespaces", "set-backlog-quota", ns, "-l", "10M", "-p", "producer_request_hold")
+        admin("namespaces", "set-backlog-quota", ns, "-lt", "30m", "-p", "producer_exception",
+              "-t", "message_age")
+        # Maps print as "key    value" lines (the quotas' toString).
+        quotas = dict(line.split(None, 1) for line in
+                      admin("namespaces", "get-backlog-quotas", ns).strip().splitlines())
+        assert "limitSize=10485760" in quotas["destination_storage"], quotas
+        assert "policy=producer_request_hold" in quotas["destination_storage"], quotas
+        assert "limitTime=1800" in quotas["message_age"], quotas
+        assert "policy=producer_exception" in quotas["message_age"], quotas
+        admin("namespaces", "remove-backlog-quota", ns, "-t", "message_age")
+        assert list(_http_json(server, "/admin/v2/namespaces/%s/backlogQuotaMap" % ns)) == [
+            "destination_storage"]
+        admin("namespaces", "remove-retention", ns)
+        assert admin("namespaces", "get-retention", ns).strip() == "null"
+
+    def ttl_and_dedup():
+        out = admin.fails("namespaces", "set-message-ttl", ns, "-ttl", "-5")
+        assert "Invalid value for message TTL" in out, out
+        admin("namespaces", "set-message-ttl", ns, "-ttl", "120")
+        assert admin("namespaces", "get-message-ttl", ns).strip() == "120"
+        admin("namespaces", "set-deduplication", ns, "--enable")
+        admin("namespaces", "remove-message-ttl", ns)
+        assert admin("namespaces", "get-message-ttl", ns).strip() == "null"
+
+    def limits():
+        admin("namespaces", "set-max-producers-per-topic", ns, "-p", "5")
+        admin("namespaces", "set-max-consumers-per-topic", ns, "-c", "6")
+        admin("namespaces", "set-max-consumers-per-subscription", ns, "-c", "7")
+        admin("namespaces", "set-max-unacked-messages-per-consumer", ns, "-c", "8")
+        admin("namespaces", "set-max-unacked-messages-per-subscription", ns, "-c", "9")
+        assert admin("namespaces", "get-max-producers-per-topic", ns).strip() == "5"
+
+    def rates():
+        admin("namespaces", "set-dispatch-rate", ns, "-md", "100", "-bd", "1000", "-dt", "2")
+        admin("namespaces", "set-publish-rate", ns, "-m", "10", "-b", "2048")
+        admin("namespaces", "set-inactive-topic-policies", ns, "-e", "-t", "1h",
+              "-m", "delete_when_no_subscriptions")
+        rate = _json(admin("namespaces", "get-dispatch-rate", ns))
+        assert (rate["dispatchThrottlingRateInMsg"], rate["dispatchThrottlingRateInByte"],
+                rate["ratePeriodInSecond"]) == (100, 1000, 2)
+        inactive = _json(admin("namespaces", "get-inactive-topic-policies", ns))
+        assert inactive == {"inactiveTopicDeleteMode": "delete_when_no_subscriptions",
+                            "maxInactiveDurationSeconds": 3600, "deleteWhileInactive": True}
+
+    _sequences(retention_and_quotas, ttl_and_dedup, limits, rates)
+
+    p = _json(admin("namespaces", "policies", ns))
+    assert p["deduplicationEnabled"] is True
+    assert p["max_producers_per_topic"] == 5
+    assert p["max_consumers_per_topic"] == 6
+    assert p["max_consumers_per_subscription"] == 7
+    assert p["max_unacked_messages_per_consumer"] == 8
+    assert p["max_unacked_messages_per_subscription"] == 9
+    assert p["publishMaxMessageRate"]["standalone"] == {
+        "publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 2048}
+    assert p["topicDispatchRate"]["standalone"]["dispatchThrottlingRateInMsg"] == 100
+    assert "retention_policies" not in p or p["retention_policies"] is None
+    admin("namespaces", "delete", ns)
+
+
+def test_permissions_unload_and_deletes(admin, server):
+    tenant = "cli-tenant-%s" % uuid.uuid4().hex[:8]
+    ns = tenant + "/ns"
+    admin("tenants", "create", tenant, "-c", "standalone")
+    admin("namespaces", "create", ns)
+    admin("namespaces", "grant-permission", ns, "--role", "app", "--actions", "produce,consume")
+    admin("namespaces", "grant-subscription-permission", ns, "-s", "sub1", "-rs", "app,ops")
+    perms, sub_perms = _parallel(admin, ("namespaces", "permissions", ns),
+                                 ("namespaces", "subscription-permission", ns))
+    # Maps print as "key    value" lines.
+    assert perms.strip() in ("app    [produce, consume]", "app    [consume, produce]"), perms
+    assert sub_perms.strip() in ("sub1    [app, ops]", "sub1    [ops, app]"), sub_perms
+    admin("namespaces", "revoke-permission", ns, "--role", "app")
+    assert admin("namespaces", "permissions", ns).strip() == ""
+
+    # A topic with a live producer: unload closes it (the client reconnects and goes on).
+    topic = "persistent://%s/t1" % ns
+    client = pulsar.Client(server.service_url)
+    try:
+        producer = client.create_producer(topic)
+        producer.send(b"before")
+        _parallel(admin, ("namespaces", "unload", ns),
+                  ("namespaces", "unload", ns, "-b", "0x00000000_0xffffffff"))
+        producer.send(b"after")  # reconnected
+        out = admin.fails("namespaces", "delete", ns)
+        assert "Cannot delete non empty namespace" in out, out
+        out = admin.fails("tenants", "delete", tenant)
+        assert "still has active namespaces" in out, out
+    finally:
+        client.close()
+    admin("namespaces", "create", tenant + "/ns2")
+    admin("namespaces", "delete", "-f", ns)
+    assert admin("namespaces", "list", tenant).split() == [tenant + "/ns2"]
+    admin("tenants", "delete", "-f", tenant)
+    status, _ = http_request("GET", server.web_url + "/admin/v2/tenants/" + tenant)
+    assert status == 404
+
+
+def test_topic_policies(admin, server):
+    name = "cli-topic-%s" % uuid.uuid4().hex[:8]
+    topic = "persistent://public/default/" + name
+    admin("topics", "create", topic)
+
+    def retention():
+        admin("topicPolicies", "set-retention", topic, "-t", "2h", "-s", "512M")
+        assert _json(admin("topicPolicies", "get-retention", topic)) == {
+            "retentionTimeInMinutes": 120, "retentionSizeInMB": 512}
+        admin("topicPolicies", "remove-retention", topic)
+        # Applied: the namespace's or the broker's (no retention).
+        applied = _json(admin("topicPolicies", "get-retention", "-ap", topic))
+        assert applied["retentionTimeInMinutes"] == 0, applied
+        admin("topics", "set-retention", topic, "-t", "10m", "-s", "100M")
+        assert _json(admin("topics", "get-retention", topic))["retentionTimeInMinutes"] == 10
+
+    def ttl_and_limits():
+        admin("topicPolicies", "set-message-ttl", topic, "-t", "45")
+        assert admin("topicPolicies", "get-message-ttl", topic).strip() == "45"
+        admin("topicPolicies", "set-max-producers", topic, "-p", "3")
+        assert admin("topicPolicies", "get-max-producers", topic).strip() == "3"
+        out = admin.fails("topicPolicies", "set-max-producers", topic, "-p", "-1")
+        assert "must be 0 or more" in out, out
+
+    def quota():
+        admin("topicPolicies", "set-backlog-quota", topic, "-l", "1M", "-p", "producer_exception")
+        quotas = admin("topicPolicies", "get-backlog-quota", topic)
+        assert "limitSize=1048576" in quotas and "producer_exception" in quotas, quotas
+        admin("topicPolicies", "set-deduplication", topic, "--enable")
+        assert admin("topicPolicies", "get-deduplication", topic).strip() == "true"
+
+    _sequences(retention, ttl_and_limits, quota)
+    admin("topics", "delete", topic)
