@@ -147,14 +147,32 @@ def test_consumed_data_is_deleted_and_the_disk_shrinks(private_server):
     print("data directory: %.1f MiB full, %.1f MiB after consuming" % (full / MIB, size / MIB))
 
 
-def test_retention_keeps_what_it_covers_for_a_new_reader(private_server):
+@pytest.mark.parametrize("where", ["broker-default", "topic-policy", "namespace-policy"])
+def test_retention_keeps_what_it_covers_for_a_new_reader(private_server, where):
     retained_mb = 40
     # Time -1 (unlimited): with time 0, a ledger expires at once whatever the size says
     # (Pulsar deletes a ledger that is over either limit).
-    srv = private_server(_toml("default_retention_size_mb = %d\n"
-                               "default_retention_time_minutes = -1" % retained_mb))
+    policy = {"retentionTimeInMinutes": -1, "retentionSizeInMB": retained_mb}
+    if where == "broker-default":
+        srv = private_server(_toml("default_retention_size_mb = %d\n"
+                                   "default_retention_time_minutes = -1" % retained_mb))
+    else:
+        srv = private_server(_toml())
     client = srv.client()
     topic = unique_topic("retained")
+    if where == "namespace-policy":
+        tenant_ns = "retention-%d" % int(time.time() * 1000)
+        status, body = http_request("PUT", srv.web_url + "/admin/v2/namespaces/public/" + tenant_ns)
+        assert status == 204, body
+        topic = "persistent://public/%s/retained" % tenant_ns
+        url = srv.web_url + "/admin/v2/namespaces/public/%s/retention" % tenant_ns
+    else:
+        url = srv.web_url + topic.replace("persistent://", "/admin/v2/persistent/") + "/retention"
+    if where != "broker-default":
+        status, body = http_request("POST", url, json.dumps(policy))
+        assert status == 204, (status, body)
+        status, body = http_request("GET", url)
+        assert status == 200 and json.loads(body) == policy, body
     consumer = client.subscribe(topic, "s", receiver_queue_size=100)
     count = 160 * MIB // PAYLOAD
     produce(client, topic, count)
