@@ -46,7 +46,8 @@ pub struct BrokerConfig {
     /// `subscriptionKeySharedUseConsistentHashing`).
     pub key_shared_use_consistent_hashing: bool,
     /// The cluster this broker serves (picks the per-cluster rates of namespace policies; the
-    /// server sets it from its own `cluster`).
+    /// server sets it from its own `cluster`, so it is not read from the file).
+    #[serde(skip)]
     pub cluster_name: String,
     /// Retention where neither the topic nor its namespace sets one: minutes and megabytes of
     /// consumed data kept, `-1` = unlimited (Pulsar's `defaultRetentionTimeInMinutes` and
