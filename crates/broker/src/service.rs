@@ -298,6 +298,30 @@ impl BrokerService {
         deleted.map(|()| true)
     }
 
+    /// Unloads a topic (admin `unload`): its producers and consumers are closed (clients
+    /// reconnect and carry on) and it leaves the map of loaded topics, so the next use loads it
+    /// afresh. `Ok(false)` when it was not loaded here. A non-persistent topic, which lives
+    /// only in memory, is closed and forgotten the same way (its subscriptions with it).
+    pub async fn unload_topic(&self, name: &TopicName) -> Result<bool, BrokerError> {
+        let full = name.to_string();
+        if name.domain() == TopicDomain::NonPersistent {
+            let Some(topic) = self.non_persistent.lock().remove(&full) else {
+                return Ok(false);
+            };
+            topic.close_clients();
+            return Ok(true);
+        }
+        let loaded = self.topics.lock().get(&full).and_then(|cell| cell.get().cloned());
+        let Some(topic) = loaded else { return Ok(false) };
+        topic.unload().await;
+        let mut topics = self.topics.lock();
+        if topics.get(&full).and_then(|cell| cell.get()).is_some_and(|t| Arc::ptr_eq(t, &topic)) {
+            topics.remove(&full);
+        }
+        tracing::info!(topic = %full, "topic unloaded");
+        Ok(true)
+    }
+
     /// The broker's counters in Prometheus text (`GET /metrics`).
     pub fn metrics_text(&self) -> String {
         self.ledgers.metrics.prometheus_text()

@@ -30,8 +30,9 @@ impl Connection {
         }
         let request = (**request).clone();
         let (service, outbox) = (self.service.clone(), self.outbox.clone());
+        let info = self.client_info();
         let task = self.spawn_request(async move {
-            let created = create_consumer(&service, &outbox, &request).await;
+            let created = create_consumer(&service, &outbox, &request, info).await;
             let finish: Completion = Box::new(move |connection: &mut Connection| {
                 connection.consumer_created(&request, created)
             });
@@ -371,6 +372,7 @@ pub(super) async fn create_consumer(
     service: &Arc<BrokerService>,
     outbox: &Outbox,
     request: &CommandSubscribe,
+    info: Arc<ClientInfo>,
 ) -> Result<CreatedConsumer, BrokerError> {
     let consumer_id = request.consumer_id;
     let sub_type = SubType::try_from(request.sub_type).unwrap_or(SubType::Exclusive);
@@ -408,6 +410,7 @@ pub(super) async fn create_consumer(
         name: request.consumer_name.clone().unwrap_or_default(),
         priority: request.priority_level.unwrap_or(0),
         outbox: outbox.clone(),
+        info,
     };
     subscription.add_consumer(handle, sub_type, request.key_shared_meta.as_ref())?;
     Ok(CreatedConsumer::Persistent(ConsumerContext { topic, subscription, key }))
