@@ -804,6 +804,9 @@ mod admin;
 pub use admin::{ExaminePosition, SubscriptionStart};
 
 #[cfg(test)]
+mod admin_tests;
+
+#[cfg(test)]
 mod producer_access_tests {
     use super::*;
     use ProducerAccessMode::{Exclusive, Shared, WaitForExclusive};
