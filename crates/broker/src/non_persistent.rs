@@ -167,6 +167,11 @@ impl NpSubscription {
         self.consumers.lock().list.len()
     }
 
+    /// Whether consumer `key` is still attached (an unload detaches every consumer).
+    pub fn has_consumer(&self, key: u64) -> bool {
+        self.consumers.lock().list.iter().any(|c| c.key == key)
+    }
+
     /// Sends one entry to the consumer it routes to, or drops it. Returns whether it was sent.
     fn deliver(&self, entry: &Bytes, messages: u32, key: &[u8]) -> bool {
         let mut consumers = self.consumers.lock();

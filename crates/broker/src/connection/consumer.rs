@@ -17,9 +17,13 @@ impl Connection {
             // Detached by the broker (seek): the client subscribes again under the same id.
             self.consumers.remove(&consumer_id);
         }
-        if self.np_consumers.contains_key(&consumer_id) {
-            self.outbox.send_command(&commands::success(request_id));
-            return Ok(());
+        if let Some(existing) = self.np_consumers.get(&consumer_id) {
+            if existing.subscription.has_consumer(existing.key) {
+                self.outbox.send_command(&commands::success(request_id));
+                return Ok(());
+            }
+            // Detached by the broker (the topic was unloaded): subscribes again.
+            self.np_consumers.remove(&consumer_id);
         }
         if self.pending_consumers.contains_key(&consumer_id) {
             let error = BrokerError::ServiceNotReady(
