@@ -82,7 +82,7 @@ impl BrokerHooks for AdminHooks {
     async fn topic_stats(&self, topic: &TopicName) -> Result<TopicStats, HookError> {
         if topic.domain() == TopicDomain::NonPersistent {
             let live = self.0.non_persistent_topic(topic, false).await.map_err(hook_error)?;
-            return Ok(live.stats());
+            return Ok(live.stats(self.0.ledgers.clock.now()));
         }
         Ok(self.loaded(topic).await?.stats())
     }

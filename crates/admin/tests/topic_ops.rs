@@ -325,12 +325,13 @@ async fn stats_last_message_id_unload_and_properties() {
 
     // Properties: merged on PUT, one removed by DELETE; partitioned ones in the metadata.
     for topic in ["plain", "part"] {
-        let put = app.call(Method::PUT, &format!("{topic}/properties"), r#"{"a":"1","b":"2"}"#);
-        assert_eq!(put.await.status, StatusCode::NO_CONTENT);
-        let put = app.call(Method::PUT, &format!("{topic}/properties"), r#"{"b":"3"}"#);
-        assert_eq!(put.await.status, StatusCode::NO_CONTENT);
-        let del = app.call(Method::DELETE, &format!("{topic}/properties?key=a"), "");
-        assert_eq!(del.await.status, StatusCode::NO_CONTENT);
+        let path = format!("{topic}/properties");
+        let put = app.call(Method::PUT, &path, r#"{"a":"1","b":"2"}"#).await;
+        assert_eq!(put.status, StatusCode::NO_CONTENT);
+        let put = app.call(Method::PUT, &path, r#"{"b":"3"}"#).await;
+        assert_eq!(put.status, StatusCode::NO_CONTENT);
+        let del = app.call(Method::DELETE, &format!("{path}?key=a"), "").await;
+        assert_eq!(del.status, StatusCode::NO_CONTENT);
         let got = app.call(Method::GET, &format!("{topic}/properties"), "").await.json();
         assert_eq!(got, serde_json::json!({"b": "3"}), "{topic}");
     }

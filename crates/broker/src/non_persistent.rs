@@ -189,8 +189,8 @@ impl NpSubscription {
         true
     }
 
-    fn stats(&self) -> SubscriptionStats {
-        let out = self.out_meter.read();
+    fn stats(&self, now: std::time::Instant) -> SubscriptionStats {
+        let out = self.out_meter.read_at(now);
         let consumers = self.consumers.lock();
         SubscriptionStats {
             msg_rate_out: out.rate,
@@ -288,9 +288,9 @@ impl NonPersistentTopic {
         self.subscriptions.lock().keys().cloned().collect()
     }
 
-    /// `NonPersistentTopicStatsImpl`, as far as an in-memory topic has them.
-    pub fn stats(&self) -> TopicStats {
-        let reading = self.in_meter.read();
+    /// `NonPersistentTopicStatsImpl`, as far as an in-memory topic has them; rates at `now`.
+    pub fn stats(&self, now: std::time::Instant) -> TopicStats {
+        let reading = self.in_meter.read_at(now);
         let subscriptions: Vec<Arc<NpSubscription>> =
             self.subscriptions.lock().values().cloned().collect();
         let mut stats = TopicStats {
@@ -303,12 +303,12 @@ impl NonPersistentTopic {
             } else {
                 0.0
             },
-            publishers: self.producers.stats(),
+            publishers: self.producers.stats(now),
             deduplication_status: "Disabled".to_string(),
             ..Default::default()
         };
         for subscription in subscriptions {
-            let sub = subscription.stats();
+            let sub = subscription.stats(now);
             stats.msg_rate_out += sub.msg_rate_out;
             stats.msg_throughput_out += sub.msg_throughput_out;
             stats.msg_out_counter += sub.msg_out_counter;

@@ -7,8 +7,9 @@
 //! no allocation). Rates are computed when stats are asked for, from the counters' deltas
 //! since the previous sample of the same meter: a sample younger than [`MIN_RATE_WINDOW`] is
 //! not replaced (its rates are reported again), so rates cover at least that window, and at
-//! most the time since the previous stats request. (Pulsar recomputes rates every
-//! `statsUpdateFrequencyInSecs`, 60 s by default; here no background task is needed.)
+//! most the time since the previous stats request; the first request takes the first sample
+//! (rates 0). (Pulsar recomputes rates every `statsUpdateFrequencyInSecs`, 60 s by default;
+//! here no background task is needed.) Times come from the caller (the injected clock).
 //!
 //! The structs serialise with Pulsar's field names (camelCase) and integer types where
 //! Pulsar's are integers, so Apache's `pulsar-admin` and the Go `pulsaradmin` decode them.
@@ -33,7 +34,8 @@ pub struct Meter {
 
 #[derive(Debug, Clone, Copy)]
 struct Sample {
-    at: Instant,
+    /// `None` until the first reading.
+    at: Option<Instant>,
     messages: u64,
     bytes: u64,
     rate: f64,
@@ -58,11 +60,17 @@ impl Default for Meter {
 }
 
 impl Meter {
+    /// A meter whose first reading takes the first sample.
     pub fn new() -> Self {
-        Self::starting_at(Instant::now())
+        Self::with_sample(None)
     }
 
+    /// A meter whose first sample (all zero) is taken at `at`.
     pub fn starting_at(at: Instant) -> Self {
+        Self::with_sample(Some(at))
+    }
+
+    fn with_sample(at: Option<Instant>) -> Self {
         Meter {
             messages: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -85,22 +93,21 @@ impl Meter {
         self.bytes.load(Ordering::Relaxed)
     }
 
-    /// Counters and rates now.
-    pub fn read(&self) -> MeterReading {
-        self.read_at(Instant::now())
-    }
-
     /// Counters and rates at `now`: the rates since the previous sample, when that is at
     /// least [`MIN_RATE_WINDOW`] old (it is then replaced), else the previous sample's rates.
     pub fn read_at(&self, now: Instant) -> MeterReading {
         let messages = self.messages();
         let bytes = self.bytes();
         let mut sample = self.sample.lock();
-        let elapsed = now.saturating_duration_since(sample.at);
+        let Some(at) = sample.at else {
+            *sample = Sample { at: Some(now), messages, bytes, rate: 0.0, throughput: 0.0 };
+            return MeterReading { messages, bytes, rate: 0.0, throughput: 0.0 };
+        };
+        let elapsed = now.saturating_duration_since(at);
         if elapsed >= MIN_RATE_WINDOW {
             let seconds = elapsed.as_secs_f64();
             *sample = Sample {
-                at: now,
+                at: Some(now),
                 messages,
                 bytes,
                 rate: messages.saturating_sub(sample.messages) as f64 / seconds,
@@ -124,11 +131,12 @@ pub struct ClientInfo {
 }
 
 impl ClientInfo {
-    pub fn new(address: &str, client_version: &str) -> Self {
+    /// A client at `address` (`ip:port`) that joined at `connected_since_ms`.
+    pub fn new(address: &str, client_version: &str, connected_since_ms: u64) -> Self {
         ClientInfo {
             address: format!("/{address}"),
             client_version: client_version.to_string(),
-            connected_since_ms: now_ms(),
+            connected_since_ms,
             meter: Meter::new(),
         }
     }
@@ -163,13 +171,6 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let year = yoe + era * 400 + i64::from(month <= 2);
     (year, month, day)
-}
-
-/// Wall-clock milliseconds since the epoch.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A position as Pulsar prints it: `ledger:entry`.
@@ -507,7 +508,8 @@ mod tests {
 
     #[test]
     fn rates_come_from_deltas_over_at_least_the_minimum_window() {
-        let start = Instant::now();
+        let clock = crate::clock::ManualClock::new(0);
+        let start = crate::clock::Clock::now(&clock);
         let meter = Meter::starting_at(start);
         meter.record(10, 1000);
         // Too early for a new sample: the previous (zero) rates and the live counters.
@@ -520,6 +522,18 @@ mod tests {
         assert_eq!(meter.read_at(start + Duration::from_millis(2500)).rate, 5.0);
         let second = meter.read_at(start + Duration::from_secs(4));
         assert_eq!((second.messages, second.rate, second.throughput), (14, 2.0, 20.0));
+    }
+
+    #[test]
+    fn a_meter_without_a_start_takes_its_first_sample_at_the_first_reading() {
+        let clock = crate::clock::ManualClock::new(0);
+        let start = crate::clock::Clock::now(&clock);
+        let meter = Meter::new();
+        meter.record(3, 30);
+        assert_eq!(meter.read_at(start).rate, 0.0);
+        meter.record(2, 20);
+        let later = meter.read_at(start + Duration::from_secs(2));
+        assert_eq!((later.messages, later.rate, later.throughput), (5, 1.0, 10.0));
     }
 
     #[test]

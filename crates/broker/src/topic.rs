@@ -252,15 +252,15 @@ impl ProducerRegistry {
         Some(self.producers.lock().epoch).filter(|&epoch| epoch > 0)
     }
 
-    /// `PublisherStatsImpl` of every producer, by name.
-    pub fn stats(&self) -> Vec<PublisherStats> {
+    /// `PublisherStatsImpl` of every producer, by name; rates at `now`.
+    pub fn stats(&self, now: std::time::Instant) -> Vec<PublisherStats> {
         let producers = self.producers.lock();
         let mut stats: Vec<PublisherStats> = producers
             .by_name
             .iter()
             .map(|(name, entry)| {
                 let info = &entry.client.info;
-                let reading = info.meter.read();
+                let reading = info.meter.read_at(now);
                 PublisherStats {
                     access_mode: crate::stats::access_mode_name(entry.mode),
                     msg_rate_in: reading.rate,

@@ -303,7 +303,8 @@ type Handled = Result<(), String>;
 impl Connection {
     /// Stats for a producer or consumer joining on this connection.
     fn client_info(&self) -> Arc<ClientInfo> {
-        Arc::new(ClientInfo::new(&self.peer, &self.client_version))
+        let since = self.service.ledgers.clock.now_ms();
+        Arc::new(ClientInfo::new(&self.peer, &self.client_version, since))
     }
 
     /// Reacts to a frame that failed to decode. Returns whether the connection may go on.

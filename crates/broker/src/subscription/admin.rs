@@ -19,8 +19,9 @@ impl Subscription {
 
     /// `SubscriptionStatsImpl` of this subscription; `ledger_stats` sizes the backlog.
     pub fn stats(&self, ledgers: &LedgerList, ledger_stats: &[LedgerStat]) -> SubscriptionStats {
-        let out = self.out_meter.read();
-        let redeliver = self.redeliver_meter.read();
+        let now = self.managed_ledger.clock().now();
+        let out = self.out_meter.read_at(now);
+        let redeliver = self.redeliver_meter.read_at(now);
         let state = self.state.lock();
         let backlog = state.ack.backlog_entries(ledgers);
         let delayed = state.delayed.len();
@@ -34,7 +35,7 @@ impl Subscription {
             .iter()
             .map(|slot| {
                 let info = &slot.handle.info;
-                let reading = info.meter.read();
+                let reading = info.meter.read_at(now);
                 ConsumerStats {
                     msg_rate_out: reading.rate,
                     msg_throughput_out: reading.throughput,

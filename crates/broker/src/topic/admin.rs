@@ -43,7 +43,8 @@ impl Topic {
         let ledger_stats = self.managed_ledger.ledger_stats();
         let subscriptions: Vec<(String, Arc<Subscription>)> =
             self.subscriptions.lock().iter().map(|(n, s)| (n.clone(), s.clone())).collect();
-        let reading = self.in_meter.read();
+        let now = self.managed_ledger.clock().now();
+        let reading = self.in_meter.read_at(now);
         let mut stats = TopicStats {
             msg_rate_in: reading.rate,
             msg_throughput_in: reading.throughput,
@@ -55,7 +56,7 @@ impl Topic {
                 0.0
             },
             storage_size: ledger_stats.iter().map(|l| l.size).sum(),
-            publishers: self.producers.stats(),
+            publishers: self.producers.stats(now),
             waiting_publishers: self.producers.waiting() as u64,
             deduplication_status: if self.deduplication_enabled() { "Enabled" } else { "Disabled" }
                 .to_string(),

@@ -157,7 +157,7 @@ async fn terminate_seals_the_topic_tells_consumers_at_the_end_and_survives_an_un
     let topic = broker.topic(&name, true).await.unwrap();
     let sub = topic.subscription("s", SubType::Exclusive, true, StartAt::Earliest).await.unwrap();
     let (outbox, mut frames) = crate::connection::Outbox::channel();
-    let info = Arc::new(ClientInfo::new("127.0.0.1:1", "Pulsar-Java-v4.0.8"));
+    let info = Arc::new(ClientInfo::new("127.0.0.1:1", "Pulsar-Java-v4.0.8", 0));
     let handle =
         ConsumerHandle { key: 7, consumer_id: 70, name: "c".into(), priority: 0, outbox, info };
     sub.add_consumer(handle, SubType::Exclusive, None).unwrap();
@@ -209,7 +209,7 @@ async fn published_messages_are_counted_per_topic_and_producer() {
     let broker = broker(23);
     let name = BrokerService::topic_name("persistent://public/default/meters").unwrap();
     let topic = broker.topic(&name, true).await.unwrap();
-    let info = Arc::new(ClientInfo::new("10.0.0.1:5000", "Pulsar-Go-v0.19.0"));
+    let info = Arc::new(ClientInfo::new("10.0.0.1:5000", "Pulsar-Go-v0.19.0", 1_000));
     let client =
         ProducerClient { producer_id: 3, outbox: crate::connection::Outbox::channel().0, info };
     topic
