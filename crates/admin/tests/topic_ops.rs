@@ -249,6 +249,7 @@ async fn skip_clear_and_reset_parse_their_targets_and_refuse_what_pulsar_refuses
         app.hooks.take(),
         [
             "skip plain s Some(3)",
+            "skip plain s None",
             "skip part-partition-0 s None",
             "skip part-partition-1 s None",
             "skip part-partition-2 s None",
