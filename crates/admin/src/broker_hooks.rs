@@ -3,14 +3,49 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use magnetar_broker::cursor::Position;
+use magnetar_broker::stats::{AdminMessage, InternalStats, TopicStats};
+use magnetar_broker::topic::{ExaminePosition, SubscriptionStart, Topic};
 use magnetar_broker::{BrokerError, BrokerService};
 use magnetar_model::names::{NamespaceName, TopicDomain, TopicName};
 use magnetar_model::policy::PolicyDefaults;
 
-use crate::hooks::{BrokerHooks, HookError};
+use crate::hooks::{BrokerHooks, HookError, ResetTarget};
 
 /// The admin API's view of the broker.
 pub struct AdminHooks(pub Arc<BrokerService>);
+
+/// A broker error as the admin API reports it (Pulsar's statuses and reasons).
+fn hook_error(error: BrokerError) -> HookError {
+    match error {
+        BrokerError::TopicNotFound(_) => HookError::NotFound("Topic not found".into()),
+        BrokerError::SubscriptionNotFound(_) => {
+            HookError::NotFound("Subscription not found".into())
+        }
+        BrokerError::NotAllowed(why) => HookError::PreconditionFailed(why),
+        BrokerError::ServiceNotReady(why) | BrokerError::Fenced(why) => HookError::Unavailable(why),
+        BrokerError::ShuttingDown => HookError::Unavailable(error.to_string()),
+        other => HookError::Internal(other.to_string()),
+    }
+}
+
+impl AdminHooks {
+    /// The persistent topic `name`, loaded if it exists (never created).
+    async fn loaded(&self, name: &TopicName) -> Result<Arc<Topic>, HookError> {
+        self.0.topic(name, false).await.map_err(hook_error)
+    }
+
+    async fn message_at(
+        &self,
+        topic: &Topic,
+        position: Option<Position>,
+    ) -> Result<AdminMessage, HookError> {
+        let not_found = || HookError::NotFound("Message not found".into());
+        let position = position.ok_or_else(not_found)?;
+        let data = topic.read_entry(position).await.map_err(hook_error)?.ok_or_else(not_found)?;
+        Ok(AdminMessage::from_entry(position, &data))
+    }
+}
 
 #[async_trait::async_trait]
 impl BrokerHooks for AdminHooks {
@@ -46,6 +81,132 @@ impl BrokerHooks for AdminHooks {
         }
     }
 
+    async fn topic_stats(&self, topic: &TopicName) -> Result<TopicStats, HookError> {
+        if topic.domain() == TopicDomain::NonPersistent {
+            let live = self.0.non_persistent_topic(topic, false).await.map_err(hook_error)?;
+            return Ok(live.stats(self.0.ledgers.clock.now()));
+        }
+        Ok(self.loaded(topic).await?.stats())
+    }
+
+    async fn topic_internal_stats(&self, topic: &TopicName) -> Result<InternalStats, HookError> {
+        Ok(self.loaded(topic).await?.internal_stats())
+    }
+
+    async fn subscriptions(&self, topic: &TopicName) -> Result<Vec<String>, HookError> {
+        let mut names = if topic.domain() == TopicDomain::NonPersistent {
+            self.0
+                .non_persistent_topic(topic, false)
+                .await
+                .map_err(hook_error)?
+                .subscription_names()
+        } else {
+            self.loaded(topic).await?.subscription_names()
+        };
+        names.sort();
+        Ok(names)
+    }
+
+    async fn create_subscription(
+        &self,
+        topic: &TopicName,
+        name: &str,
+        start: SubscriptionStart,
+    ) -> Result<(), HookError> {
+        if topic.partition_index().is_some() {
+            // A partition nobody used yet: created now, as Pulsar does for a subscription.
+            self.0.create_topic(topic).await.map_err(hook_error)?;
+        }
+        let loaded = self.loaded(topic).await?;
+        match loaded.create_subscription(name, start).await.map_err(hook_error)? {
+            true => Ok(()),
+            false => Err(HookError::Conflict("Subscription already exists for topic".into())),
+        }
+    }
+
+    async fn delete_subscription(
+        &self,
+        topic: &TopicName,
+        name: &str,
+        force: bool,
+    ) -> Result<(), HookError> {
+        self.loaded(topic).await?.unsubscribe(name, force).await.map_err(hook_error)
+    }
+
+    async fn skip_messages(
+        &self,
+        topic: &TopicName,
+        name: &str,
+        count: Option<u64>,
+    ) -> Result<(), HookError> {
+        let subscription =
+            self.loaded(topic).await?.existing_subscription(name).map_err(hook_error)?;
+        match count {
+            Some(n) => subscription.skip(n).map(|_| ()),
+            None => subscription.clear_backlog(),
+        }
+        .map_err(hook_error)
+    }
+
+    async fn reset_cursor(
+        &self,
+        topic: &TopicName,
+        name: &str,
+        target: ResetTarget,
+    ) -> Result<(), HookError> {
+        let loaded = self.loaded(topic).await?;
+        match target {
+            ResetTarget::PublishTime(time) => loaded.reset_subscription_to_time(name, time).await,
+            ResetTarget::Position(start) => loaded.reset_subscription(name, start).await,
+        }
+        .map_err(hook_error)
+    }
+
+    async fn peek_message(
+        &self,
+        topic: &TopicName,
+        name: &str,
+        n: u64,
+    ) -> Result<AdminMessage, HookError> {
+        let loaded = self.loaded(topic).await?;
+        let subscription = loaded.existing_subscription(name).map_err(hook_error)?;
+        self.message_at(&loaded, subscription.nth_unacked(n)).await
+    }
+
+    async fn examine_message(
+        &self,
+        topic: &TopicName,
+        from: ExaminePosition,
+        n: u64,
+    ) -> Result<AdminMessage, HookError> {
+        let loaded = self.loaded(topic).await?;
+        self.message_at(&loaded, loaded.examine_position(from, n)).await
+    }
+
+    async fn get_message(
+        &self,
+        topic: &TopicName,
+        ledger: u64,
+        entry: u64,
+    ) -> Result<AdminMessage, HookError> {
+        let loaded = self.loaded(topic).await?;
+        self.message_at(&loaded, Some(Position::new(ledger, entry))).await
+    }
+
+    async fn last_message_id(&self, topic: &TopicName) -> Result<(u64, i64), HookError> {
+        Ok(self.loaded(topic).await?.last_message_id())
+    }
+
+    async fn unload_topic(&self, topic: &TopicName) -> Result<(), HookError> {
+        self.0.unload_topic(topic).await.map(|_| ()).map_err(hook_error)
+    }
+
+    async fn terminate_topic(&self, topic: &TopicName) -> Result<(u64, i64), HookError> {
+        let loaded = self.loaded(topic).await?;
+        loaded.terminate().await.map_err(hook_error)?;
+        Ok(loaded.last_message_id())
+    }
+
     /// Ready while the broker's registration holds (see `magnetar_broker::registration`).
     async fn ready(&self) -> Result<(), HookError> {
         self.0.readiness.check().map_err(|e| HookError::Unavailable(e.to_string()))
@@ -60,7 +221,9 @@ impl BrokerHooks for AdminHooks {
     async fn unload_namespace(&self, namespace: &NamespaceName) -> Result<usize, HookError> {
         let mut unloaded = 0;
         for loaded in self.0.loaded_topics() {
-            if loaded.name.namespace() == namespace && self.0.unload_topic(&loaded.name).await {
+            if loaded.name.namespace() == namespace
+                && self.0.unload_topic(&loaded.name).await.map_err(hook_error)?
+            {
                 unloaded += 1;
             }
         }

@@ -14,8 +14,23 @@ use thiserror::Error;
 
 use std::collections::BTreeMap;
 
+use magnetar_broker::stats::{AdminMessage, InternalStats, TopicStats};
+pub use magnetar_broker::topic::{ExaminePosition, SubscriptionStart};
 use magnetar_model::names::{NamespaceName, TopicDomain, TopicName};
 use magnetar_model::policy::PolicyDefaults;
+
+/// Where an admin `resetcursor` puts a subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetTarget {
+    /// The first entry published at or after this time (ms), or the end.
+    PublishTime(u64),
+    /// A position (or the earliest / latest).
+    Position(SubscriptionStart),
+}
+
+fn no_broker(topic: &TopicName) -> HookError {
+    HookError::NotFound(format!("Topic {topic} not found"))
+}
 
 /// A failure reported by a broker hook. The variant decides the HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -115,6 +130,120 @@ pub trait BrokerHooks: Send + Sync {
     /// `GET /admin/v2/brokers/configuration/runtime`. Default: empty.
     fn runtime_configuration(&self) -> BTreeMap<String, String> {
         BTreeMap::new()
+    }
+
+    /// `TopicStats` of a non-partitioned topic or partition (loading it if it exists).
+    /// `NotFound` when there is no such topic. Default: `NotFound`.
+    async fn topic_stats(&self, topic: &TopicName) -> Result<TopicStats, HookError> {
+        Err(no_broker(topic))
+    }
+
+    /// `PersistentTopicInternalStats` of a persistent topic or partition. Default: `NotFound`.
+    async fn topic_internal_stats(&self, topic: &TopicName) -> Result<InternalStats, HookError> {
+        Err(no_broker(topic))
+    }
+
+    /// The subscriptions of a topic or partition. Default: `NotFound`.
+    async fn subscriptions(&self, topic: &TopicName) -> Result<Vec<String>, HookError> {
+        Err(no_broker(topic))
+    }
+
+    /// Creates durable subscription `name` at `start`; `Conflict` when it exists.
+    /// Default: `NotFound`.
+    async fn create_subscription(
+        &self,
+        topic: &TopicName,
+        name: &str,
+        start: SubscriptionStart,
+    ) -> Result<(), HookError> {
+        let _ = (name, start);
+        Err(no_broker(topic))
+    }
+
+    /// Removes subscription `name` (`PreconditionFailed` while consumers are connected
+    /// unless `force`). Default: `NotFound`.
+    async fn delete_subscription(
+        &self,
+        topic: &TopicName,
+        name: &str,
+        force: bool,
+    ) -> Result<(), HookError> {
+        let _ = (name, force);
+        Err(no_broker(topic))
+    }
+
+    /// Skips the next `count` unacknowledged entries of subscription `name`, or all of them
+    /// (`None`: clear the backlog). Default: `NotFound`.
+    async fn skip_messages(
+        &self,
+        topic: &TopicName,
+        name: &str,
+        count: Option<u64>,
+    ) -> Result<(), HookError> {
+        let _ = (name, count);
+        Err(no_broker(topic))
+    }
+
+    /// Resets subscription `name` (its consumers reconnect). Default: `NotFound`.
+    async fn reset_cursor(
+        &self,
+        topic: &TopicName,
+        name: &str,
+        target: ResetTarget,
+    ) -> Result<(), HookError> {
+        let _ = (name, target);
+        Err(no_broker(topic))
+    }
+
+    /// The `n`th (from 1) unacknowledged entry of subscription `name`. Default: `NotFound`.
+    async fn peek_message(
+        &self,
+        topic: &TopicName,
+        name: &str,
+        n: u64,
+    ) -> Result<AdminMessage, HookError> {
+        let _ = (name, n);
+        Err(no_broker(topic))
+    }
+
+    /// The `n`th (from 1) entry from the first or the last. Default: `NotFound`.
+    async fn examine_message(
+        &self,
+        topic: &TopicName,
+        from: ExaminePosition,
+        n: u64,
+    ) -> Result<AdminMessage, HookError> {
+        let _ = (from, n);
+        Err(no_broker(topic))
+    }
+
+    /// The entry at `ledger:entry`. Default: `NotFound`.
+    async fn get_message(
+        &self,
+        topic: &TopicName,
+        ledger: u64,
+        entry: u64,
+    ) -> Result<AdminMessage, HookError> {
+        let _ = (ledger, entry);
+        Err(no_broker(topic))
+    }
+
+    /// The last entry's `(ledger, entry)`; `(current ledger, -1)` without entries.
+    /// Default: `NotFound`.
+    async fn last_message_id(&self, topic: &TopicName) -> Result<(u64, i64), HookError> {
+        Err(no_broker(topic))
+    }
+
+    /// Unloads the topic if loaded (clients reconnect). Default: no-op.
+    async fn unload_topic(&self, topic: &TopicName) -> Result<(), HookError> {
+        let _ = topic;
+        Ok(())
+    }
+
+    /// Terminates the topic; returns its last entry's `(ledger, entry)` (`(current, -1)`
+    /// without entries). Default: `NotFound`.
+    async fn terminate_topic(&self, topic: &TopicName) -> Result<(u64, i64), HookError> {
+        Err(no_broker(topic))
     }
 
     /// Liveness check behind `GET /admin/v2/brokers/health`. Default: healthy.

@@ -34,7 +34,7 @@
 //! | namespace | `/admin/namespaces/{tenant}/{namespace}` | JSON `magnetar_model::policy::NamespacePolicies` (Pulsar's `Policies` names; unknown fields kept) |
 //! | topic policies | `/admin/topic-policies/{tenant}/{namespace}/{domain}/{encoded-topic}` | JSON `magnetar_model::policy::TopicPolicies` (partitions share their topic's) |
 //! | partitioned topic | `/admin/partitioned-topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | JSON `{"partitions":N}` (optionally `"properties"`) |
-//! | non-partitioned topic | `/topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | owned by the broker; the admin API only reads existence and lists children |
+//! | non-partitioned topic | `/topics/{tenant}/{namespace}/{domain}/{encoded-topic}` | owned by the broker (`{}`); the admin API reads existence, lists children and keeps the topic's `"properties"` in it |
 //! | topic schema history | `/schemas/{tenant}/{namespace}/{encoded-topic}` | JSON `magnetar_model::schema::SchemaHistory` (partitions share their topic's) |
 //!
 //! `{domain}` is `persistent` or `non-persistent`; `{encoded-topic}` is the local name encoded
@@ -93,6 +93,32 @@
 //! | `GET /admin/v2/{d}/{t}/{ns}/{topic}/partitions` | 200 `{"partitions":N}` | 404, 412 |
 //! | `POST /admin/v2/{d}/{t}/{ns}/{topic}/partitions` body `N` | 204 | 400, 406, 409, 412, 422 |
 //! | `DELETE /admin/v2/{d}/{t}/{ns}/{topic}/partitions` | 204 | 404, 409, 412, hook errors |
+//! | `GET /admin/v2/{d}/{t}/{ns}/{topic}/stats` | 200 TopicStats | 404, 412 |
+//! | `GET /admin/v2/persistent/{t}/{ns}/{topic}/internalStats` | 200 PersistentTopicInternalStats | 404, 405 (non-persistent) |
+//! | `GET /admin/v2/{d}/{t}/{ns}/{topic}/partitioned-stats[?perPartition=…]` | 200 PartitionedTopicStats | 404 (not partitioned) |
+//! | `GET /admin/v2/persistent/{t}/{ns}/{topic}/partitioned-internalStats` | 200 `{"metadata":…,"partitions":{…}}` | 404 |
+//! | `GET /admin/v2/{d}/{t}/{ns}/{topic}/subscriptions` | 200 names (partitioned: of all partitions) | 404 |
+//! | `PUT /admin/v2/persistent/{t}/{ns}/{topic}/subscription/{sub}` MessageId / ResetCursorData (default latest) | 204 (partitioned: on every partition) | 400, 404, 409 |
+//! | `DELETE /admin/v2/persistent/{t}/{ns}/{topic}/subscription/{sub}[?force=true]` | 204 | 404, 412 (consumers connected) |
+//! | `POST …/subscription/{sub}/skip/{n}` | 204 | 400, 404, 405 (partitioned) |
+//! | `POST …/subscription/{sub}/skip_all` (clear backlog) | 204 (partitioned: every partition) | 404 |
+//! | `POST …/subscription/{sub}/resetcursor/{timestamp}` | 204 (partitioned: every partition) | 400, 404 |
+//! | `POST …/subscription/{sub}/resetcursor` ResetCursorData | 204 | 400, 404, 405 |
+//! | `GET …/subscription/{sub}/position/{n}` (peek) | 200 entry, `X-Pulsar-*` headers | 404 "Message not found", 405 |
+//! | `GET …/{topic}/examinemessage?initialPosition=earliest\|latest&messagePosition=n` | 200 entry | 400, 404, 405 |
+//! | `GET …/{topic}/ledger/{l}/entry/{e}` | 200 entry | 404, 405 |
+//! | `GET …/{topic}/lastMessageId` | 200 `{"ledgerId","entryId","partitionIndex","batchIndex"}` | 404, 405 |
+//! | `PUT /admin/v2/{d}/{t}/{ns}/{topic}/unload` | 204 (partitioned: every partition) | 404 |
+//! | `POST …/{topic}/terminate` | 200 last message id | 404, 405 (partitioned, non-persistent) |
+//! | `POST …/{topic}/terminate/partitions` | 200 `{index: message id}` | 404 |
+//! | `GET`, `PUT` (merge), `DELETE ?key=k` `…/{topic}/properties` | 200 map / 204 | 400, 404 |
+//!
+//! `…` is `/admin/v2/persistent/{t}/{ns}`. Topic stats: counters are per topic, producer,
+//! subscription and consumer (`magnetar_broker::stats`); rates are computed when asked from the
+//! counters' deltas since the previous stats request (over at least one second), not over
+//! Pulsar's fixed 60 s window. Topic properties live in the partitioned-topic metadata, or in the
+//! `/topics/…` value of a non-partitioned topic (`{"properties":{…}}`). A terminated topic
+//! records it in its managed-ledger list (`"terminated":true`).
 //! | `GET /admin/v2/schemas/{t}/{ns}/{topic}/schema` | 200 GetSchemaResponse | 404, 412 |
 //! | `GET /admin/v2/schemas/{t}/{ns}/{topic}/schema/{version}` | 200 GetSchemaResponse | 400, 404, 412 |
 //! | `GET /admin/v2/schemas/{t}/{ns}/{topic}/schemas` | 200 `{"getSchemaResponses":[…]}` | 404, 412 |
@@ -158,7 +184,9 @@ pub use bootstrap::{
 };
 pub use broker_hooks::AdminHooks;
 pub use error::AdminError;
-pub use hooks::{BrokerHooks, HookError, NoopHooks};
+pub use hooks::{
+    BrokerHooks, ExaminePosition, HookError, NoopHooks, ResetTarget, SubscriptionStart,
+};
 pub use magnetar_model::{
     NameError, NamespaceName, PartitionedTopicMetadata, TenantInfo, TopicDomain, TopicName,
 };

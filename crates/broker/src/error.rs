@@ -43,6 +43,9 @@ pub enum BrokerError {
     ShuttingDown,
     #[error("{0}")]
     IncompatibleSchema(String),
+    /// The topic was terminated: nothing more may be published to it.
+    #[error("{0}")]
+    TopicTerminated(String),
 }
 
 impl From<magnetar_model::schema::SchemaError> for BrokerError {
@@ -89,6 +92,7 @@ impl BrokerError {
             BrokerError::Metadata(_) => ServerError::MetadataError,
             BrokerError::ShuttingDown => ServerError::ServiceNotReady,
             BrokerError::IncompatibleSchema(_) => ServerError::IncompatibleSchema,
+            BrokerError::TopicTerminated(_) => ServerError::TopicTerminatedError,
         }
     }
 }

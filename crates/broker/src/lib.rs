@@ -14,6 +14,7 @@
 //! - `registration`: the broker's ephemeral registration key and readiness across metadata
 //!   session loss (pure state machine plus a small tokio shell).
 //! - `metrics`: counters for `GET /metrics` (Prometheus text).
+//! - `stats`: topic statistics as the admin API reports them, and their meters.
 //! - `schema_registry`: schema histories in the metadata store (the rules are in `magnetar_model::schema`).
 //!
 //! Names, metadata keys, policies documents and schema rules come from `magnetar_model`; the
@@ -39,6 +40,7 @@ pub mod registration;
 pub mod retention;
 pub mod schema_registry;
 pub mod service;
+pub mod stats;
 pub mod subscription;
 pub mod topic;
 

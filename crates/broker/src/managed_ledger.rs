@@ -45,6 +45,9 @@ struct PersistedLedgers {
     /// happened yet: a restart deletes them (so a crash mid-trim leaves no orphan).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     deleting: Vec<u64>,
+    /// Terminated (admin `terminate`): sealed, nothing more is appended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    terminated: bool,
 }
 
 /// A closed ledger, as recorded by the managed ledger that closed it.
@@ -77,6 +80,22 @@ struct State {
     closed: BTreeMap<u64, ClosedLedger>,
     /// See [`PersistedLedgers::deleting`].
     deleting: Vec<u64>,
+    /// Sealed by `terminate`: appends fail with `TopicTerminated`.
+    terminated: bool,
+}
+
+/// A ledger of the managed ledger as the stats report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerStat {
+    pub ledger_id: u64,
+    /// Durable entries.
+    pub entries: u64,
+    /// Bytes of entry data (the open ledger: what was appended to it so far).
+    pub size: u64,
+    /// When it was closed, or (the open ledger) opened; ms since the epoch, 0 when unknown.
+    pub timestamp_ms: u64,
+    /// Whether this is the ledger appends go to.
+    pub current: bool,
 }
 
 /// Where managed ledgers keep their ledgers: the ledger storage (local, replicated, tiered: the
@@ -133,6 +152,8 @@ pub struct ManagedLedger {
     /// One ledger-list write at a time (rollover and trimming both write it): each write
     /// carries the state as of its turn and the version the previous one left.
     persist_lock: tokio::sync::Mutex<()>,
+    /// Entries made durable since this managed ledger was opened.
+    entries_added: std::sync::atomic::AtomicU64,
 }
 
 impl ManagedLedger {
@@ -197,6 +218,7 @@ impl ManagedLedger {
             metadata_version: version,
             closed,
             deleting: Vec::new(),
+            terminated: persisted.terminated,
         };
         let managed = Arc::new(ManagedLedger {
             fence: Fence::new(topic.clone()),
@@ -208,6 +230,7 @@ impl ManagedLedger {
             state: Mutex::new(state),
             listeners: Mutex::new(Vec::new()),
             persist_lock: tokio::sync::Mutex::new(()),
+            entries_added: std::sync::atomic::AtomicU64::new(0),
         });
         managed.persist_ledger_list().await?;
         Ok(managed)
@@ -260,6 +283,7 @@ impl ManagedLedger {
                 ledgers: state.ids.clone(),
                 closed: state.closed.clone(),
                 deleting: state.deleting.clone(),
+                terminated: state.terminated,
             };
             (record, state.metadata_version)
         };
@@ -282,6 +306,12 @@ impl ManagedLedger {
             return Err(self.fence.error());
         }
         let mut state = self.state.lock();
+        if state.terminated {
+            return Err(BrokerError::TopicTerminated(format!(
+                "Topic {} was already terminated",
+                self.topic
+            )));
+        }
         let ledger = state.current;
         let bytes = data.len() as u64;
         let me = self.clone();
@@ -327,6 +357,7 @@ impl ManagedLedger {
                 state.ledgers.set_entry_count(ledger, entry + 1);
             }
         }
+        self.entries_added.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         for listener in self.listeners.lock().iter() {
             listener.notify_one();
         }
@@ -426,6 +457,80 @@ impl ManagedLedger {
             tracing::warn!(topic = %self.topic, %error, "ledger rollover failed; will retry");
         }
         self.state.lock().rolling = false;
+    }
+
+    /// Seals the managed ledger (Pulsar's `terminate`): appends fail from now on, the state is
+    /// persisted (a reload keeps it), and every listener is woken (dispatchers tell consumers
+    /// that reached the end). Waits for appends already staged to complete. Returns the last
+    /// entry, if any. Terminating again returns the same.
+    pub async fn terminate(&self) -> Result<Option<Position>, BrokerError> {
+        let newly = {
+            let mut state = self.state.lock();
+            !std::mem::replace(&mut state.terminated, true)
+        };
+        // Appends staged before the seal complete (or fail) on their own; wait for them.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let settled = {
+                let state = self.state.lock();
+                let confirmed =
+                    crate::cursor::entry_count(&state.ledgers, state.current).unwrap_or(0);
+                confirmed >= state.staged_in_current || self.fence.is_fenced()
+            };
+            if settled || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        if newly {
+            if let Err(error) = self.persist_ledger_list().await {
+                self.state.lock().terminated = false;
+                return Err(error);
+            }
+        }
+        for listener in self.listeners.lock().iter() {
+            listener.notify_one();
+        }
+        Ok(self.last_confirmed())
+    }
+
+    pub fn is_terminated(&self) -> bool {
+        self.state.lock().terminated
+    }
+
+    /// Entries made durable since this managed ledger was opened.
+    pub fn entries_added(&self) -> u64 {
+        self.entries_added.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// When the current ledger was opened (clock ms).
+    pub fn current_ledger_opened_ms(&self) -> u64 {
+        self.state.lock().current_opened_ms
+    }
+
+    /// Every ledger with its entries and size, oldest first.
+    pub fn ledger_stats(&self) -> Vec<LedgerStat> {
+        let state = self.state.lock();
+        state
+            .ids
+            .iter()
+            .map(|&id| {
+                let entries = crate::cursor::entry_count(&state.ledgers, id).unwrap_or(0);
+                let current = id == state.current;
+                let (size, timestamp_ms) = match state.closed.get(&id) {
+                    Some(closed) => (closed.size, closed.closed_at_ms),
+                    None if current => (state.staged_bytes_in_current, state.current_opened_ms),
+                    None => (0, 0),
+                };
+                LedgerStat { ledger_id: id, entries, size, timestamp_ms, current }
+            })
+            .collect()
+    }
+
+    /// Estimated bytes of the entries after `after` (`None`: all): whole ledgers' sizes, and
+    /// the share of the entries left in `after`'s ledger (Pulsar's estimated backlog size).
+    pub fn size_after(&self, after: Option<Position>) -> u64 {
+        estimate_size_after(&self.ledger_stats(), after)
     }
 
     /// The closed ledgers' records, by ledger id (stats, retention, offload).
@@ -673,6 +778,25 @@ impl ManagedLedger {
         }
         Ok(out)
     }
+}
+
+/// See [`ManagedLedger::size_after`].
+pub fn estimate_size_after(ledgers: &[LedgerStat], after: Option<Position>) -> u64 {
+    ledgers
+        .iter()
+        .map(|ledger| match after {
+            Some(after) if ledger.ledger_id < after.ledger_id => 0,
+            Some(after) if ledger.ledger_id == after.ledger_id => {
+                let left = ledger.entries.saturating_sub(after.entry_id + 1);
+                if ledger.entries == 0 {
+                    0
+                } else {
+                    (u128::from(ledger.size) * u128::from(left) / u128::from(ledger.entries)) as u64
+                }
+            }
+            _ => ledger.size,
+        })
+        .sum()
 }
 
 #[cfg(test)]

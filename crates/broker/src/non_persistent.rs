@@ -12,6 +12,7 @@
 use crate::connection::Outbox;
 use crate::error::BrokerError;
 use crate::key_shared::{murmur3_32, HASH_RANGE_SIZE};
+use crate::stats::{ConsumerStats, Meter, SubscriptionStats, TopicStats};
 use crate::topic::ProducerRegistry;
 use bytes::Bytes;
 use magnetar_model::names::TopicName;
@@ -116,6 +117,8 @@ pub struct NpSubscription {
     pub name: String,
     partition: i32,
     consumers: Mutex<Consumers>,
+    /// What was delivered (stats).
+    out_meter: Meter,
 }
 
 impl NpSubscription {
@@ -164,6 +167,11 @@ impl NpSubscription {
         self.consumers.lock().list.len()
     }
 
+    /// Whether consumer `key` is still attached (an unload detaches every consumer).
+    pub fn has_consumer(&self, key: u64) -> bool {
+        self.consumers.lock().list.iter().any(|c| c.key == key)
+    }
+
     /// Sends one entry to the consumer it routes to, or drops it. Returns whether it was sent.
     fn deliver(&self, entry: &Bytes, messages: u32, key: &[u8]) -> bool {
         let mut consumers = self.consumers.lock();
@@ -176,7 +184,35 @@ impl NpSubscription {
         let command =
             commands::message(consumer.consumer_id, message_id(partition), 0, Vec::new(), None);
         consumer.outbox.send_payload(&command, entry);
+        drop(consumers);
+        self.out_meter.record(u64::from(messages), entry.len() as u64);
         true
+    }
+
+    fn stats(&self, now: std::time::Instant) -> SubscriptionStats {
+        let out = self.out_meter.read_at(now);
+        let consumers = self.consumers.lock();
+        SubscriptionStats {
+            msg_rate_out: out.rate,
+            msg_throughput_out: out.throughput,
+            msg_out_counter: out.messages,
+            bytes_out_counter: out.bytes,
+            sub_type: crate::stats::sub_type_name(consumers.sub_type.unwrap_or(SubType::Exclusive)),
+            active_consumer_name: consumers.active.and_then(|active| {
+                consumers.list.iter().find(|c| c.key == active).map(|c| c.name.clone())
+            }),
+            consumers: consumers
+                .list
+                .iter()
+                .map(|c| ConsumerStats {
+                    consumer_name: c.name.clone(),
+                    available_permits: c.permits,
+                    ..Default::default()
+                })
+                .collect(),
+            is_durable: false,
+            ..Default::default()
+        }
     }
 }
 
@@ -192,6 +228,8 @@ pub struct NonPersistentTopic {
     pub partition: i32,
     pub producers: ProducerRegistry,
     subscriptions: Mutex<HashMap<String, Arc<NpSubscription>>>,
+    /// What producers published (stats).
+    pub in_meter: Meter,
 }
 
 impl NonPersistentTopic {
@@ -204,6 +242,7 @@ impl NonPersistentTopic {
             full_name,
             partition,
             subscriptions: Mutex::default(),
+            in_meter: Meter::new(),
         })
     }
 
@@ -222,6 +261,7 @@ impl NonPersistentTopic {
                     name: name.to_string(),
                     partition: self.partition,
                     consumers: Mutex::default(),
+                    out_meter: Meter::new(),
                 })
             })
             .clone();
@@ -248,6 +288,50 @@ impl NonPersistentTopic {
         self.subscriptions.lock().keys().cloned().collect()
     }
 
+    /// `NonPersistentTopicStatsImpl`, as far as an in-memory topic has them; rates at `now`.
+    pub fn stats(&self, now: std::time::Instant) -> TopicStats {
+        let reading = self.in_meter.read_at(now);
+        let subscriptions: Vec<Arc<NpSubscription>> =
+            self.subscriptions.lock().values().cloned().collect();
+        let mut stats = TopicStats {
+            msg_rate_in: reading.rate,
+            msg_throughput_in: reading.throughput,
+            msg_in_counter: reading.messages,
+            bytes_in_counter: reading.bytes,
+            average_msg_size: if reading.rate > 0.0 {
+                reading.throughput / reading.rate
+            } else {
+                0.0
+            },
+            publishers: self.producers.stats(now),
+            deduplication_status: "Disabled".to_string(),
+            ..Default::default()
+        };
+        for subscription in subscriptions {
+            let sub = subscription.stats(now);
+            stats.msg_rate_out += sub.msg_rate_out;
+            stats.msg_throughput_out += sub.msg_throughput_out;
+            stats.msg_out_counter += sub.msg_out_counter;
+            stats.bytes_out_counter += sub.bytes_out_counter;
+            stats.subscriptions.insert(subscription.name.clone(), sub);
+        }
+        stats
+    }
+
+    /// Closes every producer and consumer (unload): clients reconnect to a fresh topic.
+    pub fn close_clients(&self) {
+        self.producers.close_all();
+        let subscriptions: Vec<Arc<NpSubscription>> =
+            self.subscriptions.lock().drain().map(|(_, s)| s).collect();
+        for subscription in subscriptions {
+            let consumers = std::mem::take(&mut subscription.consumers.lock().list);
+            for consumer in consumers {
+                let command = commands::close_consumer(consumer.consumer_id, u64::MAX);
+                consumer.outbox.send_command(&command);
+            }
+        }
+    }
+
     /// Fans one entry out to every subscription; returns to how many it was delivered.
     pub fn publish(&self, entry: &Bytes) -> usize {
         let (messages, key) = match parse_metadata_and_payload(entry) {
@@ -261,6 +345,7 @@ impl NonPersistentTopic {
             }
             Err(_) => (1, None),
         };
+        self.in_meter.record(u64::from(messages), entry.len() as u64);
         let key = key.as_deref().unwrap_or(NONE_KEY);
         let subscriptions: Vec<Arc<NpSubscription>> =
             self.subscriptions.lock().values().cloned().collect();

@@ -305,27 +305,28 @@ impl BrokerService {
         Ok(true)
     }
 
-    /// Unloads a loaded persistent topic, as Pulsar's topic unload: it leaves the map (the next
-    /// use loads it afresh from the metadata store) and its producers and consumers are closed
-    /// (they hear CLOSE_PRODUCER / CLOSE_CONSUMER and reconnect). Cursors are kept. `false`
-    /// when the topic was not loaded.
-    pub async fn unload_topic(&self, name: &TopicName) -> bool {
-        let topic = {
-            let mut topics = self.topics.lock();
-            let loaded = topics.get(&name.to_string()).and_then(|cell| cell.get().cloned());
-            if loaded.is_some() {
-                // Only a loaded topic: one still loading stays, for whoever awaits it.
-                topics.remove(&name.to_string());
-            }
-            loaded
-        };
-        match topic {
-            Some(topic) => {
-                topic.close_clients().await;
-                true
-            }
-            None => false,
+    /// Unloads a topic (admin `unload`): its producers and consumers are closed (clients
+    /// reconnect and carry on) and it leaves the map of loaded topics, so the next use loads it
+    /// afresh. `Ok(false)` when it was not loaded here. A non-persistent topic, which lives
+    /// only in memory, is closed and forgotten the same way (its subscriptions with it).
+    pub async fn unload_topic(&self, name: &TopicName) -> Result<bool, BrokerError> {
+        let full = name.to_string();
+        if name.domain() == TopicDomain::NonPersistent {
+            let Some(topic) = self.non_persistent.lock().remove(&full) else {
+                return Ok(false);
+            };
+            topic.close_clients();
+            return Ok(true);
         }
+        let loaded = self.topics.lock().get(&full).and_then(|cell| cell.get().cloned());
+        let Some(topic) = loaded else { return Ok(false) };
+        topic.unload().await;
+        let mut topics = self.topics.lock();
+        if topics.get(&full).and_then(|cell| cell.get()).is_some_and(|t| Arc::ptr_eq(t, &topic)) {
+            topics.remove(&full);
+        }
+        tracing::info!(topic = %full, "topic unloaded");
+        Ok(true)
     }
 
     /// The broker's counters in Prometheus text (`GET /metrics`).

@@ -36,6 +36,7 @@ use crate::key_shared::{
     NONE_KEY,
 };
 use crate::managed_ledger::ManagedLedger;
+use crate::stats::{ClientInfo, ConsumerStats, CursorStats, Meter, SubscriptionStats};
 use bytes::Bytes;
 use magnetar_protocol::proto::{
     command_ack::AckType, command_subscribe::SubType, KeySharedMeta, KeySharedMode, MessageIdData,
@@ -65,6 +66,8 @@ pub struct ConsumerHandle {
     pub name: String,
     pub priority: i32,
     pub outbox: Outbox,
+    /// Address, version, connection time and the meter of what it was sent (stats).
+    pub info: Arc<ClientInfo>,
 }
 
 struct ConsumerSlot {
@@ -73,6 +76,8 @@ struct ConsumerSlot {
     /// The client has heard SUBSCRIBE's SUCCESS ([`Subscription::announce`]): consumer events
     /// may go to it (clients drop events for consumers they do not know yet).
     announced: bool,
+    /// Told REACHED_END_OF_TOPIC (the topic is terminated and everything was read).
+    told_end: bool,
 }
 
 /// How a subscription dispatches: broker settings, fixed for the subscription's life.
@@ -480,7 +485,9 @@ impl State {
             let message_id = commands::message_id(position.ledger_id, position.entry_id, partition);
             let command =
                 commands::message(consumer_id, message_id, redelivery_count, ack_set, None);
-            out.push(Outgoing { outbox, consumer, position, command, data });
+            slot.handle.info.meter.record(u64::from(shape.messages), data.len() as u64);
+            let messages = shape.messages;
+            out.push(Outgoing { outbox, consumer, position, command, data, messages });
             self.pending.insert(position, Pending { consumer, messages: shape.messages, hash });
             if from_stream {
                 self.last_read = Some(position);
@@ -503,6 +510,8 @@ struct Outgoing {
     position: Position,
     command: magnetar_protocol::BaseCommand,
     data: Bytes,
+    /// Messages in the entry (stats).
+    messages: u32,
 }
 
 pub struct Subscription {
@@ -521,6 +530,9 @@ pub struct Subscription {
     /// write that is durable: an ack receipt waits for the second to pass it.
     acks_made: std::sync::atomic::AtomicU64,
     acks_persisted: tokio::sync::watch::Sender<u64>,
+    /// What was sent to consumers, and what was asked to be redelivered (stats).
+    out_meter: Meter,
+    redeliver_meter: Meter,
 }
 
 /// How long an acknowledgement with a receipt waits for its cursor write.
@@ -563,6 +575,8 @@ impl Subscription {
             wake: Arc::new(Notify::new()),
             acks_made: std::sync::atomic::AtomicU64::new(0),
             acks_persisted: tokio::sync::watch::Sender::new(0),
+            out_meter: Meter::new(),
+            redeliver_meter: Meter::new(),
         });
         subscription.managed_ledger.add_listener(subscription.wake.clone());
         let dispatcher = subscription.clone();
@@ -729,7 +743,12 @@ impl State {
             state.key_shared = None;
         }
         state.sub_type = sub_type;
-        state.consumers.push(ConsumerSlot { handle, permits: 0, announced: false });
+        state.consumers.push(ConsumerSlot {
+            handle,
+            permits: 0,
+            announced: false,
+            told_end: false,
+        });
         state.recompute_draining();
         Ok(())
     }
@@ -845,6 +864,9 @@ impl Subscription {
                 slot.handle.outbox.send_command(&command);
             }
         }
+        drop(state);
+        // A consumer of a terminated topic that read everything hears so once it is announced.
+        self.wake.notify_one();
     }
 
     pub fn flow(&self, key: u64, permits: u32) {
@@ -955,6 +977,7 @@ impl Subscription {
                 .filter(|p| state.pending.get(p).is_some_and(|pending| pending.consumer == key))
                 .collect()
         };
+        self.redeliver_meter.record(chosen.len() as u64, 0);
         state.requeue(chosen, true);
         drop(state);
         self.wake.notify_one();
@@ -1075,7 +1098,10 @@ impl Subscription {
                 }
                 match self.dispatch_round(&mut read_ahead).await {
                     Ok(true) => continue,
-                    Ok(false) => break,
+                    Ok(false) => {
+                        self.tell_end_of_topic();
+                        break;
+                    }
                     Err(error) => {
                         tracing::warn!(subscription = %self.name, %error, "dispatch failed");
                         break;
@@ -1129,8 +1155,14 @@ impl Subscription {
             state.apply(&plan, entries, self.now_ms(), self.partition)
         };
         let (messages, progress) = outgoing;
+        let (mut count, mut bytes) = (0u64, 0u64);
         for message in messages {
+            count += u64::from(message.messages);
+            bytes += message.data.len() as u64;
             message.outbox.send_payload(&message.command, &message.data);
+        }
+        if count > 0 {
+            self.out_meter.record(count, bytes);
         }
         Ok(progress)
     }
@@ -1279,6 +1311,7 @@ pub fn previous_position(ledgers: &LedgerList, position: Position) -> Option<Pos
         .map(|extent| Position::new(extent.ledger_id, extent.entry_count - 1))
 }
 
+mod admin;
 mod read_ahead;
 use read_ahead::ReadAhead;
 

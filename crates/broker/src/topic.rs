@@ -7,6 +7,7 @@ use crate::dedup::{DedupSnapshot, DedupState, DupStatus};
 use crate::error::BrokerError;
 use crate::managed_ledger::ManagedLedger;
 use crate::retention::{Consumed, RetentionLimits};
+use crate::stats::{ClientInfo, Meter, PublisherStats};
 use crate::subscription::{previous_position, DispatchSettings, Subscription};
 use magnetar_metadata::MetadataStore;
 use magnetar_model::names::TopicName;
@@ -49,6 +50,8 @@ struct ProducerEntry {
 pub struct ProducerClient {
     pub producer_id: u64,
     pub outbox: crate::connection::Outbox,
+    /// Address, version, connection time and the meter of what it published (stats).
+    pub info: Arc<ClientInfo>,
 }
 
 #[derive(Default)]
@@ -244,6 +247,49 @@ impl ProducerRegistry {
         self.producers.lock().by_name.len()
     }
 
+    /// WaitForExclusive producers in line.
+    pub fn waiting(&self) -> usize {
+        self.producers.lock().waiting.len()
+    }
+
+    /// The topic epoch, once an exclusive producer took the topic.
+    pub fn epoch(&self) -> Option<u64> {
+        Some(self.producers.lock().epoch).filter(|&epoch| epoch > 0)
+    }
+
+    /// `PublisherStatsImpl` of every producer, by name; rates at `now`.
+    pub fn stats(&self, now: std::time::Instant) -> Vec<PublisherStats> {
+        let producers = self.producers.lock();
+        let mut stats: Vec<PublisherStats> = producers
+            .by_name
+            .iter()
+            .map(|(name, entry)| {
+                let info = &entry.client.info;
+                let reading = info.meter.read_at(now);
+                PublisherStats {
+                    access_mode: crate::stats::access_mode_name(entry.mode),
+                    msg_rate_in: reading.rate,
+                    msg_throughput_in: reading.throughput,
+                    average_msg_size: if reading.rate > 0.0 {
+                        reading.throughput / reading.rate
+                    } else {
+                        0.0
+                    },
+                    producer_id: entry.client.producer_id,
+                    producer_name: name.clone(),
+                    address: info.address.clone(),
+                    connected_since: crate::stats::format_time_ms(info.connected_since_ms),
+                    client_version: info.client_version.clone(),
+                    msg_in_counter: reading.messages,
+                    bytes_in_counter: reading.bytes,
+                    ..Default::default()
+                }
+            })
+            .collect();
+        stats.sort_by(|a, b| a.producer_name.cmp(&b.producer_name));
+        stats
+    }
+
     /// Closes every producer: each client hears CLOSE_PRODUCER (and reconnects, as clients do).
     pub fn close_all(&self) {
         let closed: Vec<ProducerEntry> =
@@ -297,6 +343,10 @@ pub struct Topic {
     /// When the broker's housekeeping last saw a producer or consumer on the topic (clock ms;
     /// starts at load): what inactive-topic deletion measures idleness from.
     last_active_ms: AtomicU64,
+    /// Set once an unload starts: the broker loads the topic afresh on next use.
+    unloaded: AtomicBool,
+    /// What producers published (stats).
+    pub in_meter: Meter,
 }
 
 impl Topic {
@@ -351,6 +401,8 @@ impl Topic {
             dedup_snapshot_position: Mutex::new(None),
             deleted: AtomicBool::new(false),
             last_active_ms: AtomicU64::new(ledgers.clock.now_ms()),
+            unloaded: AtomicBool::new(false),
+            in_meter: Meter::new(),
         });
         topic.recover_dedup().await?;
         topic.refresh_policies().await?;
@@ -586,9 +638,15 @@ impl Topic {
         client: ProducerClient,
         queued: impl FnOnce(),
     ) -> Result<u64, BrokerError> {
-        if self.is_deleted() {
+        if self.is_closed() {
             return Err(BrokerError::ServiceNotReady(format!(
-                "topic {} is being deleted",
+                "topic {} is being deleted or unloaded",
+                self.full_name
+            )));
+        }
+        if self.managed_ledger.is_terminated() {
+            return Err(BrokerError::TopicTerminated(format!(
+                "Topic {} was already terminated",
                 self.full_name
             )));
         }
@@ -607,9 +665,9 @@ impl Topic {
         durable: bool,
         start: StartAt,
     ) -> Result<Arc<Subscription>, BrokerError> {
-        if self.is_deleted() {
+        if self.is_closed() {
             return Err(BrokerError::ServiceNotReady(format!(
-                "topic {} is being deleted",
+                "topic {} is being deleted or unloaded",
                 self.full_name
             )));
         }
@@ -734,6 +792,29 @@ impl Topic {
         self.deleted.load(Ordering::Acquire)
     }
 
+    /// Deleted or unloaded: clients holding this topic must look it up again.
+    pub fn is_closed(&self) -> bool {
+        self.is_deleted() || self.unloaded.load(Ordering::Acquire)
+    }
+
+    /// Unloads the topic (admin `unload`): new producers and subscriptions are refused (clients
+    /// retry), every producer and consumer is closed (clients reconnect), and each subscription
+    /// persists its acknowledgements and stops. The caller then drops the topic from the
+    /// broker's map, so the next use loads it afresh from what is stored.
+    pub async fn unload(&self) {
+        self.unloaded.store(true, Ordering::Release);
+        self.producers.close_all();
+        let subscriptions: Vec<Arc<Subscription>> =
+            self.subscriptions.lock().drain().map(|(_, s)| s).collect();
+        for subscription in subscriptions {
+            subscription.close_consumers();
+            if let Err(error) = subscription.persist_now().await {
+                tracing::warn!(topic = %self.full_name, subscription = %subscription.name, %error, "cursor not persisted on unload");
+            }
+            let _ = subscription.close(false).await;
+        }
+    }
+
     /// Fenced: another broker owns the topic; the broker loads it afresh on next use.
     pub fn is_fenced(&self) -> bool {
         self.managed_ledger.fence().is_fenced()
@@ -821,6 +902,12 @@ async fn fence_task(topic: Weak<Topic>, fence: Arc<crate::fence::Fence>) {
     topic.close_clients().await;
 }
 
+mod admin;
+pub use admin::{ExaminePosition, SubscriptionStart};
+
+#[cfg(test)]
+mod admin_tests;
+
 #[cfg(test)]
 mod producer_access_tests {
     use super::*;
@@ -839,7 +926,11 @@ mod producer_access_tests {
     }
 
     fn client(producer_id: u64) -> ProducerClient {
-        ProducerClient { producer_id, outbox: crate::connection::Outbox::channel().0 }
+        ProducerClient {
+            producer_id,
+            outbox: crate::connection::Outbox::channel().0,
+            info: Default::default(),
+        }
     }
 
     /// Polls once: these registrations never wait.

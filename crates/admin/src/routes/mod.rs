@@ -14,12 +14,14 @@ mod namespaces;
 mod policies;
 mod schemas;
 mod tenants;
+mod topic_ops;
 mod topics;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::Uri;
 use axum::routing::{delete, get, post, put};
+use axum::Router as AxumRouter;
 use axum::Router;
 use magnetar_metadata::Versioned;
 use serde::de::DeserializeOwned;
@@ -145,8 +147,41 @@ pub(crate) fn build(state: AdminState) -> Router {
                     .delete(topics::delete_partitioned),
             );
         router = policies::policy_routes(router, &format!("{base}/{{topic}}"), Level::Topic);
+        router = topic_op_routes(router, &format!("{base}/{{topic}}"));
     }
     router.fallback(not_found).with_state(state)
+}
+
+/// The per-topic operations of `topic_ops` under `topic` (`/admin/v2/{d}/{t}/{ns}/{topic}`).
+fn topic_op_routes(router: AxumRouter<AdminState>, topic: &str) -> AxumRouter<AdminState> {
+    let sub = format!("{topic}/subscription/{{subscription}}");
+    router
+        .route(&format!("{topic}/stats"), get(topic_ops::stats))
+        .route(&format!("{topic}/internalStats"), get(topic_ops::internal_stats))
+        .route(&format!("{topic}/partitioned-stats"), get(topic_ops::partitioned_stats))
+        .route(
+            &format!("{topic}/partitioned-internalStats"),
+            get(topic_ops::partitioned_internal_stats),
+        )
+        .route(&format!("{topic}/subscriptions"), get(topic_ops::list_subscriptions))
+        .route(&sub, put(topic_ops::create_subscription).delete(topic_ops::delete_subscription))
+        .route(&format!("{sub}/skip/{{n}}"), post(topic_ops::skip))
+        .route(&format!("{sub}/skip_all"), post(topic_ops::skip_all))
+        .route(&format!("{sub}/resetcursor"), post(topic_ops::reset_cursor_to_id))
+        .route(&format!("{sub}/resetcursor/{{time}}"), post(topic_ops::reset_cursor_to_time))
+        .route(&format!("{sub}/position/{{n}}"), get(topic_ops::peek))
+        .route(&format!("{topic}/examinemessage"), get(topic_ops::examine))
+        .route(&format!("{topic}/ledger/{{ledger}}/entry/{{entry}}"), get(topic_ops::get_message))
+        .route(&format!("{topic}/lastMessageId"), get(topic_ops::last_message_id))
+        .route(&format!("{topic}/unload"), put(topic_ops::unload))
+        .route(&format!("{topic}/terminate"), post(topic_ops::terminate))
+        .route(&format!("{topic}/terminate/partitions"), post(topic_ops::terminate_partitions))
+        .route(
+            &format!("{topic}/properties"),
+            get(topic_ops::get_properties)
+                .put(topic_ops::put_properties)
+                .delete(topic_ops::delete_property),
+        )
 }
 
 async fn not_found() -> AdminError {

@@ -17,9 +17,13 @@ impl Connection {
             // Detached by the broker (seek): the client subscribes again under the same id.
             self.consumers.remove(&consumer_id);
         }
-        if self.np_consumers.contains_key(&consumer_id) {
-            self.outbox.send_command(&commands::success(request_id));
-            return Ok(());
+        if let Some(existing) = self.np_consumers.get(&consumer_id) {
+            if existing.subscription.has_consumer(existing.key) {
+                self.outbox.send_command(&commands::success(request_id));
+                return Ok(());
+            }
+            // Detached by the broker (the topic was unloaded): subscribes again.
+            self.np_consumers.remove(&consumer_id);
         }
         if self.pending_consumers.contains_key(&consumer_id) {
             let error = BrokerError::ServiceNotReady(
@@ -30,8 +34,9 @@ impl Connection {
         }
         let request = (**request).clone();
         let (service, outbox) = (self.service.clone(), self.outbox.clone());
+        let info = self.client_info();
         let task = self.spawn_request(async move {
-            let created = create_consumer(&service, &outbox, &request).await;
+            let created = create_consumer(&service, &outbox, &request, info).await;
             let finish: Completion = Box::new(move |connection: &mut Connection| {
                 connection.consumer_created(&request, created)
             });
@@ -371,6 +376,7 @@ pub(super) async fn create_consumer(
     service: &Arc<BrokerService>,
     outbox: &Outbox,
     request: &CommandSubscribe,
+    info: Arc<ClientInfo>,
 ) -> Result<CreatedConsumer, BrokerError> {
     let consumer_id = request.consumer_id;
     let sub_type = SubType::try_from(request.sub_type).unwrap_or(SubType::Exclusive);
@@ -408,6 +414,7 @@ pub(super) async fn create_consumer(
         name: request.consumer_name.clone().unwrap_or_default(),
         priority: request.priority_level.unwrap_or(0),
         outbox: outbox.clone(),
+        info,
     };
     subscription.add_consumer(handle, sub_type, request.key_shared_meta.as_ref())?;
     Ok(CreatedConsumer::Persistent(ConsumerContext { topic, subscription, key }))

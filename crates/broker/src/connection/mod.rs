@@ -23,6 +23,7 @@ use crate::error::BrokerError;
 use crate::non_persistent::{NonPersistentTopic, NpConsumer, NpSubscription};
 use crate::ownership::LookupAnswer;
 use crate::service::BrokerService;
+use crate::stats::ClientInfo;
 use crate::subscription::{ConsumerHandle, Subscription};
 use crate::topic::{ProducerClient, StartAt, Topic};
 use bytes::{Bytes, BytesMut};
@@ -180,6 +181,8 @@ struct ProducerContext {
     key: u64,
     partition: i32,
     schema_version: Option<u64>,
+    /// Its stats (what it published is counted here and on the topic).
+    info: Arc<ClientInfo>,
 }
 
 struct ConsumerContext {
@@ -192,6 +195,7 @@ struct NpProducerContext {
     topic: Arc<NonPersistentTopic>,
     name: String,
     key: u64,
+    info: Arc<ClientInfo>,
 }
 
 struct NpConsumerContext {
@@ -217,6 +221,8 @@ struct Connection {
     /// Where those tasks send what they must finish on the connection.
     completions: mpsc::UnboundedSender<Completion>,
     peer: String,
+    /// The client's version string from CONNECT (stats).
+    client_version: String,
 }
 
 static PRODUCER_NAMES: AtomicU64 = AtomicU64::new(0);
@@ -245,6 +251,7 @@ pub async fn serve(
         pending_consumers: HashMap::new(),
         completions,
         peer,
+        client_version: String::new(),
     };
     let decoder = FrameDecoder::with_max_message_size(service.config.max_message_size);
     let keepalive = service.config.keepalive();
@@ -294,6 +301,12 @@ pub async fn serve(
 type Handled = Result<(), String>;
 
 impl Connection {
+    /// Stats for a producer or consumer joining on this connection.
+    fn client_info(&self) -> Arc<ClientInfo> {
+        let since = self.service.ledgers.clock.now_ms();
+        Arc::new(ClientInfo::new(&self.peer, &self.client_version, since))
+    }
+
     /// Reacts to a frame that failed to decode. Returns whether the connection may go on.
     fn handle_frame_error(&mut self, error: &FrameError) -> bool {
         if let FrameError::ChecksumMismatch { command, .. } = error {
@@ -428,6 +441,7 @@ impl Connection {
             None,
         ));
         self.connected = true;
+        self.client_version = connect.client_version.clone();
         tracing::debug!(peer = %self.peer, client = %connect.client_version, version, "connected");
         Ok(())
     }

@@ -9,8 +9,9 @@ impl Connection {
     pub(super) fn on_producer(&mut self, command: &BaseCommand) -> Handled {
         let request = command.producer.as_ref().ok_or("PRODUCER without body")?;
         let (request_id, producer_id) = (request.request_id, request.producer_id);
-        if self.producers.get(&producer_id).is_some_and(|p| p.topic.is_deleted()) {
-            // Closed by the broker (topic deleted): the client re-creates it under its id.
+        if self.producers.get(&producer_id).is_some_and(|p| p.topic.is_closed()) {
+            // Closed by the broker (topic deleted or unloaded): the client re-creates it under
+            // its id.
             self.producers.remove(&producer_id);
         }
         if let Some(existing) = self.producers.get(&producer_id) {
@@ -37,8 +38,9 @@ impl Connection {
         }
         let request = (**request).clone();
         let (service, outbox) = (self.service.clone(), self.outbox.clone());
+        let info = self.client_info();
         let task = self.spawn_request(async move {
-            let created = create_producer(&service, &outbox, &request).await;
+            let created = create_producer(&service, &outbox, &request, info).await;
             let finish: Completion = Box::new(move |connection: &mut Connection| {
                 connection.producer_created(&request, created)
             });
@@ -104,6 +106,8 @@ impl Connection {
             let highest = send.highest_sequence_id.unwrap_or(0).max(sequence_id);
             let partition = (producer.topic.partition >= 0).then_some(producer.topic.partition);
             let id = crate::non_persistent::message_id(partition);
+            let messages = u64::try_from(send.num_messages.unwrap_or(1)).unwrap_or(1).max(1);
+            producer.info.meter.record(messages, entry.len() as u64);
             self.outbox.send_command(&commands::send_receipt(
                 producer_id,
                 sequence_id,
@@ -157,6 +161,9 @@ impl Connection {
                 return Ok(());
             }
         }
+        let messages = u64::try_from(send.num_messages.unwrap_or(1)).unwrap_or(1).max(1);
+        producer.info.meter.record(messages, entry.len() as u64);
+        producer.topic.in_meter.record(messages, entry.len() as u64);
         let outbox = self.outbox.clone();
         let topic = producer.topic.clone();
         let producer_name = producer.name.clone();
@@ -267,6 +274,7 @@ pub(super) async fn create_producer(
     service: &Arc<BrokerService>,
     outbox: &Outbox,
     request: &CommandProducer,
+    info: Arc<ClientInfo>,
 ) -> Result<CreatedProducer, BrokerError> {
     let mode = access_mode(request);
     let name = BrokerService::topic_name(&request.topic)?;
@@ -275,7 +283,11 @@ pub(super) async fn create_producer(
         None => format!("standalone-{}", PRODUCER_NAMES.fetch_add(1, Ordering::Relaxed)),
     };
     let key = service.next_key();
-    let client = ProducerClient { producer_id: request.producer_id, outbox: outbox.clone() };
+    let client = ProducerClient {
+        producer_id: request.producer_id,
+        outbox: outbox.clone(),
+        info: info.clone(),
+    };
     let queued = || {
         let mut waiting = commands::producer_success(request.request_id, &producer_name, -1, None);
         if let Some(success) = waiting.producer_success.as_mut() {
@@ -289,7 +301,7 @@ pub(super) async fn create_producer(
             .producers
             .add(producer_name.clone(), key, mode, request.topic_epoch, client, queued)
             .await?;
-        let context = NpProducerContext { topic, name: producer_name, key };
+        let context = NpProducerContext { topic, name: producer_name, key, info };
         return Ok(CreatedProducer::NonPersistent(context, epoch));
     }
     let topic = service.topic(&name, true).await?;
@@ -308,6 +320,6 @@ pub(super) async fn create_producer(
         .await?;
     let partition = topic.partition;
     let context =
-        ProducerContext { topic, name: producer_name.into(), key, partition, schema_version };
+        ProducerContext { topic, name: producer_name.into(), key, partition, schema_version, info };
     Ok(CreatedProducer::Persistent(context, epoch))
 }

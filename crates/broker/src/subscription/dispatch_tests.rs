@@ -66,8 +66,14 @@ impl Model {
 
     fn add(&mut self, key: u64, meta: Option<&KeySharedMeta>) -> Result<(), BrokerError> {
         let (outbox, _receiver) = Outbox::channel();
-        let handle =
-            ConsumerHandle { key, consumer_id: key, name: format!("c{key}"), priority: 0, outbox };
+        let handle = ConsumerHandle {
+            key,
+            consumer_id: key,
+            name: format!("c{key}"),
+            priority: 0,
+            outbox,
+            info: Default::default(),
+        };
         let sub_type = self.state.sub_type;
         self.state.add_consumer(handle, sub_type, meta, "sub")?;
         if matches!(sub_type, SubType::Exclusive | SubType::Failover) {

@@ -93,7 +93,14 @@ async fn a_drain_reads_ahead_and_delivers_everything_once_in_order() {
         DispatchSettings::new(8),
     );
     let (outbox, mut frames) = crate::connection::Outbox::channel();
-    let handle = ConsumerHandle { key: 1, consumer_id: 7, name: "c".into(), priority: 0, outbox };
+    let handle = ConsumerHandle {
+        key: 1,
+        consumer_id: 7,
+        name: "c".into(),
+        priority: 0,
+        outbox,
+        info: Default::default(),
+    };
     subscription.add_consumer(handle, SubType::Exclusive, None).unwrap();
 
     // Permits in small steps, like a client's FLOW at half its queue: every round after the
@@ -112,7 +119,14 @@ async fn a_drain_reads_ahead_and_delivers_everything_once_in_order() {
         .await
         .unwrap();
     let (outbox, mut frames) = crate::connection::Outbox::channel();
-    let handle = ConsumerHandle { key: 2, consumer_id: 8, name: "c".into(), priority: 0, outbox };
+    let handle = ConsumerHandle {
+        key: 2,
+        consumer_id: 8,
+        name: "c".into(),
+        priority: 0,
+        outbox,
+        info: Default::default(),
+    };
     subscription.add_consumer(handle, SubType::Exclusive, None).unwrap();
     let mut got = Vec::new();
     while got.len() < ENTRIES - 50 {

@@ -1,0 +1,141 @@
+package compat
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin"
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/admin/config"
+	"github.com/apache/pulsar-client-go/pulsaradmin/pkg/utils"
+)
+
+// Topic operations through the Go admin client (pulsaradmin), as operators' Go tooling
+// drives them: stats, internal stats, subscriptions (create, list, skip, clear backlog,
+// delete) and unload, over data produced by the Go client.
+
+func newAdmin(t *testing.T) admin.Client {
+	t.Helper()
+	a, err := admin.New(&config.Config{WebServiceURL: webURL(t)})
+	if err != nil {
+		t.Fatalf("admin client: %v", err)
+	}
+	return a
+}
+
+func topicName(t *testing.T, topic string) utils.TopicName {
+	t.Helper()
+	name, err := utils.GetTopicName(topic)
+	if err != nil {
+		t.Fatalf("topic name %s: %v", topic, err)
+	}
+	return *name
+}
+
+func backlog(t *testing.T, a admin.Client, topic utils.TopicName, sub string) int64 {
+	t.Helper()
+	stats, err := a.Topics().GetStats(topic)
+	if err != nil {
+		t.Fatalf("stats of %s: %v", topic.String(), err)
+	}
+	s, ok := stats.Subscriptions[sub]
+	if !ok {
+		t.Fatalf("stats of %s has no subscription %s: %+v", topic.String(), sub, stats.Subscriptions)
+	}
+	return s.MsgBacklog
+}
+
+func TestAdminTopicStatsSubscriptionsAndUnload(t *testing.T) {
+	const n = 8
+	topic := uniqueTopic("admin-ops")
+	name := topicName(t, topic)
+	a := newAdmin(t)
+	c := newClient(t)
+
+	p := newProducer(t, c, pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err := a.Subscriptions().Create(name, "sub", utils.Earliest); err != nil {
+		t.Fatalf("create subscription: %v", err)
+	}
+	for i := 0; i < n; i++ {
+		send(t, p, &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%d", i))})
+	}
+
+	stats, err := a.Topics().GetStats(name)
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	if stats.MsgCounterIn != n || stats.StorageSize <= 0 {
+		t.Fatalf("stats: msgInCounter %d (want %d), storageSize %d", stats.MsgCounterIn, n, stats.StorageSize)
+	}
+	if len(stats.Publishers) != 1 || stats.Publishers[0].ProducerName == "" {
+		t.Fatalf("stats publishers: %+v", stats.Publishers)
+	}
+	if got := stats.Subscriptions["sub"].MsgBacklog; got != n {
+		t.Fatalf("backlog %d, want %d", got, n)
+	}
+
+	internal, err := a.Topics().GetInternalStats(name)
+	if err != nil {
+		t.Fatalf("internal stats: %v", err)
+	}
+	if internal.NumberOfEntries != n || internal.EntriesAddedCounter != n {
+		t.Fatalf("internal stats: entries %d, added %d, want %d", internal.NumberOfEntries,
+			internal.EntriesAddedCounter, n)
+	}
+	if _, ok := internal.Cursors["sub"]; !ok {
+		t.Fatalf("internal stats has no cursor sub: %+v", internal.Cursors)
+	}
+
+	subs, err := a.Subscriptions().List(name)
+	if err != nil || len(subs) != 1 || subs[0] != "sub" {
+		t.Fatalf("subscriptions: %v %v", subs, err)
+	}
+
+	msgs, err := a.Subscriptions().PeekMessages(name, "sub", 2)
+	if err != nil || len(msgs) != 2 || string(msgs[0].Payload) != "m-0" || string(msgs[1].Payload) != "m-1" {
+		t.Fatalf("peek: %v %v", msgs, err)
+	}
+
+	if err := a.Subscriptions().SkipMessages(name, "sub", 3); err != nil {
+		t.Fatalf("skip: %v", err)
+	}
+	if got := backlog(t, a, name, "sub"); got != n-3 {
+		t.Fatalf("backlog after skip 3: %d, want %d", got, n-3)
+	}
+	if err := a.Subscriptions().ClearBacklog(name, "sub"); err != nil {
+		t.Fatalf("clear backlog: %v", err)
+	}
+	if got := backlog(t, a, name, "sub"); got != 0 {
+		t.Fatalf("backlog after clear: %d, want 0", got)
+	}
+
+	// Unload: the producer and a consumer reconnect and carry on.
+	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "live"})
+	if err := a.Topics().Unload(name); err != nil {
+		t.Fatalf("unload: %v", err)
+	}
+	send(t, p, &pulsar.ProducerMessage{Payload: []byte("after-unload")})
+	ctx := ctxTimeout(t, 20*time.Second)
+	for {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("receive after unload: %v", err)
+		}
+		_ = cons.Ack(m)
+		if string(m.Payload()) == "after-unload" {
+			break
+		}
+	}
+	if got := backlog(t, a, name, "sub"); got != 1 {
+		t.Fatalf("backlog of sub after one more message: %d, want 1", got)
+	}
+
+	if err := a.Subscriptions().Delete(name, "sub"); err != nil {
+		t.Fatalf("delete subscription: %v", err)
+	}
+	subs, err = a.Subscriptions().List(name)
+	if err != nil || len(subs) != 1 || subs[0] != "live" {
+		t.Fatalf("subscriptions after delete: %v %v", subs, err)
+	}
+}
