@@ -13,6 +13,8 @@
 //! - `non_persistent`: in-memory, at-most-once topics and their subscriptions.
 //! - `registration`: the broker's ephemeral registration key and readiness across metadata
 //!   session loss (pure state machine plus a small tokio shell).
+//! - `limits`, `expiry`, `backlog_quota`: per-topic limits read without a lock (rates as token
+//!   buckets, unacked-message blocking), message TTL, backlog quotas (see ARCHITECTURE.md).
 //! - `metrics`: counters for `GET /metrics` (Prometheus text).
 //! - `schema_registry`: schema histories in the metadata store (the rules are in `magnetar_model::schema`).
 //!
@@ -30,6 +32,7 @@ pub mod error;
 pub mod fence;
 pub mod key_shared;
 pub mod ledger_ids;
+pub mod limits;
 pub mod managed_ledger;
 pub mod metrics;
 pub mod non_persistent;

@@ -189,7 +189,10 @@ impl Settings {
         Self::validate(config, metadata)
     }
 
-    fn validate(mut config: ServerConfig, metadata: MetadataBackend) -> Result<Settings, ConfigError> {
+    fn validate(
+        mut config: ServerConfig,
+        metadata: MetadataBackend,
+    ) -> Result<Settings, ConfigError> {
         if !is_valid_entity_name(&config.cluster) {
             return Err(ConfigError::ClusterName(config.cluster.clone()));
         }

@@ -217,6 +217,8 @@ struct Connection {
     /// Where those tasks send what they must finish on the connection.
     completions: mpsc::UnboundedSender<Completion>,
     peer: String,
+    /// A topic's publish rate was exceeded: no frame is read before this instant.
+    paused_until: Option<tokio::time::Instant>,
 }
 
 static PRODUCER_NAMES: AtomicU64 = AtomicU64::new(0);
@@ -245,6 +247,7 @@ pub async fn serve(
         pending_consumers: HashMap::new(),
         completions,
         peer,
+        paused_until: None,
     };
     let decoder = FrameDecoder::with_max_message_size(service.config.max_message_size);
     let keepalive = service.config.keepalive();
@@ -252,6 +255,9 @@ pub async fn serve(
     let mut idle_rounds = 0u32;
     'connection: loop {
         loop {
+            if connection.paused_until.is_some() {
+                break; // publish rate: the rest waits in the buffer
+            }
             match decoder.decode_buf(&mut buf) {
                 Ok(Some(frame)) => {
                     idle_rounds = 0;
@@ -268,6 +274,15 @@ pub async fn serve(
                     }
                 }
             }
+        }
+        if let Some(until) = connection.paused_until {
+            // Reading paused (publish rate): completions still run, the socket waits.
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => connection.paused_until = None,
+                Some(finish) = completed.recv() => finish(&mut connection),
+                _ = shutdown.changed() => break,
+            }
+            continue;
         }
         tokio::select! {
             read = tokio::time::timeout(keepalive, reader.read_buf(&mut buf)) => match read {
