@@ -29,6 +29,7 @@ pub mod cursor_ledger;
 pub mod dedup;
 pub mod delayed;
 pub mod error;
+pub mod expiry;
 pub mod fence;
 pub mod key_shared;
 pub mod ledger_ids;

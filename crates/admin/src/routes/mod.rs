@@ -10,6 +10,7 @@
 //! [`AdminError`] rendered as `{"reason": …}` with Pulsar's status code.
 
 mod broker;
+mod expiry;
 mod policies;
 mod schemas;
 mod tenants;
@@ -95,6 +96,9 @@ pub(crate) fn build(state: AdminState) -> Router {
                     .post(policies::set_topic_dedup)
                     .delete(policies::remove_topic_dedup),
             )
+            .route(&format!("{base}{}", expiry::BY_TIME), post(expiry::by_time))
+            .route(&format!("{base}{}", expiry::BY_POSITION), post(expiry::by_position))
+            .route(&format!("{base}{}", expiry::ALL_SUBSCRIPTIONS), post(expiry::all_subscriptions))
             .route(
                 &format!("{base}/{{topic}}/partitions"),
                 put(topics::create_partitioned)
