@@ -43,6 +43,12 @@ pub enum BrokerError {
     ShuttingDown,
     #[error("{0}")]
     IncompatibleSchema(String),
+    /// A backlog quota with the `producer_request_hold` policy is exceeded: the client retries.
+    #[error("{0}")]
+    ProducerBlockedQuotaExceededError(String),
+    /// A backlog quota with the `producer_exception` policy is exceeded: the client fails.
+    #[error("{0}")]
+    ProducerBlockedQuotaExceededException(String),
 }
 
 impl From<magnetar_model::schema::SchemaError> for BrokerError {
@@ -89,6 +95,12 @@ impl BrokerError {
             BrokerError::Metadata(_) => ServerError::MetadataError,
             BrokerError::ShuttingDown => ServerError::ServiceNotReady,
             BrokerError::IncompatibleSchema(_) => ServerError::IncompatibleSchema,
+            BrokerError::ProducerBlockedQuotaExceededError(_) => {
+                ServerError::ProducerBlockedQuotaExceededError
+            }
+            BrokerError::ProducerBlockedQuotaExceededException(_) => {
+                ServerError::ProducerBlockedQuotaExceededException
+            }
         }
     }
 }

@@ -11,14 +11,15 @@
 use magnetar_model::policy::{DispatchRate, Effective, PublishRate};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
-/// Starts the broker's periodic policy passes: message expiry (`expiry::run`). They end with
-/// the service or at `shutdown`.
+/// Starts the broker's periodic policy passes: message expiry (`expiry::run`) and backlog
+/// quotas (`backlog_quota::run`). They end with the service or at `shutdown`.
 pub fn spawn_tasks(
     service: &std::sync::Arc<crate::BrokerService>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let weak = std::sync::Arc::downgrade(service);
-    tokio::spawn(crate::expiry::run(weak, shutdown));
+    tokio::spawn(crate::expiry::run(weak.clone(), shutdown.clone()));
+    tokio::spawn(crate::backlog_quota::run(weak, shutdown));
 }
 
 /// The limits a topic's publish and dispatch paths read per message (0: unlimited).

@@ -338,6 +338,12 @@ impl ManagedLedger {
         self.state.lock().closed.clone()
     }
 
+    /// The ledger being written and the bytes appended to it so far (backlog estimates).
+    pub fn current_ledger_size(&self) -> (u64, u64) {
+        let state = self.state.lock();
+        (state.current, state.staged_bytes_in_current)
+    }
+
     /// Whether a rollover is under way.
     pub fn is_rolling(&self) -> bool {
         self.state.lock().rolling

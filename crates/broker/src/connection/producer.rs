@@ -335,6 +335,8 @@ pub(super) async fn create_producer(
     // Policies may have changed since the topic was loaded (another broker's admin API in
     // cluster mode; here a cheap re-read keeps this path obviously right).
     topic.refresh_policies().await?;
+    // Backlog quotas with a producer policy refuse producers while exceeded.
+    crate::backlog_quota::producer_admission(&topic).await?;
     let epoch = topic
         .add_producer(producer_name.clone(), key, mode, request.topic_epoch, client, queued)
         .await?;
