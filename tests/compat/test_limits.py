@@ -269,6 +269,24 @@ def test_backlog_quota_consumer_backlog_eviction_drops_the_oldest_backlog():
             client.close()
 
 
+def test_message_age_quota_with_eviction_drops_backlog_older_than_the_limit():
+    with private_server("backlog_quota_default_limit_seconds = 2\n"
+                        "backlog_quota_default_retention_policy = \"consumer_backlog_eviction\"\n"
+                        "backlog_quota_check_interval_seconds = 1\n") as srv:
+        topic = unique_topic("quota-age")
+        client = srv.client()
+        try:
+            _make_subscription(client, topic, "slow")
+            _produce(client, topic, 5, prefix="old")
+            _eventually("the aged backlog is evicted",
+                        lambda: _first_payload(client, topic, "slow") is None)
+            _produce(client, topic, 1, prefix="new")
+            consumer = client.subscribe(topic, "slow", consumer_type=pulsar.ConsumerType.Shared)
+            assert payloads(receive_n(consumer, 1)) == ["new-0"]
+        finally:
+            client.close()
+
+
 # ------------------------------------------------------------- unacked, producers, consumers
 @pytest.fixture(scope="module")
 def limits_server():

@@ -491,6 +491,11 @@ impl Topic {
         );
         self.dedup_enabled.store(effective.deduplication_enabled, Ordering::Relaxed);
         self.limits.apply(&effective, self.managed_ledger.clock().now_ms());
+        if effective.max_message_size >= self.policy_defaults.max_message_size {
+            // Only a topic's own, smaller limit is checked per SEND (as Pulsar): the broker's
+            // is the frame limit, enforced when frames are decoded.
+            self.limits.max_message_size.store(0, Ordering::Relaxed);
+        }
         self.producers.set_max_producers(effective.max_producers_per_topic);
         *self.policies.lock() = Arc::new(effective);
         Ok(())
