@@ -371,8 +371,10 @@ def test_publish_rate_bounds_throughput_without_failing_sends():
             client.close()
 
 
-def test_dispatch_rate_bounds_delivery():
-    with private_server("dispatch_throttling_rate_per_topic_in_msg = %d\n" % RATE) as srv:
+@pytest.mark.parametrize("knob", ["dispatch_throttling_rate_per_topic_in_msg",
+                                  "dispatch_throttling_rate_per_subscription_in_msg"])
+def test_dispatch_rate_bounds_delivery(knob):
+    with private_server("%s = %d\n" % (knob, RATE)) as srv:
         topic = unique_topic("dispatch-rate")
         client = srv.client()
         try:
