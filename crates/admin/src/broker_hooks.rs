@@ -265,6 +265,44 @@ impl BrokerHooks for AdminHooks {
         self.0.metrics_text()
     }
 
+    async fn expire_messages(
+        &self,
+        topic: &TopicName,
+        subscription: Option<&str>,
+        expire_time_seconds: u64,
+    ) -> Result<(), HookError> {
+        let loaded = self.0.topic(topic, false).await.map_err(expiry_error)?;
+        let ttl_ms = expire_time_seconds.saturating_mul(1000);
+        magnetar_broker::expiry::expire_by_time(&loaded, subscription, ttl_ms)
+            .await
+            .map_err(expiry_error)?;
+        Ok(())
+    }
+
+    async fn expire_messages_through(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+        ledger_id: u64,
+        entry_id: u64,
+        excluded: bool,
+    ) -> Result<(), HookError> {
+        let loaded = self.0.topic(topic, false).await.map_err(expiry_error)?;
+        let position = magnetar_broker::cursor::Position::new(ledger_id, entry_id);
+        let through = if excluded {
+            let ledgers = loaded.managed_ledger.ledgers();
+            match magnetar_broker::subscription::previous_position(&ledgers, position) {
+                Some(previous) => previous,
+                None => return Ok(()),
+            }
+        } else {
+            position
+        };
+        magnetar_broker::expiry::expire_through(&loaded, subscription, through)
+            .map_err(expiry_error)?;
+        Ok(())
+    }
+
     async fn policies_updated(
         &self,
         namespace: &NamespaceName,
@@ -281,5 +319,17 @@ impl BrokerHooks for AdminHooks {
             }
         }
         Ok(())
+    }
+}
+
+/// Pulsar's answers for expiry: 404 for a missing topic or subscription.
+fn expiry_error(error: BrokerError) -> HookError {
+    match error {
+        BrokerError::TopicNotFound(_) => HookError::NotFound("Topic not found".into()),
+        BrokerError::SubscriptionNotFound(_) => {
+            HookError::NotFound("Subscription not found".into())
+        }
+        BrokerError::NotAllowed(why) => HookError::PreconditionFailed(why),
+        other => HookError::Internal(other.to_string()),
     }
 }

@@ -246,6 +246,35 @@ pub trait BrokerHooks: Send + Sync {
         Err(no_broker(topic))
     }
 
+    /// Expires (acknowledges) the messages of `topic` (a non-partitioned topic or a partition)
+    /// published more than `expire_time_seconds` ago, on `subscription` or, for `None`, on
+    /// every durable subscription (`…/expireMessages/{s}`, `…/all_subscription/…`). Default:
+    /// unavailable.
+    async fn expire_messages(
+        &self,
+        topic: &TopicName,
+        subscription: Option<&str>,
+        expire_time_seconds: u64,
+    ) -> Result<(), HookError> {
+        let _ = (subscription, expire_time_seconds);
+        Err(HookError::Unavailable(format!("no broker to expire messages of {topic}")))
+    }
+
+    /// Expires the messages of `subscription` up to and including entry
+    /// `(ledger_id, entry_id)`, or up to just before it when `excluded` (`POST
+    /// …/expireMessages` with a message id). Default: unavailable.
+    async fn expire_messages_through(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+        ledger_id: u64,
+        entry_id: u64,
+        excluded: bool,
+    ) -> Result<(), HookError> {
+        let _ = (subscription, ledger_id, entry_id, excluded);
+        Err(HookError::Unavailable(format!("no broker to expire messages of {topic}")))
+    }
+
     /// Liveness check behind `GET /admin/v2/brokers/health`. Default: healthy.
     async fn health_check(&self) -> Result<(), HookError> {
         Ok(())

@@ -77,6 +77,52 @@ pub struct BrokerConfig {
     /// Seconds without producers and consumers before a topic counts as inactive
     /// (`brokerDeleteInactiveTopicsMaxInactiveDurationSeconds`, 60).
     pub delete_inactive_topics_max_inactive_duration_seconds: i32,
+    /// Message time to live where neither the topic nor its namespace sets one, in seconds
+    /// (Pulsar's `ttlDurationDefaultInSeconds`, 0: messages never expire).
+    pub ttl_duration_default_seconds: u32,
+    /// Seconds between two passes that expire messages older than their topic's TTL (Pulsar's
+    /// `messageExpiryCheckIntervalInMinutes`, 5 minutes = 300 s).
+    pub message_expiry_check_interval_seconds: u64,
+    /// Backlog quota where neither the topic nor its namespace sets one: bytes of the slowest
+    /// subscription's backlog (Pulsar's `backlogQuotaDefaultLimitBytes`, -1: none)...
+    pub backlog_quota_default_limit_bytes: i64,
+    /// ...and age in seconds of its oldest unacknowledged message (Pulsar's
+    /// `backlogQuotaDefaultLimitSecond`, -1: none)...
+    pub backlog_quota_default_limit_seconds: i32,
+    /// ...and what happens when one is exceeded: `producer_request_hold` (Pulsar's default),
+    /// `producer_exception` or `consumer_backlog_eviction` (Pulsar's
+    /// `backlogQuotaDefaultRetentionPolicy`).
+    pub backlog_quota_default_retention_policy: String,
+    /// Seconds between two backlog quota checks of the loaded topics (Pulsar's
+    /// `backlogQuotaCheckIntervalInSeconds`, 60). Producers are also checked when they connect.
+    pub backlog_quota_check_interval_seconds: u64,
+    /// A Shared or Key_Shared consumer with this many unacknowledged messages is sent nothing
+    /// more until it is back to half (Pulsar's `maxUnackedMessagesPerConsumer`, 50,000; 0: no
+    /// limit).
+    pub max_unacked_messages_per_consumer: u32,
+    /// The same for a whole Shared or Key_Shared subscription (Pulsar's
+    /// `maxUnackedMessagesPerSubscription`, 200,000; 0: no limit).
+    pub max_unacked_messages_per_subscription: u32,
+    /// Producers one topic accepts (Pulsar's `maxProducersPerTopic`, 0: no limit).
+    pub max_producers_per_topic: u32,
+    /// Consumers one topic accepts, all subscriptions together (Pulsar's
+    /// `maxConsumersPerTopic`, 0: no limit).
+    pub max_consumers_per_topic: u32,
+    /// Consumers one subscription accepts (Pulsar's `maxConsumersPerSubscription`, 0: no limit).
+    pub max_consumers_per_subscription: u32,
+    /// Messages and bytes a topic dispatches per second, all subscriptions together (Pulsar's
+    /// `dispatchThrottlingRatePerTopicInMsg` / `InByte`, 0: no limit).
+    pub dispatch_throttling_rate_per_topic_in_msg: u32,
+    pub dispatch_throttling_rate_per_topic_in_byte: u64,
+    /// Messages and bytes one subscription dispatches per second (Pulsar's
+    /// `dispatchThrottlingRatePerSubscriptionInMsg` / `InByte`, 0: no limit).
+    pub dispatch_throttling_rate_per_subscription_in_msg: u32,
+    pub dispatch_throttling_rate_per_subscription_in_byte: u64,
+    /// Messages and bytes per second a topic accepts from its producers; past it the broker
+    /// stops reading from the producers' connections until the rate allows more, as Pulsar
+    /// (`maxPublishRatePerTopicInMessages` / `InBytes`, 0: no limit).
+    pub max_publish_rate_per_topic_in_messages: u32,
+    pub max_publish_rate_per_topic_in_bytes: u64,
 }
 
 impl Default for BrokerConfig {
@@ -107,6 +153,23 @@ impl Default for BrokerConfig {
             delete_inactive_topics_mode: InactiveTopicDeleteMode::DeleteWhenNoSubscriptions,
             delete_inactive_topics_frequency_seconds: 60,
             delete_inactive_topics_max_inactive_duration_seconds: 60,
+            ttl_duration_default_seconds: 0,
+            message_expiry_check_interval_seconds: 300,
+            backlog_quota_default_limit_bytes: -1,
+            backlog_quota_default_limit_seconds: -1,
+            backlog_quota_default_retention_policy: "producer_request_hold".into(),
+            backlog_quota_check_interval_seconds: 60,
+            max_unacked_messages_per_consumer: 50_000,
+            max_unacked_messages_per_subscription: 200_000,
+            max_producers_per_topic: 0,
+            max_consumers_per_topic: 0,
+            max_consumers_per_subscription: 0,
+            dispatch_throttling_rate_per_topic_in_msg: 0,
+            dispatch_throttling_rate_per_topic_in_byte: 0,
+            dispatch_throttling_rate_per_subscription_in_msg: 0,
+            dispatch_throttling_rate_per_subscription_in_byte: 0,
+            max_publish_rate_per_topic_in_messages: 0,
+            max_publish_rate_per_topic_in_bytes: 0,
         }
     }
 }
@@ -151,7 +214,33 @@ impl BrokerConfig {
                  inactive duration not negative"
                 .into());
         }
+        if self.message_expiry_check_interval_seconds == 0
+            || self.backlog_quota_check_interval_seconds == 0
+        {
+            return Err("message_expiry_check_interval_seconds and \
+                 backlog_quota_check_interval_seconds must be positive"
+                .into());
+        }
+        if self.backlog_quota_policy().is_none() {
+            return Err(format!(
+                "backlog_quota_default_retention_policy {:?} must be producer_request_hold, \
+                 producer_exception or consumer_backlog_eviction",
+                self.backlog_quota_default_retention_policy
+            ));
+        }
+        if self.backlog_quota_default_limit_bytes < -1
+            || self.backlog_quota_default_limit_seconds < -1
+        {
+            return Err("backlog quota default limits must be -1 (none) or more".into());
+        }
         Ok(())
+    }
+
+    fn backlog_quota_policy(&self) -> Option<magnetar_model::policy::BacklogQuotaPolicy> {
+        serde_json::from_value(serde_json::Value::String(
+            self.backlog_quota_default_retention_policy.clone(),
+        ))
+        .ok()
     }
 
     pub fn dispatch_settings(&self) -> crate::subscription::DispatchSettings {
@@ -184,8 +273,73 @@ impl BrokerConfig {
                     .delete_inactive_topics_max_inactive_duration_seconds,
                 delete_while_inactive: self.delete_inactive_topics_enabled,
             }),
-            ..Default::default()
+            message_ttl_seconds: self.ttl_duration_default_seconds,
+            backlog_quotas: self.default_backlog_quotas(),
+            max_producers_per_topic: self.max_producers_per_topic,
+            max_consumers_per_topic: self.max_consumers_per_topic,
+            max_consumers_per_subscription: self.max_consumers_per_subscription,
+            max_unacked_messages_per_consumer: self.max_unacked_messages_per_consumer,
+            max_unacked_messages_per_subscription: self.max_unacked_messages_per_subscription,
+            dispatch_rate: dispatch_rate(
+                self.dispatch_throttling_rate_per_topic_in_msg,
+                self.dispatch_throttling_rate_per_topic_in_byte,
+            ),
+            subscription_dispatch_rate: dispatch_rate(
+                self.dispatch_throttling_rate_per_subscription_in_msg,
+                self.dispatch_throttling_rate_per_subscription_in_byte,
+            ),
+            publish_rate: (self.max_publish_rate_per_topic_in_messages > 0
+                || self.max_publish_rate_per_topic_in_bytes > 0)
+                .then(|| magnetar_model::policy::PublishRate {
+                    publish_throttling_rate_in_msg: clamp_i32(
+                        self.max_publish_rate_per_topic_in_messages,
+                    ),
+                    publish_throttling_rate_in_byte: clamp_i64(
+                        self.max_publish_rate_per_topic_in_bytes,
+                    ),
+                }),
         }
+    }
+
+    /// The default backlog quotas (Pulsar's: one quota of each type, from the same policy).
+    fn default_backlog_quotas(
+        &self,
+    ) -> std::collections::BTreeMap<
+        magnetar_model::policy::BacklogQuotaType,
+        magnetar_model::policy::BacklogQuota,
+    > {
+        use magnetar_model::policy::{BacklogQuota, BacklogQuotaType};
+        let mut quotas = std::collections::BTreeMap::new();
+        let Some(policy) = self.backlog_quota_policy() else { return quotas };
+        if self.backlog_quota_default_limit_bytes > 0 {
+            quotas.insert(
+                BacklogQuotaType::DestinationStorage,
+                BacklogQuota {
+                    limit_size: self.backlog_quota_default_limit_bytes,
+                    limit_time: -1,
+                    policy,
+                },
+            );
+        }
+        if self.backlog_quota_default_limit_seconds > 0 {
+            quotas.insert(
+                BacklogQuotaType::MessageAge,
+                BacklogQuota {
+                    limit_size: -1,
+                    limit_time: self.backlog_quota_default_limit_seconds,
+                    policy,
+                },
+            );
+        }
+        quotas
+    }
+
+    pub fn message_expiry_check_interval(&self) -> Duration {
+        Duration::from_secs(self.message_expiry_check_interval_seconds)
+    }
+
+    pub fn backlog_quota_check_interval(&self) -> Duration {
+        Duration::from_secs(self.backlog_quota_check_interval_seconds)
     }
 
     pub fn keepalive(&self) -> Duration {
@@ -195,4 +349,22 @@ impl BrokerConfig {
     pub fn service_url(&self) -> String {
         format!("pulsar://{}:{}", self.advertised_address, self.broker_port)
     }
+}
+
+fn clamp_i32(value: u32) -> i32 {
+    i32::try_from(value).unwrap_or(i32::MAX)
+}
+
+fn clamp_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A broker default dispatch rate per second (`None` when both are 0: unlimited).
+fn dispatch_rate(messages: u32, bytes: u64) -> Option<magnetar_model::policy::DispatchRate> {
+    (messages > 0 || bytes > 0).then(|| magnetar_model::policy::DispatchRate {
+        dispatch_throttling_rate_in_msg: clamp_i32(messages),
+        dispatch_throttling_rate_in_byte: clamp_i64(bytes),
+        relative_to_publish_rate: false,
+        rate_period_in_second: 1,
+    })
 }

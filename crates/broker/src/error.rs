@@ -46,6 +46,12 @@ pub enum BrokerError {
     /// The topic was terminated: nothing more may be published to it.
     #[error("{0}")]
     TopicTerminated(String),
+    /// A backlog quota with the `producer_request_hold` policy is exceeded: the client retries.
+    #[error("{0}")]
+    ProducerBlockedQuotaExceededError(String),
+    /// A backlog quota with the `producer_exception` policy is exceeded: the client fails.
+    #[error("{0}")]
+    ProducerBlockedQuotaExceededException(String),
 }
 
 impl From<magnetar_model::schema::SchemaError> for BrokerError {
@@ -93,6 +99,12 @@ impl BrokerError {
             BrokerError::ShuttingDown => ServerError::ServiceNotReady,
             BrokerError::IncompatibleSchema(_) => ServerError::IncompatibleSchema,
             BrokerError::TopicTerminated(_) => ServerError::TopicTerminatedError,
+            BrokerError::ProducerBlockedQuotaExceededError(_) => {
+                ServerError::ProducerBlockedQuotaExceededError
+            }
+            BrokerError::ProducerBlockedQuotaExceededException(_) => {
+                ServerError::ProducerBlockedQuotaExceededException
+            }
         }
     }
 }

@@ -13,6 +13,8 @@
 //! - `non_persistent`: in-memory, at-most-once topics and their subscriptions.
 //! - `registration`: the broker's ephemeral registration key and readiness across metadata
 //!   session loss (pure state machine plus a small tokio shell).
+//! - `limits`, `expiry`, `backlog_quota`: per-topic limits read without a lock (rates as token
+//!   buckets, unacked-message blocking), message TTL, backlog quotas (see ARCHITECTURE.md).
 //! - `metrics`: counters for `GET /metrics` (Prometheus text).
 //! - `stats`: topic statistics as the admin API reports them, and their meters.
 //! - `schema_registry`: schema histories in the metadata store (the rules are in `magnetar_model::schema`).
@@ -20,6 +22,7 @@
 //! Names, metadata keys, policies documents and schema rules come from `magnetar_model`; the
 //! HTTP admin API (`magnetar_admin`) sits above this crate.
 
+pub mod backlog_quota;
 pub mod clock;
 pub mod config;
 pub mod connection;
@@ -28,10 +31,12 @@ pub mod cursor_ledger;
 pub mod dedup;
 pub mod delayed;
 pub mod error;
+pub mod expiry;
 pub mod fence;
 pub mod housekeeping;
 pub mod key_shared;
 pub mod ledger_ids;
+pub mod limits;
 pub mod managed_ledger;
 pub mod metrics;
 pub mod non_persistent;

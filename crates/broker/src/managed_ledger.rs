@@ -627,6 +627,12 @@ impl ManagedLedger {
         Ok(doomed.len())
     }
 
+    /// The ledger being written and the bytes appended to it so far (backlog estimates).
+    pub fn current_ledger_size(&self) -> (u64, u64) {
+        let state = self.state.lock();
+        (state.current, state.staged_bytes_in_current)
+    }
+
     /// Whether a rollover (or the preparation of the next ledger) is under way.
     pub fn is_rolling(&self) -> bool {
         let state = self.state.lock();

@@ -35,6 +35,7 @@ use crate::key_shared::{
     sticky_key_hash, ConsistentRing, DrainingHashes, HashRangeSplit, Selector, StickyRanges,
     NONE_KEY,
 };
+use crate::limits::{unacked_blocked, RateLimiter, TopicLimits};
 use crate::managed_ledger::ManagedLedger;
 use crate::stats::{ClientInfo, ConsumerStats, CursorStats, Meter, SubscriptionStats};
 use bytes::Bytes;
@@ -44,6 +45,7 @@ use magnetar_protocol::proto::{
 use magnetar_protocol::{commands, parse_metadata_and_payload};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -78,6 +80,18 @@ struct ConsumerSlot {
     announced: bool,
     /// Told REACHED_END_OF_TOPIC (the topic is terminated and everything was read).
     told_end: bool,
+    /// Messages sent to it and not acknowledged (Shared and Key_Shared count them).
+    unacked: u64,
+    /// Pulsar's `blockedConsumerOnUnackedMsgs`: sent nothing until `unacked` is back to half of
+    /// `maxUnackedMessagesPerConsumer`.
+    blocked: bool,
+}
+
+impl ConsumerSlot {
+    /// Whether it may be sent a message now.
+    fn can_take(&self) -> bool {
+        self.permits > 0 && !self.blocked
+    }
 }
 
 /// How a subscription dispatches: broker settings, fixed for the subscription's life.
@@ -148,6 +162,17 @@ struct State {
     /// Moving average of messages per entry, to turn message permits into entries to read
     /// (reading one entry per permit re-read batched entries many times over).
     messages_per_entry: f64,
+    /// The topic's limits (unacked messages, consumers, dispatch rates), read per round.
+    limits: Arc<TopicLimits>,
+    /// Messages sent and not acknowledged, all consumers together (Shared and Key_Shared).
+    unacked: u64,
+    /// Pulsar's `blockedDispatcherOnUnackedMsgs`: nothing is dispatched until `unacked` is back
+    /// to half of `maxUnackedMessagesPerSubscription`.
+    dispatch_blocked: bool,
+    /// A consumer or the dispatcher was unblocked since the dispatcher last looked.
+    unblocked: bool,
+    /// The dispatch rate allows nothing before this time (clock ms).
+    throttled_until: Option<u64>,
 }
 
 impl State {
@@ -177,6 +202,39 @@ impl State {
             settings,
             failover_switch_at: None,
             messages_per_entry: 1.0,
+            limits: Arc::default(),
+            unacked: 0,
+            dispatch_blocked: false,
+            unblocked: false,
+            throttled_until: None,
+        }
+    }
+
+    /// Whether the unacked-message limits apply (Pulsar: Shared and Key_Shared dispatchers).
+    fn counts_unacked(&self) -> bool {
+        matches!(self.sub_type, SubType::Shared | SubType::KeyShared)
+    }
+
+    /// Counts `messages` sent to the consumer at `slot` (or given back: `sent == false`) and
+    /// updates the consumer's and the subscription's blocking.
+    fn count_unacked(&mut self, consumer: u64, messages: u32, sent: bool) {
+        if !self.counts_unacked() {
+            return;
+        }
+        let messages = u64::from(messages);
+        let per_consumer = self.limits.max_unacked_per_consumer.load(Ordering::Relaxed);
+        let per_subscription = self.limits.max_unacked_per_subscription.load(Ordering::Relaxed);
+        self.unacked =
+            if sent { self.unacked + messages } else { self.unacked.saturating_sub(messages) };
+        let was = self.dispatch_blocked;
+        self.dispatch_blocked = unacked_blocked(was, self.unacked, per_subscription);
+        self.unblocked |= was && !self.dispatch_blocked;
+        if let Some(slot) = self.consumers.iter_mut().find(|s| s.handle.key == consumer) {
+            slot.unacked =
+                if sent { slot.unacked + messages } else { slot.unacked.saturating_sub(messages) };
+            let was = slot.blocked;
+            slot.blocked = unacked_blocked(was, slot.unacked, per_consumer);
+            self.unblocked |= was && !slot.blocked;
         }
     }
 
@@ -201,6 +259,7 @@ impl State {
     /// Forgets a pending entry (acknowledged or taken back); its hash may finish draining.
     fn take_pending(&mut self, position: Position) -> Option<Pending> {
         let pending = self.pending.remove(&position)?;
+        self.count_unacked(pending.consumer, pending.messages, false);
         if let Some(key_shared) = &mut self.key_shared {
             key_shared.draining.release(pending.hash, pending.consumer);
         }
@@ -259,7 +318,8 @@ impl State {
         redeliver.retain(|p| !ack.is_acked(*p));
         redeliver_hash.retain(|p, _| !ack.is_acked(*p));
         redelivery_counts.retain(|p, _| !ack.is_acked(*p));
-        self.key_shared.is_some() && !self.redeliver.is_empty()
+        let unblocked = std::mem::take(&mut self.unblocked);
+        unblocked || (self.key_shared.is_some() && !self.redeliver.is_empty())
     }
 
     fn delays_apply(&self) -> bool {
@@ -274,7 +334,7 @@ impl State {
                 .find(|s| Some(s.handle.key) == self.active)
                 .map_or(0, |s| s.permits.max(0)),
             SubType::Shared | SubType::KeyShared => {
-                self.consumers.iter().map(|s| s.permits.max(0)).sum()
+                self.consumers.iter().filter(|s| !s.blocked).map(|s| s.permits.max(0)).sum()
             }
         }
     }
@@ -282,7 +342,7 @@ impl State {
     /// What the next dispatch round reads, if anything.
     fn plan(&mut self, ledgers: &LedgerList, batch_entries: usize, now: u64) -> Option<Plan> {
         let capacity = self.capacity();
-        if capacity <= 0 {
+        if capacity <= 0 || self.dispatch_blocked {
             return None;
         }
         if self.delays_apply() {
@@ -326,8 +386,11 @@ impl State {
     /// cannot go blocks the later entries of its hash.
     fn key_shared_candidates(&self, count: usize) -> Vec<Position> {
         let Some(key_shared) = &self.key_shared else { return Vec::new() };
-        let mut budget: HashMap<u64, i64> =
-            self.consumers.iter().map(|s| (s.handle.key, s.permits)).collect();
+        let mut budget: HashMap<u64, i64> = self
+            .consumers
+            .iter()
+            .map(|s| (s.handle.key, if s.blocked { 0 } else { s.permits }))
+            .collect();
         let mut blocked = HashSet::new();
         let mut candidates = Vec::new();
         for (scanned, &position) in self.redeliver.iter().enumerate() {
@@ -408,6 +471,10 @@ impl State {
         };
         let mut progress = false;
         for (position, data) in entries {
+            if self.dispatch_blocked {
+                // maxUnackedMessagesPerSubscription reached: the rest waits (re-read later).
+                return (out, progress);
+            }
             if from_stream && self.last_read.is_some_and(|last| position <= last) {
                 continue;
             }
@@ -442,7 +509,7 @@ impl State {
                     target.and_then(|t| self.consumers.iter().position(|s| s.handle.key == t));
                 let go = match (target, slot) {
                     (Some(target), Some(slot)) => {
-                        self.consumers[slot].permits > 0
+                        self.consumers[slot].can_take()
                             && !(ordered
                                 && (blocked.contains(&hash)
                                     || key_shared.draining.blocks(hash, target)))
@@ -489,6 +556,7 @@ impl State {
             let messages = shape.messages;
             out.push(Outgoing { outbox, consumer, position, command, data, messages });
             self.pending.insert(position, Pending { consumer, messages: shape.messages, hash });
+            self.count_unacked(consumer, shape.messages, true);
             if from_stream {
                 self.last_read = Some(position);
             } else {
@@ -510,7 +578,7 @@ struct Outgoing {
     position: Position,
     command: magnetar_protocol::BaseCommand,
     data: Bytes,
-    /// Messages in the entry (stats).
+    /// Messages in the entry (the stats and the dispatch rate count them).
     messages: u32,
 }
 
@@ -533,6 +601,10 @@ pub struct Subscription {
     /// What was sent to consumers, and what was asked to be redelivered (stats).
     out_meter: Meter,
     redeliver_meter: Meter,
+    /// The topic's limits (shared with the topic, which updates them).
+    limits: Arc<TopicLimits>,
+    /// This subscription's own dispatch rate (Pulsar's subscription dispatch rate limiter).
+    rate: RateLimiter,
 }
 
 /// How long an acknowledgement with a receipt waits for its cursor write.
@@ -550,6 +622,21 @@ enum Plan {
     Rescan(Rescan, Option<Position>),
 }
 
+impl Plan {
+    /// At most `messages` entries read (the dispatch rate's allowance; at least one).
+    fn limited(self, messages: u64) -> Plan {
+        let most = usize::try_from(messages).unwrap_or(usize::MAX).max(1);
+        match self {
+            Plan::Redeliver(mut positions) => {
+                positions.truncate(most);
+                Plan::Redeliver(positions)
+            }
+            Plan::New(from, count) => Plan::New(from, count.min(most)),
+            rescan => rescan,
+        }
+    }
+}
+
 impl Subscription {
     /// Starts a subscription; durable ones have a `cursor` to persist to.
     #[allow(clippy::too_many_arguments)]
@@ -563,7 +650,34 @@ impl Subscription {
         last_read: Option<Position>,
         settings: DispatchSettings,
     ) -> Arc<Self> {
-        let state = State::new(sub_type, ack, last_read, settings);
+        Self::start_limited(
+            name,
+            sub_type,
+            partition,
+            managed_ledger,
+            cursor,
+            ack,
+            last_read,
+            settings,
+            Arc::default(),
+        )
+    }
+
+    /// [`Self::start`] under the topic's `limits`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_limited(
+        name: String,
+        sub_type: SubType,
+        partition: i32,
+        managed_ledger: Arc<ManagedLedger>,
+        cursor: Option<CursorLedger>,
+        ack: AckState,
+        last_read: Option<Position>,
+        settings: DispatchSettings,
+        limits: Arc<TopicLimits>,
+    ) -> Arc<Self> {
+        let mut state = State::new(sub_type, ack, last_read, settings);
+        state.limits = limits.clone();
         let subscription = Arc::new(Subscription {
             name,
             durable: cursor.is_some(),
@@ -577,6 +691,8 @@ impl Subscription {
             acks_persisted: tokio::sync::watch::Sender::new(0),
             out_meter: Meter::new(),
             redeliver_meter: Meter::new(),
+            limits,
+            rate: RateLimiter::default(),
         });
         subscription.managed_ledger.add_listener(subscription.wake.clone());
         let dispatcher = subscription.clone();
@@ -639,6 +755,8 @@ impl Subscription {
             state.active = None;
             state.round_robin = 0;
             state.pending.clear();
+            state.unacked = 0;
+            state.dispatch_blocked = false;
             state.redeliver.clear();
             state.redeliver_hash.clear();
             state.redelivery_counts.clear();
@@ -664,6 +782,13 @@ impl Subscription {
         key_shared_meta: Option<&KeySharedMeta>,
     ) -> Result<(), BrokerError> {
         let mut state = self.state.lock();
+        let max = self.limits.max_consumers_per_subscription.load(Ordering::Relaxed) as usize;
+        if max > 0 && state.consumers.len() >= max {
+            // Pulsar's `isConsumersExceededOnSubscription`.
+            return Err(BrokerError::ConsumerBusy(
+                "Subscription reached max consumers limit".into(),
+            ));
+        }
         state.add_consumer(handle, sub_type, key_shared_meta, &self.name)?;
         self.pick_active(&mut state);
         drop(state);
@@ -748,6 +873,8 @@ impl State {
             permits: 0,
             announced: false,
             told_end: false,
+            unacked: 0,
+            blocked: false,
         });
         state.recompute_draining();
         Ok(())
@@ -942,6 +1069,38 @@ impl Subscription {
         Ok(AckTicket(ticket))
     }
 
+    /// Acknowledges everything up to and including `through` (message expiry, backlog
+    /// eviction: Pulsar's mark-delete by the expiry monitor), persisted like a cumulative ack.
+    /// Entries sent and not yet acknowledged stop being pending (a later ack of them is a
+    /// no-op); the read position skips what was acknowledged. Returns whether the mark-delete
+    /// position moved.
+    pub fn expire_through(self: &Arc<Self>, through: Position) -> bool {
+        let ledgers = self.managed_ledger.ledgers();
+        let mut state = self.state.lock();
+        if state.closed || state.ack.mark_delete().is_some_and(|m| m >= through) {
+            return false;
+        }
+        if let Err(error) = state.ack.ack_cumulative(through, &ledgers) {
+            tracing::debug!(subscription = %self.name, %error, "expiry not applied");
+            return false;
+        }
+        if state.last_read.is_none_or(|last| last < through) {
+            state.last_read = Some(through);
+        }
+        state.forget_acked();
+        self.acks_made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        drop(state);
+        self.wake.notify_one();
+        self.schedule_persist();
+        true
+    }
+
+    /// Entries not acknowledged (the backlog), by the ledger layout.
+    pub fn backlog_entries(&self) -> u64 {
+        let ledgers = self.managed_ledger.ledgers();
+        self.state.lock().ack.backlog_entries(&ledgers)
+    }
+
     /// Waits until the cursor write that covers `ticket` is durable (at once for non-durable
     /// subscriptions), so an ack receipt never promises more than a restart keeps.
     pub async fn persisted(&self, ticket: AckTicket) -> Result<(), BrokerError> {
@@ -1074,10 +1233,10 @@ impl Subscription {
                 self.switch_if_due();
                 let state = self.state.lock();
                 let delayed = if state.capacity() > 0 { state.delayed.next_wake() } else { None };
-                match (delayed, state.failover_switch_at) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                }
+                [delayed, state.failover_switch_at, state.throttled_until]
+                    .into_iter()
+                    .flatten()
+                    .min()
             };
             match deadline {
                 Some(at) => {
@@ -1117,10 +1276,22 @@ impl Subscription {
         read_ahead: &mut ReadAhead,
     ) -> Result<bool, BrokerError> {
         let ledgers = self.managed_ledger.ledgers();
+        // The dispatch rates (topic and subscription): wait for the next tokens, or read no
+        // more messages than they allow now.
+        let now = self.now_ms();
+        let topic_rate = &self.limits.dispatch_rate;
+        self.limits.configure_subscription_rate(&self.rate, now);
+        let wait = topic_rate.wait_ms(now).max(self.rate.wait_ms(now));
+        if wait > 0 {
+            self.state.lock().throttled_until = Some(now + wait);
+            return Ok(false);
+        }
+        let allowed = topic_rate.available_messages().min(self.rate.available_messages());
         let (plan, epoch) = {
             let mut state = self.state.lock();
-            match state.plan(&ledgers, self.batch_entries, self.now_ms()) {
-                Some(plan) => (plan, state.epoch),
+            state.throttled_until = None;
+            match state.plan(&ledgers, self.batch_entries, now) {
+                Some(plan) => (plan.limited(allowed), state.epoch),
                 None => return Ok(false),
             }
         };
@@ -1160,6 +1331,10 @@ impl Subscription {
             count += u64::from(message.messages);
             bytes += message.data.len() as u64;
             message.outbox.send_payload(&message.command, &message.data);
+        }
+        if !(topic_rate.is_unlimited() && self.rate.is_unlimited()) {
+            topic_rate.consume(count, bytes);
+            self.rate.consume(count, bytes);
         }
         if count > 0 {
             self.out_meter.record(count, bytes);
@@ -1233,7 +1408,7 @@ fn choose_consumer(state: &mut State) -> Option<usize> {
         SubType::Shared => {
             for step in 0..count {
                 let index = (state.round_robin + step) % count;
-                if state.consumers[index].permits > 0 {
+                if state.consumers[index].can_take() {
                     state.round_robin = (index + 1) % count;
                     return Some(index);
                 }

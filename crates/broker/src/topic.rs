@@ -171,6 +171,8 @@ pub struct ProducerRegistry {
     topic: String,
     producers: Mutex<Producers>,
     released: Notify,
+    /// Most producers at once (Pulsar's `maxProducersPerTopic`; 0: no limit).
+    max_producers: std::sync::atomic::AtomicU32,
 }
 
 /// Takes a queued WaitForExclusive producer out of the line when its request goes away
@@ -195,7 +197,17 @@ impl Drop for LeaveQueue<'_> {
 
 impl ProducerRegistry {
     pub fn new(topic: String) -> Self {
-        ProducerRegistry { topic, producers: Mutex::default(), released: Notify::new() }
+        ProducerRegistry {
+            topic,
+            producers: Mutex::default(),
+            released: Notify::new(),
+            max_producers: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    /// Sets the most producers the topic accepts (0: no limit).
+    pub fn set_max_producers(&self, max: u32) {
+        self.max_producers.store(max, Ordering::Relaxed);
     }
 
     /// Registers a producer. Returns the topic epoch. A WaitForExclusive producer that cannot
@@ -216,6 +228,17 @@ impl ProducerRegistry {
             let released = self.released.notified();
             {
                 let mut producers = self.producers.lock();
+                let max = self.max_producers.load(Ordering::Relaxed) as usize;
+                if max > 0
+                    && producers.by_name.len() >= max
+                    && !producers.by_name.contains_key(&name)
+                {
+                    // Pulsar's `isProducersExceeded`: ProducerBusy.
+                    producers.waiting.retain(|&k| k != key);
+                    return Err(BrokerError::ProducerBusy(
+                        "Topic reached max producers limit".into(),
+                    ));
+                }
                 match producers.admission(&self.topic, &name, key, mode, epoch) {
                     Admission::Admit => {
                         return Ok(producers.admit(name, key, mode, epoch, client));
@@ -241,6 +264,12 @@ impl ProducerRegistry {
 
     pub fn is_empty(&self) -> bool {
         self.producers.lock().by_name.is_empty()
+    }
+
+    /// Whether producer `name` registered under `key` is still here (the broker may have
+    /// closed it: a quota, an unload).
+    pub fn contains(&self, name: &str, key: u64) -> bool {
+        self.producers.lock().by_name.get(name).is_some_and(|p| p.key == key)
     }
 
     pub fn len(&self) -> usize {
@@ -347,6 +376,8 @@ pub struct Topic {
     unloaded: AtomicBool,
     /// What producers published (stats).
     pub in_meter: Meter,
+    /// The policy limits the publish and dispatch paths read without a lock (`limits`).
+    limits: Arc<crate::limits::TopicLimits>,
 }
 
 impl Topic {
@@ -403,6 +434,7 @@ impl Topic {
             last_active_ms: AtomicU64::new(ledgers.clock.now_ms()),
             unloaded: AtomicBool::new(false),
             in_meter: Meter::new(),
+            limits: Arc::default(),
         });
         topic.recover_dedup().await?;
         topic.refresh_policies().await?;
@@ -529,6 +561,13 @@ impl Topic {
             &self.cluster,
         );
         self.dedup_enabled.store(effective.deduplication_enabled, Ordering::Relaxed);
+        self.limits.apply(&effective, self.managed_ledger.clock().now_ms());
+        if effective.max_message_size >= self.policy_defaults.max_message_size {
+            // Only a topic's own, smaller limit is checked per SEND (as Pulsar): the broker's
+            // is the frame limit, enforced when frames are decoded.
+            self.limits.max_message_size.store(0, Ordering::Relaxed);
+        }
+        self.producers.set_max_producers(effective.max_producers_per_topic);
         *self.policies.lock() = Arc::new(effective);
         Ok(())
     }
@@ -616,7 +655,7 @@ impl Topic {
         ack: AckState,
         last_read: Option<Position>,
     ) -> Arc<Subscription> {
-        Subscription::start(
+        Subscription::start_limited(
             name,
             sub_type,
             self.partition,
@@ -625,6 +664,7 @@ impl Topic {
             ack,
             last_read,
             self.dispatch,
+            self.limits.clone(),
         )
     }
 
@@ -782,6 +822,36 @@ impl Topic {
                 subscriptions.values().filter(|s| s.durable).all(|s| s.mark_delete() >= last)
             }
         }
+    }
+
+    /// The limits the publish and dispatch paths read (atomics, no lock).
+    pub fn limits(&self) -> &Arc<crate::limits::TopicLimits> {
+        &self.limits
+    }
+
+    /// The topic's subscriptions now.
+    pub fn subscriptions(&self) -> Vec<Arc<Subscription>> {
+        self.subscriptions.lock().values().cloned().collect()
+    }
+
+    /// Consumers connected now, all subscriptions together.
+    pub fn consumer_count(&self) -> usize {
+        self.subscriptions.lock().values().map(|s| s.consumer_count()).sum()
+    }
+
+    /// Closes every producer (they reconnect, and meet the backlog quota check), as Pulsar's
+    /// `BacklogQuotaManager.disconnectProducers`.
+    pub fn disconnect_producers(&self) {
+        self.producers.close_all();
+    }
+
+    /// Whether producer `name` (registered under `key`) is still attached.
+    pub fn has_producer(&self, name: &str, key: u64) -> bool {
+        self.producers.contains(name, key)
+    }
+
+    pub fn producer_count(&self) -> usize {
+        self.producers.len()
     }
 
     pub fn subscription_names(&self) -> Vec<String> {

@@ -124,6 +124,7 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         .with_context(|| format!("register the broker at {registration_key}"))?;
 
         let (stop, stopped) = tokio::sync::watch::channel(false);
+        magnetar_broker::limits::spawn_tasks(&service, stopped.clone());
         let broker_task = tokio::spawn(magnetar_broker::connection::run_listener(
             service.clone(),
             broker_listener,

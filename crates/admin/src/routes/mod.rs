@@ -10,6 +10,7 @@
 //! [`AdminError`] rendered as `{"reason": …}` with Pulsar's status code.
 
 mod broker;
+mod expiry;
 mod namespaces;
 mod policies;
 mod schemas;
@@ -139,6 +140,9 @@ pub(crate) fn build(state: AdminState) -> Router {
                 &format!("{base}/{{topic}}"),
                 put(topics::create_topic).delete(topics::delete_topic),
             )
+            .route(&format!("{base}{}", expiry::BY_TIME), post(expiry::by_time))
+            .route(&format!("{base}{}", expiry::BY_POSITION), post(expiry::by_position))
+            .route(&format!("{base}{}", expiry::ALL_SUBSCRIPTIONS), post(expiry::all_subscriptions))
             .route(
                 &format!("{base}/{{topic}}/partitions"),
                 put(topics::create_partitioned)

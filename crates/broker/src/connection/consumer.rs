@@ -407,6 +407,11 @@ pub(super) async fn create_consumer(
     if let Some(schema) = request.schema.as_ref().filter(|s| s.r#type != TYPE_AUTO_CONSUME) {
         consumer_schema(service, &name, &topic, schema).await?;
     }
+    let max_consumers = topic.policies().max_consumers_per_topic as usize;
+    if max_consumers > 0 && topic.consumer_count() >= max_consumers {
+        // Pulsar's `isConsumersExceededOnTopic`.
+        return Err(BrokerError::ConsumerBusy("Topic reached max consumers limit".into()));
+    }
     let subscription = topic.subscription(&request.subscription, sub_type, durable, start).await?;
     let handle = ConsumerHandle {
         key,

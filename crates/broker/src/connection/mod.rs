@@ -223,6 +223,8 @@ struct Connection {
     peer: String,
     /// The client's version string from CONNECT (stats).
     client_version: String,
+    /// A topic's publish rate was exceeded: no frame is read before this instant.
+    paused_until: Option<tokio::time::Instant>,
 }
 
 static PRODUCER_NAMES: AtomicU64 = AtomicU64::new(0);
@@ -252,6 +254,7 @@ pub async fn serve(
         completions,
         peer,
         client_version: String::new(),
+        paused_until: None,
     };
     let decoder = FrameDecoder::with_max_message_size(service.config.max_message_size);
     let keepalive = service.config.keepalive();
@@ -259,6 +262,9 @@ pub async fn serve(
     let mut idle_rounds = 0u32;
     'connection: loop {
         loop {
+            if connection.paused_until.is_some() {
+                break; // publish rate: the rest waits in the buffer
+            }
             match decoder.decode_buf(&mut buf) {
                 Ok(Some(frame)) => {
                     idle_rounds = 0;
@@ -275,6 +281,15 @@ pub async fn serve(
                     }
                 }
             }
+        }
+        if let Some(until) = connection.paused_until {
+            // Reading paused (publish rate): completions still run, the socket waits.
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => connection.paused_until = None,
+                Some(finish) = completed.recv() => finish(&mut connection),
+                _ = shutdown.changed() => break,
+            }
+            continue;
         }
         tokio::select! {
             read = tokio::time::timeout(keepalive, reader.read_buf(&mut buf)) => match read {

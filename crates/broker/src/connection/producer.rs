@@ -9,9 +9,13 @@ impl Connection {
     pub(super) fn on_producer(&mut self, command: &BaseCommand) -> Handled {
         let request = command.producer.as_ref().ok_or("PRODUCER without body")?;
         let (request_id, producer_id) = (request.request_id, request.producer_id);
-        if self.producers.get(&producer_id).is_some_and(|p| p.topic.is_closed()) {
-            // Closed by the broker (topic deleted or unloaded): the client re-creates it under
-            // its id.
+        if self
+            .producers
+            .get(&producer_id)
+            .is_some_and(|p| p.topic.is_closed() || !p.topic.has_producer(&p.name, p.key))
+        {
+            // Closed by the broker (topic deleted or unloaded, backlog quota): the client
+            // re-creates it under its id, and meets the checks of a new producer.
             self.producers.remove(&producer_id);
         }
         if let Some(existing) = self.producers.get(&producer_id) {
@@ -129,6 +133,33 @@ impl Connection {
         };
         let highest = send.highest_sequence_id.unwrap_or(0).max(sequence_id);
         let partition = (producer.partition >= 0).then_some(producer.partition);
+        let limits = producer.topic.limits();
+        let max_size = limits.max_message_size.load(Ordering::Relaxed) as usize;
+        if max_size > 0 && entry.len() > max_size {
+            // The topic's maxMessageSize (below the broker's frame limit): Pulsar's
+            // `isExceedMaximumMessageSize`, a NotAllowedException.
+            let reply = commands::send_error(
+                producer_id,
+                sequence_id,
+                ServerError::NotAllowedError,
+                "Exceed maximum message size",
+            );
+            self.outbox.send_command(&reply);
+            return Ok(());
+        }
+        if !limits.publish_rate.is_unlimited() {
+            // Publish rate: counted here, and past it the connection stops reading (the
+            // producer's sends wait in its socket), as Pulsar pauses auto-read.
+            let messages = u64::try_from(send.num_messages.unwrap_or(1).max(1)).unwrap_or(1);
+            limits.publish_rate.consume(messages, entry.len() as u64);
+            let now = producer.topic.managed_ledger.clock().now_ms();
+            let wait = limits.publish_rate.wait_ms(now);
+            if wait > 0 {
+                // (Fields, not a method: `producer` borrows `self.producers`.)
+                let until = tokio::time::Instant::now() + Duration::from_millis(wait);
+                self.paused_until = Some(self.paused_until.map_or(until, |at| at.max(until)));
+            }
+        }
         // Chunks before a message's last share its sequence id: only the last one is checked
         // and recorded (metadata parsed only where deduplication is on).
         let counts = !(producer.topic.deduplication_enabled()
@@ -315,6 +346,8 @@ pub(super) async fn create_producer(
     // Policies may have changed since the topic was loaded (another broker's admin API in
     // cluster mode; here a cheap re-read keeps this path obviously right).
     topic.refresh_policies().await?;
+    // Backlog quotas with a producer policy refuse producers while exceeded.
+    crate::backlog_quota::producer_admission(&topic).await?;
     let epoch = topic
         .add_producer(producer_name.clone(), key, mode, request.topic_epoch, client, queued)
         .await?;

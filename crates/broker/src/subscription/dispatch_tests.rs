@@ -436,3 +436,70 @@ fn failover_sends_taken_back_entries_before_a_stream_read_in_flight() {
     let order: Vec<Position> = model.settle(0).into_iter().map(|(_, p)| p).collect();
     assert_eq!(order, (0..4).map(|e| Position::new(1, e)).collect::<Vec<_>>());
 }
+
+fn limited(max_per_consumer: u32, max_per_subscription: u32) -> Arc<TopicLimits> {
+    let limits = TopicLimits::default();
+    limits.max_unacked_per_consumer.store(max_per_consumer, Ordering::Relaxed);
+    limits.max_unacked_per_subscription.store(max_per_subscription, Ordering::Relaxed);
+    Arc::new(limits)
+}
+
+#[test]
+fn a_shared_consumer_at_max_unacked_gets_nothing_until_back_to_half() {
+    let mut model = Model::new(SubType::Shared);
+    model.state.limits = limited(4, 0);
+    model.add(1, None).unwrap();
+    model.flow(1, 100);
+    let positions: Vec<Position> = (0..10).map(|_| model.append(None, None)).collect();
+    let sent = model.settle(0);
+    assert_eq!(sent.len(), 4, "exactly the limit: {sent:?}");
+    assert!(model.settle(0).is_empty(), "blocked");
+    model.ack(positions[0]);
+    assert!(model.settle(0).is_empty(), "3 unacked: above half, still blocked");
+    model.ack(positions[1]);
+    assert!(model.state.unblocked || !model.state.consumers[0].blocked);
+    let more = model.settle(0);
+    assert_eq!(
+        more.iter().map(|(_, p)| *p).collect::<Vec<_>>(),
+        positions[4..6].to_vec(),
+        "back to half (2): two more, up to the limit again"
+    );
+    // A second consumer is not blocked by the first one's unacked messages.
+    model.add(2, None).unwrap();
+    model.flow(2, 100);
+    let second = model.settle(0);
+    assert_eq!(second.len(), 4);
+    assert!(second.iter().all(|(consumer, _)| *consumer == 2));
+}
+
+#[test]
+fn a_subscription_at_max_unacked_stops_dispatching_until_back_to_half() {
+    let mut model = Model::new(SubType::Shared);
+    model.state.limits = limited(0, 6);
+    for key in [1, 2] {
+        model.add(key, None).unwrap();
+        model.flow(key, 100);
+    }
+    for _ in 0..20 {
+        model.append(None, None);
+    }
+    let sent = model.settle(0);
+    assert_eq!(sent.len(), 6);
+    assert!(model.settle(0).is_empty());
+    for (_, position) in &sent[..3] {
+        model.ack(*position);
+    }
+    assert_eq!(model.settle(0).len(), 3, "resumed at half, up to the limit again");
+}
+
+#[test]
+fn exclusive_subscriptions_do_not_count_unacked_messages() {
+    let mut model = Model::new(SubType::Exclusive);
+    model.state.limits = limited(2, 2);
+    model.add(1, None).unwrap();
+    model.flow(1, 100);
+    for _ in 0..10 {
+        model.append(None, None);
+    }
+    assert_eq!(model.settle(0).len(), 10);
+}

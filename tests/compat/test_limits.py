@@ -1,0 +1,409 @@
+"""Limits and quotas (issue 14) through the official client: message TTL and on-demand expiry,
+backlog quotas (each policy), max unacked messages per consumer, max producers and consumers,
+publish and dispatch rates, the topic's max message size.
+
+Most tests need broker defaults of their own (a small TTL, a backlog quota, a rate): they start a
+private broker with a config file, which exercises the same enforcement as namespace or topic
+policies (one `Effective` per topic). The on-demand expiry tests use the admin paths Pulsar has:
+`POST …/subscription/{sub}/expireMessages/{seconds}`, `POST …/subscription/{sub}/expireMessages`
+(a message id body) and `POST …/all_subscription/expireMessages/{seconds}`.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import threading
+import time
+
+import pulsar
+import pytest
+
+import conftest
+from compat_util import (assert_nothing_more, drain, http_request, payloads, receive_n,
+                         short_name, unique_topic)
+
+DEADLINE_S = 20
+
+
+def _private(broker_toml):
+    if os.environ.get("MAGNETAR_TEST_SERVICE_URL") or os.environ.get("MAGNETAR_TEST_SERVER_CMD"):
+        pytest.skip("needs a magnetar broker of its own with these defaults:\n" + broker_toml)
+    srv = conftest.Server()
+    config = os.path.join(srv._tmp, "limits.toml")
+    with open(config, "w") as f:
+        f.write("# written by tests/compat/test_limits.py\n[broker]\n" + broker_toml)
+    srv.cmd += ["--config", config]
+    try:
+        srv.start()  # its error carries the server log
+    except BaseException:
+        srv.close()
+        shutil.rmtree(srv._tmp, ignore_errors=True)
+        raise
+    return srv
+
+
+@contextlib.contextmanager
+def private_server(broker_toml):
+    srv = _private(broker_toml)
+    try:
+        yield srv
+    except BaseException:
+        print(srv.log_tail())
+        raise
+    finally:
+        srv.close()
+        shutil.rmtree(srv._tmp, ignore_errors=True)
+
+
+def _eventually(what, check, deadline_s=DEADLINE_S, every_s=0.2):
+    """Polls check() (no event to wait on: a periodic broker pass) until it returns a truthy
+    value, bounded."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("%s: not within %d s" % (what, deadline_s))
+        time.sleep(every_s)
+
+
+def _first_payload(client, topic, sub, timeout_ms=500):
+    """The first message a fresh consumer of `sub` gets (not acknowledged), or None."""
+    consumer = client.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared)
+    try:
+        return consumer.receive(timeout_millis=timeout_ms).data().decode()
+    except pulsar.Timeout:
+        return None
+    finally:
+        consumer.close()
+
+
+def _make_subscription(client, topic, sub):
+    client.subscribe(topic, sub, consumer_type=pulsar.ConsumerType.Shared).close()
+
+
+def _produce(client, topic, count, prefix="m", size=0):
+    producer = client.create_producer(topic)
+    ids = []
+    for i in range(count):
+        body = ("%s-%d" % (prefix, i)).encode()
+        ids.append(producer.send(body + b"." * max(0, size - len(body))))
+    producer.close()
+    return ids
+
+
+# ------------------------------------------------------------------------------------- TTL
+def test_messages_older_than_the_ttl_are_expired_for_every_subscription():
+    with private_server("ttl_duration_default_seconds = 2\n"
+                        "message_expiry_check_interval_seconds = 1\n") as srv:
+        topic = unique_topic("ttl")
+        client = srv.client()
+        try:
+            _make_subscription(client, topic, "a")
+            _make_subscription(client, topic, "b")
+            _produce(client, topic, 5, prefix="old")
+            for sub in ("a", "b"):
+                _eventually("the old messages expire on %s" % sub,
+                            lambda sub=sub: _first_payload(client, topic, sub) is None)
+            _produce(client, topic, 1, prefix="new")
+            consumer = client.subscribe(topic, "a", consumer_type=pulsar.ConsumerType.Shared)
+            assert payloads(receive_n(consumer, 1)) == ["new-0"]
+            assert_nothing_more(consumer)
+        finally:
+            client.close()
+
+
+# ---------------------------------------------------------------------- on-demand expiry
+def _admin_topic(server, topic):
+    return server.web_url + "/admin/v2/persistent/public/default/" + short_name(topic)
+
+
+def test_expire_messages_on_demand_by_time_and_for_all_subscriptions(server):
+    topic = unique_topic("expire")
+    client = server.client()
+    try:
+        for sub in ("a", "b", "c"):
+            _make_subscription(client, topic, sub)
+        _produce(client, topic, 5, prefix="old")
+        base = _admin_topic(server, topic)
+        # An hour: nothing is that old.
+        status, body = http_request("POST", base + "/subscription/a/expireMessages/3600")
+        assert status == 204, body
+        assert _first_payload(client, topic, "a", timeout_ms=5000) == "old-0"
+        status, body = http_request("POST", base + "/subscription/a/expireMessages/0")
+        assert status == 204, body
+        assert _first_payload(client, topic, "a") is None
+        assert _first_payload(client, topic, "b", timeout_ms=5000) == "old-0", "b untouched"
+        status, body = http_request("POST", base + "/all_subscription/expireMessages/0")
+        assert status == 204, body
+        assert _first_payload(client, topic, "b") is None
+        assert _first_payload(client, topic, "c") is None
+        status, _ = http_request("POST", base + "/subscription/nope/expireMessages/0")
+        assert status == 404
+        missing = _admin_topic(server, unique_topic("missing"))
+        status, _ = http_request("POST", missing + "/subscription/a/expireMessages/0")
+        assert status == 404
+    finally:
+        client.close()
+
+
+def test_expire_messages_on_demand_up_to_a_message_id(server):
+    topic = unique_topic("expire-pos")
+    client = server.client()
+    try:
+        _make_subscription(client, topic, "s")
+        ids = _produce(client, topic, 10)
+        position = {"ledgerId": ids[4].ledger_id(), "entryId": ids[4].entry_id(),
+                    "partitionIndex": -1}
+        status, body = http_request("POST", _admin_topic(server, topic)
+                                    + "/subscription/s/expireMessages", json.dumps(position))
+        assert status == 204, body
+        consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+        assert payloads(receive_n(consumer, 5)) == ["m-%d" % i for i in range(5, 10)]
+        assert_nothing_more(consumer)
+    finally:
+        client.close()
+
+
+# ------------------------------------------------------------------------- backlog quotas
+QUOTA_BYTES = 5000
+ENTRY = 500
+
+
+def _quota_server(policy):
+    return private_server("backlog_quota_default_limit_bytes = %d\n"
+                          "backlog_quota_default_retention_policy = \"%s\"\n"
+                          "backlog_quota_check_interval_seconds = 1\n" % (QUOTA_BYTES, policy))
+
+
+def _fill_backlog(client, topic, producer, count=20):
+    for i in range(count):
+        producer.send(("m-%d" % i).encode() + b"." * ENTRY)
+
+
+def test_backlog_quota_producer_exception_refuses_producers_and_fails_sends():
+    with _quota_server("producer_exception") as srv:
+        topic = unique_topic("quota-exc")
+        client = srv.client()
+        try:
+            _make_subscription(client, topic, "slow")
+            producer = client.create_producer(topic, send_timeout_millis=10_000)
+            _fill_backlog(client, topic, producer)
+            with pytest.raises(pulsar.ProducerBlockedQuotaExceededException):
+                client.create_producer(topic)
+
+            def send_fails():
+                try:
+                    producer.send(b"more")
+                    return False
+                except pulsar.ProducerBlockedQuotaExceededException:
+                    return True
+            _eventually("the existing producer's sends fail", send_fails)
+            # The backlog consumed, producers are welcome again.
+            consumer = client.subscribe(topic, "slow", consumer_type=pulsar.ConsumerType.Shared)
+            for msg in drain(consumer, quiet_ms=1000):
+                consumer.acknowledge(msg)
+            fresh = _eventually("a producer is accepted again",
+                                lambda: _try_producer(client, topic))
+            fresh.send(b"after")
+        finally:
+            client.close()
+
+
+def _try_producer(client, topic):
+    try:
+        return client.create_producer(topic)
+    except (pulsar.ProducerBlockedQuotaExceededException,
+            pulsar.ProducerBlockedQuotaExceededError):
+        return None
+
+
+def test_backlog_quota_producer_request_hold_holds_sends_until_the_backlog_shrinks():
+    with _quota_server("producer_request_hold") as srv:
+        topic = unique_topic("quota-hold")
+        client = srv.client()
+        try:
+            _make_subscription(client, topic, "slow")
+            producer = client.create_producer(topic, send_timeout_millis=0)  # no timeout
+            _fill_backlog(client, topic, producer)
+            with pytest.raises(pulsar.ProducerBlockedQuotaExceededError):
+                client.create_producer(topic)
+            _eventually("the producer is disconnected", lambda: not producer.is_connected())
+            done = threading.Event()
+            outcome = []
+
+            def callback(result, msg_id):
+                outcome.append(result)
+                done.set()
+            producer.send_async(b"held", callback)
+            assert not done.wait(2.0), "a send completed while the quota is exceeded: %r" % outcome
+            consumer = client.subscribe(topic, "slow", consumer_type=pulsar.ConsumerType.Shared)
+            for msg in receive_n(consumer, 20):
+                consumer.acknowledge(msg)
+            assert done.wait(30.0), "the held send never completed"
+            assert outcome == [pulsar.Result.Ok]
+            assert payloads(receive_n(consumer, 1)) == ["held"]
+        finally:
+            client.close()
+
+
+def test_backlog_quota_consumer_backlog_eviction_drops_the_oldest_backlog():
+    with _quota_server("consumer_backlog_eviction") as srv:
+        topic = unique_topic("quota-evict")
+        client = srv.client()
+        try:
+            _make_subscription(client, topic, "slow")
+            producer = client.create_producer(topic)
+            _fill_backlog(client, topic, producer)
+            _eventually("the oldest backlog is evicted",
+                        lambda: (_first_payload(client, topic, "slow") or "m-0.").split(".")[0]
+                        != "m-0")
+            consumer = client.subscribe(topic, "slow", consumer_type=pulsar.ConsumerType.Shared)
+            left = [p.split(".")[0] for p in payloads(drain(consumer, quiet_ms=1000))]
+            assert left and left[-1] == "m-19", left
+            assert len(left) * (ENTRY + 60) <= QUOTA_BYTES, "still over the quota: %r" % left
+            producer.send(b"still-accepted")  # eviction never blocks producers
+        finally:
+            client.close()
+
+
+def test_message_age_quota_with_eviction_drops_backlog_older_than_the_limit():
+    with private_server("backlog_quota_default_limit_seconds = 2\n"
+                        "backlog_quota_default_retention_policy = \"consumer_backlog_eviction\"\n"
+                        "backlog_quota_check_interval_seconds = 1\n") as srv:
+        topic = unique_topic("quota-age")
+        client = srv.client()
+        try:
+            _make_subscription(client, topic, "slow")
+            _produce(client, topic, 5, prefix="old")
+            _eventually("the aged backlog is evicted",
+                        lambda: _first_payload(client, topic, "slow") is None)
+            _produce(client, topic, 1, prefix="new")
+            consumer = client.subscribe(topic, "slow", consumer_type=pulsar.ConsumerType.Shared)
+            assert payloads(receive_n(consumer, 1)) == ["new-0"]
+        finally:
+            client.close()
+
+
+# ------------------------------------------------------------- unacked, producers, consumers
+@pytest.fixture(scope="module")
+def limits_server():
+    srv = _private("max_unacked_messages_per_consumer = 10\n"
+                   "max_producers_per_topic = 2\n"
+                   "max_consumers_per_topic = 3\n"
+                   "max_consumers_per_subscription = 2\n")
+    try:
+        yield srv
+    finally:
+        srv.close()
+        shutil.rmtree(srv._tmp, ignore_errors=True)
+
+
+def test_a_shared_consumer_gets_max_unacked_messages_then_resumes_at_half(limits_server):
+    topic = unique_topic("unacked")
+    client = limits_server.client()
+    try:
+        consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                                    receiver_queue_size=1000)
+        _produce(client, topic, 30)
+        first = receive_n(consumer, 10)
+        assert_nothing_more(consumer, wait_ms=1500)
+        for msg in first[:4]:
+            consumer.acknowledge(msg)
+        # 6 unacked: more than half of 10, still blocked.
+        assert_nothing_more(consumer, wait_ms=1000)
+        consumer.acknowledge(first[4])
+        # 5 unacked: half, unblocked until 10 again.
+        more = receive_n(consumer, 5)
+        assert_nothing_more(consumer, wait_ms=1000)
+        assert payloads(first + more) == ["m-%d" % i for i in range(15)]
+    finally:
+        client.close()
+
+
+def test_max_producers_per_topic(limits_server):
+    topic = unique_topic("max-producers")
+    client = limits_server.client()
+    try:
+        client.create_producer(topic)
+        client.create_producer(topic)
+        with pytest.raises(pulsar.ProducerBusy):  # "Topic reached max producers limit"
+            client.create_producer(topic)
+    finally:
+        client.close()
+
+
+def test_max_consumers_per_subscription_and_per_topic(limits_server):
+    topic = unique_topic("max-consumers")
+    client = limits_server.client()
+    try:
+        shared = pulsar.ConsumerType.Shared
+        client.subscribe(topic, "a", consumer_type=shared)
+        client.subscribe(topic, "a", consumer_type=shared)
+        with pytest.raises(pulsar.ConsumerBusy):  # "Subscription reached max consumers limit"
+            client.subscribe(topic, "a", consumer_type=shared)
+        client.subscribe(topic, "b", consumer_type=shared)
+        with pytest.raises(pulsar.ConsumerBusy):  # "Topic reached max consumers limit"
+            client.subscribe(topic, "c", consumer_type=shared)
+    finally:
+        client.close()
+
+
+# ------------------------------------------------------------------------------------ rates
+RATE = 20
+
+
+def test_publish_rate_bounds_throughput_without_failing_sends():
+    with private_server("max_publish_rate_per_topic_in_messages = %d\n" % RATE) as srv:
+        topic = unique_topic("publish-rate")
+        client = srv.client()
+        try:
+            producer = client.create_producer(topic, batching_enabled=False)
+            started = time.monotonic()
+            for i in range(3 * RATE):
+                producer.send(b"m-%d" % i)  # each one succeeds, only later
+            elapsed = time.monotonic() - started
+            # A burst of RATE, then RATE per second: 2 s for the other 2 * RATE.
+            assert elapsed >= 1.5, "%d messages in %.2f s" % (3 * RATE, elapsed)
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize("knob", ["dispatch_throttling_rate_per_topic_in_msg",
+                                  "dispatch_throttling_rate_per_subscription_in_msg"])
+def test_dispatch_rate_bounds_delivery(knob):
+    with private_server("%s = %d\n" % (knob, RATE)) as srv:
+        topic = unique_topic("dispatch-rate")
+        client = srv.client()
+        try:
+            _make_subscription(client, topic, "s")
+            _produce(client, topic, 3 * RATE)
+            consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+            started = time.monotonic()
+            got = receive_n(consumer, 3 * RATE)
+            elapsed = time.monotonic() - started
+            assert payloads(got) == ["m-%d" % i for i in range(3 * RATE)]
+            assert elapsed >= 1.5, "%d messages in %.2f s" % (3 * RATE, elapsed)
+        finally:
+            client.close()
+
+
+# ------------------------------------------------------------------------ max message size
+def test_a_message_over_the_topic_max_message_size_is_refused(server):
+    topic = unique_topic("max-size")
+    url = _admin_topic(server, topic)
+    client = server.client()
+    try:
+        client.create_producer(topic).close()  # the topic exists
+        status, body = http_request("POST", url + "/maxMessageSize", "10000")
+        if status in (404, 405):
+            pytest.skip("no topic maxMessageSize endpoint on this branch (status %d)" % status)
+        assert status in (200, 204), body
+        producer = client.create_producer(topic, send_timeout_millis=3000)
+        producer.send(b"x" * 5000)
+        with pytest.raises(pulsar.PulsarException):
+            producer.send(b"x" * 20000)
+    finally:
+        client.close()
