@@ -6,8 +6,8 @@
 #   2. "no-trimming": the same load for AB_SECS seconds with retention passes turned off
 #      (retention_check_interval_seconds = 1 day): publish latency without trimming, to compare
 #      with the first AB_SECS seconds... of case 1 measured in the same run.
-#   3. "clear": a BACKLOG_MB backlog on a subscription, then consumed as fast as possible:
-#      seconds from the last message consumed until the data directory is back under BOUND_MB
+#   3. "clear": a BACKLOG_MB backlog on a subscription, then `clear-backlog` (skip_all):
+#      seconds from the admin call until the data directory is back under BOUND_MB
 #      (default 2560: the current ledger, at most 2 GiB by default, plus a few segments).
 # Usage: bench/retention.sh [--secs 1200] [--ab-secs 300] [--rate 51200] [--size 1024]
 #                           [--backlog-mb 10240] [--only trimming,no-trimming,clear]
@@ -120,7 +120,7 @@ if [[ ,$ONLY, == *,no-trimming,* ]]; then
 fi
 
 if [[ ,$ONLY, == *,clear,* ]]; then
-  echo "== clear: ${BACKLOG_MB} MiB backlog, then consumed"
+  echo "== clear: ${BACKLOG_MB} MiB backlog, then clear-backlog"
   start_server clear
   topic=persistent://public/default/retention-clear
   count=$(( BACKLOG_MB * 1048576 / SIZE ))
@@ -130,9 +130,11 @@ if [[ ,$ONLY, == *,clear,* ]]; then
   "$BIN" perf produce -u "pulsar://127.0.0.1:$BPORT" -s "$SIZE" -m "$count" "$topic" \
     > "$OUT/clear.produce.log" 2>&1
   echo "backlog on disk: $(du -sm "$DATA" | cut -f1) MiB"
-  "$BIN" perf consume -u "pulsar://127.0.0.1:$BPORT" --subscriptions backlog -m "$count" "$topic" \
-    > "$OUT/clear.consume.log" 2>&1
+  # pulsar-admin topics clear-backlog -s backlog (Pulsar's REST path)
   t0=$(date +%s.%N)
+  curl -sf -X POST \
+    "http://127.0.0.1:$WPORT/admin/v2/persistent/public/default/retention-clear/subscription/backlog/skip_all" \
+    || { echo "clear-backlog failed" >&2; exit 1; }
   start_sampler clear
   # Bound: the current ledger (at most max_bytes_per_ledger, 2 GiB by default) plus the spare
   # and a few 64 MiB journal segments.
@@ -142,7 +144,7 @@ if [[ ,$ONLY, == *,clear,* ]]; then
     if (( $(echo "$(date +%s.%N) - $t0 > 300" | bc) )); then echo "not under ${bound_mb} MiB after 300 s"; break; fi
   done
   stop_sampler
-  echo "consumed; data dir under ${bound_mb} MiB after $(echo "$(date +%s.%N) - $t0" | bc) s (now $(du -sm "$DATA" | cut -f1) MiB)"
+  echo "cleared; data dir under ${bound_mb} MiB after $(echo "$(date +%s.%N) - $t0" | bc) s (now $(du -sm "$DATA" | cut -f1) MiB)"
   stop_server; rm -rf "$DATA"
 fi
 echo "results in $OUT"
