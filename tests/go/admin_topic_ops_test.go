@@ -15,7 +15,7 @@ import (
 // drives them: stats, internal stats, subscriptions (create, list, skip, clear backlog,
 // delete) and unload, over data produced by the Go client.
 
-func newAdmin(t *testing.T) admin.Client {
+func newTopicAdmin(t *testing.T) admin.Client {
 	t.Helper()
 	a, err := admin.New(&config.Config{WebServiceURL: webURL(t)})
 	if err != nil {
@@ -50,7 +50,7 @@ func TestAdminTopicStatsSubscriptionsAndUnload(t *testing.T) {
 	const n = 8
 	topic := uniqueTopic("admin-ops")
 	name := topicName(t, topic)
-	a := newAdmin(t)
+	a := newTopicAdmin(t)
 	c := newClient(t)
 
 	p := newProducer(t, c, pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
