@@ -5,8 +5,10 @@
 //! - every subscription has consumed it (its mark-delete position is at or past the ledger's
 //!   last entry; a topic with no subscription has consumed everything), and
 //! - the retention policy no longer covers it: its age (since it was closed) is over the
-//!   retention time, or the topic's size without it is still over the retention size. `-1`
-//!   (unlimited) never expires / is never over; `0` always is.
+//!   retention time, or the topic without it still holds at least the retention size. `-1`
+//!   (unlimited) never expires / is never over; `0` always is. (Pulsar deletes a ledger while
+//!   the topic is over the size *before* deleting it, so a big ledger can take the topic far
+//!   below its retention size; here what the size covers always stays readable.)
 //!
 //! The walk stops at the first ledger that must stay, so what is kept is always a suffix of
 //! the topic: a reader starting at "earliest" sees the retained messages without holes. The
@@ -91,8 +93,9 @@ pub fn ledgers_to_delete(
             now_ms.saturating_sub(ledger.closed_at_ms) > keep
                 || (keep == 0 && ledger.closed_at_ms <= now_ms)
         });
-        let over_size =
-            limits.size_bytes.is_some_and(|keep| total_size.saturating_sub(size_deleted) > keep);
+        let over_size = limits.size_bytes.is_some_and(|keep| {
+            total_size.saturating_sub(size_deleted).saturating_sub(ledger.size) >= keep
+        });
         if !(expired || over_size) {
             break;
         }
@@ -163,10 +166,15 @@ mod tests {
     fn retention_size_keeps_the_newest_ledgers_within_it() {
         let closed = ledgers(5);
         let limits = RetentionLimits { time_ms: None, size_bytes: Some(250) };
-        // Total 600 (current ledger 100): delete until at most 250 remain.
+        // Total 600 (current ledger 100): delete while at least 250 remain without the ledger.
         assert_eq!(
             ledgers_to_delete(&closed, 600, Consumed::Everything, limits, NOW, 100),
-            vec![1, 2, 3, 4]
+            vec![1, 2, 3]
+        );
+        let limits = RetentionLimits { time_ms: None, size_bytes: Some(300) };
+        assert_eq!(
+            ledgers_to_delete(&closed, 600, Consumed::Everything, limits, NOW, 100),
+            vec![1, 2, 3]
         );
     }
 
