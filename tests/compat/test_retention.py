@@ -93,12 +93,34 @@ def dir_bytes(path):
     return total
 
 
-def wait_for_size(path, predicate, what, deadline_s=SHRINK_DEADLINE_S):
+def dir_listing(path):
+    """Every file under `path` with its size, for a failure message."""
+    lines = []
+    for root, _, files in os.walk(path):
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            try:
+                lines.append("%10d %s" % (os.stat(full).st_size, os.path.relpath(full, path)))
+            except FileNotFoundError:
+                pass
+    return "\n".join(lines)
+
+
+def internal_stats(srv, topic):
+    url = srv.web_url + topic.replace("persistent://", "/admin/v2/persistent/") + "/internalStats"
+    return http_request("GET", url)
+
+
+def wait_for_size(srv, predicate, what, deadline_s=SHRINK_DEADLINE_S, topic=None):
+    """Polls the size of `srv`'s data directory until `predicate` holds (the failure message
+    lists the files, the topic's ledgers and cursors and the server log)."""
+    path = srv.data_dir
     deadline = time.monotonic() + deadline_s
     size = dir_bytes(path)
     while not predicate(size):
-        assert time.monotonic() < deadline, "%s: data directory still %.1f MiB after %d s" % (
-            what, size / MIB, deadline_s)
+        assert time.monotonic() < deadline, "%s: data directory still %.1f MiB after %d s:\n%s\n%s\n%s" % (
+            what, size / MIB, deadline_s, dir_listing(path),
+            internal_stats(srv, topic) if topic else "", srv.log_tail())
         time.sleep(0.2)  # polling the file system: there is no event to wait on
         size = dir_bytes(path)
     return size
@@ -138,7 +160,8 @@ def test_consumed_data_is_deleted_and_the_disk_shrinks(private_server):
     assert full > 150 * MIB, "the data is on disk before it is consumed: %.1f MiB" % (full / MIB)
     assert consume(consumer, count) == list(range(count))
     consumer.close()  # the last acknowledgements are flushed
-    size = wait_for_size(srv.data_dir, lambda s: s < RECLAIMED_BOUND, "after consuming 200 MiB")
+    size = wait_for_size(srv, lambda s: s < RECLAIMED_BOUND, "after consuming 200 MiB",
+                         topic=topic)
     # Still a working topic: new messages flow to the subscription.
     consumer = client.subscribe(topic, "s")
     produce(client, topic, 10, first=count)
@@ -181,8 +204,15 @@ def test_retention_keeps_what_it_covers_for_a_new_reader(private_server, where):
     # Down to the retained size (plus the same slack as above), not below it.
     # (Ledgers go whole: up to one ledger more than the retention size stays.)
     ledger = ENTRIES_PER_LEDGER * PAYLOAD
-    wait_for_size(srv.data_dir, lambda s: s < retained_mb * MIB + ledger + RECLAIMED_BOUND,
-                  "with %d MiB retention" % retained_mb)
+    size = wait_for_size(srv, lambda s: s < retained_mb * MIB + ledger + RECLAIMED_BOUND,
+                         "with %d MiB retention" % retained_mb, topic=topic)
+    print("data directory with %d MiB retention: %.1f MiB" % (retained_mb, size / MIB))
+    # Ledgers go whole, so a ledger must never take more than its limit (not even while the
+    # next one is being created under load).
+    status, body = internal_stats(srv, topic)
+    assert status == 200, body
+    ledgers = json.loads(body)["ledgers"]
+    assert all(l["entries"] <= ENTRIES_PER_LEDGER for l in ledgers), ledgers
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     seen = []
     while reader.has_message_available():
@@ -209,7 +239,7 @@ def test_kill_during_trimming_loses_nothing_unacknowledged(private_server):
     full = dir_bytes(srv.data_dir)
     consume(consumer, acked)
     # Kill -9 as soon as trimming has visibly started.
-    wait_for_size(srv.data_dir, lambda s: s < full - 2 * SEGMENT, "trimming starts")
+    wait_for_size(srv, lambda s: s < full - 2 * SEGMENT, "trimming starts")
     client.close()
     srv.kill()
     srv.start()
@@ -222,7 +252,7 @@ def test_kill_during_trimming_loses_nothing_unacknowledged(private_server):
     assert [first] + rest == list(range(first, count)), "every unacknowledged message, in order"
     client.close()
     # The restart finishes the job: everything consumed goes.
-    wait_for_size(srv.data_dir, lambda s: s < RECLAIMED_BOUND, "after the restart")
+    wait_for_size(srv, lambda s: s < RECLAIMED_BOUND, "after the restart")
 
 
 def test_deleting_a_topic_frees_its_disk(private_server):
@@ -238,7 +268,7 @@ def test_deleting_a_topic_frees_its_disk(private_server):
     path = topic.replace("persistent://", "/admin/v2/persistent/")
     status, body = http_request("DELETE", srv.web_url + path + "?force=true")
     assert status == 204, (status, body)
-    wait_for_size(srv.data_dir, lambda s: s < RECLAIMED_BOUND, "after deleting the topic")
+    wait_for_size(srv, lambda s: s < RECLAIMED_BOUND, "after deleting the topic")
     status, body = http_request("GET", srv.web_url + "/admin/v2/persistent/public/default")
     assert status == 200 and topic not in json.loads(body), body
 

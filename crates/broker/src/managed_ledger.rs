@@ -8,6 +8,10 @@
 //!   and dispatchers never see an entry before that.
 //! - On open, the previous writer's open ledger is closed at its durable count and a new ledger
 //!   is started, as BookKeeper-backed Pulsar does after a broker restart.
+//! - A ledger never takes more than the rollover policy allows: appends that come while it is
+//!   full and the next ledger is not ready yet are held, in order, and staged into the next
+//!   ledger when it is (Pulsar queues adds the same way while it creates a ledger). Retention
+//!   and offload work ledger by ledger, so a bounded ledger is what bounds what they keep.
 
 use crate::clock::{Clock, SystemClock};
 use crate::cursor::{LedgerList, Position};
@@ -20,7 +24,7 @@ use magnetar_ledger::{LedgerError, LedgerMetadata, LedgerStorage};
 use magnetar_metadata::{ExpectedVersion, MetadataStore};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -60,6 +64,15 @@ pub struct ClosedLedger {
     pub closed_at_ms: u64,
 }
 
+/// What runs once an append is durable or has failed.
+type AppendDone = Box<dyn FnOnce(Result<Position, BrokerError>) + Send>;
+
+/// An append that came while the current ledger was full and the next one was not ready.
+struct HeldAppend {
+    data: Bytes,
+    done: AppendDone,
+}
+
 struct State {
     /// Ledger id -> confirmed (durable) entry count, for every ledger of the topic.
     ledgers: LedgerList,
@@ -69,12 +82,17 @@ struct State {
     staged_bytes_in_current: u64,
     /// When the current ledger was opened (clock ms).
     current_opened_ms: u64,
-    rolling: bool,
+    /// The current ledger counts as full (an idle ledger rolled over by age).
+    roll_requested: bool,
+    /// Full ledgers swapped out whose close is still being recorded.
+    closing: usize,
     /// A ledger created and persisted in the list ahead of need (after `ids`' current), so
-    /// that a full ledger is swapped out at once at the append that fills it: appends never
-    /// pile into a full ledger while a rollover writes metadata.
+    /// that a full ledger is swapped out at once at the append that fills it. It is prepared
+    /// when the current ledger is half full (or full, if that came first).
     spare: Option<u64>,
     preparing_spare: bool,
+    /// Appends waiting for the next ledger (see the module invariants), oldest first.
+    held: VecDeque<HeldAppend>,
     metadata_version: Option<u64>,
     /// Closed ledgers' records (see [`PersistedLedgers`]).
     closed: BTreeMap<u64, ClosedLedger>,
@@ -212,9 +230,11 @@ impl ManagedLedger {
             staged_in_current: 0,
             staged_bytes_in_current: 0,
             current_opened_ms: backend.clock.now_ms(),
-            rolling: false,
+            roll_requested: false,
+            closing: 0,
             spare: None,
             preparing_spare: false,
+            held: VecDeque::new(),
             metadata_version: version,
             closed,
             deleting: Vec::new(),
@@ -296,7 +316,8 @@ impl ManagedLedger {
     }
 
     /// Stages an append; `done` runs once it is durable (on the storage completion thread:
-    /// keep it short). Completions of one managed ledger come in append order.
+    /// keep it short). Completions of one managed ledger come in append order. An error here
+    /// means nothing was staged and `done` will not run.
     pub fn append(
         self: &Arc<Self>,
         data: Bytes,
@@ -305,13 +326,42 @@ impl ManagedLedger {
         if self.fence.is_fenced() {
             return Err(self.fence.error());
         }
-        let mut state = self.state.lock();
-        if state.terminated {
-            return Err(BrokerError::TopicTerminated(format!(
-                "Topic {} was already terminated",
-                self.topic
-            )));
-        }
+        let failed = {
+            let mut state = self.state.lock();
+            if state.terminated {
+                return Err(BrokerError::TopicTerminated(format!(
+                    "Topic {} was already terminated",
+                    self.topic
+                )));
+            }
+            if state.held.is_empty() && !self.is_full(&state) {
+                self.stage(&mut state, data, done)?;
+            } else {
+                state.held.push_back(HeldAppend { data, done: Box::new(done) });
+            }
+            self.advance(&mut state)
+        };
+        fail_held(failed);
+        Ok(())
+    }
+
+    /// Whether the current ledger takes no more appends (an empty ledger is never full).
+    fn is_full(&self, state: &State) -> bool {
+        state.staged_in_current > 0
+            && (state.roll_requested
+                || state.staged_in_current >= self.rollover.max_entries
+                || state.staged_bytes_in_current >= self.rollover.max_bytes
+                || self.backend.clock.now_ms().saturating_sub(state.current_opened_ms)
+                    >= self.rollover.max_age.as_millis() as u64)
+    }
+
+    /// Stages `data` as the current ledger's next entry.
+    fn stage(
+        self: &Arc<Self>,
+        state: &mut State,
+        data: Bytes,
+        done: impl FnOnce(Result<Position, BrokerError>) + Send + 'static,
+    ) -> Result<(), BrokerError> {
         let ledger = state.current;
         let bytes = data.len() as u64;
         let me = self.clone();
@@ -330,23 +380,73 @@ impl ManagedLedger {
         )?;
         state.staged_in_current += 1;
         state.staged_bytes_in_current += bytes;
-        let full = state.staged_in_current >= self.rollover.max_entries
-            || state.staged_bytes_in_current >= self.rollover.max_bytes
-            || self.backend.clock.now_ms().saturating_sub(state.current_opened_ms)
-                >= self.rollover.max_age.as_millis() as u64;
-        if full && !state.rolling && !state.preparing_spare {
-            self.start_rollover(&mut state);
-        } else if !state.rolling
-            && state.spare.is_none()
-            && !state.preparing_spare
-            && (state.staged_in_current * 2 >= self.rollover.max_entries
-                || state.staged_bytes_in_current * 2 >= self.rollover.max_bytes)
+        Ok(())
+    }
+
+    /// Moves the writer along after any change: a full ledger is swapped for the spare, held
+    /// appends are staged into the new ledger, and the next spare is prepared once the
+    /// current ledger is half full. Returns the held appends that failed, for the caller to
+    /// complete after it lets go of the state (their callbacks must not run under the lock).
+    #[must_use]
+    fn advance(self: &Arc<Self>, state: &mut State) -> Vec<(AppendDone, BrokerError)> {
+        let mut failed = Vec::new();
+        if self.fence.is_fenced() {
+            let error = self.fence.error();
+            failed.extend(state.held.drain(..).map(|held| (held.done, error.clone())));
+            return failed;
+        }
+        loop {
+            if self.is_full(state) {
+                let Some(spare) = state.spare.take() else {
+                    self.prepare_spare_unless_under_way(state);
+                    return failed;
+                };
+                self.swap_to(state, spare);
+                continue;
+            }
+            let Some(held) = state.held.pop_front() else { break };
+            // Held appends are rare (a rollover outran the append rate): a shared slot lets
+            // a refused one still be told.
+            let slot = Arc::new(Mutex::new(Some(held.done)));
+            let in_callback = slot.clone();
+            let staged = self.stage(state, held.data, move |result| {
+                if let Some(done) = in_callback.lock().take() {
+                    done(result);
+                }
+            });
+            if let Err(error) = staged {
+                if let Some(done) = slot.lock().take() {
+                    failed.push((done, error));
+                }
+            }
+        }
+        if state.staged_in_current * 2 >= self.rollover.max_entries
+            || state.staged_bytes_in_current * 2 >= self.rollover.max_bytes
         {
+            self.prepare_spare_unless_under_way(state);
+        }
+        failed
+    }
+
+    fn prepare_spare_unless_under_way(self: &Arc<Self>, state: &mut State) {
+        if state.spare.is_none() && !state.preparing_spare {
             state.preparing_spare = true;
             let me = self.clone();
             tokio::spawn(async move { me.prepare_spare().await });
         }
-        Ok(())
+    }
+
+    /// Makes `spare` the current ledger; the full one is closed and recorded in the background.
+    fn swap_to(self: &Arc<Self>, state: &mut State, spare: u64) {
+        let (old, size) = (state.current, state.staged_bytes_in_current);
+        state.current = spare;
+        state.staged_in_current = 0;
+        state.staged_bytes_in_current = 0;
+        state.current_opened_ms = self.backend.clock.now_ms();
+        state.roll_requested = false;
+        state.closing += 1;
+        let me = self.clone();
+        tokio::spawn(async move { me.finish_rollover(old, size).await });
     }
 
     fn confirm(&self, ledger: u64, entry: u64) {
@@ -363,26 +463,10 @@ impl ManagedLedger {
         }
     }
 
-    /// Rolls over: at once to the spare if there is one, else through a new ledger. Callers
-    /// check that no rollover runs and no spare is being prepared (either creates a ledger,
-    /// and ledger ids must grow along the list).
-    fn start_rollover(self: &Arc<Self>, state: &mut State) {
-        assert!(!state.rolling && !state.preparing_spare);
-        state.rolling = true;
-        let me = self.clone();
-        if let Some(spare) = state.spare.take() {
-            let (old, size) = (state.current, state.staged_bytes_in_current);
-            state.current = spare;
-            state.staged_in_current = 0;
-            state.staged_bytes_in_current = 0;
-            state.current_opened_ms = self.backend.clock.now_ms();
-            tokio::spawn(async move { me.finish_rollover(old, size).await });
-        } else {
-            tokio::spawn(async move { me.roll_over().await });
-        }
-    }
-
-    /// Creates the next ledger and persists it in the list, then offers it as the spare.
+    /// Creates the next ledger and persists it in the list, then offers it as the spare (and
+    /// swaps to it at once if the current ledger filled up meanwhile). Only one runs at a
+    /// time, so ledger ids grow along the list. If it fails, the appends held for it fail
+    /// (the clients see an error and resend); the next append tries again.
     async fn prepare_spare(self: Arc<Self>) {
         let result: Result<(), BrokerError> = async {
             let last = self.state.lock().ids.last().copied();
@@ -397,10 +481,18 @@ impl ManagedLedger {
             Ok(())
         }
         .await;
-        if let Err(error) = result {
-            tracing::warn!(topic = %self.topic, %error, "next ledger not prepared; will retry");
-        }
-        self.state.lock().preparing_spare = false;
+        let failed = {
+            let mut state = self.state.lock();
+            state.preparing_spare = false;
+            match result {
+                Ok(()) => self.advance(&mut state),
+                Err(error) => {
+                    tracing::warn!(topic = %self.topic, %error, "next ledger not prepared");
+                    state.held.drain(..).map(|held| (held.done, error.clone())).collect()
+                }
+            }
+        };
+        fail_held(failed);
     }
 
     /// After a swap to the spare: closes the full ledger and records it.
@@ -419,44 +511,7 @@ impl ManagedLedger {
         if let Err(error) = result {
             tracing::warn!(topic = %self.topic, %error, "closing a full ledger failed");
         }
-        self.state.lock().rolling = false;
-    }
-
-    async fn roll_over(self: Arc<Self>) {
-        let result: Result<(), BrokerError> = async {
-            let last = self.state.lock().ids.last().copied();
-            let new_ledger = self.backend.create_ledger(last).await?;
-            {
-                let mut state = self.state.lock();
-                state.ids.push(new_ledger);
-                state.ledgers.set_entry_count(new_ledger, 0);
-            }
-            self.persist_ledger_list().await?;
-            let (old, size) = {
-                let mut state = self.state.lock();
-                let old = (state.current, state.staged_bytes_in_current);
-                state.current = new_ledger;
-                state.staged_in_current = 0;
-                state.staged_bytes_in_current = 0;
-                state.current_opened_ms = self.backend.clock.now_ms();
-                old
-            };
-            let entries = self.backend.storage.close(old).await?;
-            {
-                let mut state = self.state.lock();
-                state.ledgers.set_entry_count(old, entries);
-                let closed_at_ms = self.backend.clock.now_ms();
-                state.closed.insert(old, ClosedLedger { entries, size, closed_at_ms });
-            }
-            // The closed ledger's record (one more metadata write per rollover).
-            self.persist_ledger_list().await?;
-            Ok(())
-        }
-        .await;
-        if let Err(error) = result {
-            tracing::warn!(topic = %self.topic, %error, "ledger rollover failed; will retry");
-        }
-        self.state.lock().rolling = false;
+        self.state.lock().closing -= 1;
     }
 
     /// Seals the managed ledger (Pulsar's `terminate`): appends fail from now on, the state is
@@ -468,20 +523,25 @@ impl ManagedLedger {
             let mut state = self.state.lock();
             !std::mem::replace(&mut state.terminated, true)
         };
-        // Appends staged before the seal complete (or fail) on their own; wait for them.
+        // Appends accepted before the seal complete (or fail) on their own; wait for them.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let settled = {
                 let state = self.state.lock();
                 let confirmed =
                     crate::cursor::entry_count(&state.ledgers, state.current).unwrap_or(0);
-                confirmed >= state.staged_in_current || self.fence.is_fenced()
+                (state.held.is_empty() && confirmed >= state.staged_in_current)
+                    || self.fence.is_fenced()
             };
             if settled || tokio::time::Instant::now() >= deadline {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        // Still waiting for a next ledger after all that time: they fail (never dropped).
+        let stuck: Vec<_> = self.state.lock().held.drain(..).collect();
+        let error = BrokerError::TopicTerminated(format!("Topic {} was terminated", self.topic));
+        fail_held(stuck.into_iter().map(|held| (held.done, error.clone())).collect());
         if newly {
             if let Err(error) = self.persist_ledger_list().await {
                 self.state.lock().terminated = false;
@@ -548,16 +608,19 @@ impl ManagedLedger {
     /// ago, so that an idle topic's data can be trimmed (Pulsar's
     /// `managedLedgerMaxLedgerRolloverTimeMinutes`). Returns whether a rollover started.
     pub fn roll_over_if_older_than(self: &Arc<Self>, max_age: Duration) -> bool {
-        let mut state = self.state.lock();
-        let age = self.backend.clock.now_ms().saturating_sub(state.current_opened_ms);
-        if state.rolling
-            || state.preparing_spare
-            || state.staged_in_current == 0
-            || age < max_age.as_millis() as u64
-        {
-            return false;
-        }
-        self.start_rollover(&mut state);
+        let failed = {
+            let mut state = self.state.lock();
+            let age = self.backend.clock.now_ms().saturating_sub(state.current_opened_ms);
+            if state.roll_requested
+                || state.staged_in_current == 0
+                || age < max_age.as_millis() as u64
+            {
+                return false;
+            }
+            state.roll_requested = true;
+            self.advance(&mut state)
+        };
+        fail_held(failed);
         true
     }
 
@@ -633,10 +696,11 @@ impl ManagedLedger {
         (state.current, state.staged_bytes_in_current)
     }
 
-    /// Whether a rollover (or the preparation of the next ledger) is under way.
+    /// Whether a rollover (the preparation of the next ledger, a full ledger's close, or
+    /// appends held for the next ledger) is under way.
     pub fn is_rolling(&self) -> bool {
         let state = self.state.lock();
-        state.rolling || state.preparing_spare
+        state.preparing_spare || state.closing > 0 || !state.held.is_empty() || state.roll_requested
     }
 
     /// Wakes `listener` whenever new entries become durable.
@@ -787,6 +851,13 @@ impl ManagedLedger {
 }
 
 /// See [`ManagedLedger::size_after`].
+/// Completes held appends that failed (outside the state lock).
+fn fail_held(failed: Vec<(AppendDone, BrokerError)>) {
+    for (done, error) in failed {
+        done(Err(error));
+    }
+}
+
 pub fn estimate_size_after(ledgers: &[LedgerStat], after: Option<Position>) -> u64 {
     ledgers
         .iter()
@@ -887,6 +958,98 @@ mod tests {
         assert!(closed.iter().all(|(id, c)| reloaded.get(id) == Some(c)), "{reloaded:?}");
         let next = append(&reopened, b"after restart").await;
         assert!(next > *positions.last().unwrap(), "a reopened topic appends after its last entry");
+    }
+
+    /// A ledger storage whose ledger creation waits while `open` is false (a slow metadata
+    /// or storage round trip at rollover, made deterministic).
+    struct GatedCreates {
+        inner: Arc<LedgerStore>,
+        open: tokio::sync::watch::Sender<bool>,
+    }
+
+    #[async_trait::async_trait]
+    impl LedgerStorage for GatedCreates {
+        async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError> {
+            let mut open = self.open.subscribe();
+            let _ = open.wait_for(|open| *open).await;
+            self.inner.create(id, metadata).await
+        }
+        fn append(
+            &self,
+            ledger: u64,
+            entry_id: u64,
+            data: Bytes,
+            done: magnetar_ledger::AppendCallback,
+        ) -> Result<(), LedgerError> {
+            LedgerStorage::append(&*self.inner, ledger, entry_id, data, done)
+        }
+        fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
+            LedgerStorage::read(&*self.inner, ledger, first, last)
+        }
+        fn read_cached(&self, ledger: u64, first: u64, last: u64) -> Option<Vec<Bytes>> {
+            LedgerStorage::read_cached(&*self.inner, ledger, first, last)
+        }
+        fn last_add_confirmed(&self, ledger: u64) -> Result<Option<u64>, LedgerError> {
+            LedgerStorage::last_add_confirmed(&*self.inner, ledger)
+        }
+        async fn fence(&self, ledger: u64) -> Result<u64, LedgerError> {
+            LedgerStorage::fence(&*self.inner, ledger).await
+        }
+        async fn close(&self, ledger: u64) -> Result<u64, LedgerError> {
+            LedgerStorage::close(&*self.inner, ledger).await
+        }
+        async fn delete(&self, ledger: u64) -> Result<(), LedgerError> {
+            LedgerStorage::delete(&*self.inner, ledger).await
+        }
+        fn info(&self, ledger: u64) -> Result<magnetar_ledger::LedgerInfo, LedgerError> {
+            LedgerStorage::info(&*self.inner, ledger)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_ledger_takes_no_more_while_the_next_is_created_appends_wait_in_order() {
+        let storage = SimStorage::new(17);
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let (open, _) = tokio::sync::watch::channel(true);
+        let gated = Arc::new(GatedCreates { inner: store(&storage), open });
+        let backend = LedgerBackend::new(gated.clone(), metadata.clone());
+        let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(10))
+            .await
+            .unwrap();
+        gated.open.send_replace(false); // every ledger creation now waits
+        let mut receivers = Vec::new();
+        for i in 0..35u8 {
+            let (sender, receiver) = tokio::sync::oneshot::channel();
+            ml.append(Bytes::from(vec![i]), move |result| {
+                let _ = sender.send(result);
+            })
+            .unwrap();
+            receivers.push(receiver);
+        }
+        // The first ledger took its 10; the other 25 wait for the next ledger.
+        let first_ledger = ml.current_ledger();
+        let stats = ml.ledger_stats();
+        let current = stats.iter().find(|l| l.current).unwrap();
+        assert_eq!(current.ledger_id, first_ledger);
+        assert!(ml.is_rolling(), "appends are held for the next ledger");
+        gated.open.send_replace(true);
+        let mut positions = Vec::new();
+        for receiver in receivers {
+            let result = tokio::time::timeout(Duration::from_secs(10), receiver).await;
+            positions.push(result.expect("held appends complete").unwrap().unwrap());
+        }
+        assert!(positions.windows(2).all(|w| w[0] < w[1]), "in append order: {positions:?}");
+        let mut per_ledger = BTreeMap::<u64, u64>::new();
+        for p in &positions {
+            *per_ledger.entry(p.ledger_id).or_default() += 1;
+        }
+        assert!(per_ledger.values().all(|&n| n <= 10), "no ledger over 10 entries: {per_ledger:?}");
+        assert_eq!(per_ledger.len(), 4, "35 entries at 10 per ledger: {per_ledger:?}");
+        assert_eq!(per_ledger[&first_ledger], 10);
+        // Every entry reads back as appended.
+        let read = ml.read_from(positions[0], 100).unwrap();
+        let bodies: Vec<u8> = read.iter().map(|(_, data)| data[0]).collect();
+        assert_eq!(bodies, (0..35u8).collect::<Vec<_>>());
     }
 
     /// Appends `n` entries, letting each rollover finish (a deterministic layout).
