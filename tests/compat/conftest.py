@@ -41,6 +41,11 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def magnetar_binary():
+    """The binary under test: MAGNETAR_BIN, else the release build."""
+    return os.environ.get("MAGNETAR_BIN", os.path.join(REPO_ROOT, "target", "release", "magnetar"))
+
+
 class Server:
     """A broker under test: the managed magnetar process, or an external one."""
 
@@ -74,8 +79,7 @@ class Server:
             if "/" in self.cmd[0] and not os.path.isabs(self.cmd[0]):
                 self.cmd[0] = os.path.join(REPO_ROOT, self.cmd[0])  # relative to the repo
         else:
-            binary = os.environ.get("MAGNETAR_BIN",
-                                    os.path.join(REPO_ROOT, "target", "release", "magnetar"))
+            binary = magnetar_binary()
             if not os.access(binary, os.X_OK):
                 raise RuntimeError("%s not found: build it with `cargo build --release -p magnetar`"
                                    % binary)

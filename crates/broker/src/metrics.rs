@@ -52,24 +52,24 @@ impl BrokerMetrics {
             connection,
             created.saturating_sub(closed) as f64,
         );
-        // Pulsar's `_count` names: typed as summaries with a count only (promtool's lint
-        // reserves `_count` for summaries and histograms).
+        // Pulsar's gauges named `_count`: untyped (promtool's lint reserves `_count` for
+        // histograms and summaries; Prometheus reads untyped as gauges).
         let counts = [
-            ("pulsar_connection_created_total", "Connections accepted.", created),
+            ("pulsar_connection_created_total_count", "Connections accepted.", created),
             (
-                "pulsar_connection_create_success",
+                "pulsar_connection_create_success_count",
                 "Connections whose CONNECT was accepted.",
                 load(&self.connections_succeeded),
             ),
             (
-                "pulsar_connection_create_fail",
+                "pulsar_connection_create_fail_count",
                 "Connections closed before a CONNECT was accepted.",
                 load(&self.connections_failed),
             ),
-            ("pulsar_connection_closed_total", "Connections closed.", closed),
+            ("pulsar_connection_closed_total_count", "Connections closed.", closed),
         ];
         for (name, help, value) in counts {
-            out.summary_count(name, help, connection, value);
+            out.untyped(name, help, connection, value as f64);
         }
         let labels: Labels = &[("cluster", cluster)];
         if let Some(writes) = &self.metadata_writes {

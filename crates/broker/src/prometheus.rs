@@ -11,7 +11,11 @@
 //!   last completed `stats_update_frequency_seconds` interval (Pulsar's `StatsBuckets`);
 //!   their `_count` and `_sum` (latency in microseconds, sizes in bytes, as Pulsar) are typed as
 //!   summaries. Counters (`pulsar_in_messages_total`...) are typed as counters (Pulsar says
-//!   gauge; the values are the same, and `rate()` is what one does with them).
+//!   gauge; the values are the same, and `rate()` is what one does with them). Pulsar's gauges
+//!   named `..._count` (`pulsar_consumers_count`, `pulsar_connection_closed_total_count`...)
+//!   are untyped: Prometheus reads them as it reads gauges, and promtool's lint reserves the
+//!   `_count` suffix for histograms and summaries. What that lint still reports are Pulsar's
+//!   `pulsar_entry_size_le_1_kb`-style names ("abbreviated units"): the names stay Pulsar's.
 //! - Connections (`pulsar_active_connections`, `pulsar_connection_*`), Magnetar's storage
 //!   (`magnetar_journal_*`, `magnetar_ledger_*`, `magnetar_storage_*`), the metadata store
 //!   (`magnetar_metadata_*`) and the process (`process_*`).
@@ -129,6 +133,15 @@ pub fn render(service: &BrokerService, format: Format) -> String {
     out.finish()
 }
 
+/// A Pulsar gauge; untyped when its name ends in `_count` (see the module docs).
+fn gauge(out: &mut Exposition, name: &'static str, help: &'static str, labels: Labels, value: f64) {
+    if name.ends_with("_count") {
+        out.untyped(name, help, labels, value);
+    } else {
+        out.gauge(name, help, labels, value);
+    }
+}
+
 fn empty_window(bounds: &[u64]) -> WindowReading {
     WindowReading { buckets: vec![0; bounds.len() + 1], count: 0, sum: 0 }
 }
@@ -155,7 +168,7 @@ fn help(name: &str) -> &'static str {
 
 fn broker_defaults(out: &mut Exposition, cluster: &str, names: &[&'static str]) {
     for &name in names {
-        out.gauge(name, help(name), &[("cluster", cluster)], 0.0);
+        gauge(out, name, help(name), &[("cluster", cluster)], 0.0);
     }
 }
 
@@ -183,7 +196,7 @@ fn write_topic_level(out: &mut Exposition, cluster: &str, samples: &[TopicSample
     }
     for (namespace, count) in &topics_per_namespace {
         let labels: Labels = &[("cluster", cluster), ("namespace", namespace)];
-        out.gauge("pulsar_topics_count", help("pulsar_topics_count"), labels, *count as f64);
+        gauge(out, "pulsar_topics_count", help("pulsar_topics_count"), labels, *count as f64);
     }
     for sample in samples {
         let namespace = sample.name.namespace().to_string();
@@ -226,39 +239,45 @@ fn write_topic(out: &mut Exposition, labels: Labels, sample: &TopicSample) {
         ("pulsar_msg_backlog", sample.msg_backlog() as f64),
     ];
     for (name, value) in gauges {
-        out.gauge(name, help(name), labels, value);
+        gauge(out, name, help(name), labels, value);
     }
-    out.gauge(
+    gauge(
+        out,
         "pulsar_average_msg_size",
         "Average size of the messages published in the last interval (bytes).",
         labels,
         stats.average_msg_size,
     );
-    out.gauge(
+    gauge(
+        out,
         "pulsar_storage_backlog_size",
         "Estimated bytes of the slowest durable subscription's backlog.",
         labels,
         stats.backlog_size as f64,
     );
-    out.gauge(
+    gauge(
+        out,
         "pulsar_storage_offloaded_size",
         "Bytes offloaded to tiered storage.",
         labels,
         stats.offloaded_storage_size as f64,
     );
-    out.gauge(
+    gauge(
+        out,
         "pulsar_publish_rate_limit_times",
         "Times the publish rate limit paused the topic's producers.",
         labels,
         stats.publish_rate_limited_times as f64,
     );
-    out.gauge(
+    gauge(
+        out,
         "pulsar_storage_backlog_quota_limit",
         "The backlog quota's size limit (bytes; -1: none).",
         labels,
         sample.quota_limit_bytes as f64,
     );
-    out.gauge(
+    gauge(
+        out,
         "pulsar_storage_backlog_quota_limit_time",
         "The backlog quota's time limit (seconds; -1: none).",
         labels,
@@ -286,7 +305,8 @@ fn write_buckets(
     size: &WindowReading,
 ) {
     for (name, count) in WRITE_LATENCY_NAMES.iter().zip(&latency.buckets) {
-        out.gauge(
+        gauge(
+            out,
             name,
             "Entries whose storage write took this long, in the last stats interval.",
             labels,
@@ -301,7 +321,8 @@ fn write_buckets(
         latency.sum as f64,
     );
     for (name, count) in ENTRY_SIZE_NAMES.iter().zip(&size.buckets) {
-        out.gauge(
+        gauge(
+            out,
             name,
             "Entries of this size published in the last stats interval.",
             labels,
@@ -388,7 +409,7 @@ fn write_subscription(out: &mut Exposition, labels: Labels, sub: &crate::stats::
         ),
     ];
     for (name, help, value) in gauges {
-        out.gauge(name, help, labels, value);
+        gauge(out, name, help, labels, value);
     }
     out.counter(
         "pulsar_out_bytes",
@@ -481,29 +502,33 @@ fn write_namespace_level(out: &mut Exposition, cluster: &str, samples: &[TopicSa
             ("pulsar_storage_write_rate", ns.rate_in),
         ];
         for (name, value) in gauges {
-            out.gauge(name, help(name), labels, value);
+            gauge(out, name, help(name), labels, value);
         }
         let backlog_labels: Labels =
             &[("cluster", cluster), ("namespace", namespace), ("remote_cluster", "local")];
-        out.gauge(
+        gauge(
+            out,
             "pulsar_msg_backlog",
             help("pulsar_msg_backlog"),
             backlog_labels,
             ns.backlog as f64,
         );
-        out.gauge(
+        gauge(
+            out,
             "pulsar_storage_backlog_size",
             "Estimated bytes of the slowest durable subscriptions' backlogs.",
             labels,
             ns.backlog_size as f64,
         );
-        out.gauge(
+        gauge(
+            out,
             "pulsar_subscription_delayed",
             "Messages delayed (delayed delivery).",
             labels,
             ns.delayed as f64,
         );
-        out.gauge(
+        gauge(
+            out,
             "pulsar_consumer_msg_ack_rate",
             "Acknowledgements per second.",
             labels,
@@ -558,7 +583,8 @@ fn write_process(out: &mut Exposition) {
             );
         }
         if let Some(vsize) = field(23) {
-            out.gauge(
+            gauge(
+                out,
                 "process_virtual_memory_bytes",
                 "Virtual memory size in bytes.",
                 &[],
@@ -566,7 +592,8 @@ fn write_process(out: &mut Exposition) {
             );
         }
         if let (Some(rss), true) = (field(24), page > 0) {
-            out.gauge(
+            gauge(
+                out,
                 "process_resident_memory_bytes",
                 "Resident memory size in bytes.",
                 &[],
@@ -577,7 +604,8 @@ fn write_process(out: &mut Exposition) {
             s.lines().find_map(|l| l.strip_prefix("btime ")?.trim().parse::<u64>().ok())
         });
         if let (Some(start), Some(boot), true) = (field(22), boot, ticks > 0) {
-            out.gauge(
+            gauge(
+                out,
                 "process_start_time_seconds",
                 "Start time of the process since unix epoch in seconds.",
                 &[],
@@ -586,12 +614,13 @@ fn write_process(out: &mut Exposition) {
         }
     }
     if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-        out.gauge("process_open_fds", "Number of open file descriptors.", &[], fds.count() as f64);
+        gauge(out, "process_open_fds", "Number of open file descriptors.", &[], fds.count() as f64);
     }
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes the limit into `limit`, a valid rlimit.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        out.gauge(
+        gauge(
+            out,
             "process_max_fds",
             "Maximum number of open file descriptors.",
             &[],

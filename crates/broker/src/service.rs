@@ -171,8 +171,12 @@ impl BrokerService {
             }
         }
         let topic = cell
-            .get_or_try_init(|| {
-                Topic::load(name.clone(), &self.config, &self.ledgers, self.metadata.clone())
+            .get_or_try_init(|| async {
+                let topic =
+                    Topic::load(name.clone(), &self.config, &self.ledgers, self.metadata.clone())
+                        .await?;
+                tracing::info!(topic = %topic.full_name, "topic loaded");
+                Ok::<_, BrokerError>(topic)
             })
             .await?;
         Ok(topic.clone())

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 #[command(name = "magnetar", version, about = "Pulsar-protocol messaging and streaming platform")]
 pub struct Cli {
     /// Log line format: `text` (coloured only on a terminal without NO_COLOR) or `json` (one
-    /// object per line, for log shippers). The filter is RUST_LOG (default `info`).
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    /// object per line, for log shippers) [default: the config's `[log] format`, else text].
+    /// The filter is RUST_LOG, else the config's `[log] level`, else `info`.
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -30,6 +30,35 @@ pub struct ServerConfig {
     pub broker: BrokerConfig,
     pub storage: StorageSection,
     pub metadata: MetadataSection,
+    pub log: LogSection,
+}
+
+/// `[log]`: what is logged and how. `RUST_LOG` overrides `level`, `--log-format` overrides
+/// `format`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSection {
+    /// A `RUST_LOG`-style filter: `info` (default), `warn,magnetar_broker=debug`, ...
+    pub level: String,
+    /// `text` (coloured only on a terminal without NO_COLOR) or `json` (one object per line).
+    pub format: String,
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        LogSection { level: "info".into(), format: "text".into() }
+    }
+}
+
+impl LogSection {
+    /// The `[log]` section of the file at `path`, read before logging starts (so before the
+    /// full configuration is validated: a file that does not parse gets the defaults here and
+    /// its error from [`Settings::load`]).
+    pub fn peek(path: &Path) -> LogSection {
+        let Ok(text) = std::fs::read_to_string(path) else { return LogSection::default() };
+        let Ok(value) = toml::from_str::<toml::Value>(&text) else { return LogSection::default() };
+        value.get("log").and_then(|log| log.clone().try_into().ok()).unwrap_or_default()
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -73,6 +102,7 @@ impl Default for ServerConfig {
             broker: BrokerConfig::default(),
             storage: StorageSection::default(),
             metadata: MetadataSection::default(),
+            log: LogSection::default(),
         }
     }
 }
@@ -285,6 +315,7 @@ mod tests {
             ("broker", format!("{:?}", default.broker)),
             ("storage", format!("{:?}", default.storage)),
             ("metadata", format!("{:?}", default.metadata)),
+            ("log", format!("{:?}", default.log)),
         ];
         for (section, debug) in sections {
             let table = value[section].as_table().unwrap();

@@ -17,7 +17,17 @@ fn main() {
         eprintln!("error: {why}");
         std::process::exit(2);
     }
-    init_logging(cli.log_format);
+    let log = match &cli.command {
+        Command::Standalone(args) => args.config.as_deref(),
+        Command::Broker(args) => args.server.config.as_deref(),
+        _ => None,
+    }
+    .map(config::LogSection::peek)
+    .unwrap_or_default();
+    if let Err(why) = init_logging(cli.log_format, &log) {
+        eprintln!("error: {why}");
+        std::process::exit(2);
+    }
     // One line that says what went wrong, and a non-zero exit; no backtrace (RUST_BACKTRACE
     // would otherwise add one to an anyhow error, which reads like a crash).
     if let Err(error) = run(cli.command) {
@@ -58,11 +68,24 @@ fn run(command: Command) -> anyhow::Result<()> {
 }
 
 /// Logs go to stderr. Colour codes only reach a terminal: a file, a pipe or a journal gets plain
-/// text (and nobody gets colour with NO_COLOR set, https://no-color.org).
-fn init_logging(format: LogFormat) {
+/// text (and nobody gets colour with NO_COLOR set, https://no-color.org). The filter is
+/// RUST_LOG, else the config's `[log] level`; the format the flag, else `[log] format`.
+fn init_logging(flag: Option<LogFormat>, config: &config::LogSection) -> Result<(), String> {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(directives) if !directives.is_empty() => {
+            tracing_subscriber::EnvFilter::try_new(&directives)
+                .map_err(|e| format!("RUST_LOG {directives:?}: {e}"))?
+        }
+        _ => tracing_subscriber::EnvFilter::try_new(&config.level)
+            .map_err(|e| format!("[log] level {:?}: {e}", config.level))?,
+    };
+    let format = match (flag, config.format.as_str()) {
+        (Some(format), _) => format,
+        (None, "text") => LogFormat::Text,
+        (None, "json") => LogFormat::Json,
+        (None, other) => return Err(format!("[log] format {other:?}: expected text or json")),
+    };
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().with_current_span(false).init(),
@@ -71,6 +94,7 @@ fn init_logging(format: LogFormat) {
             builder.with_ansi(std::io::stderr().is_terminal() && !no_color).init()
         }
     }
+    Ok(())
 }
 
 pub(crate) async fn shutdown_signal() -> anyhow::Result<()> {

@@ -38,6 +38,8 @@ pub enum Kind {
     Gauge,
     Histogram,
     Summary,
+    /// No type (OpenMetrics: `unknown`); read like a gauge.
+    Untyped,
 }
 
 impl Kind {
@@ -47,6 +49,7 @@ impl Kind {
             Kind::Gauge => "gauge",
             Kind::Histogram => "histogram",
             Kind::Summary => "summary",
+            Kind::Untyped => "untyped",
         }
     }
 }
@@ -98,6 +101,12 @@ impl Exposition {
         write_sample(&mut family.samples, name, "", labels, None, value);
     }
 
+    /// A sample of a family without a type.
+    pub fn untyped(&mut self, name: &'static str, help: &'static str, labels: Labels, value: f64) {
+        let family = self.family(name, Kind::Untyped, help);
+        write_sample(&mut family.samples, name, "", labels, None, value);
+    }
+
     /// A counter sample; `name` is the family's, the sample is `name_total`.
     pub fn counter(&mut self, name: &'static str, help: &'static str, labels: Labels, value: u64) {
         let family = self.family(name, Kind::Counter, help);
@@ -129,18 +138,6 @@ impl Exposition {
         let family = self.family(name, Kind::Summary, help);
         write_sample(&mut family.samples, name, "_count", labels, None, count as f64);
         write_sample(&mut family.samples, name, "_sum", labels, None, sum);
-    }
-
-    /// A summary with its count only (a count of events under a `_count` name).
-    pub fn summary_count(
-        &mut self,
-        name: &'static str,
-        help: &'static str,
-        labels: Labels,
-        count: u64,
-    ) {
-        let family = self.family(name, Kind::Summary, help);
-        write_sample(&mut family.samples, name, "_count", labels, None, count as f64);
     }
 
     /// A histogram from cumulative counts per bound (the last entry is the total count);
@@ -179,7 +176,11 @@ impl Exposition {
                 _ => family.name.to_string(),
             };
             let _ = writeln!(out, "# HELP {header} {}", family.help);
-            let _ = writeln!(out, "# TYPE {header} {}", family.kind.name());
+            let kind = match (self.format, family.kind) {
+                (Format::OpenMetrics, Kind::Untyped) => "unknown",
+                (_, kind) => kind.name(),
+            };
+            let _ = writeln!(out, "# TYPE {header} {kind}");
             out.push_str(&family.samples);
         }
         if self.format == Format::OpenMetrics {

@@ -60,11 +60,17 @@ impl Connection {
             Err(_) if !still_wanted => {}
             Err(error) => self.reply_error(request_id, &error),
             Ok(CreatedConsumer::NonPersistent(context)) => {
+                tracing::info!(peer = %self.peer, client = %self.client_version,
+                    topic = %context.topic.name, subscription = %context.subscription.name,
+                    consumer_id, "consumer opened");
                 self.np_consumers.insert(consumer_id, context);
                 self.outbox.send_command(&commands::success(request_id));
             }
             Ok(CreatedConsumer::Persistent(context)) => {
                 let (subscription, key) = (context.subscription.clone(), context.key);
+                tracing::info!(peer = %self.peer, client = %self.client_version,
+                    topic = %context.topic.full_name, subscription = %subscription.name,
+                    consumer_id, "consumer opened");
                 self.consumers.insert(consumer_id, context);
                 self.outbox.send_command(&commands::success(request_id));
                 subscription.announce(key);
@@ -226,9 +232,15 @@ impl Connection {
 
     pub(super) async fn detach_consumer(&mut self, consumer_id: u64) {
         if let Some(consumer) = self.np_consumers.remove(&consumer_id) {
+            tracing::info!(peer = %self.peer, client = %self.client_version,
+                topic = %consumer.topic.name, subscription = %consumer.subscription.name,
+                consumer_id, "consumer closed");
             consumer.detach();
         }
         if let Some(consumer) = self.consumers.remove(&consumer_id) {
+            tracing::info!(peer = %self.peer, client = %self.client_version,
+                topic = %consumer.topic.full_name, subscription = %consumer.subscription.name,
+                consumer_id, "consumer closed");
             consumer.detach().await;
         }
     }

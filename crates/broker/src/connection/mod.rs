@@ -278,7 +278,9 @@ pub async fn serve(
                 Ok(None) => break,
                 Err(error) => {
                     if !connection.handle_frame_error(&error) {
-                        tracing::info!(peer = %connection.peer, %error, "bad frame; closing connection");
+                        let now_ms = connection.service.ledgers.clock.now_ms();
+                        crate::warn_limited!(now_ms, peer = %connection.peer, %error,
+                            "bad frame; closing connection");
                         break 'connection;
                     }
                 }
@@ -323,6 +325,11 @@ pub async fn serve(
 type Handled = Result<(), String>;
 
 impl Connection {
+    fn log_producer_closed(&self, topic: &str, producer: &str, why: &str) {
+        tracing::info!(peer = %self.peer, client = %self.client_version, topic, producer, why,
+            "producer closed");
+    }
+
     /// Stats for a producer or consumer joining on this connection.
     fn client_info(&self) -> Arc<ClientInfo> {
         let since = self.service.ledgers.clock.now_ms();
@@ -486,11 +493,18 @@ impl Connection {
         while let Ok(finish) = completed.try_recv() {
             finish(self);
         }
-        for (_, producer) in self.producers.drain() {
+        for (_, producer) in std::mem::take(&mut self.producers) {
             producer.topic.remove_producer(&producer.name, producer.key);
+            self.log_producer_closed(
+                &producer.topic.full_name,
+                &producer.name,
+                "connection closed",
+            );
         }
-        for (_, producer) in self.np_producers.drain() {
+        for (_, producer) in std::mem::take(&mut self.np_producers) {
             producer.topic.producers.remove(&producer.name, producer.key);
+            let topic = producer.topic.name.to_string();
+            self.log_producer_closed(&topic, &producer.name, "connection closed");
         }
         let ids: Vec<u64> =
             self.consumers.keys().chain(self.np_consumers.keys()).copied().collect();

@@ -77,6 +77,8 @@ impl Connection {
         };
         let mode = access_mode(request);
         let (name, epoch) = (created.name().to_string(), created.epoch());
+        tracing::info!(peer = %self.peer, client = %self.client_version, topic = %request.topic,
+            producer = %name, producer_id = request.producer_id, ?mode, "producer opened");
         let mut reply = match created {
             CreatedProducer::Persistent(context, _) => {
                 let version_bytes = context.schema_version.map(commands::schema_version_bytes);
@@ -251,9 +253,12 @@ impl Connection {
         }
         if let Some(producer) = self.producers.remove(&request.producer_id) {
             producer.topic.remove_producer(&producer.name, producer.key);
+            self.log_producer_closed(&producer.topic.full_name, &producer.name, "closed by client");
         }
         if let Some(producer) = self.np_producers.remove(&request.producer_id) {
             producer.topic.producers.remove(&producer.name, producer.key);
+            let topic = producer.topic.name.to_string();
+            self.log_producer_closed(&topic, &producer.name, "closed by client");
         }
         self.outbox.send_command(&commands::success(request.request_id));
         Ok(())
