@@ -16,6 +16,7 @@ Other knobs: `MAGNETAR_BIN` (binary path), `MAGNETAR_TEST_START_TIMEOUT` (second
 `MAGNETAR_TEST_READY_PATH` (an extra admin path that must answer 200 before tests start).
 """
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -222,6 +223,35 @@ def pytest_collection_modifyitems(config, items):
 
 
 _SESSION_SERVER = None
+
+
+@contextlib.contextmanager
+def private_server(toml):
+    """A broker of the test's own, started with the TOML configuration `toml`; stopped and its
+    files removed afterwards (its log printed when the test failed). Skips where the suite
+    runs against an external broker or a custom command."""
+    if os.environ.get("MAGNETAR_TEST_SERVICE_URL") or os.environ.get("MAGNETAR_TEST_SERVER_CMD"):
+        pytest.skip("needs a magnetar broker of its own with this configuration:\n" + toml)
+    srv = Server()
+    config = os.path.join(srv._tmp, "private.toml")
+    with open(config, "w") as f:
+        f.write("# written by the compatibility suite for one test\n" + toml)
+    srv.cmd += ["--config", config]
+    try:
+        srv.start()  # its error carries the server log
+    except BaseException:
+        srv.close()
+        shutil.rmtree(srv._tmp, ignore_errors=True)
+        raise
+    try:
+        yield srv
+    except BaseException:
+        print(srv.log_tail())
+        raise
+    finally:
+        srv.close()
+        shutil.rmtree(srv._tmp, ignore_errors=True)
+
 
 
 @pytest.hookimpl(hookwrapper=True)

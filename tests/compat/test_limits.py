@@ -9,10 +9,7 @@ policies (one `Effective` per topic). The on-demand expiry tests use the admin p
 (a message id body) and `POST …/all_subscription/expireMessages/{seconds}`.
 """
 
-import contextlib
 import json
-import os
-import shutil
 import threading
 import time
 
@@ -26,34 +23,8 @@ from compat_util import (assert_nothing_more, drain, http_request, payloads, rec
 DEADLINE_S = 20
 
 
-def _private(broker_toml):
-    if os.environ.get("MAGNETAR_TEST_SERVICE_URL") or os.environ.get("MAGNETAR_TEST_SERVER_CMD"):
-        pytest.skip("needs a magnetar broker of its own with these defaults:\n" + broker_toml)
-    srv = conftest.Server()
-    config = os.path.join(srv._tmp, "limits.toml")
-    with open(config, "w") as f:
-        f.write("# written by tests/compat/test_limits.py\n[broker]\n" + broker_toml)
-    srv.cmd += ["--config", config]
-    try:
-        srv.start()  # its error carries the server log
-    except BaseException:
-        srv.close()
-        shutil.rmtree(srv._tmp, ignore_errors=True)
-        raise
-    return srv
-
-
-@contextlib.contextmanager
 def private_server(broker_toml):
-    srv = _private(broker_toml)
-    try:
-        yield srv
-    except BaseException:
-        print(srv.log_tail())
-        raise
-    finally:
-        srv.close()
-        shutil.rmtree(srv._tmp, ignore_errors=True)
+    return conftest.private_server("[broker]\n" + broker_toml)
 
 
 def _eventually(what, check, deadline_s=DEADLINE_S, every_s=0.2):
@@ -290,15 +261,11 @@ def test_message_age_quota_with_eviction_drops_backlog_older_than_the_limit():
 # ------------------------------------------------------------- unacked, producers, consumers
 @pytest.fixture(scope="module")
 def limits_server():
-    srv = _private("max_unacked_messages_per_consumer = 10\n"
-                   "max_producers_per_topic = 2\n"
-                   "max_consumers_per_topic = 3\n"
-                   "max_consumers_per_subscription = 2\n")
-    try:
+    with private_server("max_unacked_messages_per_consumer = 10\n"
+                        "max_producers_per_topic = 2\n"
+                        "max_consumers_per_topic = 3\n"
+                        "max_consumers_per_subscription = 2\n") as srv:
         yield srv
-    finally:
-        srv.close()
-        shutil.rmtree(srv._tmp, ignore_errors=True)
 
 
 def test_a_shared_consumer_gets_max_unacked_messages_then_resumes_at_half(limits_server):

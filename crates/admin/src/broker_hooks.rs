@@ -261,8 +261,10 @@ impl BrokerHooks for AdminHooks {
         .collect()
     }
 
-    async fn metrics(&self) -> String {
-        self.0.metrics_text()
+    async fn metrics(&self, format: magnetar_metrics::Format) -> String {
+        // Reading every topic's stats takes locks briefly; off the async workers' hot loop.
+        let service = self.0.clone();
+        tokio::task::spawn_blocking(move || service.metrics_text(format)).await.unwrap_or_default()
     }
 
     async fn expire_messages(

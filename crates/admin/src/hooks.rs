@@ -286,8 +286,9 @@ pub trait BrokerHooks: Send + Sync {
         Ok(())
     }
 
-    /// Prometheus text exposition served at `GET /metrics`. Default: empty.
-    async fn metrics(&self) -> String {
+    /// The exposition served at `GET /metrics`, in `format`. Default: empty.
+    async fn metrics(&self, format: magnetar_metrics::Format) -> String {
+        let _ = format;
         String::new()
     }
 }

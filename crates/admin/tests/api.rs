@@ -681,7 +681,7 @@ impl BrokerHooks for RecordingHooks {
         Err(HookError::Unavailable("ledger storage down".to_string()))
     }
 
-    async fn metrics(&self) -> String {
+    async fn metrics(&self, _format: magnetar_metrics::Format) -> String {
         "magnetar_up 1\n".to_string()
     }
 }

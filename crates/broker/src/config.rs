@@ -123,6 +123,15 @@ pub struct BrokerConfig {
     /// (`maxPublishRatePerTopicInMessages` / `InBytes`, 0: no limit).
     pub max_publish_rate_per_topic_in_messages: u32,
     pub max_publish_rate_per_topic_in_bytes: u64,
+    /// `GET /metrics` has one series per topic (and subscription); false: per namespace
+    /// (Pulsar's `exposeTopicLevelMetricsInPrometheus`, true).
+    pub expose_topic_level_metrics_in_prometheus: bool,
+    /// A partition's series name its partitioned topic in `topic` and the index in
+    /// `partition` (Pulsar's `splitTopicAndPartitionLabelInPrometheus`, false).
+    pub split_topic_and_partition_label_in_prometheus: bool,
+    /// Seconds the `pulsar_*_le_*` bucket gauges count over (Pulsar's
+    /// `statsUpdateFrequencyInSecs`, 60).
+    pub stats_update_frequency_seconds: u64,
 }
 
 impl Default for BrokerConfig {
@@ -170,6 +179,9 @@ impl Default for BrokerConfig {
             dispatch_throttling_rate_per_subscription_in_byte: 0,
             max_publish_rate_per_topic_in_messages: 0,
             max_publish_rate_per_topic_in_bytes: 0,
+            expose_topic_level_metrics_in_prometheus: true,
+            split_topic_and_partition_label_in_prometheus: false,
+            stats_update_frequency_seconds: 60,
         }
     }
 }
@@ -184,6 +196,9 @@ impl BrokerConfig {
         }
         if self.active_consumer_failover_delay_ms > 60_000 {
             return Err("active_consumer_failover_delay_ms must be at most 60000".into());
+        }
+        if self.stats_update_frequency_seconds == 0 {
+            return Err("stats_update_frequency_seconds must be at least 1".into());
         }
         if self.keepalive_seconds == 0 {
             return Err("keepalive_seconds must be at least 1".into());

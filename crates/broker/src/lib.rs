@@ -41,6 +41,7 @@ pub mod managed_ledger;
 pub mod metrics;
 pub mod non_persistent;
 pub mod ownership;
+pub mod prometheus;
 pub mod registration;
 pub mod retention;
 pub mod schema_registry;

@@ -330,8 +330,14 @@ impl BrokerService {
     }
 
     /// The broker's counters in Prometheus text (`GET /metrics`).
-    pub fn metrics_text(&self) -> String {
-        self.ledgers.metrics.prometheus_text()
+    /// `GET /metrics` (see `prometheus.rs`).
+    pub fn metrics_text(&self, format: magnetar_metrics::Format) -> String {
+        crate::prometheus::render(self, format)
+    }
+
+    /// Non-persistent topics loaded now.
+    pub fn loaded_non_persistent_topics(&self) -> Vec<Arc<NonPersistentTopic>> {
+        self.non_persistent.lock().values().cloned().collect()
     }
 
     /// Topics loaded now.

@@ -376,6 +376,11 @@ pub struct Topic {
     unloaded: AtomicBool,
     /// What producers published (stats).
     pub in_meter: Meter,
+    /// Time from staging an entry to its durability, in microseconds (Pulsar's
+    /// `pulsar_storage_write_latency_le_*`).
+    pub write_latency: magnetar_metrics::WindowedBuckets,
+    /// Sizes of the entries published (`pulsar_entry_size_le_*`).
+    pub entry_size: magnetar_metrics::WindowedBuckets,
     /// The policy limits the publish and dispatch paths read without a lock (`limits`).
     limits: Arc<crate::limits::TopicLimits>,
 }
@@ -434,6 +439,12 @@ impl Topic {
             last_active_ms: AtomicU64::new(ledgers.clock.now_ms()),
             unloaded: AtomicBool::new(false),
             in_meter: Meter::new(),
+            write_latency: magnetar_metrics::WindowedBuckets::new(
+                crate::prometheus::WRITE_LATENCY_BUCKETS_US,
+            ),
+            entry_size: magnetar_metrics::WindowedBuckets::new(
+                crate::prometheus::ENTRY_SIZE_BUCKETS,
+            ),
             limits: Arc::default(),
         });
         topic.recover_dedup().await?;

@@ -60,11 +60,28 @@ pub struct SealedSegment {
 }
 
 /// Counters for benchmarks and metrics.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct JournalStats {
     pub groups: AtomicU64,
     pub records: AtomicU64,
     pub bytes: AtomicU64,
+    /// How long each group's `fdatasync` took (microseconds).
+    pub fsync_us: magnetar_metrics::Histogram,
+}
+
+/// Bucket bounds of the fsync latency histogram, in microseconds (50 us .. 1 s).
+pub const FSYNC_BUCKETS_US: &[u64] =
+    &[50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000];
+
+impl Default for JournalStats {
+    fn default() -> Self {
+        JournalStats {
+            groups: AtomicU64::new(0),
+            records: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            fsync_us: magnetar_metrics::Histogram::new(FSYNC_BUCKETS_US),
+        }
+    }
 }
 
 struct Group {
@@ -624,7 +641,13 @@ fn writer_loop(shared: &Shared) {
             .map_err(|e| format!("write to segment {}: {e}", group.seq))
             .and_then(|()| match shared.config.sync_mode {
                 SyncMode::Fdatasync => {
-                    file.sync_data().map_err(|e| format!("fdatasync of segment {}: {e}", group.seq))
+                    let started = shared.clock.now();
+                    let synced = file
+                        .sync_data()
+                        .map_err(|e| format!("fdatasync of segment {}: {e}", group.seq));
+                    let took = shared.clock.now().saturating_duration_since(started);
+                    shared.stats.fsync_us.record_duration_us(took);
+                    synced
                 }
                 SyncMode::Dsync | SyncMode::None => Ok(()),
             });

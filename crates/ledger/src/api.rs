@@ -100,6 +100,14 @@ pub trait LedgerStorage: Send + Sync + 'static {
     fn ledger_id_floor(&self) -> u64 {
         0
     }
+
+    /// Writes the storage's own Prometheus series, each with `labels` (none by default).
+    fn write_metrics(
+        &self,
+        _out: &mut magnetar_metrics::Exposition,
+        _labels: magnetar_metrics::Labels,
+    ) {
+    }
 }
 
 #[async_trait]
@@ -155,6 +163,14 @@ impl LedgerStorage for LedgerStore {
 
     fn ledger_id_floor(&self) -> u64 {
         self.next_local_ledger_id()
+    }
+
+    fn write_metrics(
+        &self,
+        out: &mut magnetar_metrics::Exposition,
+        labels: magnetar_metrics::Labels,
+    ) {
+        LedgerStore::write_metrics(self, out, labels);
     }
 }
 

@@ -27,6 +27,7 @@ use bytes::Bytes;
 use magnetar_clock::{Clock, SystemClock};
 use magnetar_journal::storage::{FsStorage, Storage};
 use magnetar_journal::{Journal, JournalError, RecordHeader, RecordLocation, SealedSegment};
+use magnetar_metrics::{Exposition, Labels};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -108,11 +109,33 @@ pub struct StoreRecovery {
 }
 
 /// Counters for the perf tool and metrics.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StoreStats {
     pub checkpoints: AtomicU64,
     pub segments_freed: AtomicU64,
     pub entries_relocated: AtomicU64,
+    /// Entries a read found in the write cache, and those it had to read from the journal.
+    pub cache_hits: AtomicU64,
+    pub cache_misses: AtomicU64,
+    /// How long reads from the journal (cache misses) took, in microseconds.
+    pub read_us: magnetar_metrics::Histogram,
+}
+
+/// Bucket bounds of the read latency histogram, in microseconds (10 us .. 1 s).
+pub const READ_BUCKETS_US: &[u64] =
+    &[10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000];
+
+impl Default for StoreStats {
+    fn default() -> Self {
+        StoreStats {
+            checkpoints: AtomicU64::new(0),
+            segments_freed: AtomicU64::new(0),
+            entries_relocated: AtomicU64::new(0),
+            cache_hits: AtomicU64::new(0),
+            cache_misses: AtomicU64::new(0),
+            read_us: magnetar_metrics::Histogram::new(READ_BUCKETS_US),
+        }
+    }
 }
 
 /// Bytes per ledger in one checkpointed segment.
@@ -446,6 +469,97 @@ impl LedgerStore {
         })
     }
 
+    /// The store's Prometheus series (`magnetar_journal_*`, `magnetar_ledger_*`,
+    /// `magnetar_storage_*`), each with `labels`.
+    pub fn write_metrics(&self, out: &mut Exposition, labels: Labels) {
+        let journal = self.inner.journal.stats();
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        out.counter(
+            "magnetar_journal_groups",
+            "Group commits written to the journal (one write and one fdatasync each).",
+            labels,
+            load(&journal.groups),
+        );
+        out.counter(
+            "magnetar_journal_records",
+            "Records (entries and ledger events) written to the journal.",
+            labels,
+            load(&journal.records),
+        );
+        out.counter(
+            "magnetar_journal_bytes",
+            "Bytes written to the journal, padding included.",
+            labels,
+            load(&journal.bytes),
+        );
+        let (cumulative, sum) = journal.fsync_us.cumulative();
+        out.histogram(
+            "magnetar_journal_fsync_seconds",
+            "Time each group commit's fdatasync took.",
+            labels,
+            journal.fsync_us.bounds(),
+            &cumulative,
+            sum,
+            1e6,
+        );
+        let stats = &self.inner.stats;
+        out.counter(
+            "magnetar_ledger_read_cache_hits",
+            "Entries reads found in the write cache.",
+            labels,
+            load(&stats.cache_hits),
+        );
+        out.counter(
+            "magnetar_ledger_read_cache_misses",
+            "Entries reads had to fetch from the journal on disk.",
+            labels,
+            load(&stats.cache_misses),
+        );
+        let (cumulative, sum) = stats.read_us.cumulative();
+        out.histogram(
+            "magnetar_ledger_read_seconds",
+            "Time reads from the journal on disk took (cache misses).",
+            labels,
+            stats.read_us.bounds(),
+            &cumulative,
+            sum,
+            1e6,
+        );
+        out.gauge(
+            "magnetar_ledger_ledgers",
+            "Ledgers in the store (topics' data ledgers and cursor ledgers).",
+            labels,
+            self.inner.ledgers.read().len() as f64,
+        );
+        out.counter(
+            "magnetar_storage_segments_freed",
+            "Journal segments freed because every ledger in them was deleted.",
+            labels,
+            load(&stats.segments_freed),
+        );
+        out.counter(
+            "magnetar_storage_entries_relocated",
+            "Live entries compaction moved out of mostly-dead segments.",
+            labels,
+            load(&stats.entries_relocated),
+        );
+        let dir = &self.inner.config.dir;
+        out.gauge(
+            "magnetar_storage_disk_used_bytes",
+            "Bytes of the files in the storage directory (segments, indexes, checkpoints).",
+            labels,
+            dir_bytes(dir) as f64,
+        );
+        if let Some(free) = free_bytes(dir) {
+            out.gauge(
+                "magnetar_storage_disk_free_bytes",
+                "Bytes available to the store on the file system of its directory.",
+                labels,
+                free as f64,
+            );
+        }
+    }
+
     /// Ids of all ledgers, ascending.
     pub fn ledgers(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self.inner.ledgers.read().keys().copied().collect();
@@ -467,7 +581,11 @@ impl LedgerStore {
         if first > last || last >= state.locations.len() as u64 {
             return None;
         }
-        (first..=last).map(|entry| state.cache.get(entry)).collect()
+        let hit: Option<Vec<Bytes>> = (first..=last).map(|entry| state.cache.get(entry)).collect();
+        if let Some(entries) = &hit {
+            self.inner.stats.cache_hits.fetch_add(entries.len() as u64, Ordering::Relaxed);
+        }
+        hit
     }
 
     pub fn read_range(
@@ -496,10 +614,18 @@ impl LedgerStore {
                     (location.unpack(), header)
                 })
                 .collect();
+            let stats = &self.inner.stats;
+            let hits = out.len() - misses.len();
+            stats.cache_hits.fetch_add(hits as u64, Ordering::Relaxed);
             if misses.is_empty() {
                 return Ok(out.into_iter().map(|e| e.expect("all cached")).collect());
             }
-            match self.inner.journal.read_many(&misses) {
+            stats.cache_misses.fetch_add(misses.len() as u64, Ordering::Relaxed);
+            let started = self.inner.clock.now();
+            let read = self.inner.journal.read_many(&misses);
+            let took = self.inner.clock.now().saturating_duration_since(started);
+            stats.read_us.record_duration_us(took);
+            match read {
                 Ok(read) => {
                     let mut read = read.into_iter();
                     for slot in out.iter_mut().filter(|slot| slot.is_none()) {
@@ -993,4 +1119,34 @@ fn relocate_segment(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
     }
     inner.stats.entries_relocated.fetch_add(pending as u64, Ordering::Relaxed);
     release(inner, seq)
+}
+
+/// Bytes of the files under `dir` (what the store occupies; 0 for an in-memory store).
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(meta) if meta.is_dir() => dir_bytes(&entry.path()),
+            Ok(meta) => meta.len(),
+            Err(_) => 0, // freed while we looked
+        })
+        .sum()
+}
+
+/// Bytes available to unprivileged users on the file system holding `dir`.
+fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `path` is a valid NUL-terminated string and `stat` is a writable statvfs that
+    // the call fills in; it is read only when the call succeeded.
+    let stat = unsafe {
+        if libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stat.assume_init()
+    };
+    #[allow(clippy::useless_conversion)] // the field types differ between platforms
+    Some(u64::from(stat.f_bavail).saturating_mul(u64::from(stat.f_frsize)))
 }

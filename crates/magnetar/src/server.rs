@@ -89,7 +89,7 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         // (`magnetar_metadata_writes_total` on GET /metrics); the registration's ephemeral key
         // goes to the session store directly.
         let counting = magnetar_metadata::CountingStore::new(metadata.clone());
-        let metrics = magnetar_broker::metrics::BrokerMetrics::new(Some(counting.write_counter()));
+        let metrics = magnetar_broker::metrics::BrokerMetrics::counting(&counting);
         let metadata_store: Arc<dyn MetadataStore> = Arc::new(counting);
         let service = BrokerService::build(
             broker_config,

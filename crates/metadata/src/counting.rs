@@ -1,9 +1,13 @@
 //! [`CountingStore`]: a thin wrapper that counts the writes (puts and deletes) made through it,
 //! for metrics (`magnetar_metadata_writes_total`) and for tests that bound how often a code path
-//! writes the metadata store.
+//! writes the metadata store, and times every operation by kind
+//! (`magnetar_metadata_operation_seconds{op}`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
+
+use magnetar_metrics::{Exposition, Histogram};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -15,11 +19,72 @@ use crate::{ExpectedVersion, MetadataStore, Result, Versioned, WatchStream};
 pub struct CountingStore {
     inner: Arc<dyn MetadataStore>,
     writes: Arc<AtomicU64>,
+    latency: Arc<OperationLatency>,
+}
+
+/// The operations timed, as the `op` label names them.
+const OPERATIONS: [&str; 6] = ["get", "put", "delete", "list", "list_children", "watch"];
+
+/// Bucket bounds of the operation latency histograms, in microseconds (50 us .. 5 s).
+const LATENCY_BUCKETS_US: &[u64] =
+    &[50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000, 5_000_000];
+
+/// One latency histogram per kind of operation (its count is the number of operations).
+#[derive(Debug)]
+pub struct OperationLatency {
+    by_op: [Histogram; OPERATIONS.len()],
+}
+
+impl OperationLatency {
+    fn new() -> Self {
+        OperationLatency { by_op: std::array::from_fn(|_| Histogram::new(LATENCY_BUCKETS_US)) }
+    }
+
+    fn record(&self, op: usize, started: Instant) {
+        self.by_op[op].record_duration_us(now().saturating_duration_since(started));
+    }
+
+    /// `magnetar_metadata_operations_total{op}` and `magnetar_metadata_operation_seconds{op}`,
+    /// with `labels` before `op`.
+    pub fn write_metrics(&self, out: &mut Exposition, labels: &[(&str, &str)]) {
+        for (op, histogram) in OPERATIONS.iter().zip(&self.by_op) {
+            let mut with_op = labels.to_vec();
+            with_op.push(("op", op));
+            let (cumulative, sum) = histogram.cumulative();
+            out.counter(
+                "magnetar_metadata_operations",
+                "Metadata-store operations made by this process, by kind (failed ones too).",
+                &with_op,
+                *cumulative.last().unwrap_or(&0),
+            );
+            out.histogram(
+                "magnetar_metadata_operation_seconds",
+                "Time metadata-store operations took, by kind.",
+                &with_op,
+                histogram.bounds(),
+                &cumulative,
+                sum,
+                1e6,
+            );
+        }
+    }
+}
+
+/// The time operation latencies are measured with: real time, for metrics only (no decision
+/// reads it, so there is nothing for a simulated clock to drive).
+#[allow(clippy::disallowed_methods)]
+fn now() -> Instant {
+    Instant::now()
 }
 
 impl CountingStore {
     pub fn new(inner: Arc<dyn MetadataStore>) -> Self {
-        CountingStore { inner, writes: Arc::default() }
+        CountingStore { inner, writes: Arc::default(), latency: Arc::new(OperationLatency::new()) }
+    }
+
+    /// The operation latencies, to render where the store is not at hand.
+    pub fn latency(&self) -> Arc<OperationLatency> {
+        self.latency.clone()
     }
 
     /// Puts and deletes made through this store so far.
@@ -36,29 +101,47 @@ impl CountingStore {
 #[async_trait]
 impl MetadataStore for CountingStore {
     async fn get(&self, key: &str) -> Result<Option<Versioned>> {
-        self.inner.get(key).await
+        let started = now();
+        let result = self.inner.get(key).await;
+        self.latency.record(0, started);
+        result
     }
 
     async fn put(&self, key: &str, value: Bytes, expected: ExpectedVersion) -> Result<u64> {
         self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.put(key, value, expected).await
+        let started = now();
+        let result = self.inner.put(key, value, expected).await;
+        self.latency.record(1, started);
+        result
     }
 
     async fn delete(&self, key: &str, expected: ExpectedVersion) -> Result<()> {
         self.writes.fetch_add(1, Ordering::Relaxed);
-        self.inner.delete(key, expected).await
+        let started = now();
+        let result = self.inner.delete(key, expected).await;
+        self.latency.record(2, started);
+        result
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        self.inner.list(prefix).await
+        let started = now();
+        let result = self.inner.list(prefix).await;
+        self.latency.record(3, started);
+        result
     }
 
     async fn list_children(&self, path: &str) -> Result<Vec<String>> {
-        self.inner.list_children(path).await
+        let started = now();
+        let result = self.inner.list_children(path).await;
+        self.latency.record(4, started);
+        result
     }
 
     async fn watch(&self, prefix: &str) -> Result<WatchStream> {
-        self.inner.watch(prefix).await
+        let started = now();
+        let result = self.inner.watch(prefix).await;
+        self.latency.record(5, started);
+        result
     }
 
     async fn close(&self) -> Result<()> {

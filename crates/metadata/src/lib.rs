@@ -68,7 +68,7 @@ use std::fmt;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-pub use counting::CountingStore;
+pub use counting::{CountingStore, OperationLatency};
 pub use embedded::{
     EmbeddedStats, EmbeddedStore, EmbeddedStoreConfig, FileLogIo, LogIo, LogIoWrapper,
     RecoveryReport,

@@ -8,7 +8,7 @@
 //! children of `/brokers`, ephemeral keys bound to each broker's metadata session).
 
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use magnetar_model::keys;
@@ -17,9 +17,6 @@ use magnetar_model::BrokerRegistration;
 use super::PathSegments;
 use crate::error::AdminError;
 use crate::AdminState;
-
-/// Content type of the Prometheus text exposition format.
-pub(crate) const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 fn plain_ok() -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"))], "ok")
@@ -55,12 +52,15 @@ pub(crate) async fn list_brokers(
     Ok(Json(brokers))
 }
 
-/// `GET /metrics`: the broker's Prometheus exposition (the hooks' counters; empty without a broker).
-pub(crate) async fn metrics(State(state): State<AdminState>) -> Response {
-    let body = state.hooks.metrics().await;
+/// `GET /metrics`: the broker's exposition, Prometheus text 0.0.4, or OpenMetrics when the
+/// scraper's `Accept` asks for it.
+pub(crate) async fn metrics(State(state): State<AdminState>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = magnetar_metrics::Format::negotiate(accept);
+    let body = state.hooks.metrics(format).await;
     (
         StatusCode::OK,
-        [(header::CONTENT_TYPE, HeaderValue::from_static(PROMETHEUS_CONTENT_TYPE))],
+        [(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()))],
         body,
     )
         .into_response()

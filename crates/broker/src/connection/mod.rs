@@ -237,6 +237,8 @@ pub async fn serve(
 ) {
     let peer = socket.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let _ = socket.set_nodelay(true);
+    let metrics = service.ledgers.metrics.clone();
+    metrics.connections_created.fetch_add(1, Ordering::Relaxed);
     let (mut reader, writer) = socket.into_split();
     let (sender, receiver) = mpsc::unbounded_channel::<OutFrame>();
     let writer_task = tokio::spawn(write_frames(receiver, writer));
@@ -309,6 +311,11 @@ pub async fn serve(
         }
     }
     connection.cleanup(&mut completed).await;
+    if !connection.connected {
+        // Closed before its CONNECT was accepted (bad frames, a handshake that never came).
+        metrics.connections_failed.fetch_add(1, Ordering::Relaxed);
+    }
+    metrics.connections_closed.fetch_add(1, Ordering::Relaxed);
     drop(connection);
     let _ = tokio::time::timeout(Duration::from_secs(5), writer_task).await;
 }
@@ -456,6 +463,7 @@ impl Connection {
             None,
         ));
         self.connected = true;
+        self.service.ledgers.metrics.connections_succeeded.fetch_add(1, Ordering::Relaxed);
         self.client_version = connect.client_version.clone();
         tracing::debug!(peer = %self.peer, client = %connect.client_version, version, "connected");
         Ok(())

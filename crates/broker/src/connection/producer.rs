@@ -195,6 +195,8 @@ impl Connection {
         let messages = u64::try_from(send.num_messages.unwrap_or(1)).unwrap_or(1).max(1);
         producer.info.meter.record(messages, entry.len() as u64);
         producer.topic.in_meter.record(messages, entry.len() as u64);
+        producer.topic.entry_size.record(entry.len() as u64);
+        let staged_at = producer.topic.managed_ledger.clock().now();
         let outbox = self.outbox.clone();
         let topic = producer.topic.clone();
         let producer_name = producer.name.clone();
@@ -203,6 +205,10 @@ impl Connection {
             move |result: Result<Position, BrokerError>| {
                 let reply = match result {
                     Ok(position) => {
+                        let now = topic.managed_ledger.clock().now();
+                        topic
+                            .write_latency
+                            .record_duration_us(now.saturating_duration_since(staged_at));
                         if counts {
                             topic.entry_persisted(&producer_name, highest, position);
                         }

@@ -1,0 +1,601 @@
+//! `GET /metrics`: the broker's Prometheus exposition, with Apache Pulsar's metric names, types
+//! and labels (`NamespaceStatsAggregator`, `TopicStats`), so existing dashboards and alerts work.
+//!
+//! - Topic level (default; `expose_topic_level_metrics_in_prometheus`): per topic, labels
+//!   `cluster`, `namespace`, `topic` (and `partition` with
+//!   `split_topic_and_partition_label_in_prometheus`); per subscription, `subscription` too;
+//!   `pulsar_topics_count` per namespace. Off: the same families summed per namespace.
+//! - Families Pulsar writes "with broker default" start with a `{cluster}` sample of 0, as
+//!   Pulsar's do, so a dashboard finds them on an idle broker.
+//! - `pulsar_storage_write_latency_le_*` and `pulsar_entry_size_le_*` count, per bucket, the
+//!   last completed `stats_update_frequency_seconds` interval (Pulsar's `StatsBuckets`);
+//!   their `_count` and `_sum` (latency in microseconds, sizes in bytes, as Pulsar) are typed as
+//!   summaries. Counters (`pulsar_in_messages_total`...) are typed as counters (Pulsar says
+//!   gauge; the values are the same, and `rate()` is what one does with them).
+//! - Connections (`pulsar_active_connections`, `pulsar_connection_*`), Magnetar's storage
+//!   (`magnetar_journal_*`, `magnetar_ledger_*`, `magnetar_storage_*`), the metadata store
+//!   (`magnetar_metadata_*`) and the process (`process_*`).
+//!
+//! Cost: every number is an atomic the hot paths already update (meters, bucket counters);
+//! a scrape reads them with the same code as the admin stats, holding each topic's locks only
+//! as long as that does. Nothing here runs on the publish or dispatch path.
+
+use crate::service::BrokerService;
+use crate::stats::TopicStats;
+use magnetar_metrics::{Exposition, Format, Labels, WindowReading};
+use magnetar_model::policy::BacklogQuotaType;
+use magnetar_model::TopicName;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Pulsar's `ENTRY_LATENCY_BUCKETS_USEC`: 0.5, 1, 5, 10, 20, 50, 100, 200, 1000 ms.
+pub const WRITE_LATENCY_BUCKETS_US: &[u64] =
+    &[500, 1_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 1_000_000];
+const WRITE_LATENCY_NAMES: [&str; 10] = [
+    "pulsar_storage_write_latency_le_0_5",
+    "pulsar_storage_write_latency_le_1",
+    "pulsar_storage_write_latency_le_5",
+    "pulsar_storage_write_latency_le_10",
+    "pulsar_storage_write_latency_le_20",
+    "pulsar_storage_write_latency_le_50",
+    "pulsar_storage_write_latency_le_100",
+    "pulsar_storage_write_latency_le_200",
+    "pulsar_storage_write_latency_le_1000",
+    "pulsar_storage_write_latency_overflow",
+];
+
+/// Pulsar's `ENTRY_SIZE_BUCKETS_BYTES`: 128 B, 512 B, 1, 2, 4, 16, 100 KiB, 1 MiB.
+pub const ENTRY_SIZE_BUCKETS: &[u64] = &[128, 512, 1_024, 2_048, 4_096, 16_384, 102_400, 1_048_576];
+const ENTRY_SIZE_NAMES: [&str; 9] = [
+    "pulsar_entry_size_le_128",
+    "pulsar_entry_size_le_512",
+    "pulsar_entry_size_le_1_kb",
+    "pulsar_entry_size_le_2_kb",
+    "pulsar_entry_size_le_4_kb",
+    "pulsar_entry_size_le_16_kb",
+    "pulsar_entry_size_le_100_kb",
+    "pulsar_entry_size_le_1_mb",
+    "pulsar_entry_size_le_overflow",
+];
+
+/// One topic's numbers, persistent or not.
+struct TopicSample {
+    name: TopicName,
+    stats: TopicStats,
+    write_latency: WindowReading,
+    entry_size: WindowReading,
+    /// Backlog quota limits (bytes, seconds; -1: none).
+    quota_limit_bytes: i64,
+    quota_limit_seconds: i64,
+}
+
+impl TopicSample {
+    fn msg_backlog(&self) -> u64 {
+        self.stats.subscriptions.values().map(|s| s.msg_backlog).sum()
+    }
+
+    fn delayed(&self) -> u64 {
+        self.stats.subscriptions.values().map(|s| s.msg_delayed).sum()
+    }
+}
+
+/// The exposition of everything this broker serves.
+pub fn render(service: &BrokerService, format: Format) -> String {
+    let config = &service.config;
+    let cluster = config.cluster_name.as_str();
+    let interval = Duration::from_secs(config.stats_update_frequency_seconds);
+    let now = service.ledgers.clock.now();
+    let mut samples: Vec<TopicSample> = Vec::new();
+    for topic in service.loaded_topics() {
+        let policies = topic.policies();
+        let quota = |kind| policies.backlog_quotas.get(&kind);
+        samples.push(TopicSample {
+            name: topic.name.clone(),
+            stats: topic.stats(),
+            write_latency: topic.write_latency.read(now, interval),
+            entry_size: topic.entry_size.read(now, interval),
+            quota_limit_bytes: quota(BacklogQuotaType::DestinationStorage)
+                .map_or(-1, |q| q.limit_size),
+            quota_limit_seconds: quota(BacklogQuotaType::MessageAge)
+                .map_or(-1, |q| i64::from(q.limit_time)),
+        });
+    }
+    for topic in service.loaded_non_persistent_topics() {
+        samples.push(TopicSample {
+            name: topic.name.clone(),
+            stats: topic.stats(now),
+            write_latency: empty_window(WRITE_LATENCY_BUCKETS_US),
+            entry_size: empty_window(ENTRY_SIZE_BUCKETS),
+            quota_limit_bytes: -1,
+            quota_limit_seconds: -1,
+        });
+    }
+    samples.sort_by_cached_key(|sample| sample.name.to_string());
+
+    let mut out = Exposition::new(format);
+    if config.expose_topic_level_metrics_in_prometheus {
+        write_topic_level(
+            &mut out,
+            cluster,
+            &samples,
+            config.split_topic_and_partition_label_in_prometheus,
+        );
+    } else {
+        write_namespace_level(&mut out, cluster, &samples);
+    }
+    service.ledgers.metrics.write(&mut out, cluster, &config.advertised_address);
+    service.ledgers.storage.write_metrics(&mut out, &[("cluster", cluster)]);
+    write_process(&mut out);
+    out.finish()
+}
+
+fn empty_window(bounds: &[u64]) -> WindowReading {
+    WindowReading { buckets: vec![0; bounds.len() + 1], count: 0, sum: 0 }
+}
+
+/// Families Pulsar writes with a `{cluster}` default sample (`writeMetricWithBrokerDefault`).
+const WITH_BROKER_DEFAULT: [(&str, &str); 12] = [
+    ("pulsar_topics_count", "Topics in the namespace served by this broker."),
+    ("pulsar_subscriptions_count", "Subscriptions."),
+    ("pulsar_producers_count", "Producers connected."),
+    ("pulsar_consumers_count", "Consumers connected."),
+    ("pulsar_rate_in", "Messages published per second."),
+    ("pulsar_rate_out", "Messages dispatched per second."),
+    ("pulsar_throughput_in", "Bytes published per second."),
+    ("pulsar_throughput_out", "Bytes dispatched per second."),
+    ("pulsar_storage_size", "Bytes of the topic's ledgers (all replicas)."),
+    ("pulsar_storage_logical_size", "Bytes of the topic's ledgers (one copy)."),
+    ("pulsar_msg_backlog", "Messages not yet acknowledged, all subscriptions together."),
+    ("pulsar_storage_write_rate", "Entries written to storage per second."),
+];
+
+fn help(name: &str) -> &'static str {
+    WITH_BROKER_DEFAULT.iter().find(|(n, _)| *n == name).map_or("", |(_, h)| h)
+}
+
+fn broker_defaults(out: &mut Exposition, cluster: &str, names: &[&'static str]) {
+    for &name in names {
+        out.gauge(name, help(name), &[("cluster", cluster)], 0.0);
+    }
+}
+
+fn write_topic_level(out: &mut Exposition, cluster: &str, samples: &[TopicSample], split: bool) {
+    broker_defaults(
+        out,
+        cluster,
+        &[
+            "pulsar_topics_count",
+            "pulsar_subscriptions_count",
+            "pulsar_producers_count",
+            "pulsar_consumers_count",
+            "pulsar_rate_in",
+            "pulsar_rate_out",
+            "pulsar_throughput_in",
+            "pulsar_throughput_out",
+            "pulsar_storage_size",
+            "pulsar_storage_logical_size",
+            "pulsar_msg_backlog",
+        ],
+    );
+    let mut topics_per_namespace: BTreeMap<String, u64> = BTreeMap::new();
+    for sample in samples {
+        *topics_per_namespace.entry(sample.name.namespace().to_string()).or_default() += 1;
+    }
+    for (namespace, count) in &topics_per_namespace {
+        let labels: Labels = &[("cluster", cluster), ("namespace", namespace)];
+        out.gauge("pulsar_topics_count", help("pulsar_topics_count"), labels, *count as f64);
+    }
+    for sample in samples {
+        let namespace = sample.name.namespace().to_string();
+        let full = sample.name.to_string();
+        let (topic, partition) = if split {
+            let index = sample.name.partition_index().map_or(-1, i64::from);
+            let base =
+                if index >= 0 { sample.name.partitioned_topic().to_string() } else { full.clone() };
+            (base, Some(index.to_string()))
+        } else {
+            (full, None)
+        };
+        let mut labels: Vec<(&str, &str)> =
+            vec![("cluster", cluster), ("namespace", &namespace), ("topic", &topic)];
+        if let Some(partition) = &partition {
+            labels.push(("partition", partition));
+        }
+        write_topic(out, &labels, sample);
+        for (subscription, sub) in &sample.stats.subscriptions {
+            let mut labels = labels.clone();
+            labels.push(("subscription", subscription));
+            write_subscription(out, &labels, sub);
+        }
+    }
+}
+
+fn write_topic(out: &mut Exposition, labels: Labels, sample: &TopicSample) {
+    let stats = &sample.stats;
+    let consumers: usize = stats.subscriptions.values().map(|s| s.consumers.len()).sum();
+    let gauges: [(&'static str, f64); 10] = [
+        ("pulsar_subscriptions_count", stats.subscriptions.len() as f64),
+        ("pulsar_producers_count", stats.publishers.len() as f64),
+        ("pulsar_consumers_count", consumers as f64),
+        ("pulsar_rate_in", stats.msg_rate_in),
+        ("pulsar_rate_out", stats.msg_rate_out),
+        ("pulsar_throughput_in", stats.msg_throughput_in),
+        ("pulsar_throughput_out", stats.msg_throughput_out),
+        ("pulsar_storage_size", stats.storage_size as f64),
+        ("pulsar_storage_logical_size", stats.storage_size as f64),
+        ("pulsar_msg_backlog", sample.msg_backlog() as f64),
+    ];
+    for (name, value) in gauges {
+        out.gauge(name, help(name), labels, value);
+    }
+    out.gauge(
+        "pulsar_average_msg_size",
+        "Average size of the messages published in the last interval (bytes).",
+        labels,
+        stats.average_msg_size,
+    );
+    out.gauge(
+        "pulsar_storage_backlog_size",
+        "Estimated bytes of the slowest durable subscription's backlog.",
+        labels,
+        stats.backlog_size as f64,
+    );
+    out.gauge(
+        "pulsar_storage_offloaded_size",
+        "Bytes offloaded to tiered storage.",
+        labels,
+        stats.offloaded_storage_size as f64,
+    );
+    out.gauge(
+        "pulsar_publish_rate_limit_times",
+        "Times the publish rate limit paused the topic's producers.",
+        labels,
+        stats.publish_rate_limited_times as f64,
+    );
+    out.gauge(
+        "pulsar_storage_backlog_quota_limit",
+        "The backlog quota's size limit (bytes; -1: none).",
+        labels,
+        sample.quota_limit_bytes as f64,
+    );
+    out.gauge(
+        "pulsar_storage_backlog_quota_limit_time",
+        "The backlog quota's time limit (seconds; -1: none).",
+        labels,
+        sample.quota_limit_seconds as f64,
+    );
+    write_buckets(out, labels, &sample.write_latency, &sample.entry_size);
+    out.counter(
+        "pulsar_in_bytes",
+        "Bytes published to the topic since it was loaded.",
+        labels,
+        stats.bytes_in_counter,
+    );
+    out.counter(
+        "pulsar_in_messages",
+        "Messages published to the topic since it was loaded.",
+        labels,
+        stats.msg_in_counter,
+    );
+}
+
+fn write_buckets(
+    out: &mut Exposition,
+    labels: Labels,
+    latency: &WindowReading,
+    size: &WindowReading,
+) {
+    for (name, count) in WRITE_LATENCY_NAMES.iter().zip(&latency.buckets) {
+        out.gauge(
+            name,
+            "Entries whose storage write took this long, in the last stats interval.",
+            labels,
+            *count as f64,
+        );
+    }
+    out.summary(
+        "pulsar_storage_write_latency",
+        "Storage writes in the last stats interval, and their total latency (microseconds).",
+        labels,
+        latency.count,
+        latency.sum as f64,
+    );
+    for (name, count) in ENTRY_SIZE_NAMES.iter().zip(&size.buckets) {
+        out.gauge(
+            name,
+            "Entries of this size published in the last stats interval.",
+            labels,
+            *count as f64,
+        );
+    }
+    out.summary(
+        "pulsar_entry_size",
+        "Entries published in the last stats interval, and their total size (bytes).",
+        labels,
+        size.count,
+        size.sum as f64,
+    );
+}
+
+fn write_subscription(out: &mut Exposition, labels: Labels, sub: &crate::stats::SubscriptionStats) {
+    let gauges: [(&'static str, &'static str, f64); 15] = [
+        (
+            "pulsar_subscription_back_log",
+            "Messages in the subscription's backlog.",
+            sub.msg_backlog as f64,
+        ),
+        (
+            "pulsar_subscription_back_log_no_delayed",
+            "Backlog messages not held back by delayed delivery.",
+            sub.msg_backlog_no_delayed as f64,
+        ),
+        (
+            "pulsar_subscription_delayed",
+            "Messages delayed (delayed delivery).",
+            sub.msg_delayed as f64,
+        ),
+        (
+            "pulsar_subscription_msg_rate_redeliver",
+            "Messages redelivered per second.",
+            sub.msg_rate_redeliver,
+        ),
+        (
+            "pulsar_subscription_unacked_messages",
+            "Messages delivered and not acknowledged.",
+            sub.unacked_messages as f64,
+        ),
+        (
+            "pulsar_subscription_blocked_on_unacked_messages",
+            "1 when dispatch is stopped by the unacknowledged-messages limit.",
+            if sub.blocked_subscription_on_unacked_msgs { 1.0 } else { 0.0 },
+        ),
+        ("pulsar_subscription_msg_rate_out", "Messages dispatched per second.", sub.msg_rate_out),
+        ("pulsar_subscription_msg_ack_rate", "Acknowledgements per second.", sub.message_ack_rate),
+        (
+            "pulsar_subscription_msg_throughput_out",
+            "Bytes dispatched per second.",
+            sub.msg_throughput_out,
+        ),
+        (
+            "pulsar_subscription_msg_rate_expired",
+            "Messages expired per second (TTL).",
+            sub.msg_rate_expired,
+        ),
+        (
+            "pulsar_subscription_total_msg_expired",
+            "Messages expired (TTL) since the topic was loaded.",
+            sub.total_msg_expired as f64,
+        ),
+        (
+            "pulsar_subscription_last_expire_timestamp",
+            "When messages last expired (ms since the epoch; 0: never).",
+            sub.last_expire_timestamp as f64,
+        ),
+        (
+            "pulsar_subscription_last_acked_timestamp",
+            "When a consumer last acknowledged (ms since the epoch; 0: never).",
+            sub.last_acked_timestamp as f64,
+        ),
+        (
+            "pulsar_subscription_last_consumed_timestamp",
+            "When a message was last dispatched (ms since the epoch; 0: never).",
+            sub.last_consumed_timestamp as f64,
+        ),
+        (
+            "pulsar_subscription_last_mark_delete_advanced_timestamp",
+            "When the mark-delete position last moved (ms since the epoch; 0: never).",
+            sub.last_mark_delete_advanced_timestamp as f64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        out.gauge(name, help, labels, value);
+    }
+    out.counter(
+        "pulsar_out_bytes",
+        "Bytes dispatched to the subscription's consumers since the topic was loaded.",
+        labels,
+        sub.bytes_out_counter,
+    );
+    out.counter(
+        "pulsar_out_messages",
+        "Messages dispatched to the subscription's consumers since the topic was loaded.",
+        labels,
+        sub.msg_out_counter,
+    );
+}
+
+/// Pulsar's namespace-level families (`printNamespaceStats`): every topic of a namespace summed.
+fn write_namespace_level(out: &mut Exposition, cluster: &str, samples: &[TopicSample]) {
+    #[derive(Default)]
+    struct Namespace {
+        topics: u64,
+        subscriptions: u64,
+        producers: u64,
+        consumers: u64,
+        rate_in: f64,
+        rate_out: f64,
+        throughput_in: f64,
+        throughput_out: f64,
+        storage: u64,
+        backlog_size: u64,
+        backlog: u64,
+        delayed: u64,
+        ack_rate: f64,
+        in_bytes: u64,
+        in_messages: u64,
+        out_bytes: u64,
+        out_messages: u64,
+        latency: Option<WindowReading>,
+        size: Option<WindowReading>,
+    }
+    fn add(total: &mut Option<WindowReading>, more: &WindowReading) {
+        match total {
+            None => *total = Some(more.clone()),
+            Some(total) => {
+                for (t, m) in total.buckets.iter_mut().zip(&more.buckets) {
+                    *t += m;
+                }
+                total.count += more.count;
+                total.sum += more.sum;
+            }
+        }
+    }
+    let mut namespaces: BTreeMap<String, Namespace> = BTreeMap::new();
+    for sample in samples {
+        let ns = namespaces.entry(sample.name.namespace().to_string()).or_default();
+        let stats = &sample.stats;
+        ns.topics += 1;
+        ns.subscriptions += stats.subscriptions.len() as u64;
+        ns.producers += stats.publishers.len() as u64;
+        ns.consumers += stats.subscriptions.values().map(|s| s.consumers.len() as u64).sum::<u64>();
+        ns.rate_in += stats.msg_rate_in;
+        ns.rate_out += stats.msg_rate_out;
+        ns.throughput_in += stats.msg_throughput_in;
+        ns.throughput_out += stats.msg_throughput_out;
+        ns.storage += stats.storage_size;
+        ns.backlog_size += stats.backlog_size;
+        ns.backlog += sample.msg_backlog();
+        ns.delayed += sample.delayed();
+        ns.ack_rate += stats.subscriptions.values().map(|s| s.message_ack_rate).sum::<f64>();
+        ns.in_bytes += stats.bytes_in_counter;
+        ns.in_messages += stats.msg_in_counter;
+        ns.out_bytes += stats.bytes_out_counter;
+        ns.out_messages += stats.msg_out_counter;
+        add(&mut ns.latency, &sample.write_latency);
+        add(&mut ns.size, &sample.entry_size);
+    }
+    broker_defaults(out, cluster, &WITH_BROKER_DEFAULT.map(|(name, _)| name));
+    for (namespace, ns) in &namespaces {
+        let labels: Labels = &[("cluster", cluster), ("namespace", namespace)];
+        let gauges: [(&'static str, f64); 11] = [
+            ("pulsar_topics_count", ns.topics as f64),
+            ("pulsar_subscriptions_count", ns.subscriptions as f64),
+            ("pulsar_producers_count", ns.producers as f64),
+            ("pulsar_consumers_count", ns.consumers as f64),
+            ("pulsar_rate_in", ns.rate_in),
+            ("pulsar_rate_out", ns.rate_out),
+            ("pulsar_throughput_in", ns.throughput_in),
+            ("pulsar_throughput_out", ns.throughput_out),
+            ("pulsar_storage_size", ns.storage as f64),
+            ("pulsar_storage_logical_size", ns.storage as f64),
+            ("pulsar_storage_write_rate", ns.rate_in),
+        ];
+        for (name, value) in gauges {
+            out.gauge(name, help(name), labels, value);
+        }
+        let backlog_labels: Labels =
+            &[("cluster", cluster), ("namespace", namespace), ("remote_cluster", "local")];
+        out.gauge(
+            "pulsar_msg_backlog",
+            help("pulsar_msg_backlog"),
+            backlog_labels,
+            ns.backlog as f64,
+        );
+        out.gauge(
+            "pulsar_storage_backlog_size",
+            "Estimated bytes of the slowest durable subscriptions' backlogs.",
+            labels,
+            ns.backlog_size as f64,
+        );
+        out.gauge(
+            "pulsar_subscription_delayed",
+            "Messages delayed (delayed delivery).",
+            labels,
+            ns.delayed as f64,
+        );
+        out.gauge(
+            "pulsar_consumer_msg_ack_rate",
+            "Acknowledgements per second.",
+            labels,
+            ns.ack_rate,
+        );
+        let latency = ns.latency.clone().unwrap_or_else(|| empty_window(WRITE_LATENCY_BUCKETS_US));
+        let size = ns.size.clone().unwrap_or_else(|| empty_window(ENTRY_SIZE_BUCKETS));
+        write_buckets(out, labels, &latency, &size);
+        out.counter(
+            "pulsar_in_bytes",
+            "Bytes published since the topics were loaded.",
+            labels,
+            ns.in_bytes,
+        );
+        out.counter(
+            "pulsar_in_messages",
+            "Messages published since the topics were loaded.",
+            labels,
+            ns.in_messages,
+        );
+        out.counter(
+            "pulsar_out_bytes",
+            "Bytes dispatched since the topics were loaded.",
+            labels,
+            ns.out_bytes,
+        );
+        out.counter(
+            "pulsar_out_messages",
+            "Messages dispatched since the topics were loaded.",
+            labels,
+            ns.out_messages,
+        );
+    }
+}
+
+/// The standard `process_*` series, from `/proc/self` (absent where it cannot be read).
+fn write_process(out: &mut Exposition) {
+    // SAFETY: sysconf only reads a configuration value.
+    let (ticks, page) =
+        unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat") {
+        // Fields after the command (which may hold spaces) start after the last ')'.
+        let fields: Vec<&str> =
+            stat.rsplit_once(')').map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
+        if let (Some(utime), Some(stime), true) = (field(14), field(15), ticks > 0) {
+            out.counter_f64(
+                "process_cpu_seconds",
+                "Total user and system CPU time spent in seconds.",
+                &[],
+                (utime + stime) as f64 / ticks as f64,
+            );
+        }
+        if let Some(vsize) = field(23) {
+            out.gauge(
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes.",
+                &[],
+                vsize as f64,
+            );
+        }
+        if let (Some(rss), true) = (field(24), page > 0) {
+            out.gauge(
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                &[],
+                (rss * page as u64) as f64,
+            );
+        }
+        let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("btime ")?.trim().parse::<u64>().ok())
+        });
+        if let (Some(start), Some(boot), true) = (field(22), boot, ticks > 0) {
+            out.gauge(
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+                &[],
+                boot as f64 + start as f64 / ticks as f64,
+            );
+        }
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        out.gauge("process_open_fds", "Number of open file descriptors.", &[], fds.count() as f64);
+    }
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the limit into `limit`, a valid rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        out.gauge(
+            "process_max_fds",
+            "Maximum number of open file descriptors.",
+            &[],
+            limit.rlim_cur as f64,
+        );
+    }
+}

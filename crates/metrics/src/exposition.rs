@@ -1,0 +1,302 @@
+//! The text exposition: Prometheus 0.0.4 (what Pulsar serves) or OpenMetrics 1.0.0 (when the
+//! scraper asks for it). Samples may arrive in any order; each family's samples are kept
+//! together under its `# HELP` and `# TYPE` lines, families in order of first appearance.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `text/plain; version=0.0.4`.
+    Prometheus,
+    /// `application/openmetrics-text; version=1.0.0`.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format a scraper's `Accept` header asks for (OpenMetrics only when named).
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        match accept {
+            Some(accept) if accept.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Prometheus,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+/// A family's type. Counter families are named without `_total` (their samples add it),
+/// histograms and summaries without `_bucket`/`_count`/`_sum`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+    Summary,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+            Kind::Summary => "summary",
+        }
+    }
+}
+
+struct Family {
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    samples: String,
+}
+
+/// An exposition being built.
+pub struct Exposition {
+    format: Format,
+    families: Vec<Family>,
+    index: HashMap<&'static str, usize>,
+}
+
+/// A label set: `(name, value)` pairs; values are escaped when written.
+pub type Labels<'a> = &'a [(&'a str, &'a str)];
+
+impl Exposition {
+    pub fn new(format: Format) -> Self {
+        Exposition { format, families: Vec::new(), index: HashMap::new() }
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    fn family(&mut self, name: &'static str, kind: Kind, help: &'static str) -> &mut Family {
+        let families = &mut self.families;
+        let at = *self.index.entry(name).or_insert_with(|| {
+            families.push(Family { name, kind, help, samples: String::new() });
+            families.len() - 1
+        });
+        let family = &mut self.families[at];
+        assert_eq!(family.kind, kind, "family {name} declared with two types");
+        family
+    }
+
+    /// Declares a family even if no sample follows (dashboards then find its HELP/TYPE).
+    pub fn declare(&mut self, name: &'static str, kind: Kind, help: &'static str) {
+        self.family(name, kind, help);
+    }
+
+    pub fn gauge(&mut self, name: &'static str, help: &'static str, labels: Labels, value: f64) {
+        let family = self.family(name, Kind::Gauge, help);
+        write_sample(&mut family.samples, name, "", labels, None, value);
+    }
+
+    /// A counter sample; `name` is the family's, the sample is `name_total`.
+    pub fn counter(&mut self, name: &'static str, help: &'static str, labels: Labels, value: u64) {
+        let family = self.family(name, Kind::Counter, help);
+        write_sample(&mut family.samples, name, "_total", labels, None, value as f64);
+    }
+
+    /// A counter with a fractional value (seconds of CPU time, say).
+    pub fn counter_f64(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: Labels,
+        value: f64,
+    ) {
+        let family = self.family(name, Kind::Counter, help);
+        write_sample(&mut family.samples, name, "_total", labels, None, value);
+    }
+
+    /// A summary without quantiles: `name_count` and `name_sum` (how Pulsar's `_count` and
+    /// `_sum` series are typed correctly).
+    pub fn summary(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: Labels,
+        count: u64,
+        sum: f64,
+    ) {
+        let family = self.family(name, Kind::Summary, help);
+        write_sample(&mut family.samples, name, "_count", labels, None, count as f64);
+        write_sample(&mut family.samples, name, "_sum", labels, None, sum);
+    }
+
+    /// A summary with its count only (a count of events under a `_count` name).
+    pub fn summary_count(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: Labels,
+        count: u64,
+    ) {
+        let family = self.family(name, Kind::Summary, help);
+        write_sample(&mut family.samples, name, "_count", labels, None, count as f64);
+    }
+
+    /// A histogram from cumulative counts per bound (the last entry is the total count);
+    /// bounds and sum are divided by `divisor` (microseconds to seconds: 1e6; dividing keeps
+    /// `le="0.00005"` exact where multiplying by 1e-6 would not).
+    #[allow(clippy::too_many_arguments)]
+    pub fn histogram(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: Labels,
+        bounds: &[u64],
+        cumulative: &[u64],
+        sum: u64,
+        divisor: f64,
+    ) {
+        assert_eq!(cumulative.len(), bounds.len() + 1, "one count per bound and +Inf");
+        let family = self.family(name, Kind::Histogram, help);
+        for (bound, count) in bounds.iter().zip(cumulative) {
+            let le = format_value(*bound as f64 / divisor);
+            write_sample(&mut family.samples, name, "_bucket", labels, Some(&le), *count as f64);
+        }
+        let total = cumulative[bounds.len()] as f64;
+        write_sample(&mut family.samples, name, "_bucket", labels, Some("+Inf"), total);
+        write_sample(&mut family.samples, name, "_count", labels, None, total);
+        write_sample(&mut family.samples, name, "_sum", labels, None, sum as f64 / divisor);
+    }
+
+    /// The exposition text.
+    pub fn finish(self) -> String {
+        let size = self.families.iter().map(|f| f.samples.len() + 128).sum();
+        let mut out = String::with_capacity(size);
+        for family in &self.families {
+            let header = match (self.format, family.kind) {
+                (Format::Prometheus, Kind::Counter) => format!("{}_total", family.name),
+                _ => family.name.to_string(),
+            };
+            let _ = writeln!(out, "# HELP {header} {}", family.help);
+            let _ = writeln!(out, "# TYPE {header} {}", family.kind.name());
+            out.push_str(&family.samples);
+        }
+        if self.format == Format::OpenMetrics {
+            out.push_str("# EOF\n");
+        }
+        out
+    }
+}
+
+fn write_sample(
+    out: &mut String,
+    name: &str,
+    suffix: &str,
+    labels: Labels,
+    le: Option<&str>,
+    value: f64,
+) {
+    out.push_str(name);
+    out.push_str(suffix);
+    if !labels.is_empty() || le.is_some() {
+        out.push('{');
+        let mut first = true;
+        let extra = le.map(|le| ("le", le));
+        for (label, value) in labels.iter().copied().chain(extra) {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            out.push_str(label);
+            out.push_str("=\"");
+            escape_into(out, value);
+            out.push('"');
+        }
+        out.push('}');
+    }
+    out.push(' ');
+    out.push_str(&format_value(value));
+    out.push('\n');
+}
+
+fn escape_into(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn format_value(value: f64) -> String {
+    if value.is_nan() {
+        "NaN".to_string()
+    } else if value.is_infinite() {
+        if value > 0.0 { "+Inf" } else { "-Inf" }.to_string()
+    } else if value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{}", value as i64)
+    } else {
+        format!("{value}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_stay_together_whatever_the_sample_order() {
+        let mut e = Exposition::new(Format::Prometheus);
+        e.gauge("a", "A.", &[("topic", "t1")], 1.0);
+        e.counter("b", "B.", &[("topic", "t1")], 2);
+        e.gauge("a", "A.", &[("topic", "t2")], 0.5);
+        let text = e.finish();
+        assert_eq!(
+            text,
+            "# HELP a A.\n# TYPE a gauge\na{topic=\"t1\"} 1\na{topic=\"t2\"} 0.5\n\
+             # HELP b_total B.\n# TYPE b_total counter\nb_total{topic=\"t1\"} 2\n"
+        );
+    }
+
+    #[test]
+    fn openmetrics_names_counter_families_without_total_and_ends_with_eof() {
+        let mut e = Exposition::new(Format::OpenMetrics);
+        e.counter("requests", "Requests.", &[], 3);
+        let text = e.finish();
+        assert_eq!(
+            text,
+            "# HELP requests Requests.\n# TYPE requests counter\nrequests_total 3\n# EOF\n"
+        );
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text;version=1.0.0")),
+            Format::OpenMetrics
+        );
+        assert_eq!(Format::negotiate(Some("text/plain")), Format::Prometheus);
+        assert_eq!(Format::negotiate(None), Format::Prometheus);
+    }
+
+    #[test]
+    fn histograms_are_cumulative_with_inf_and_scaled() {
+        let mut e = Exposition::new(Format::Prometheus);
+        e.histogram("lat_seconds", "L.", &[("x", "y")], &[50, 1000], &[1, 3, 4], 2500, 1e6);
+        let text = e.finish();
+        assert!(text.contains("lat_seconds_bucket{x=\"y\",le=\"0.00005\"} 1\n"), "{text}");
+        assert!(text.contains("lat_seconds_bucket{x=\"y\",le=\"0.001\"} 3\n"), "{text}");
+        assert!(text.contains("lat_seconds_bucket{x=\"y\",le=\"+Inf\"} 4\n"), "{text}");
+        assert!(text.contains("lat_seconds_count{x=\"y\"} 4\n"), "{text}");
+        assert!(text.contains("lat_seconds_sum{x=\"y\"} 0.0025\n"), "{text}");
+    }
+
+    #[test]
+    fn label_values_are_escaped_and_special_values_spelled_as_prometheus_reads_them() {
+        let mut e = Exposition::new(Format::Prometheus);
+        e.gauge("g", "G.", &[("l", "a\"b\\c\nd")], f64::INFINITY);
+        e.gauge("g", "G.", &[], f64::NAN);
+        let text = e.finish();
+        assert!(text.contains("g{l=\"a\\\"b\\\\c\\nd\"} +Inf\n"), "{text}");
+        assert!(text.contains("\ng NaN\n"), "{text}");
+    }
+}
