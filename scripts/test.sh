@@ -7,6 +7,8 @@
 #      missing, and MAGNETAR_REQUIRE_ETCD=1 makes those tests fail instead of skip without etcd)
 #   3. the release binary target/release/magnetar
 #   4. pytest tests/compat                         (Pulsar-protocol compatibility suite)
+#      (its test_prometheus.py runs deploy/'s Grafana dashboard queries and alert rules on a real
+#      Prometheus: the Debian package `prometheus` is installed when missing)
 #      (its test_java_client.py runs `mvn test` in tests/java, the official Java client: needs java 17+
 #      and mvn; Maven's artifacts go to the git-ignored tests/java/.m2, about 1.5 min warm or cold)
 # Exits non-zero as soon as a step fails or runs out of time. Each step is bounded, and so is the
@@ -82,6 +84,30 @@ if ! command -v etcd >/dev/null 2>&1 || ! command -v protoc >/dev/null 2>&1; the
       || fail "apt-get install etcd-server etcd-client protobuf-compiler"
   fi
 fi
+# Prometheus (server and promtool) for tests/compat/test_prometheus.py, which checks the Grafana
+# dashboards and alert rules in deploy/ against a real Prometheus it starts on a loopback port of
+# its own: from Debian when missing (without it that test is skipped). The package's own service
+# is kept from starting (a policy-rc.d for the install, unless the machine has one) and stopped
+# if it started anyway: nothing here needs it, nor its port 9090.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    section "Debian package: prometheus"
+    bounded "apt-get update" 300 apt-get update -qq || fail "apt-get update"
+    own_policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && own_policy=1
+    fi
+    rc=0
+    DEBIAN_FRONTEND=noninteractive bounded "apt-get install" 600 \
+      apt-get install -y -qq --no-install-recommends prometheus >/dev/null || rc=$?
+    [ -n "$own_policy" ] && rm -f /usr/sbin/policy-rc.d
+    (( rc == 0 )) || fail "apt-get install prometheus"
+    timeout 60 service prometheus stop >/dev/null 2>&1 || true
+  else
+    echo "no prometheus/promtool and no root apt-get: tests/compat/test_prometheus.py will be skipped"
+  fi
+fi
+
 command -v protoc >/dev/null 2>&1 || fail "no protoc (apt-get install protobuf-compiler): etcd-client cannot build"
 command -v etcd >/dev/null 2>&1 || fail "no etcd (apt-get install etcd-server): the etcd metadata tests need it"
 export MAGNETAR_REQUIRE_ETCD=1
