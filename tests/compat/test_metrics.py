@@ -110,6 +110,9 @@ def test_topic_and_subscription_series_equal_what_the_client_did(server):
     assert value(text, "pulsar_subscription_unacked_messages", **sub) <= 5
     assert value(text, "pulsar_subscription_blocked_on_unacked_messages", **sub) == 0
     assert 20 <= value(text, "pulsar_out_messages_total", **sub) <= 25  # 20 + the prefetch
+    for stamp in ("last_acked_timestamp", "last_consumed_timestamp"):
+        ms = value(text, "pulsar_subscription_" + stamp, **sub)
+        assert abs(ms / 1000 - time.time()) < 60, (stamp, ms)
     assert value(text, "pulsar_topics_count", cluster="standalone",
                  namespace="public/default") >= 1
     # Rates: per second over the time since the previous reading (at least a second).

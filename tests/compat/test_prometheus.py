@@ -503,17 +503,7 @@ EXPECT = {
 MAY_BE_NEGATIVE = {("magnetar-topic", "Backlog quota and publish throttling")}
 # Queries allowed to be empty, with why, and a query (template variables allowed) that must be
 # non-empty all the same, so that the metric's name and labels are still checked.
-KNOWN_EMPTY = {
-    ("magnetar-subscription", "Time since last acknowledgement / consumption", "A"): (
-        "Magnetar reports lastAckedTimestamp as 0 (not tracked yet); the panel shows only "
-        "subscriptions with a timestamp",
-        'pulsar_subscription_last_acked_timestamp{cluster=~"$cluster", namespace=~"$namespace", '
-        'topic=~"$topic", subscription=~"$subscription"}'),
-    ("magnetar-subscription", "Time since last acknowledgement / consumption", "B"): (
-        "Magnetar reports lastConsumedTimestamp as 0 (not tracked yet)",
-        'pulsar_subscription_last_consumed_timestamp{cluster=~"$cluster", namespace=~"$namespace", '
-        'topic=~"$topic", subscription=~"$subscription"}'),
-}
+KNOWN_EMPTY = {}
 
 
 def _check(check, values):

@@ -601,6 +601,12 @@ pub struct Subscription {
     /// What was sent to consumers, and what was asked to be redelivered (stats).
     out_meter: Meter,
     redeliver_meter: Meter,
+    /// When a consumer last acknowledged, was last sent messages, last sent permits (clock
+    /// ms; 0: never) (stats: `lastAckedTimestamp`, `lastConsumedTimestamp`,
+    /// `lastConsumedFlowTimestamp`).
+    last_acked_ms: std::sync::atomic::AtomicU64,
+    last_consumed_ms: std::sync::atomic::AtomicU64,
+    last_flow_ms: std::sync::atomic::AtomicU64,
     /// The topic's limits (shared with the topic, which updates them).
     limits: Arc<TopicLimits>,
     /// This subscription's own dispatch rate (Pulsar's subscription dispatch rate limiter).
@@ -691,6 +697,9 @@ impl Subscription {
             acks_persisted: tokio::sync::watch::Sender::new(0),
             out_meter: Meter::new(),
             redeliver_meter: Meter::new(),
+            last_acked_ms: std::sync::atomic::AtomicU64::new(0),
+            last_consumed_ms: std::sync::atomic::AtomicU64::new(0),
+            last_flow_ms: std::sync::atomic::AtomicU64::new(0),
             limits,
             rate: RateLimiter::default(),
         });
@@ -1002,6 +1011,8 @@ impl Subscription {
             slot.permits += i64::from(permits);
         }
         drop(state);
+        let now_ms = self.managed_ledger.clock().now_ms();
+        self.last_flow_ms.store(now_ms, std::sync::atomic::Ordering::Relaxed);
         self.wake.notify_one();
     }
 
@@ -1062,6 +1073,8 @@ impl Subscription {
         // these acknowledgements.
         let ticket = self.acks_made.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         drop(state);
+        let now_ms = self.managed_ledger.clock().now_ms();
+        self.last_acked_ms.store(now_ms, std::sync::atomic::Ordering::Relaxed);
         if wake {
             self.wake.notify_one();
         }
@@ -1338,6 +1351,8 @@ impl Subscription {
         }
         if count > 0 {
             self.out_meter.record(count, bytes);
+            let now_ms = self.managed_ledger.clock().now_ms();
+            self.last_consumed_ms.store(now_ms, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(progress)
     }

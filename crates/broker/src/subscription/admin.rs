@@ -6,6 +6,7 @@ use super::*;
 use crate::cursor::LedgerList;
 use crate::managed_ledger::LedgerStat;
 use crate::stats::{format_time_ms, individually_deleted_string, position_string};
+use std::sync::atomic::Ordering;
 
 /// An exclusive upper bound past every position.
 const END: Position = Position { ledger_id: u64::MAX, entry_id: u64::MAX };
@@ -83,6 +84,9 @@ impl Subscription {
                 .is_some_and(|key_shared| key_shared.allow_out_of_order),
             non_contiguous_deleted_messages_ranges: ranges,
             non_contiguous_deleted_messages_ranges_serialized_size: ranges * 16,
+            last_acked_timestamp: self.last_acked_ms.load(Ordering::Relaxed),
+            last_consumed_timestamp: self.last_consumed_ms.load(Ordering::Relaxed),
+            last_consumed_flow_timestamp: self.last_flow_ms.load(Ordering::Relaxed),
             ..Default::default()
         }
     }
