@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use magnetar_broker::cursor::Position;
+use magnetar_broker::history::HistoryView;
 use magnetar_broker::stats::{AdminMessage, InternalStats, TopicStats};
 use magnetar_broker::topic::{ExaminePosition, SubscriptionStart, Topic};
 use magnetar_broker::{BrokerError, BrokerService};
@@ -263,6 +264,14 @@ impl BrokerHooks for AdminHooks {
 
     async fn metrics(&self) -> String {
         self.0.metrics_text()
+    }
+
+    fn history(&self, topic: Option<&TopicName>) -> HistoryView {
+        let history = self.0.history.lock();
+        match topic {
+            Some(topic) => history.topic(&topic.to_string()),
+            None => history.totals(),
+        }
     }
 
     async fn expire_messages(
