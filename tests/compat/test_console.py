@@ -278,6 +278,121 @@ def test_console_shows_live_topics_and_clears_a_backlog(server, browser):
         client.close()
 
 
+def topic_names(server):
+    status, body = http_request("GET", server.web_url + "/admin/v2/persistent/public/default")
+    assert status == 200, body
+    return json.loads(body)
+
+
+def confirm(driver, fields=None):
+    """Fills the open confirmation dialog's fields ({name: value}, set as the user would see
+    them) and confirms."""
+    wait_for(driver, "confirmation dialog", lambda d: d.execute_script(
+        "return document.getElementById('dialog').open;"))
+    for name, value in (fields or {}).items():
+        driver.execute_script(
+            "const el = document.getElementById('dialog-field-' + arguments[0]);"
+            "if (el.type === 'checkbox') el.checked = arguments[1]; else el.value = arguments[1];",
+            name, value)
+    click(driver, "#dialog-ok")
+
+
+def wait_closed(driver, what):
+    wait_for(driver, what + " done (dialog closed)", lambda d: not d.execute_script(
+        "return document.getElementById('dialog').open;"))
+
+
+def test_console_operations_create_skip_reset_unload_delete(server, browser):
+    driver = browser
+    prefix = "console-ops-%s" % uuid.uuid4().hex[:8]
+    made = "persistent://public/default/%s-made" % prefix
+    parts = "persistent://public/default/%s-parts" % prefix
+    held = "persistent://public/default/%s-held" % prefix
+    client = server.client()
+    try:
+        client.subscribe(held, "s").close()
+        producer = client.create_producer(held, batching_enabled=False)
+        for i in range(20):
+            producer.send(b"m-%d" % i)
+        producer.close()
+        assert backlogs(server, held) == {"s": 20}
+
+        # Create: a topic, a partitioned topic, and the same topic again (the API's reason shown).
+        driver.get(server.web_url + "/#/ns/public/default")
+        click(driver, "#create-topic")
+        confirm(driver, {"name": made.rsplit("/", 1)[1], "partitions": "0"})
+        wait_closed(driver, "create topic")
+        assert made in topic_names(server)
+        click(driver, "#create-topic")
+        confirm(driver, {"name": parts.rsplit("/", 1)[1], "partitions": "3"})
+        wait_closed(driver, "create partitioned topic")
+        status, body = http_request("GET", server.web_url + parts.replace(
+            "persistent://", "/admin/v2/persistent/") + "/partitions")
+        assert (status, json.loads(body)["partitions"]) == (200, 3)
+        click(driver, "#create-topic")
+        confirm(driver, {"name": made.rsplit("/", 1)[1], "partitions": "0"})
+        wait_for(driver, "the API's reason for a duplicate", lambda d: d.execute_script(
+            "const e = document.getElementById('dialog-error');"
+            "return !e.hidden && e.textContent.includes('already exists');"))
+        screenshot(driver, "create-topic-error")
+        click(driver, "#dialog-cancel")
+        wait_closed(driver, "cancel")
+
+        driver.find_element("css selector", "#topic-filter").send_keys(prefix)
+        row = lambda t: "#topics tr[data-topic=%s]" % css(t)  # noqa: E731
+        wait_for(driver, "the new topics listed", lambda d: d.execute_script(
+            "return Array.from(document.querySelectorAll('#topics tr[data-topic]'))"
+            ".map(r => r.dataset.topic).sort().join(' ');") == " ".join(sorted([held, made, parts])))
+        assert value_of(driver, row(parts) + " td[data-field=partitions]") == "3"
+
+        # Skip 5, reset to before the first message, unload: the backlog follows.
+        click(driver, row(held) + " a")
+        backlog = lambda d: number_of(  # noqa: E731
+            d, '#subscriptions tr[data-subscription="s"] td[data-field=msgBacklog]')
+        wait_for(driver, "backlog 20", lambda d: backlog(d) == 20)
+        click(driver, '#subscriptions tr[data-subscription="s"] button[data-action="skip"]')
+        confirm(driver, {"count": "5"})
+        wait_closed(driver, "skip")
+        wait_for(driver, "backlog 15 after skipping 5", lambda d: backlog(d) == 15)
+        assert backlogs(server, held) == {"s": 15}
+
+        click(driver, '#subscriptions tr[data-subscription="s"] button[data-action="reset-cursor"]')
+        an_hour_ago = driver.execute_script(
+            "const d = new Date(Date.now() - 3600 * 1000);"
+            "return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 19);")
+        confirm(driver, {"time": an_hour_ago})
+        wait_closed(driver, "reset cursor")
+        wait_for(driver, "backlog 20 after the reset", lambda d: backlog(d) == 20)
+        assert backlogs(server, held) == {"s": 20}
+
+        click(driver, "#unload-topic")
+        confirm(driver)
+        wait_closed(driver, "unload")
+        wait_for(driver, "the unload reported", lambda d: "Unloaded" in d.find_element(
+            "css selector", "#banner").text)
+        wait_for(driver, "backlog 20 after the unload", lambda d: backlog(d) == 20)
+
+        # Delete, forced: the console goes back to the namespace, and the topic is gone.
+        click(driver, "#delete-topic")
+        confirm(driver, {"force": True})
+        wait_closed(driver, "delete")
+        wait_for(driver, "back at the namespace", lambda d: d.execute_script(
+            "return !!document.querySelector('#view-namespace');"))
+        assert held not in topic_names(server)
+        driver.get(server.web_url + "/#/topic/persistent/public/default/" + parts.rsplit("/", 1)[1])
+        wait_for(driver, "the partitioned topic's page", lambda d: d.find_element(
+            "css selector", "#topic-kind").text == "3 partitions")
+        click(driver, "#delete-topic")
+        confirm(driver)
+        wait_closed(driver, "delete partitioned")
+        status, _ = http_request("GET", server.web_url + parts.replace(
+            "persistent://", "/admin/v2/persistent/") + "/partitions")
+        assert status == 404
+        screenshot(driver, "after-deletes")
+    finally:
+        client.close()
+
+
 class _AuthProxy(http.server.ThreadingHTTPServer):
     """Forwards to the broker; the API (not the page) needs `Authorization: Bearer <token>`."""
 

@@ -943,7 +943,8 @@
     $('sign-out').hidden = !token();
     try {
       // Whether this token (or none) is let in: a 401 shows the login instead.
-      await api('GET', '/admin/v2/clusters');
+      const clusters = await api('GET', '/admin/v2/clusters');
+      $('cluster-name').textContent = (clusters || []).join(', ');
     } catch (e) {
       if (e.status === 401) return;
       notify(e.message, true);
