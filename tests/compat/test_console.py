@@ -48,7 +48,13 @@ def _find(name, fallback):
 
 
 @pytest.fixture
-def browser():
+def browser(server):
+    # The console is Magnetar's own: against another broker (MAGNETAR_TEST_SERVER_CMD running
+    # Apache Pulsar) there is nothing to test.
+    status, _ = http_request("GET", server.web_url + "/console/api/history")
+    if status != 200:
+        pytest.skip("%s serves no Magnetar console (GET /console/api/history: %s)"
+                    % (server.web_url, status))
     try:
         from selenium import webdriver
     except ImportError:
@@ -121,8 +127,11 @@ def click(driver, selector):
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    WebDriverWait(driver, WAIT_S).until(
-        ec.element_to_be_clickable((By.CSS_SELECTOR, selector))).click()
+    element = WebDriverWait(driver, WAIT_S).until(
+        ec.element_to_be_clickable((By.CSS_SELECTOR, selector)))
+    # In the middle of the window, as a user would have it before clicking.
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", element)
+    element.click()
 
 
 def css(value):
