@@ -9,6 +9,9 @@
 #   4. pytest tests/compat                         (Pulsar-protocol compatibility suite)
 #      (its test_prometheus.py runs deploy/'s Grafana dashboard queries and alert rules on a real
 #      Prometheus: the Debian package `prometheus` is installed when missing)
+#      (its test_console.py drives the web console in headless Chromium with selenium: Debian's
+#      chromium and chromium-driver are installed when missing, where root and apt-get are there;
+#      elsewhere that test is skipped)
 #      (its test_java_client.py runs `mvn test` in tests/java, the official Java client: needs java 17+
 #      and mvn; Maven's artifacts go to the git-ignored tests/java/.m2, about 1.5 min warm or cold)
 # Exits non-zero as soon as a step fails or runs out of time. Each step is bounded, and so is the
@@ -50,13 +53,14 @@ bounded() {
 }
 
 # ------------------------------------------------------------------------------------ 1. venv
-section "Python venv (.venv): pulsar-client, pytest"
+section "Python venv (.venv): pulsar-client, pytest, selenium"
 if [ ! -x "$PY" ] || ! "$PY" -c 'import sys' 2>/dev/null; then
   rm -rf "$VENV"
   python3 -m venv "$VENV" || fail "python3 -m venv"
 fi
 bounded "pip install" 900 "$PY" -m pip install --quiet --disable-pip-version-check \
-  'pulsar-client>=3.5,<4' 'pytest>=8' 'pytest-timeout>=2' 'fastavro>=1.9' || fail "pip install"
+  'pulsar-client>=3.5,<4' 'pytest>=8' 'pytest-timeout>=2' 'fastavro>=1.9' 'selenium>=4.11' \
+  || fail "pip install"
 "$PY" -c 'import pulsar, pytest; print("pulsar-client", pulsar.__version__, "/ pytest", pytest.__version__)' \
   || fail "the venv cannot import pulsar and pytest"
 
@@ -69,6 +73,20 @@ if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
       apt-get install -y -qq maven default-jdk-headless >/dev/null || fail "apt-get install maven"
   else
     echo "no mvn/java and no root apt-get: tests/compat/test_java_client.py will be skipped"
+  fi
+fi
+
+# Headless Chromium and its driver for the web console's browser test
+# (tests/compat/test_console.py): from Debian when missing; without them that test is skipped.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    section "Debian packages: chromium, chromium-driver"
+    bounded "apt-get update" 300 apt-get update -qq || fail "apt-get update"
+    DEBIAN_FRONTEND=noninteractive bounded "apt-get install" 900 \
+      apt-get install -y -qq chromium chromium-driver >/dev/null \
+      || fail "apt-get install chromium chromium-driver"
+  else
+    echo "no chromium/chromedriver and no root apt-get: tests/compat/test_console.py will be skipped"
   fi
 fi
 

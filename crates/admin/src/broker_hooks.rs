@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use magnetar_broker::cursor::Position;
+use magnetar_broker::history::HistoryView;
 use magnetar_broker::stats::{AdminMessage, InternalStats, TopicStats};
 use magnetar_broker::topic::{ExaminePosition, SubscriptionStart, Topic};
 use magnetar_broker::{BrokerError, BrokerService};
@@ -265,6 +266,14 @@ impl BrokerHooks for AdminHooks {
         // Reading every topic's stats takes locks briefly; off the async workers' hot loop.
         let service = self.0.clone();
         tokio::task::spawn_blocking(move || service.metrics_text(format)).await.unwrap_or_default()
+    }
+
+    fn history(&self, topic: Option<&TopicName>) -> HistoryView {
+        let history = self.0.history.lock();
+        match topic {
+            Some(topic) => history.topic(&topic.to_string()),
+            None => history.totals(),
+        }
     }
 
     async fn expire_messages(

@@ -14,6 +14,7 @@ use thiserror::Error;
 
 use std::collections::BTreeMap;
 
+use magnetar_broker::history::HistoryView;
 use magnetar_broker::stats::{AdminMessage, InternalStats, TopicStats};
 pub use magnetar_broker::topic::{ExaminePosition, SubscriptionStart};
 use magnetar_model::names::{NamespaceName, TopicDomain, TopicName};
@@ -290,6 +291,13 @@ pub trait BrokerHooks: Send + Sync {
     async fn metrics(&self, format: magnetar_metrics::Format) -> String {
         let _ = format;
         String::new()
+    }
+
+    /// The recent history the web console charts (`GET /console/api/history`): the broker's
+    /// totals, or for `Some(topic)` that topic's series (no points when none is kept).
+    /// Default: no points (no sampler).
+    fn history(&self, topic: Option<&TopicName>) -> HistoryView {
+        HistoryView { topic: topic.map(|t| t.to_string()), ..HistoryView::default() }
     }
 }
 

@@ -60,6 +60,8 @@
 //! | `POST /admin/v2/brokers/configuration/{name}/{value}`, `DELETE …/configuration/{name}` | | 412 " Can't update non-dynamic configuration" |
 //! | `GET /admin/v2/broker-stats/{topics,bookieops}` / `{metrics,mbeans}` | 200 `{}` / `[]` (stubs) | |
 //! | `GET /metrics` | 200 Prometheus text | |
+//! | `GET /`, `GET /console/{app.js,app.css,favicon.svg}` | 200 the web console (embedded assets) | |
+//! | `GET /console/api/history[?topic=…]` | 200 `{"intervalMs","capacity","points":[…]}` (recent totals, or one topic's series) | 400 bad topic name |
 //! | `GET /admin/v2/clusters` | 200 `["standalone"]` | |
 //! | `GET /admin/v2/clusters/{c}` | 200 ClusterData (stored record, else this broker's URLs) | 404 |
 //! | `GET /admin/v2/tenants` | 200 names | |

@@ -17,6 +17,7 @@
 //!   buckets, unacked-message blocking), message TTL, backlog quotas (see ARCHITECTURE.md).
 //! - `metrics`: counters for `GET /metrics` (Prometheus text).
 //! - `stats`: topic statistics as the admin API reports them, and their meters.
+//! - `history`: the bounded recent history (totals and some topics) the web console charts.
 //! - `schema_registry`: schema histories in the metadata store (the rules are in `magnetar_model::schema`).
 //!
 //! Names, metadata keys, policies documents and schema rules come from `magnetar_model`; the
@@ -33,6 +34,7 @@ pub mod delayed;
 pub mod error;
 pub mod expiry;
 pub mod fence;
+pub mod history;
 pub mod housekeeping;
 pub mod key_shared;
 pub mod ledger_ids;

@@ -288,6 +288,27 @@ impl NonPersistentTopic {
         self.subscriptions.lock().keys().cloned().collect()
     }
 
+    /// What the console's history samples of this topic (no backlog, no storage: in memory,
+    /// at most once).
+    pub fn history_sample(&self) -> crate::history::TopicSample {
+        let mut sample = crate::history::TopicSample {
+            name: self.full_name.clone(),
+            producers: self.producers.len() as u64,
+            ..Default::default()
+        };
+        sample.counters.msg_in = self.in_meter.messages();
+        sample.counters.bytes_in = self.in_meter.bytes();
+        let subscriptions: Vec<Arc<NpSubscription>> =
+            self.subscriptions.lock().values().cloned().collect();
+        for subscription in subscriptions {
+            sample.counters.msg_out += subscription.out_meter.messages();
+            sample.counters.bytes_out += subscription.out_meter.bytes();
+            sample.subscriptions += 1;
+            sample.consumers += subscription.consumer_count() as u64;
+        }
+        sample
+    }
+
     /// `NonPersistentTopicStatsImpl`, as far as an in-memory topic has them; rates at `now`.
     pub fn stats(&self, now: std::time::Instant) -> TopicStats {
         let reading = self.in_meter.read_at(now);

@@ -37,6 +37,9 @@ pub struct BrokerService {
     /// Live non-persistent topics: in memory only, gone with the process (as in Pulsar).
     non_persistent: Mutex<HashMap<String, Arc<NonPersistentTopic>>>,
     next_key: AtomicU64,
+    /// The recent totals and topic series the web console charts (`history`: bounded, filled
+    /// by the sampler task `history::start`).
+    pub history: Mutex<crate::history::History>,
 }
 
 impl BrokerService {
@@ -75,6 +78,7 @@ impl BrokerService {
             topics: Mutex::default(),
             non_persistent: Mutex::default(),
             next_key: AtomicU64::new(1),
+            history: Mutex::default(),
         })
     }
 
@@ -347,6 +351,11 @@ impl BrokerService {
     /// Topics loaded now.
     pub fn loaded_topics(&self) -> Vec<Arc<Topic>> {
         self.topics.lock().values().filter_map(|cell| cell.get().cloned()).collect()
+    }
+
+    /// Live non-persistent topics now.
+    pub fn non_persistent_topics(&self) -> Vec<Arc<NonPersistentTopic>> {
+        self.non_persistent.lock().values().cloned().collect()
     }
 }
 

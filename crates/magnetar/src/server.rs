@@ -100,6 +100,8 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         );
         // Retention, idle-ledger rollover and inactive-topic deletion.
         magnetar_broker::housekeeping::start(&service);
+        // The recent totals and topic series the web console charts (bounded, in memory).
+        magnetar_broker::history::start(&service);
         if matches!(settings.metadata, MetadataBackend::Embedded) {
             // Standalone owns every topic: finish trims a crash cut short, loaded or not.
             let service = service.clone();

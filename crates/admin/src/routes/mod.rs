@@ -10,6 +10,7 @@
 //! [`AdminError`] rendered as `{"reason": …}` with Pulsar's status code.
 
 mod broker;
+mod console;
 mod expiry;
 mod namespaces;
 mod policies;
@@ -153,6 +154,7 @@ pub(crate) fn build(state: AdminState) -> Router {
         router = policies::policy_routes(router, &format!("{base}/{{topic}}"), Level::Topic);
         router = topic_op_routes(router, &format!("{base}/{{topic}}"));
     }
+    router = console::routes(router);
     router.fallback(not_found).with_state(state)
 }
 

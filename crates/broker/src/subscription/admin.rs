@@ -18,6 +18,12 @@ impl Subscription {
         self.state.lock().ack.backlog_entries(ledgers)
     }
 
+    /// Messages and bytes sent to consumers so far, and messages redelivered: the counters
+    /// alone, so reading them leaves the stats' rate windows where they are.
+    pub fn out_counters(&self) -> (u64, u64, u64) {
+        (self.out_meter.messages(), self.out_meter.bytes(), self.redeliver_meter.messages())
+    }
+
     /// `SubscriptionStatsImpl` of this subscription; `ledger_stats` sizes the backlog.
     pub fn stats(&self, ledgers: &LedgerList, ledger_stats: &[LedgerStat]) -> SubscriptionStats {
         let now = self.managed_ledger.clock().now();

@@ -88,6 +88,30 @@ impl Topic {
         stats
     }
 
+    /// What the console's history samples of this topic (counters, not rates: see `history`).
+    pub fn history_sample(&self) -> crate::history::TopicSample {
+        let ledgers = self.managed_ledger.ledgers();
+        let storage_size = self.managed_ledger.ledger_stats().iter().map(|l| l.size).sum();
+        let mut sample = crate::history::TopicSample {
+            name: self.full_name.clone(),
+            storage_size,
+            producers: self.producers.len() as u64,
+            ..Default::default()
+        };
+        sample.counters.msg_in = self.in_meter.messages();
+        sample.counters.bytes_in = self.in_meter.bytes();
+        for subscription in self.subscriptions() {
+            let (messages, bytes, redelivered) = subscription.out_counters();
+            sample.counters.msg_out += messages;
+            sample.counters.bytes_out += bytes;
+            sample.counters.redelivered += redelivered;
+            sample.backlog += subscription.backlog(&ledgers);
+            sample.subscriptions += 1;
+            sample.consumers += subscription.consumer_count() as u64;
+        }
+        sample
+    }
+
     /// `PersistentTopicInternalStats` of this topic.
     pub fn internal_stats(&self) -> InternalStats {
         let ml = &self.managed_ledger;

@@ -227,3 +227,29 @@ async fn published_messages_are_counted_per_topic_and_producer() {
     assert_eq!(publisher.address, "/10.0.0.1:5000");
     assert_eq!(publisher.client_version, "Pulsar-Go-v0.19.0");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_history_samples_backlog_storage_and_counters() {
+    let broker = broker(31);
+    let name = BrokerService::topic_name("persistent://public/default/sampled").unwrap();
+    let topic = broker.topic(&name, true).await.unwrap();
+    assert!(topic.create_subscription("s", SubscriptionStart::Earliest).await.unwrap());
+    publish(&topic, 6).await;
+    // (The connection records each SEND on the topic's meter.)
+    topic.in_meter.record(6, 6 * size());
+
+    let sample = topic.history_sample();
+    assert_eq!(sample.name, "persistent://public/default/sampled");
+    assert_eq!((sample.backlog, sample.storage_size), (6, 6 * size()));
+    assert_eq!((sample.counters.msg_in, sample.counters.bytes_in), (6, 6 * size()));
+    assert_eq!((sample.subscriptions, sample.consumers, sample.producers), (1, 0, 0));
+
+    crate::history::sample(&broker);
+    topic.existing_subscription("s").unwrap().clear_backlog().unwrap();
+    crate::history::sample(&broker);
+    let history = broker.history.lock();
+    let backlog: Vec<u64> = history.totals().points.iter().map(|p| p.msg_backlog).collect();
+    assert_eq!(backlog, vec![6, 0]);
+    assert_eq!(history.topic(&topic.full_name).points.len(), 2);
+    assert_eq!(history.totals().points[1].topics, 1);
+}
