@@ -288,7 +288,8 @@ async fn run(service: Weak<BrokerService>) {
 pub fn sample(service: &BrokerService) {
     let mut samples: Vec<TopicSample> =
         service.loaded_topics().iter().map(|topic| topic.history_sample()).collect();
-    samples.extend(service.non_persistent_topics().iter().map(|topic| topic.history_sample()));
+    samples
+        .extend(service.loaded_non_persistent_topics().iter().map(|topic| topic.history_sample()));
     let clock = &service.ledgers.clock;
     service.history.lock().record(clock.now(), clock.now_ms(), samples);
 }

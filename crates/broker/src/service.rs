@@ -337,7 +337,6 @@ impl BrokerService {
         Ok(true)
     }
 
-    /// The broker's counters in Prometheus text (`GET /metrics`).
     /// `GET /metrics` (see `prometheus.rs`).
     pub fn metrics_text(&self, format: magnetar_metrics::Format) -> String {
         crate::prometheus::render(self, format)
@@ -351,11 +350,6 @@ impl BrokerService {
     /// Topics loaded now.
     pub fn loaded_topics(&self) -> Vec<Arc<Topic>> {
         self.topics.lock().values().filter_map(|cell| cell.get().cloned()).collect()
-    }
-
-    /// Live non-persistent topics now.
-    pub fn non_persistent_topics(&self) -> Vec<Arc<NonPersistentTopic>> {
-        self.non_persistent.lock().values().cloned().collect()
     }
 }
 
