@@ -116,7 +116,10 @@ pub fn render(service: &BrokerService, format: Format) -> String {
     }
     samples.sort_by_cached_key(|sample| sample.name.to_string());
 
-    let mut out = Exposition::new(format);
+    // A topic's sample line is about 150 bytes with Pulsar's labels.
+    let per_family =
+        if config.expose_topic_level_metrics_in_prometheus { samples.len() * 160 } else { 0 };
+    let mut out = Exposition::with_family_capacity(format, per_family);
     if config.expose_topic_level_metrics_in_prometheus {
         write_topic_level(
             &mut out,
