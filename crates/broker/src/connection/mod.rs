@@ -40,6 +40,7 @@ use magnetar_protocol::proto::{
 use magnetar_protocol::{
     commands, encode_command, encode_payload_command_header, Frame, FrameDecoder, FrameError,
 };
+use magnetar_security::{Principal, TransportIdentity};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -225,6 +226,12 @@ struct Connection {
     client_version: String,
     /// A topic's publish rate was exceeded: no frame is read before this instant.
     paused_until: Option<tokio::time::Instant>,
+    /// What the listener knows about the peer (TLS, client certificate).
+    #[allow(dead_code)] // until authentication reads them (issue 17)
+    identity: TransportIdentity,
+    /// Who the peer is once CONNECT was authenticated (None while authentication is off).
+    #[allow(dead_code)] // until authentication reads them (issue 17)
+    principal: Option<Principal>,
 }
 
 static PRODUCER_NAMES: AtomicU64 = AtomicU64::new(0);
@@ -257,6 +264,8 @@ pub async fn serve(
         peer,
         client_version: String::new(),
         paused_until: None,
+        identity: TransportIdentity::default(),
+        principal: None,
     };
     let decoder = FrameDecoder::with_max_message_size(service.config.max_message_size);
     let keepalive = service.config.keepalive();
