@@ -334,24 +334,26 @@ impl ManagedLedger {
                     self.topic
                 )));
             }
-            if state.held.is_empty() && !self.is_full(&state) {
+            // One clock read per append (the ledger's age is one of the rollover limits).
+            let now_ms = self.backend.clock.now_ms();
+            if state.held.is_empty() && !self.is_full(&state, now_ms) {
                 self.stage(&mut state, data, done)?;
             } else {
                 state.held.push_back(HeldAppend { data, done: Box::new(done) });
             }
-            self.advance(&mut state)
+            self.advance_at(&mut state, now_ms)
         };
         fail_held(failed);
         Ok(())
     }
 
     /// Whether the current ledger takes no more appends (an empty ledger is never full).
-    fn is_full(&self, state: &State) -> bool {
+    fn is_full(&self, state: &State, now_ms: u64) -> bool {
         state.staged_in_current > 0
             && (state.roll_requested
                 || state.staged_in_current >= self.rollover.max_entries
                 || state.staged_bytes_in_current >= self.rollover.max_bytes
-                || self.backend.clock.now_ms().saturating_sub(state.current_opened_ms)
+                || now_ms.saturating_sub(state.current_opened_ms)
                     >= self.rollover.max_age.as_millis() as u64)
     }
 
@@ -389,6 +391,17 @@ impl ManagedLedger {
     /// complete after it lets go of the state (their callbacks must not run under the lock).
     #[must_use]
     fn advance(self: &Arc<Self>, state: &mut State) -> Vec<(AppendDone, BrokerError)> {
+        let now_ms = self.backend.clock.now_ms();
+        self.advance_at(state, now_ms)
+    }
+
+    /// [`Self::advance`] with the time already read.
+    #[must_use]
+    fn advance_at(
+        self: &Arc<Self>,
+        state: &mut State,
+        now_ms: u64,
+    ) -> Vec<(AppendDone, BrokerError)> {
         let mut failed = Vec::new();
         if self.fence.is_fenced() {
             let error = self.fence.error();
@@ -396,7 +409,7 @@ impl ManagedLedger {
             return failed;
         }
         loop {
-            if self.is_full(state) {
+            if self.is_full(state, now_ms) {
                 let Some(spare) = state.spare.take() else {
                     self.prepare_spare_unless_under_way(state);
                     return failed;
