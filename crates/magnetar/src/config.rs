@@ -11,7 +11,9 @@ use magnetar_journal::{JournalConfig, SyncMode};
 use magnetar_ledger::LedgerStoreConfig;
 use magnetar_metadata_etcd::{parse_metadata_url, EtcdStoreConfig, MetadataUrlError};
 use magnetar_model::names::is_valid_entity_name;
+use magnetar_security::tls::{ServerTls, TlsConfig, TlsError};
 use serde::Deserialize;
+use std::sync::Arc;
 use thiserror::Error;
 
 use crate::cli::ServerArgs;
@@ -31,6 +33,8 @@ pub struct ServerConfig {
     pub storage: StorageSection,
     pub metadata: MetadataSection,
     pub log: LogSection,
+    /// `[tls]`: `pulsar+ssl://` and HTTPS (see `magnetar_security::tls`).
+    pub tls: TlsConfig,
 }
 
 /// `[log]`: what is logged and how. `RUST_LOG` overrides `level`, `--log-format` overrides
@@ -103,6 +107,7 @@ impl Default for ServerConfig {
             storage: StorageSection::default(),
             metadata: MetadataSection::default(),
             log: LogSection::default(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -157,6 +162,8 @@ pub enum ConfigError {
     AdvertisedAddress(String),
     #[error("metadata.{0}")]
     MetadataSection(&'static str),
+    #[error("{0}")]
+    Tls(TlsError),
 }
 
 impl From<MetadataUrlError> for ConfigError {
@@ -187,6 +194,8 @@ pub struct Settings {
     pub config: ServerConfig,
     pub ledger: LedgerStoreConfig,
     pub metadata: MetadataBackend,
+    /// The TLS listeners' configuration, loaded from the `[tls]` files (None: TLS off).
+    pub tls: Option<Arc<ServerTls>>,
 }
 
 impl Settings {
@@ -232,7 +241,15 @@ impl Settings {
         config.broker.cluster_name = config.cluster.clone();
         config.broker.validate().map_err(ConfigError::Broker)?;
         let ledger = ledger_store_config(&config)?;
-        Ok(Settings { config, ledger, metadata })
+        config
+            .tls
+            .validate(config.broker.broker_port, config.web_port)
+            .map_err(ConfigError::Tls)?;
+        let tls = match config.tls.enabled {
+            true => Some(Arc::new(ServerTls::load(&config.tls).map_err(ConfigError::Tls)?)),
+            false => None,
+        };
+        Ok(Settings { config, ledger, metadata, tls })
     }
 }
 
