@@ -266,6 +266,8 @@ pub async fn serve_tls(
         service.ledgers.metrics.connections_failed.fetch_add(1, Ordering::Relaxed);
         return;
     };
+    tracing::debug!(%peer, client_cert_cn = identity.client_cert_common_name.as_deref().unwrap_or("-"),
+        "TLS handshake done");
     // tokio-rustls writes vectored (one TLS record per gathered write), so the writer task's
     // batching carries over.
     let (reader, writer) = tokio::io::split(stream);
