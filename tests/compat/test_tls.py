@@ -363,3 +363,24 @@ def test_garbage_and_stalled_handshakes_leave_others_alone(certs):
             round_trip(client, n=1)
         finally:
             client.close()
+
+
+def test_magnetar_perf_over_tls(certs):
+    """Our Rust client (`magnetar perf`, what bench/tls.sh runs) over pulsar+ssl://: it follows
+    the lookup's TLS URL and verifies the server's certificate and name."""
+    import subprocess
+    ca = certs.ca_main["cert"]
+    with tls_server(certs.server, plain=False) as srv:
+        cmd = [conftest.magnetar_binary(), "perf", "produce", "-u", srv.tls_service_url,
+               "--tls-trust-certs-file", ca, "-m", "200", "-s", "128", "--json",
+               unique_topic("perf-tls")]
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=60)
+        assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+        stream = json.loads(proc.stdout)["streams"][0]
+        assert stream["messages"] == 200 and stream["errors"] == 0, stream
+        # A CA that did not sign the server's certificate: refused.
+        cmd[cmd.index(ca)] = certs.ca_other["cert"]
+        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=60)
+        assert proc.returncode != 0, "perf connected with an untrusted server certificate"
