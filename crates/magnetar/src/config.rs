@@ -333,11 +333,13 @@ mod tests {
             ("storage", format!("{:?}", default.storage)),
             ("metadata", format!("{:?}", default.metadata)),
             ("log", format!("{:?}", default.log)),
+            ("tls", format!("{:?}", default.tls)),
         ];
         for (section, debug) in sections {
             let table = value[section].as_table().unwrap();
-            // `broker.cluster_name` is not read from the file: it comes from `cluster`.
-            let not_in_file = usize::from(section == "broker");
+            // `broker.cluster_name` is not read from the file: it comes from `cluster`; nor
+            // are `service_url_tls` and `plain_port_enabled`: they come from `[tls]`.
+            let not_in_file = if section == "broker" { 3 } else { 0 };
             let knobs = debug.matches(": ").count() - not_in_file;
             assert_eq!(table.len(), knobs, "every {section} knob is listed");
         }
@@ -385,6 +387,37 @@ mod tests {
             Err(ConfigError::AdvertisedAddress(_))
         ));
         assert!(valid_host("[::1]") && valid_host("broker-0.example") && !valid_host(""));
+    }
+
+    #[test]
+    fn tls_section_is_checked_before_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tls.toml");
+        let args = ServerArgs { config: Some(path.clone()), ..broker_args() };
+        let missing = dir.path().join("missing.pem");
+        std::fs::write(
+            &path,
+            format!("[tls]\nenabled = true\ncert_file = {missing:?}\nkey_file = {missing:?}\n"),
+        )
+        .unwrap();
+        let error = Settings::load(&args, Mode::Standalone).expect_err("missing file");
+        assert!(matches!(error, ConfigError::Tls(TlsError::Read { what: "cert_file", .. })));
+        assert!(error.to_string().contains("missing.pem"), "{error}");
+        std::fs::write(&path, "[tls]\nplain_ports_enabled = false\n").unwrap();
+        let error = Settings::load(&args, Mode::Standalone).expect_err("no listener");
+        assert!(matches!(error, ConfigError::Tls(TlsError::NoListener)), "{error}");
+        std::fs::write(
+            &path,
+            "web_port = 6651\n[tls]\nenabled = true\ncert_file = \"c\"\nkey_file = \"k\"\n",
+        )
+        .unwrap();
+        let error = Settings::load(&args, Mode::Standalone).expect_err("port clash");
+        assert!(
+            matches!(error, ConfigError::Tls(TlsError::PortClash { port: 6651, .. })),
+            "{error}"
+        );
+        let plain = Settings::load(&broker_args(), Mode::Standalone).unwrap();
+        assert!(plain.tls.is_none());
     }
 
     #[test]
