@@ -283,10 +283,8 @@ impl ServerTls {
     /// most every `cert_refresh_check_seconds`). Blocks briefly when it reloads (reads three
     /// small files): call it from the connection's task.
     pub fn current(&self) -> Arc<ServerConfig> {
-        let Ok(mut state) = self.state.lock() else {
-            // A panic while reloading poisoned it: go on with what there is.
-            return self.state.lock().unwrap_or_else(|p| p.into_inner()).current.clone();
-        };
+        // Poisoned only by a panic while reloading: the state is still whole, go on with it.
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if state.checked.elapsed() < self.refresh {
             return state.current.clone();
         }

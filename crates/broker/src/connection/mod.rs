@@ -263,7 +263,11 @@ pub async fn serve_tls(
     let peer = socket.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let _ = socket.set_nodelay(true);
     let Some((stream, identity)) = magnetar_security::tls::accept(&tls, socket, &peer).await else {
-        service.ledgers.metrics.connections_failed.fetch_add(1, Ordering::Relaxed);
+        // Counted as a connection that failed before CONNECT (created, failed, closed).
+        let metrics = &service.ledgers.metrics;
+        metrics.connections_created.fetch_add(1, Ordering::Relaxed);
+        metrics.connections_failed.fetch_add(1, Ordering::Relaxed);
+        metrics.connections_closed.fetch_add(1, Ordering::Relaxed);
         return;
     };
     tracing::debug!(%peer, client_cert_cn = identity.client_cert_common_name.as_deref().unwrap_or("-"),
