@@ -64,6 +64,14 @@ bounded "pip install" 900 "$PY" -m pip install --quiet --disable-pip-version-che
 "$PY" -c 'import pulsar, pytest; print("pulsar-client", pulsar.__version__, "/ pytest", pytest.__version__)' \
   || fail "the venv cannot import pulsar and pytest"
 
+# The openssl CLI makes the TLS tests' certificates (tests/compat/tls_certs.py).
+if ! command -v openssl >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  section "Debian packages: openssl"
+  bounded "apt-get update" 300 apt-get update -qq || fail "apt-get update"
+  DEBIAN_FRONTEND=noninteractive bounded "apt-get install" 300 \
+    apt-get install -y -qq openssl >/dev/null || fail "apt-get install openssl"
+fi
+
 # Java and Maven for the official Java client's suite (tests/java): from Debian when missing.
 if ! command -v mvn >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -214,6 +214,10 @@ pub struct AdminState {
     pub service_url: Option<String>,
     /// `brokerServiceUrl` reported by `GET /admin/v2/clusters/{cluster}`.
     pub broker_service_url: Option<String>,
+    /// `serviceUrlTls` (`https://`), when TLS is enabled.
+    pub service_url_tls: Option<String>,
+    /// `brokerServiceUrlTls` (`pulsar+ssl://`), when TLS is enabled.
+    pub broker_service_url_tls: Option<String>,
 }
 
 impl AdminState {
@@ -230,6 +234,8 @@ impl AdminState {
             max_partitions_per_topic: DEFAULT_MAX_PARTITIONS_PER_TOPIC,
             service_url: None,
             broker_service_url: None,
+            service_url_tls: None,
+            broker_service_url_tls: None,
         }
     }
 
@@ -249,6 +255,17 @@ impl AdminState {
         self.broker_service_url = Some(broker_service_url.into());
         self
     }
+
+    /// Sets the URLs reported as `serviceUrlTls` and `brokerServiceUrlTls` (TLS enabled).
+    pub fn with_cluster_urls_tls(
+        mut self,
+        service_url_tls: impl Into<String>,
+        broker_service_url_tls: impl Into<String>,
+    ) -> Self {
+        self.service_url_tls = Some(service_url_tls.into());
+        self.broker_service_url_tls = Some(broker_service_url_tls.into());
+        self
+    }
 }
 
 impl fmt::Debug for AdminState {
@@ -258,6 +275,8 @@ impl fmt::Debug for AdminState {
             .field("max_partitions_per_topic", &self.max_partitions_per_topic)
             .field("service_url", &self.service_url)
             .field("broker_service_url", &self.broker_service_url)
+            .field("service_url_tls", &self.service_url_tls)
+            .field("broker_service_url_tls", &self.broker_service_url_tls)
             .finish_non_exhaustive()
     }
 }
@@ -267,8 +286,9 @@ pub fn router(state: AdminState) -> axum::Router {
     routes::build(state)
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, then stops accepting and waits
-/// for in-flight requests to finish (graceful shutdown).
+/// Serves `router` on `listener` (plain HTTP) until `shutdown` completes, then stops accepting
+/// and waits for in-flight requests to finish (graceful shutdown). Every request carries the
+/// extension `TransportIdentity::default()` (not TLS).
 pub async fn serve<F>(
     listener: tokio::net::TcpListener,
     router: axum::Router,
@@ -277,5 +297,63 @@ pub async fn serve<F>(
 where
     F: Future<Output = ()> + Send + 'static,
 {
+    let router = router.layer(axum::Extension(magnetar_security::TransportIdentity::default()));
     axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+}
+
+/// Serves `router` over HTTPS on `listener` until `shutdown` completes, then stops accepting
+/// and waits for open connections to finish their requests (graceful shutdown, as [`serve`]).
+/// axum's `serve` does no TLS: this accept loop hands each connection to its own task, which
+/// runs the TLS handshake (bounded by `magnetar_security::tls::HANDSHAKE_TIMEOUT`, so a stalled
+/// client holds nothing else) and then HTTP/1.1 with hyper. Every request carries the
+/// connection's `TransportIdentity` (its client certificate's CN, with mTLS) as an extension.
+pub async fn serve_tls<F>(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    tls: Arc<magnetar_security::tls::ServerTls>,
+    shutdown: F,
+) -> std::io::Result<()>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    use tower::ServiceExt;
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (socket, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(%error, "HTTPS accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let (tls, router, watcher) = (tls.clone(), router.clone(), graceful.watcher());
+        tokio::spawn(async move {
+            let _ = socket.set_nodelay(true);
+            let peer = peer.to_string();
+            let Some((stream, identity)) =
+                magnetar_security::tls::accept(&tls, socket, &peer).await
+            else {
+                return;
+            };
+            let service = hyper::service::service_fn(
+                move |mut request: hyper::Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(identity.clone());
+                    router.clone().oneshot(request)
+                },
+            );
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            if let Err(error) = watcher.watch(connection).await {
+                tracing::debug!(%peer, %error, "HTTPS connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }

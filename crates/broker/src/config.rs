@@ -132,6 +132,14 @@ pub struct BrokerConfig {
     /// Seconds the `pulsar_*_le_*` bucket gauges count over (Pulsar's
     /// `statsUpdateFrequencyInSecs`, 60).
     pub stats_update_frequency_seconds: u64,
+    /// `pulsar+ssl://host:port` of the TLS listener, when `[tls]` is enabled (set by the
+    /// server once the port is bound; not a `[broker]` key).
+    #[serde(skip)]
+    pub service_url_tls: Option<String>,
+    /// The plain-text listener is open (false with `[tls] plain_ports_enabled = false`; set by
+    /// the server; not a `[broker]` key).
+    #[serde(skip)]
+    pub plain_port_enabled: bool,
 }
 
 impl Default for BrokerConfig {
@@ -182,6 +190,8 @@ impl Default for BrokerConfig {
             expose_topic_level_metrics_in_prometheus: true,
             split_topic_and_partition_label_in_prometheus: false,
             stats_update_frequency_seconds: 60,
+            service_url_tls: None,
+            plain_port_enabled: true,
         }
     }
 }
@@ -361,8 +371,12 @@ impl BrokerConfig {
         Duration::from_secs(self.keepalive_seconds)
     }
 
+    /// The `pulsar://` URL clients are sent to (the TLS one when the plain port is off).
     pub fn service_url(&self) -> String {
-        format!("pulsar://{}:{}", self.advertised_address, self.broker_port)
+        match (&self.service_url_tls, self.plain_port_enabled) {
+            (Some(tls), false) => tls.clone(),
+            _ => format!("pulsar://{}:{}", self.advertised_address, self.broker_port),
+        }
     }
 }
 

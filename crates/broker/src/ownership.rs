@@ -9,11 +9,12 @@ use magnetar_model::names::TopicName;
 /// Where a client should go for a topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LookupAnswer {
-    /// This broker (or `broker_url`) serves the topic: connect there.
-    Connect { broker_url: String },
-    /// Ask `broker_url` instead; `authoritative` when that broker is to take the topic without
-    /// asking further (Pulsar's leader-assigned redirect).
-    Redirect { broker_url: String, authoritative: bool },
+    /// This broker (or `broker_url`) serves the topic: connect there (`broker_url_tls`, its
+    /// `pulsar+ssl://` URL, for a client connected with TLS).
+    Connect { broker_url: String, broker_url_tls: Option<String> },
+    /// Ask `broker_url` (`broker_url_tls`) instead; `authoritative` when that broker is to take
+    /// the topic without asking further (Pulsar's leader-assigned redirect).
+    Redirect { broker_url: String, broker_url_tls: Option<String>, authoritative: bool },
 }
 
 #[async_trait]
@@ -29,11 +30,15 @@ pub trait Ownership: Send + Sync + 'static {
 /// One broker serves every topic.
 pub struct SingleBroker {
     pub broker_url: String,
+    pub broker_url_tls: Option<String>,
 }
 
 #[async_trait]
 impl Ownership for SingleBroker {
     async fn lookup(&self, _: &TopicName, _: bool) -> Result<LookupAnswer, BrokerError> {
-        Ok(LookupAnswer::Connect { broker_url: self.broker_url.clone() })
+        Ok(LookupAnswer::Connect {
+            broker_url: self.broker_url.clone(),
+            broker_url_tls: self.broker_url_tls.clone(),
+        })
     }
 }

@@ -67,7 +67,10 @@ impl BrokerService {
         readiness: Arc<Readiness>,
         metrics: Arc<BrokerMetrics>,
     ) -> Arc<Self> {
-        let ownership = Arc::new(SingleBroker { broker_url: config.service_url() });
+        let ownership = Arc::new(SingleBroker {
+            broker_url: config.service_url(),
+            broker_url_tls: config.service_url_tls.clone(),
+        });
         Arc::new(BrokerService {
             config,
             ownership,

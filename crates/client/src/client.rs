@@ -57,6 +57,8 @@ pub struct Client {
 pub(crate) struct ClientInner {
     service_url: String,
     pool: Mutex<HashMap<String, Arc<Connection>>>,
+    /// How `pulsar+ssl://` brokers are verified (None: plain `pulsar://` only).
+    tls: Option<Arc<rustls::ClientConfig>>,
     next_id: AtomicU64,
 }
 
@@ -92,13 +94,31 @@ impl Client {
     /// Connects to a service URL such as `pulsar://127.0.0.1:6650`
     /// (performs the handshake now, so a wrong address fails here).
     pub async fn connect(service_url: impl Into<String>) -> Result<Self> {
-        let service_url = service_url.into();
+        Self::connect_with(service_url.into(), None).await
+    }
+
+    /// Connects to a `pulsar+ssl://host:port` service URL, verifying the brokers' certificates
+    /// (and their names) with the PEM CAs in `trust_certs_file` (the official clients'
+    /// `tlsTrustCertsFilePath`). Lookups then follow the brokers' TLS URLs.
+    pub async fn connect_tls(
+        service_url: impl Into<String>,
+        trust_certs_file: impl AsRef<std::path::Path>,
+    ) -> Result<Self> {
+        let config = tls_client_config(trust_certs_file.as_ref())?;
+        Self::connect_with(service_url.into(), Some(Arc::new(config))).await
+    }
+
+    async fn connect_with(
+        service_url: String,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<Self> {
         socket_address(&service_url)?;
         let client = Client {
             inner: Arc::new(ClientInner {
                 service_url,
                 pool: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
+                tls,
             }),
         };
         client.connection(&client.inner.service_url.clone()).await?;
@@ -147,7 +167,7 @@ impl Client {
                 return Ok(conn.clone());
             }
         }
-        let conn = Connection::connect(url).await?;
+        let conn = Connection::connect(url, self.inner.tls.as_ref()).await?;
         pool.insert(url.to_string(), conn.clone());
         Ok(conn)
     }
@@ -195,7 +215,15 @@ impl Client {
             let response = reply
                 .lookup_topic_response
                 .ok_or_else(|| Error::Protocol("unexpected reply to LOOKUP".into()))?;
-            let target = response.broker_service_url.clone().unwrap_or_default();
+            // Connected with TLS: the broker's pulsar+ssl:// URL, as the official clients do.
+            let tls_target = response.broker_service_url_tls.clone().unwrap_or_default();
+            let target = if crate::connection::is_tls_url(&self.inner.service_url)
+                && !tls_target.is_empty()
+            {
+                tls_target
+            } else {
+                response.broker_service_url.clone().unwrap_or_default()
+            };
             match response.response.and_then(|r| LookupType::try_from(r).ok()) {
                 Some(LookupType::Connect) => {
                     let proxy = response.proxy_through_service_url();
@@ -235,6 +263,26 @@ impl Client {
             (0..partitions).map(|i| (partition_topic_name(topic, i), i as i32)).collect()
         })
     }
+}
+
+/// A rustls client configuration trusting the PEM CAs of `path`.
+fn tls_client_config(path: &std::path::Path) -> Result<rustls::ClientConfig> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let what = |cause: String| Error::Config(format!("TLS trust file {}: {cause}", path.display()));
+    let pem = std::fs::read(path).map_err(|e| what(e.to_string()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        roots.add(cert.map_err(|e| what(e.to_string()))?).map_err(|e| what(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(what("no CERTIFICATE in it".into()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| what(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! One TCP connection to a broker: CONNECT/CONNECTED handshake, a reader
+//! One TCP (or TLS, `pulsar+ssl://`) connection to a broker: CONNECT/CONNECTED handshake, a reader
 //! task (decodes frames, answers PINGs, routes replies by request id and
 //! events by producer/consumer id) and a writer task.
 
@@ -11,7 +11,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use magnetar_protocol::proto::base_command::Type;
 use magnetar_protocol::proto::{BaseCommand, CommandMessage, CommandSendError, CommandSendReceipt};
 use magnetar_protocol::{commands, encode_command, FrameDecoder, PayloadSection};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -102,9 +102,12 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-/// `pulsar://host:port` → `host:port`.
+/// `pulsar://host:port` or `pulsar+ssl://host:port` → `host:port`.
 pub(crate) fn socket_address(url: &str) -> Result<String> {
-    let rest = url.strip_prefix("pulsar://").ok_or_else(|| Error::InvalidUrl(url.into()))?;
+    let rest = url
+        .strip_prefix("pulsar://")
+        .or_else(|| url.strip_prefix("pulsar+ssl://"))
+        .ok_or_else(|| Error::InvalidUrl(url.into()))?;
     let rest = rest.trim_end_matches('/');
     // A service URL may list several hosts; take the first.
     let first = rest.split(',').next().unwrap_or_default();
@@ -141,14 +144,48 @@ fn encode(command: &BaseCommand) -> Result<Bytes> {
     Ok(buf.freeze())
 }
 
+/// Whether `url` asks for TLS (`pulsar+ssl://`).
+pub(crate) fn is_tls_url(url: &str) -> bool {
+    url.starts_with("pulsar+ssl://")
+}
+
 impl Connection {
-    /// Connects and performs the handshake.
-    pub(crate) async fn connect(url: &str) -> Result<Arc<Self>> {
+    /// Connects (TLS for `pulsar+ssl://`, verified with `tls`) and performs the handshake.
+    pub(crate) async fn connect(
+        url: &str,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+    ) -> Result<Arc<Self>> {
         let address = socket_address(url)?;
-        let mut stream = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(&address))
+        let stream = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(&address))
             .await
             .map_err(|_| Error::Timeout("TCP connect"))??;
         stream.set_nodelay(true)?;
+        if !is_tls_url(url) {
+            // The socket's own halves: no lock between reader and writer.
+            return Self::start(url, stream, TcpStream::into_split).await;
+        }
+        let config = tls.ok_or_else(|| {
+            Error::Config(format!("{url} needs a trust store (Client::connect_tls)"))
+        })?;
+        let host = address.rsplit_once(':').map_or(address.as_str(), |(host, _)| host);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|_| Error::InvalidUrl(url.into()))?;
+        let connector = tokio_rustls::TlsConnector::from(config.clone());
+        let stream = tokio::time::timeout(REQUEST_TIMEOUT, connector.connect(name, stream))
+            .await
+            .map_err(|_| Error::Timeout("TLS handshake"))??;
+        Self::start(url, stream, tokio::io::split).await
+    }
+
+    /// The CONNECT/CONNECTED handshake on `stream`, then the reader and writer tasks on the
+    /// halves `split` makes of it.
+    async fn start<S, R, W>(url: &str, mut stream: S, split: fn(S) -> (R, W)) -> Result<Arc<Self>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let connect = commands::connect(
             concat!("magnetar-client-rust ", env!("CARGO_PKG_VERSION")),
             PROTOCOL_VERSION,
@@ -198,7 +235,7 @@ impl Connection {
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared { routes: Mutex::default(), out: out_tx });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let (read_half, write_half) = stream.into_split();
+        let (read_half, write_half) = split(stream);
         tokio::spawn(write_loop(write_half, out_rx, shutdown_rx.clone(), shared.clone()));
         tokio::spawn(read_loop(
             read_half,
@@ -326,8 +363,8 @@ impl Drop for Connection {
     }
 }
 
-async fn write_loop(
-    mut socket: tokio::net::tcp::OwnedWriteHalf,
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut socket: W,
     mut rx: mpsc::UnboundedReceiver<Bytes>,
     mut shutdown: watch::Receiver<bool>,
     shared: Arc<Shared>,
@@ -366,8 +403,8 @@ const MAX_FRAMES_PER_WRITE: usize = 64;
 const MAX_BYTES_PER_WRITE: usize = 1024 * 1024;
 
 /// Writes all of `frames`, in order, and empties it.
-async fn write_frames(
-    socket: &mut tokio::net::tcp::OwnedWriteHalf,
+async fn write_frames<W: AsyncWrite + Unpin>(
+    socket: &mut W,
     frames: &mut Vec<Bytes>,
 ) -> std::io::Result<()> {
     let mut next = 0;
@@ -395,8 +432,8 @@ async fn write_frames(
     Ok(())
 }
 
-async fn read_loop(
-    mut socket: tokio::net::tcp::OwnedReadHalf,
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut socket: R,
     mut buf: BytesMut,
     decoder: FrameDecoder,
     shared: Arc<Shared>,
@@ -515,6 +552,8 @@ mod tests {
     fn urls() {
         assert_eq!(socket_address("pulsar://127.0.0.1:6650").unwrap(), "127.0.0.1:6650");
         assert_eq!(socket_address("pulsar://a:1,b:2/").unwrap(), "a:1");
+        assert_eq!(socket_address("pulsar+ssl://localhost:6651").unwrap(), "localhost:6651");
+        assert!(is_tls_url("pulsar+ssl://localhost:6651") && !is_tls_url("pulsar://a:1"));
         assert!(socket_address("http://a:1").is_err());
         assert!(socket_address("pulsar://nohost").is_err());
     }

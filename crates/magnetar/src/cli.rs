@@ -136,9 +136,12 @@ pub struct PerfTargetArgs {
     /// Topic (short names go to public/default).
     #[arg(default_value = "perf")]
     pub topic: String,
-    /// Pulsar binary protocol URL of the broker.
+    /// Pulsar binary protocol URL of the broker (`pulsar+ssl://` needs --tls-trust-certs-file).
     #[arg(long, short = 'u', default_value = "pulsar://127.0.0.1:6650")]
     pub service_url: String,
+    /// PEM CAs that verify a `pulsar+ssl://` broker's certificate and name.
+    #[arg(long)]
+    pub tls_trust_certs_file: Option<std::path::PathBuf>,
     /// Admin REST URL (only used to create partitioned topics).
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub admin_url: String,
@@ -250,8 +253,12 @@ pub struct PerfE2eArgs {
 
 impl PerfTargetArgs {
     fn validate(&self) -> Result<(), String> {
-        if !self.service_url.starts_with("pulsar://") {
-            return Err("--service-url must be pulsar://host:port".into());
+        let tls = self.service_url.starts_with("pulsar+ssl://");
+        if !self.service_url.starts_with("pulsar://") && !tls {
+            return Err("--service-url must be pulsar://host:port or pulsar+ssl://host:port".into());
+        }
+        if tls && self.tls_trust_certs_file.is_none() {
+            return Err("--service-url pulsar+ssl:// needs --tls-trust-certs-file".into());
         }
         if self.num_topics == 0 || self.num_topics > 100_000 {
             return Err("--num-topics must be between 1 and 100000".into());

@@ -11,7 +11,9 @@ use magnetar_journal::{JournalConfig, SyncMode};
 use magnetar_ledger::LedgerStoreConfig;
 use magnetar_metadata_etcd::{parse_metadata_url, EtcdStoreConfig, MetadataUrlError};
 use magnetar_model::names::is_valid_entity_name;
+use magnetar_security::tls::{ServerTls, TlsConfig, TlsError};
 use serde::Deserialize;
+use std::sync::Arc;
 use thiserror::Error;
 
 use crate::cli::ServerArgs;
@@ -31,6 +33,8 @@ pub struct ServerConfig {
     pub storage: StorageSection,
     pub metadata: MetadataSection,
     pub log: LogSection,
+    /// `[tls]`: `pulsar+ssl://` and HTTPS (see `magnetar_security::tls`).
+    pub tls: TlsConfig,
 }
 
 /// `[log]`: what is logged and how. `RUST_LOG` overrides `level`, `--log-format` overrides
@@ -103,6 +107,7 @@ impl Default for ServerConfig {
             storage: StorageSection::default(),
             metadata: MetadataSection::default(),
             log: LogSection::default(),
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -157,6 +162,8 @@ pub enum ConfigError {
     AdvertisedAddress(String),
     #[error("metadata.{0}")]
     MetadataSection(&'static str),
+    #[error("{0}")]
+    Tls(TlsError),
 }
 
 impl From<MetadataUrlError> for ConfigError {
@@ -187,6 +194,8 @@ pub struct Settings {
     pub config: ServerConfig,
     pub ledger: LedgerStoreConfig,
     pub metadata: MetadataBackend,
+    /// The TLS listeners' configuration, loaded from the `[tls]` files (None: TLS off).
+    pub tls: Option<Arc<ServerTls>>,
 }
 
 impl Settings {
@@ -232,7 +241,15 @@ impl Settings {
         config.broker.cluster_name = config.cluster.clone();
         config.broker.validate().map_err(ConfigError::Broker)?;
         let ledger = ledger_store_config(&config)?;
-        Ok(Settings { config, ledger, metadata })
+        config
+            .tls
+            .validate(config.broker.broker_port, config.web_port)
+            .map_err(ConfigError::Tls)?;
+        let tls = match config.tls.enabled {
+            true => Some(Arc::new(ServerTls::load(&config.tls).map_err(ConfigError::Tls)?)),
+            false => None,
+        };
+        Ok(Settings { config, ledger, metadata, tls })
     }
 }
 
@@ -316,11 +333,13 @@ mod tests {
             ("storage", format!("{:?}", default.storage)),
             ("metadata", format!("{:?}", default.metadata)),
             ("log", format!("{:?}", default.log)),
+            ("tls", format!("{:?}", default.tls)),
         ];
         for (section, debug) in sections {
             let table = value[section].as_table().unwrap();
-            // `broker.cluster_name` is not read from the file: it comes from `cluster`.
-            let not_in_file = usize::from(section == "broker");
+            // `broker.cluster_name` is not read from the file: it comes from `cluster`; nor
+            // are `service_url_tls` and `plain_port_enabled`: they come from `[tls]`.
+            let not_in_file = if section == "broker" { 3 } else { 0 };
             let knobs = debug.matches(": ").count() - not_in_file;
             assert_eq!(table.len(), knobs, "every {section} knob is listed");
         }
@@ -368,6 +387,37 @@ mod tests {
             Err(ConfigError::AdvertisedAddress(_))
         ));
         assert!(valid_host("[::1]") && valid_host("broker-0.example") && !valid_host(""));
+    }
+
+    #[test]
+    fn tls_section_is_checked_before_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tls.toml");
+        let args = ServerArgs { config: Some(path.clone()), ..broker_args() };
+        let missing = dir.path().join("missing.pem");
+        std::fs::write(
+            &path,
+            format!("[tls]\nenabled = true\ncert_file = {missing:?}\nkey_file = {missing:?}\n"),
+        )
+        .unwrap();
+        let error = Settings::load(&args, Mode::Standalone).expect_err("missing file");
+        assert!(matches!(error, ConfigError::Tls(TlsError::Read { what: "cert_file", .. })));
+        assert!(error.to_string().contains("missing.pem"), "{error}");
+        std::fs::write(&path, "[tls]\nplain_ports_enabled = false\n").unwrap();
+        let error = Settings::load(&args, Mode::Standalone).expect_err("no listener");
+        assert!(matches!(error, ConfigError::Tls(TlsError::NoListener)), "{error}");
+        std::fs::write(
+            &path,
+            "web_port = 6651\n[tls]\nenabled = true\ncert_file = \"c\"\nkey_file = \"k\"\n",
+        )
+        .unwrap();
+        let error = Settings::load(&args, Mode::Standalone).expect_err("port clash");
+        assert!(
+            matches!(error, ConfigError::Tls(TlsError::PortClash { port: 6651, .. })),
+            "{error}"
+        );
+        let plain = Settings::load(&broker_args(), Mode::Standalone).unwrap();
+        assert!(plain.tls.is_none());
     }
 
     #[test]

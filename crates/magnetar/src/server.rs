@@ -68,21 +68,34 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         let store = Arc::new(store);
 
         // Bind first: the registration carries the ports really bound (port 0 picks one).
-        let broker_address =
-            format!("{}:{}", config.broker.bind_address, config.broker.broker_port);
-        let broker_listener = tokio::net::TcpListener::bind(&broker_address)
-            .await
-            .with_context(|| format!("listen on {broker_address}"))?;
-        let web_address = format!("{}:{}", config.web_bind_address, config.web_port);
-        let web_listener = tokio::net::TcpListener::bind(&web_address)
-            .await
-            .with_context(|| format!("listen on {web_address}"))?;
+        // `[tls] plain_ports_enabled = false` leaves only the TLS listeners.
+        let plain = settings.tls.is_none() || config.tls.plain_ports_enabled;
+        let (broker_host, web_host) = (&config.broker.bind_address, &config.web_bind_address);
+        let broker_listener = bind_if(plain, broker_host, config.broker.broker_port).await?;
+        let web_listener = bind_if(plain, web_host, config.web_port).await?;
+        let tls_on = settings.tls.is_some();
+        let broker_listener_tls = bind_if(tls_on, broker_host, config.tls.broker_port_tls).await?;
+        let web_listener_tls = bind_if(tls_on, web_host, config.tls.web_port_tls).await?;
         let mut broker_config = config.broker.clone();
-        broker_config.broker_port = broker_listener.local_addr()?.port();
-        let web_port = web_listener.local_addr()?.port();
         let host = broker_config.advertised_address.clone();
+        if let Some(listener) = &broker_listener {
+            broker_config.broker_port = listener.local_addr()?.port();
+        }
+        broker_config.plain_port_enabled = plain;
+        let port_of = |l: &Option<tokio::net::TcpListener>| -> std::io::Result<Option<u16>> {
+            l.as_ref().map(|l| l.local_addr().map(|a| a.port())).transpose()
+        };
+        broker_config.service_url_tls =
+            port_of(&broker_listener_tls)?.map(|port| format!("pulsar+ssl://{host}:{port}"));
+        let web_url_tls = port_of(&web_listener_tls)?.map(|port| format!("https://{host}:{port}"));
+        // With the plain ports off, the URLs and the registration key name the TLS ones.
+        let (web_port, web_url) = match (port_of(&web_listener)?, &web_url_tls) {
+            (Some(port), _) => (port, format!("http://{host}:{port}")),
+            (None, Some(url)) => (port_of(&web_listener_tls)?.unwrap_or_default(), url.clone()),
+            (None, None) => anyhow::bail!("no web listener"),
+        };
         let service_url = broker_config.service_url();
-        let web_url = format!("http://{host}:{web_port}");
+        let service_url_tls = broker_config.service_url_tls.clone();
 
         let readiness = Arc::new(Readiness::not_ready("starting"));
         // Every metadata write of the broker and the admin API is counted
@@ -112,6 +125,8 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         let registration = BrokerRegistration {
             pulsar_service_url: service_url.clone(),
             web_service_url: web_url.clone(),
+            pulsar_service_url_tls: service_url_tls.clone(),
+            web_service_url_tls: web_url_tls.clone(),
             start_timestamp,
             broker_version: env!("CARGO_PKG_VERSION").to_string(),
         };
@@ -127,28 +142,58 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
 
         let (stop, stopped) = tokio::sync::watch::channel(false);
         magnetar_broker::limits::spawn_tasks(&service, stopped.clone());
-        let broker_task = tokio::spawn(magnetar_broker::connection::run_listener(
-            service.clone(),
-            broker_listener,
-            stopped.clone(),
-        ));
-        let admin_state = magnetar_admin::AdminState::new(
+        let mut tasks = Vec::new();
+        if let Some(listener) = broker_listener {
+            tasks.push(tokio::spawn(magnetar_broker::connection::run_listener(
+                service.clone(),
+                listener,
+                stopped.clone(),
+            )));
+        }
+        let mut admin_state = magnetar_admin::AdminState::new(
             metadata_store.clone(),
             Arc::new(AdminHooks(service.clone())),
             config.cluster.clone(),
         )
         .with_cluster_urls(web_url.clone(), service_url.clone());
-        let mut web_stop = stopped.clone();
-        let web_task = tokio::spawn(magnetar_admin::serve(
-            web_listener,
-            magnetar_admin::router(admin_state),
-            async move {
-                let _ = web_stop.changed().await;
-            },
-        ));
+        if let (Some(web), Some(broker)) = (&web_url_tls, &service_url_tls) {
+            admin_state = admin_state.with_cluster_urls_tls(web.clone(), broker.clone());
+        }
+        let router = magnetar_admin::router(admin_state);
+        let stop_signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stopped.changed().await;
+        };
+        if let Some(listener) = web_listener {
+            let serve =
+                magnetar_admin::serve(listener, router.clone(), stop_signal(stopped.clone()));
+            tasks.push(tokio::spawn(async move {
+                if let Err(error) = serve.await {
+                    tracing::warn!(%error, "admin listener failed");
+                }
+            }));
+        }
+        if let (Some(tls), Some(broker), Some(web)) =
+            (&settings.tls, broker_listener_tls, web_listener_tls)
+        {
+            tasks.push(tokio::spawn(magnetar_broker::connection::run_tls_listener(
+                service.clone(),
+                broker,
+                tls.clone(),
+                stopped.clone(),
+            )));
+            let serve =
+                magnetar_admin::serve_tls(web, router, tls.clone(), stop_signal(stopped.clone()));
+            tasks.push(tokio::spawn(async move {
+                if let Err(error) = serve.await {
+                    tracing::warn!(%error, "HTTPS admin listener failed");
+                }
+            }));
+        }
         tracing::info!(
             broker = %service_url,
+            broker_tls = service_url_tls.as_deref().unwrap_or("-"),
             web = %web_url,
+            web_tls = web_url_tls.as_deref().unwrap_or("-"),
             cluster = %config.cluster,
             metadata = %describe(&settings.metadata),
             registration = %registration_key,
@@ -162,14 +207,31 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         tracing::info!("shutting down");
         registration.stop().await;
         let _ = stop.send(true);
-        let _ = broker_task.await;
-        let _ = web_task.await;
+        for task in tasks {
+            let _ = task.await;
+        }
         drop(service);
         tokio::task::spawn_blocking(move || store.close()).await?;
         metadata.close().await.context("close metadata store")?;
         tracing::info!("stopped");
         anyhow::Ok(())
     })
+}
+
+/// Binds `host:port` when `wanted` (port 0 picks a free one).
+async fn bind_if(
+    wanted: bool,
+    host: &str,
+    port: u16,
+) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    if !wanted {
+        return Ok(None);
+    }
+    let address = format!("{host}:{port}");
+    let listener = tokio::net::TcpListener::bind(&address)
+        .await
+        .with_context(|| format!("listen on {address}"))?;
+    Ok(Some(listener))
 }
 
 fn describe(backend: &MetadataBackend) -> String {

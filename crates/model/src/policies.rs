@@ -84,6 +84,12 @@ pub struct BrokerRegistration {
     pub pulsar_service_url: String,
     /// `http://host:port` of its admin API.
     pub web_service_url: String,
+    /// `pulsar+ssl://host:port`, when TLS is enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pulsar_service_url_tls: Option<String>,
+    /// `https://host:port` of its admin API, when TLS is enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_service_url_tls: Option<String>,
     /// When the broker process started, milliseconds since the Unix epoch.
     pub start_timestamp: u64,
     /// The broker's version (`CARGO_PKG_VERSION` of the binary).

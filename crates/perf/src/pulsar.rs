@@ -36,6 +36,8 @@ pub struct Target {
     pub num_topics: usize,
     /// Create each topic as partitioned with this many partitions (0: leave as is).
     pub partitions: u32,
+    /// PEM CAs to verify a `pulsar+ssl://` broker with.
+    pub tls_trust_certs_file: Option<std::path::PathBuf>,
 }
 
 /// When to stop and how to report.
@@ -343,9 +345,12 @@ fn runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 async fn connect(target: &Target) -> anyhow::Result<Client> {
-    Client::connect(target.service_url.clone())
-        .await
-        .with_context(|| format!("cannot connect to {}", target.service_url))
+    let url = target.service_url.clone();
+    match &target.tls_trust_certs_file {
+        Some(ca) => Client::connect_tls(url, ca).await,
+        None => Client::connect(url).await,
+    }
+    .with_context(|| format!("cannot connect to {}", target.service_url))
 }
 
 fn control(run: &RunOptions, count_sends: bool) -> (Arc<Control>, watch::Sender<bool>) {
@@ -747,6 +752,7 @@ mod tests {
             topic: "t".into(),
             num_topics: 1,
             partitions: 0,
+            tls_trust_certs_file: None,
         };
         assert_eq!(topics(&target), vec!["t"]);
         target.num_topics = 3;

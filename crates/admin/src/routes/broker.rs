@@ -132,6 +132,12 @@ pub(crate) async fn runtime_configuration(
     if let Some(url) = &state.broker_service_url {
         config.insert("brokerServiceUrl".to_string(), url.clone());
     }
+    if let Some(url) = &state.service_url_tls {
+        config.insert("webServiceUrlTls".to_string(), url.clone());
+    }
+    if let Some(url) = &state.broker_service_url_tls {
+        config.insert("brokerServiceUrlTls".to_string(), url.clone());
+    }
     Json(config)
 }
 

@@ -55,6 +55,12 @@ pub(crate) async fn get_cluster(
     if let Some(url) = &state.broker_service_url {
         data.entry("brokerServiceUrl").or_insert_with(|| Value::String(url.clone()));
     }
+    if let Some(url) = &state.service_url_tls {
+        data.entry("serviceUrlTls").or_insert_with(|| Value::String(url.clone()));
+    }
+    if let Some(url) = &state.broker_service_url_tls {
+        data.entry("brokerServiceUrlTls").or_insert_with(|| Value::String(url.clone()));
+    }
     Ok(Json(Value::Object(data)))
 }
 

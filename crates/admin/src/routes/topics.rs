@@ -394,11 +394,13 @@ pub(crate) async fn lookup(
     require_namespace(&state, topic.namespace()).await?;
     let broker_url = state.broker_service_url.clone().unwrap_or_default();
     let http_url = state.service_url.clone().unwrap_or_default();
+    let broker_url_tls = state.broker_service_url_tls.clone().unwrap_or_default();
+    let http_url_tls = state.service_url_tls.clone().unwrap_or_default();
     Ok(Json(serde_json::json!({
         "brokerUrl": broker_url,
-        "brokerUrlTls": "",
+        "brokerUrlTls": broker_url_tls,
         "httpUrl": http_url,
-        "httpUrlTls": "",
+        "httpUrlTls": http_url_tls,
         "nativeUrl": broker_url,
     })))
 }

@@ -48,20 +48,22 @@ impl Connection {
                 Err(error) => Err(error),
             };
             let reply = match answer {
-                Ok(LookupAnswer::Connect { broker_url }) => commands::lookup_response(
-                    request_id,
-                    LookupType::Connect,
-                    broker_url,
-                    None,
-                    true,
-                    false,
-                ),
-                Ok(LookupAnswer::Redirect { broker_url, authoritative }) => {
+                Ok(LookupAnswer::Connect { broker_url, broker_url_tls }) => {
+                    commands::lookup_response(
+                        request_id,
+                        LookupType::Connect,
+                        broker_url,
+                        broker_url_tls,
+                        true,
+                        false,
+                    )
+                }
+                Ok(LookupAnswer::Redirect { broker_url, broker_url_tls, authoritative }) => {
                     commands::lookup_response(
                         request_id,
                         LookupType::Redirect,
                         broker_url,
-                        None,
+                        broker_url_tls,
                         authoritative,
                         false,
                     )

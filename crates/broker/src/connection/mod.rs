@@ -121,9 +121,9 @@ const MAX_WRITE_BYTES: usize = 1 << 20;
 const MAX_WRITE_BUFFERS: usize = 512;
 
 /// Drains the outbox into the socket until every sender is gone or the socket fails.
-async fn write_frames(
+async fn write_frames<W: tokio::io::AsyncWrite + Unpin>(
     mut receiver: mpsc::UnboundedReceiver<OutFrame>,
-    mut writer: tokio::net::tcp::OwnedWriteHalf,
+    mut writer: W,
 ) {
     let mut queued: VecDeque<Bytes> = VecDeque::new();
     let push = |frame: OutFrame, queued: &mut VecDeque<Bytes>| {
@@ -150,8 +150,8 @@ async fn write_frames(
 }
 
 /// Writes every queued buffer, in order, with as few syscalls as the socket allows.
-async fn write_all_vectored(
-    writer: &mut tokio::net::tcp::OwnedWriteHalf,
+async fn write_all_vectored<W: tokio::io::AsyncWrite + Unpin>(
+    writer: &mut W,
     queued: &mut VecDeque<Bytes>,
 ) -> std::io::Result<()> {
     while !queued.is_empty() {
@@ -227,7 +227,7 @@ struct Connection {
     /// A topic's publish rate was exceeded: no frame is read before this instant.
     paused_until: Option<tokio::time::Instant>,
     /// What the listener knows about the peer (TLS, client certificate).
-    #[allow(dead_code)] // until authentication reads them (issue 17)
+    #[allow(dead_code)] // until authentication reads it (issue 17)
     identity: TransportIdentity,
     /// Who the peer is once CONNECT was authenticated (None while authentication is off).
     #[allow(dead_code)] // until authentication reads them (issue 17)
@@ -236,17 +236,61 @@ struct Connection {
 
 static PRODUCER_NAMES: AtomicU64 = AtomicU64::new(0);
 
-/// Serves one connection until the peer leaves, errs, idles out, or `shutdown` fires.
+/// Serves one plain-text connection until the peer leaves, errs, idles out, or `shutdown`
+/// fires.
 pub async fn serve(
     service: Arc<BrokerService>,
     socket: TcpStream,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let peer = socket.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let _ = socket.set_nodelay(true);
+    // The socket's own halves: no lock between reader and writer.
+    let (reader, writer) = socket.into_split();
+    serve_stream(service, reader, writer, peer, TransportIdentity::default(), shutdown).await
+}
+
+/// Serves one `pulsar+ssl://` connection: the TLS handshake (bounded by
+/// [`magnetar_security::tls::HANDSHAKE_TIMEOUT`], in this connection's task, so a client that
+/// never finishes it holds nothing else), then as [`serve`], with the peer's
+/// [`TransportIdentity`] (its client certificate's CN, if any).
+pub async fn serve_tls(
+    service: Arc<BrokerService>,
+    socket: TcpStream,
+    tls: Arc<magnetar_security::tls::ServerTls>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let peer = socket.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let _ = socket.set_nodelay(true);
+    let Some((stream, identity)) = magnetar_security::tls::accept(&tls, socket, &peer).await else {
+        // Counted as a connection that failed before CONNECT (created, failed, closed).
+        let metrics = &service.ledgers.metrics;
+        metrics.connections_created.fetch_add(1, Ordering::Relaxed);
+        metrics.connections_failed.fetch_add(1, Ordering::Relaxed);
+        metrics.connections_closed.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    tracing::debug!(%peer, client_cert_cn = identity.client_cert_common_name.as_deref().unwrap_or("-"),
+        "TLS handshake done");
+    // tokio-rustls writes vectored (one TLS record per gathered write), so the writer task's
+    // batching carries over.
+    let (reader, writer) = tokio::io::split(stream);
+    serve_stream(service, reader, writer, peer, identity, shutdown).await
+}
+
+async fn serve_stream<R, W>(
+    service: Arc<BrokerService>,
+    mut reader: R,
+    writer: W,
+    peer: String,
+    identity: TransportIdentity,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let metrics = service.ledgers.metrics.clone();
     metrics.connections_created.fetch_add(1, Ordering::Relaxed);
-    let (mut reader, writer) = socket.into_split();
     let (sender, receiver) = mpsc::unbounded_channel::<OutFrame>();
     let writer_task = tokio::spawn(write_frames(receiver, writer));
     let (completions, mut completed) = mpsc::unbounded_channel::<Completion>();
@@ -264,7 +308,7 @@ pub async fn serve(
         peer,
         client_version: String::new(),
         paused_until: None,
-        identity: TransportIdentity::default(),
+        identity,
         principal: None,
     };
     let decoder = FrameDecoder::with_max_message_size(service.config.max_message_size);
@@ -533,13 +577,39 @@ pub async fn run_listener(
     listener: tokio::net::TcpListener,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
+    run_listener_with(service, listener, None, shutdown).await
+}
+
+/// The broker's `pulsar+ssl://` listener: as [`run_listener`], each connection's TLS handshake
+/// in its own task.
+pub async fn run_tls_listener(
+    service: Arc<BrokerService>,
+    listener: tokio::net::TcpListener,
+    tls: Arc<magnetar_security::tls::ServerTls>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    run_listener_with(service, listener, Some(tls), shutdown).await
+}
+
+async fn run_listener_with(
+    service: Arc<BrokerService>,
+    listener: tokio::net::TcpListener,
+    tls: Option<Arc<magnetar_security::tls::ServerTls>>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     let mut stop = shutdown.clone();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((socket, _)) => {
-                    tokio::spawn(serve(service.clone(), socket, shutdown.clone()));
-                }
+                Ok((socket, _)) => match &tls {
+                    None => {
+                        tokio::spawn(serve(service.clone(), socket, shutdown.clone()));
+                    }
+                    Some(tls) => {
+                        let (service, tls) = (service.clone(), tls.clone());
+                        tokio::spawn(serve_tls(service, socket, tls, shutdown.clone()));
+                    }
+                },
                 Err(error) => {
                     tracing::warn!(%error, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
