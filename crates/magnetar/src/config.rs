@@ -31,6 +31,8 @@ pub struct ServerConfig {
     pub storage: StorageSection,
     pub metadata: MetadataSection,
     pub log: LogSection,
+    /// `[authorization]`: who may do what (off by default; see the security crate).
+    pub authorization: magnetar_security::authorization::AuthorizationConfig,
 }
 
 /// `[log]`: what is logged and how. `RUST_LOG` overrides `level`, `--log-format` overrides
@@ -103,6 +105,7 @@ impl Default for ServerConfig {
             storage: StorageSection::default(),
             metadata: MetadataSection::default(),
             log: LogSection::default(),
+            authorization: Default::default(),
         }
     }
 }
