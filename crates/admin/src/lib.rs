@@ -168,6 +168,7 @@
 //! `bundles` (Pulsar's `defaultNumberOfNamespaceBundles` is 4; Magnetar does not split
 //! ownership by hash range). Unloading a bundle unloads the whole namespace's loaded topics.
 
+mod authz;
 mod bootstrap;
 mod broker_hooks;
 mod error;
@@ -214,6 +215,8 @@ pub struct AdminState {
     pub service_url: Option<String>,
     /// `brokerServiceUrl` reported by `GET /admin/v2/clusters/{cluster}`.
     pub broker_service_url: Option<String>,
+    /// Who may do what (the `[authorization]` section; off by default). See `authz`.
+    pub authorization: magnetar_security::authorization::AuthorizationConfig,
 }
 
 impl AdminState {
@@ -230,7 +233,17 @@ impl AdminState {
             max_partitions_per_topic: DEFAULT_MAX_PARTITIONS_PER_TOPIC,
             service_url: None,
             broker_service_url: None,
+            authorization: Default::default(),
         }
+    }
+
+    /// Enforces `authorization` on every route (see `authz`).
+    pub fn with_authorization(
+        mut self,
+        authorization: magnetar_security::authorization::AuthorizationConfig,
+    ) -> Self {
+        self.authorization = authorization;
+        self
     }
 
     /// Sets the partition cap (0 = unlimited).

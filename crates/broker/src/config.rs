@@ -7,6 +7,10 @@ use std::time::Duration;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BrokerConfig {
+    /// Authorization (the server's `[authorization]` section, copied here by the server; not a
+    /// `[broker]` key).
+    #[serde(skip)]
+    pub authorization: magnetar_security::authorization::AuthorizationConfig,
     /// Address the binary protocol listens on. Default loopback: standalone is for one machine.
     pub bind_address: String,
     /// Binary protocol port (Pulsar's default 6650).
@@ -137,6 +141,7 @@ pub struct BrokerConfig {
 impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
+            authorization: Default::default(),
             bind_address: "127.0.0.1".into(),
             broker_port: 6650,
             advertised_address: "127.0.0.1".into(),

@@ -78,6 +78,7 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("listen on {web_address}"))?;
         let mut broker_config = config.broker.clone();
+        broker_config.authorization = config.authorization.clone();
         broker_config.broker_port = broker_listener.local_addr()?.port();
         let web_port = web_listener.local_addr()?.port();
         let host = broker_config.advertised_address.clone();
@@ -98,6 +99,14 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
             readiness.clone(),
             metrics,
         );
+        // Authorization: cached tenant / namespace documents follow their changes (a no-op
+        // while authorization is disabled).
+        let authorizer = service.authorizer.clone();
+        tokio::spawn(async move {
+            if let Err(error) = authorizer.watch().await {
+                tracing::error!(%error, "authorization: cannot watch permission changes");
+            }
+        });
         // Retention, idle-ledger rollover and inactive-topic deletion.
         magnetar_broker::housekeeping::start(&service);
         // The recent totals and topic series the web console charts (bounded, in memory).
@@ -137,7 +146,8 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
             Arc::new(AdminHooks(service.clone())),
             config.cluster.clone(),
         )
-        .with_cluster_urls(web_url.clone(), service_url.clone());
+        .with_cluster_urls(web_url.clone(), service_url.clone())
+        .with_authorization(config.authorization.clone());
         let mut web_stop = stopped.clone();
         let web_task = tokio::spawn(magnetar_admin::serve(
             web_listener,

@@ -40,6 +40,7 @@ use magnetar_protocol::proto::{
 use magnetar_protocol::{
     commands, encode_command, encode_payload_command_header, Frame, FrameDecoder, FrameError,
 };
+use magnetar_security::authorization::{NamespaceOperation, TopicOperation};
 use magnetar_security::{Principal, TransportIdentity};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +51,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+mod authz;
 mod consumer;
 mod lookup;
 mod producer;
@@ -230,7 +232,6 @@ struct Connection {
     #[allow(dead_code)] // until authentication reads them (issue 17)
     identity: TransportIdentity,
     /// Who the peer is once CONNECT was authenticated (None while authentication is off).
-    #[allow(dead_code)] // until authentication reads them (issue 17)
     principal: Option<Principal>,
 }
 
@@ -267,6 +268,8 @@ pub async fn serve(
         identity: TransportIdentity::default(),
         principal: None,
     };
+    // Permission changes, for the re-check of open producers and consumers (authorization).
+    let mut permission_changes = service.authorizer.enabled().then(|| service.authorizer.changes());
     let decoder = FrameDecoder::with_max_message_size(service.config.max_message_size);
     let keepalive = service.config.keepalive();
     let mut buf = BytesMut::with_capacity(64 << 10);
@@ -300,6 +303,9 @@ pub async fn serve(
             tokio::select! {
                 _ = tokio::time::sleep_until(until) => connection.paused_until = None,
                 Some(finish) = completed.recv() => finish(&mut connection),
+                change = authz::next_change(&mut permission_changes) => {
+                    connection.on_permission_change(change);
+                }
                 _ = shutdown.changed() => break,
             }
             continue;
@@ -318,6 +324,9 @@ pub async fn serve(
                 }
             },
             Some(finish) = completed.recv() => finish(&mut connection),
+            change = authz::next_change(&mut permission_changes) => {
+                connection.on_permission_change(change);
+            }
             _ = shutdown.changed() => break,
         }
     }
