@@ -20,7 +20,9 @@ pub mod token;
 
 use crate::{Principal, TransportIdentity};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Mutex;
 
 /// The `[authentication]` section of the server's configuration file.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -171,6 +173,20 @@ pub struct Authenticator {
     basic: Option<basic::BasicProvider>,
     anonymous_role: Option<String>,
     refresh_check_seconds: u64,
+    /// Attempts by (method, failure reason or None for a success).
+    counts: Mutex<BTreeMap<(&'static str, Option<&'static str>), u64>>,
+}
+
+/// One series of the authentication counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthCount {
+    /// Pulsar's provider class name (`AuthenticationProviderToken`, ...).
+    pub provider_name: &'static str,
+    /// `token`, `tls`, `basic`, `anonymous`, or `none` (no usable method).
+    pub auth_method: &'static str,
+    /// None for successes; the [`AuthError::reason`] for failures.
+    pub reason: Option<&'static str>,
+    pub count: u64,
 }
 
 impl fmt::Debug for Authenticator {
@@ -200,6 +216,7 @@ impl Authenticator {
             anonymous_role: (!config.anonymous_user_role.is_empty())
                 .then(|| config.anonymous_user_role.clone()),
             refresh_check_seconds: config.refresh_check_seconds,
+            counts: Mutex::new(BTreeMap::new()),
         };
         for provider in &config.providers {
             match provider.as_str() {
@@ -254,6 +271,43 @@ impl Authenticator {
         identity: &TransportIdentity,
         now_ms: u64,
     ) -> Result<Principal, AuthError> {
+        let result = self.check(method, data, identity, now_ms);
+        self.record(static_method(method.unwrap_or("none")), &result);
+        result
+    }
+
+    /// Counts an attempt (success or failure) for `pulsar_authentication_*_total`.
+    pub fn record(&self, method: &'static str, result: &Result<Principal, AuthError>) {
+        let key = match result {
+            Ok(principal) => (static_method(&principal.method), None),
+            Err(error) => (method, Some(error.reason())),
+        };
+        if let Ok(mut counts) = self.counts.lock() {
+            *counts.entry(key).or_insert(0) += 1;
+        }
+    }
+
+    /// The counters, for `/metrics`.
+    pub fn counts(&self) -> Vec<AuthCount> {
+        let Ok(counts) = self.counts.lock() else { return Vec::new() };
+        counts
+            .iter()
+            .map(|(&(auth_method, reason), &count)| AuthCount {
+                provider_name: Self::provider_name(auth_method),
+                auth_method,
+                reason,
+                count,
+            })
+            .collect()
+    }
+
+    fn check(
+        &self,
+        method: Option<&str>,
+        data: &[u8],
+        identity: &TransportIdentity,
+        now_ms: u64,
+    ) -> Result<Principal, AuthError> {
         if data.len() > MAX_AUTH_DATA {
             return Err(AuthError::TooLarge);
         }
@@ -287,11 +341,22 @@ impl Authenticator {
         identity: &TransportIdentity,
         now_ms: u64,
     ) -> (&'static str, Result<Principal, AuthError>) {
+        let (method, result) = self.check_http(authorization, identity, now_ms);
+        self.record(method, &result);
+        (method, result)
+    }
+
+    fn check_http(
+        &self,
+        authorization: Option<&[u8]>,
+        identity: &TransportIdentity,
+        now_ms: u64,
+    ) -> (&'static str, Result<Principal, AuthError>) {
         let Some(header) = authorization else {
             if self.tls && identity.client_cert_common_name.is_some() {
                 return ("tls", self.authenticate_tls(identity));
             }
-            return ("none", self.authenticate(None, b"", identity, now_ms));
+            return ("none", self.check(None, b"", identity, now_ms));
         };
         if header.len() > MAX_AUTH_DATA {
             return ("none", Err(AuthError::TooLarge));
@@ -348,6 +413,18 @@ impl Authenticator {
             AuthError::Malformed("basic credentials are not user:password".into())
         })?;
         provider.authenticate(user, password)
+    }
+}
+
+/// A method name as a label: one of the known ones, else `other`.
+pub fn static_method(method: &str) -> &'static str {
+    match method {
+        "token" => "token",
+        "tls" => "tls",
+        "basic" => "basic",
+        "anonymous" => "anonymous",
+        "none" | "" => "none",
+        _ => "other",
     }
 }
 

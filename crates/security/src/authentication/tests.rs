@@ -312,3 +312,19 @@ fn apr1_matches_openssl() {
         "$apr1$saltsalt$LrttParrLPdxvgutaSXWJ0"
     );
 }
+
+#[test]
+fn attempts_are_counted_by_method_and_reason() {
+    let authenticator = Authenticator::from_config(&secret_config()).unwrap();
+    let id = TransportIdentity::default();
+    let token = hs(json!({"sub": "alice"}));
+    authenticator.authenticate(Some("token"), token.as_bytes(), &id, NOW_MS).unwrap();
+    let expired = hs(json!({"sub": "alice", "exp": 1}));
+    let _ = authenticator.authenticate(Some("token"), expired.as_bytes(), &id, NOW_MS);
+    let _ = authenticator.authenticate(Some("token"), expired.as_bytes(), &id, NOW_MS);
+    let counts = authenticator.counts();
+    let find = |reason| counts.iter().find(|c| c.reason == reason).map(|c| c.count);
+    assert_eq!(find(None), Some(1));
+    assert_eq!(find(Some("EXPIRED_TOKEN")), Some(2));
+    assert!(counts.iter().all(|c| c.provider_name == "AuthenticationProviderToken"));
+}
