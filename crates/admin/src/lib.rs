@@ -168,6 +168,7 @@
 //! `bundles` (Pulsar's `defaultNumberOfNamespaceBundles` is 4; Magnetar does not split
 //! ownership by hash range). Unloading a bundle unloads the whole namespace's loaded topics.
 
+pub mod authentication;
 mod authz;
 mod bootstrap;
 mod broker_hooks;

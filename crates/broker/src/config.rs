@@ -53,6 +53,10 @@ pub struct BrokerConfig {
     /// server sets it from its own `cluster`, so it is not read from the file).
     #[serde(skip)]
     pub cluster_name: String,
+    /// The authentication providers (built by the server from its `[authentication]` section,
+    /// not read from this one). None: authentication is off and CONNECT is not checked.
+    #[serde(skip)]
+    pub authenticator: Option<std::sync::Arc<magnetar_security::authentication::Authenticator>>,
     /// Retention where neither the topic nor its namespace sets one: minutes and megabytes of
     /// consumed data kept, `-1` = unlimited (Pulsar's `defaultRetentionTimeInMinutes` and
     /// `defaultRetentionSizeInMB`, both 0: a ledger goes once every subscription is past it).
@@ -158,6 +162,7 @@ impl Default for BrokerConfig {
             active_consumer_failover_delay_ms: 1_000,
             key_shared_use_consistent_hashing: true,
             cluster_name: "standalone".into(),
+            authenticator: None,
             default_retention_time_minutes: 0,
             default_retention_size_mb: 0,
             retention_check_interval_seconds: 10,

@@ -31,6 +31,8 @@ pub struct ServerConfig {
     pub storage: StorageSection,
     pub metadata: MetadataSection,
     pub log: LogSection,
+    /// `[authentication]`: who may connect (see magnetar_security::authentication).
+    pub authentication: magnetar_security::authentication::AuthenticationConfig,
     /// `[authorization]`: who may do what (off by default; see the security crate).
     pub authorization: magnetar_security::authorization::AuthorizationConfig,
 }
@@ -105,6 +107,7 @@ impl Default for ServerConfig {
             storage: StorageSection::default(),
             metadata: MetadataSection::default(),
             log: LogSection::default(),
+            authentication: Default::default(),
             authorization: Default::default(),
         }
     }
@@ -145,6 +148,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("broker config: {0}")]
     Broker(String),
+    #[error("{0}")]
+    Authentication(#[from] magnetar_security::authentication::ConfigError),
     #[error("storage.sync_mode: {0}")]
     SyncMode(String),
     #[error("--metadata: {0}")]
@@ -234,6 +239,13 @@ impl Settings {
         }
         config.broker.cluster_name = config.cluster.clone();
         config.broker.validate().map_err(ConfigError::Broker)?;
+        // Keys and users files are loaded and parsed here, before anything opens.
+        if config.authentication.enabled {
+            let authenticator = magnetar_security::authentication::Authenticator::from_config(
+                &config.authentication,
+            )?;
+            config.broker.authenticator = Some(std::sync::Arc::new(authenticator));
+        }
         let ledger = ledger_store_config(&config)?;
         Ok(Settings { config, ledger, metadata })
     }
@@ -319,11 +331,13 @@ mod tests {
             ("storage", format!("{:?}", default.storage)),
             ("metadata", format!("{:?}", default.metadata)),
             ("log", format!("{:?}", default.log)),
+            ("authentication", format!("{:?}", default.authentication)),
         ];
         for (section, debug) in sections {
             let table = value[section].as_table().unwrap();
-            // `broker.cluster_name` is not read from the file: it comes from `cluster`.
-            let not_in_file = usize::from(section == "broker");
+            // `broker.cluster_name` and `broker.authenticator` are not read from the file: they
+            // come from `cluster` and `[authentication]`.
+            let not_in_file = if section == "broker" { 2 } else { 0 };
             let knobs = debug.matches(": ").count() - not_in_file;
             assert_eq!(table.len(), knobs, "every {section} knob is listed");
         }

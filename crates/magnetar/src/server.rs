@@ -149,13 +149,13 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         .with_cluster_urls(web_url.clone(), service_url.clone())
         .with_authorization(config.authorization.clone());
         let mut web_stop = stopped.clone();
-        let web_task = tokio::spawn(magnetar_admin::serve(
-            web_listener,
-            magnetar_admin::router(admin_state),
-            async move {
-                let _ = web_stop.changed().await;
-            },
-        ));
+        let mut web_router = magnetar_admin::router(admin_state);
+        if let Some(authenticator) = &config.broker.authenticator {
+            web_router = magnetar_admin::authentication::require(web_router, authenticator.clone());
+        }
+        let web_task = tokio::spawn(magnetar_admin::serve(web_listener, web_router, async move {
+            let _ = web_stop.changed().await;
+        }));
         tracing::info!(
             broker = %service_url,
             web = %web_url,

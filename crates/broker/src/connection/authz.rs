@@ -238,6 +238,7 @@ mod tests {
             paused_until: None,
             identity: TransportIdentity::default(),
             principal: Some(principal),
+            auth: Default::default(),
         };
         Harness { connection, frames, completed, metadata }
     }

@@ -51,6 +51,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+mod auth;
 mod authz;
 mod consumer;
 mod lookup;
@@ -229,10 +230,11 @@ struct Connection {
     /// A topic's publish rate was exceeded: no frame is read before this instant.
     paused_until: Option<tokio::time::Instant>,
     /// What the listener knows about the peer (TLS, client certificate).
-    #[allow(dead_code)] // until authentication reads them (issue 17)
     identity: TransportIdentity,
     /// Who the peer is once CONNECT was authenticated (None while authentication is off).
     principal: Option<Principal>,
+    /// Credential refresh state (AUTH_CHALLENGE / AUTH_RESPONSE): see `auth.rs`.
+    auth: auth::AuthState,
 }
 
 static PRODUCER_NAMES: AtomicU64 = AtomicU64::new(0);
@@ -267,6 +269,7 @@ pub async fn serve(
         paused_until: None,
         identity: TransportIdentity::default(),
         principal: None,
+        auth: auth::AuthState::default(),
     };
     // Permission changes, for the re-check of open producers and consumers (authorization).
     let mut permission_changes = service.authorizer.enabled().then(|| service.authorizer.changes());
@@ -274,6 +277,7 @@ pub async fn serve(
     let keepalive = service.config.keepalive();
     let mut buf = BytesMut::with_capacity(64 << 10);
     let mut idle_rounds = 0u32;
+    let mut auth_check = auth::refresh_timer(&service);
     'connection: loop {
         loop {
             if connection.paused_until.is_some() {
@@ -324,6 +328,12 @@ pub async fn serve(
                 }
             },
             Some(finish) = completed.recv() => finish(&mut connection),
+            _ = auth::tick(&mut auth_check) => {
+                if let Err(why) = connection.check_credentials() {
+                    tracing::info!(peer = %connection.peer, %why, "closing connection");
+                    break;
+                }
+            }
             change = authz::next_change(&mut permission_changes) => {
                 connection.on_permission_change(change);
             }
@@ -397,6 +407,9 @@ impl Connection {
             return Err(format!("unknown command type {}", command.r#type));
         };
         if !self.connected && kind != Type::Connect {
+            if kind == Type::AuthResponse {
+                self.refuse_auth("AUTH_RESPONSE before CONNECT");
+            }
             return Err(format!("{kind:?} before CONNECT"));
         }
         match kind {
@@ -406,6 +419,9 @@ impl Connection {
                 Ok(())
             }
             Type::Pong => Ok(()),
+            Type::AuthResponse if self.service.config.authenticator.is_some() => {
+                self.on_auth_response(&command)
+            }
             Type::PartitionedMetadata => self.on_partitioned_metadata(&command).await,
             Type::Lookup => self.on_lookup(&command),
             Type::Producer => self.on_producer(&command),
@@ -478,6 +494,7 @@ impl Connection {
         if self.connected {
             return Err("second CONNECT".into());
         }
+        self.authenticate_connect(connect)?;
         let client_version = connect.protocol_version.unwrap_or(0);
         let version = client_version.clamp(0, PROTOCOL_VERSION);
         let max_message_size = i32::try_from(self.service.config.max_message_size).ok();
