@@ -262,3 +262,71 @@ def test_topic_level_grants_and_subscription_permissions():
             c.subscribe("persistent://ta/ns/only", "free").close()
         finally:
             c.close()
+
+
+GO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "go")
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="the Go toolchain (`go`) is not on PATH")
+@pytest.mark.timeout(960)  # a cold run compiles the Go client
+def test_go_client_sees_authorization_error():
+    import subprocess
+    with secured_server() as srv:
+        setup_tenants(srv)
+        grant(srv, "ta/ns", "reader", ["consume"])
+        env = dict(os.environ,
+                   MAGNETAR_TEST_SERVICE_URL=srv.service_url,
+                   MAGNETAR_TEST_WEB_URL=srv.web_url,
+                   MAGNETAR_AUTHZ_READER_TOKEN=token("reader"),
+                   MAGNETAR_AUTHZ_TOPIC="persistent://ta/ns/go",
+                   MAGNETAR_AUTHZ_OTHER_PATH="/admin/v2/namespaces/tb/ns/topics",
+                   GOFLAGS=(os.environ.get("GOFLAGS", "") + " -mod=readonly").strip())
+        cmd = ["go", "test", "-count=1", "-v", "-tags", "authz", "-run", "TestAuthz",
+               "-timeout", "300s", "./..."]
+        proc = subprocess.run(cmd, cwd=GO_DIR, env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
+        out = proc.stdout.decode("utf-8", "replace")
+        assert proc.returncode == 0, out[-20000:]
+        assert "--- PASS: TestAuthzGoClient" in out, out[-20000:]
+
+
+def test_pulsar_admin_with_a_token_sees_403():
+    from pulsar_admin import PulsarAdmin, pulsar_admin_available
+    if not pulsar_admin_available():
+        pytest.skip("Maven (`mvn`) and a JDK (`java`) are needed on PATH")
+    with secured_server() as srv:
+        setup_tenants(srv)
+
+        def cli(role):
+            admin_cli = PulsarAdmin(srv.web_url)
+            with open(admin_cli.conf, "a") as f:
+                f.write("authPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken\n"
+                        "authParams=token:%s\n" % token(role))
+            return admin_cli
+
+        tenant_a = cli("admin-a")
+        # Its own tenant: grant, list permissions, grant on a topic and a subscription.
+        tenant_a("namespaces", "grant-permission", "ta/ns", "--role", "app",
+                 "--actions", "produce,consume")
+        assert re.search(r"^app\s+\[consume, produce\]$",
+                         tenant_a("namespaces", "permissions", "ta/ns"), re.M)
+        tenant_a("topics", "grant-permission", "persistent://ta/ns/t", "--role", "bob",
+                 "--actions", "produce")
+        perms = tenant_a("topics", "permissions", "persistent://ta/ns/t")
+        assert re.search(r"^bob\s+\[produce\]$", perms, re.M), perms
+        assert re.search(r"^app\s+\[consume, produce\]$", perms, re.M), perms
+        tenant_a("topics", "revoke-permission", "persistent://ta/ns/t", "--role", "bob")
+        assert "bob" not in tenant_a("topics", "permissions", "persistent://ta/ns/t")
+        tenant_a("namespaces", "grant-subscription-permission", "ta/ns", "--subscription", "s",
+                 "--roles", "app")
+        tenant_a("namespaces", "revoke-subscription-permission", "ta/ns", "--subscription", "s",
+                 "--role", "app")
+        # Another tenant: refused (403).
+        out = tenant_a.fails("namespaces", "permissions", "tb/ns")
+        assert "Reason: admin-a is not authorized" in out, out
+        out = tenant_a.fails("topics", "list", "tb/ns")
+        assert "Reason: admin-a is not authorized" in out, out
+        # Super-user business.
+        out = tenant_a.fails("tenants", "create", "tc", "--allowed-clusters", "standalone")
+        assert "Reason: admin-a is not a super-user" in out, out
+        cli(SUPER)("tenants", "create", "tc", "--allowed-clusters", "standalone")

@@ -56,6 +56,9 @@ struct TenantDoc {
 
 #[derive(Default)]
 struct Cache {
+    /// Bumped by every invalidation: a document read while it changed is not cached (the read
+    /// may predate the change).
+    generation: u64,
     /// tenant → its admin roles (`None`: no such tenant).
     tenants: HashMap<String, Option<Arc<Vec<String>>>>,
     /// `tenant/namespace` → its authorization policies (`None`: no such namespace).
@@ -122,9 +125,13 @@ impl Authorizer {
     }
 
     async fn tenant_admins(&self, tenant: &str) -> Result<Option<Arc<Vec<String>>>, BrokerError> {
-        if let Some(found) = self.lock().tenants.get(tenant) {
-            return Ok(found.clone());
-        }
+        let generation = {
+            let cache = self.lock();
+            if let Some(found) = cache.tenants.get(tenant) {
+                return Ok(found.clone());
+            }
+            cache.generation
+        };
         let read = match self.metadata.get(&keys::tenant(tenant)).await? {
             Some(found) => {
                 let doc: TenantDoc = serde_json::from_slice(&found.value)
@@ -133,7 +140,10 @@ impl Authorizer {
             }
             None => None,
         };
-        self.lock().tenants.insert(tenant.to_string(), read.clone());
+        let mut cache = self.lock();
+        if cache.generation == generation {
+            cache.tenants.insert(tenant.to_string(), read.clone());
+        }
         Ok(read)
     }
 
@@ -142,9 +152,13 @@ impl Authorizer {
         namespace: &NamespaceName,
     ) -> Result<Option<Arc<NamespaceAuth>>, BrokerError> {
         let name = namespace.to_string();
-        if let Some(found) = self.lock().namespaces.get(&name) {
-            return Ok(found.clone());
-        }
+        let generation = {
+            let cache = self.lock();
+            if let Some(found) = cache.namespaces.get(&name) {
+                return Ok(found.clone());
+            }
+            cache.generation
+        };
         let key = keys::namespace(namespace.tenant(), namespace.namespace());
         let read = match self.metadata.get(&key).await? {
             Some(found) => {
@@ -154,7 +168,10 @@ impl Authorizer {
             }
             None => None,
         };
-        self.lock().namespaces.insert(name, read.clone());
+        let mut cache = self.lock();
+        if cache.generation == generation {
+            cache.namespaces.insert(name, read.clone());
+        }
         Ok(read)
     }
 
@@ -213,7 +230,11 @@ impl Authorizer {
             return;
         }
         let name = namespace.to_string();
-        self.lock().namespaces.remove(&name);
+        {
+            let mut cache = self.lock();
+            cache.generation += 1;
+            cache.namespaces.remove(&name);
+        }
         let _ = self.changes.send(PermissionChange::Namespace(name));
     }
 
@@ -222,7 +243,11 @@ impl Authorizer {
         if !self.config.enabled {
             return;
         }
-        self.lock().tenants.remove(tenant);
+        {
+            let mut cache = self.lock();
+            cache.generation += 1;
+            cache.tenants.remove(tenant);
+        }
         let _ = self.changes.send(PermissionChange::Tenant(tenant.to_string()));
     }
 
@@ -231,7 +256,11 @@ impl Authorizer {
         if !self.config.enabled {
             return;
         }
-        *self.lock() = Cache::default();
+        {
+            let mut cache = self.lock();
+            let generation = cache.generation + 1;
+            *cache = Cache { generation, ..Cache::default() };
+        }
         let _ = self.changes.send(PermissionChange::All);
     }
 
