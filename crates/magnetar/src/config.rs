@@ -332,12 +332,16 @@ mod tests {
             ("metadata", format!("{:?}", default.metadata)),
             ("log", format!("{:?}", default.log)),
             ("authentication", format!("{:?}", default.authentication)),
+            ("authorization", format!("{:?}", default.authorization)),
         ];
         for (section, debug) in sections {
             let table = value[section].as_table().unwrap();
-            // `broker.cluster_name` and `broker.authenticator` are not read from the file: they
-            // come from `cluster` and `[authentication]`.
-            let not_in_file = if section == "broker" { 2 } else { 0 };
+            // `broker.cluster_name`, `broker.authenticator` and `broker.authorization` (a
+            // struct) are not read from the file: they come from `cluster`, `[authentication]`
+            // and `[authorization]`.
+            let authorization = format!("{:?}", default.broker.authorization);
+            let not_in_file =
+                if section == "broker" { 3 + authorization.matches(": ").count() } else { 0 };
             let knobs = debug.matches(": ").count() - not_in_file;
             assert_eq!(table.len(), knobs, "every {section} knob is listed");
         }
