@@ -319,6 +319,11 @@ impl BrokerHooks for AdminHooks {
         namespace: &NamespaceName,
         topic: Option<&TopicName>,
     ) -> Result<(), HookError> {
+        if topic.is_none() {
+            // Permissions live in the namespace document: open producers and consumers there
+            // are re-checked (the metadata watch announces it too; this is the direct path).
+            self.0.authorizer.invalidate_namespace(namespace);
+        }
         let base = topic.map(|t| t.partitioned_topic());
         for loaded in self.0.loaded_topics() {
             let affected = match &base {

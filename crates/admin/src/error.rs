@@ -21,6 +21,9 @@ pub enum AdminError {
     /// 400: the request body or a parameter could not be parsed.
     #[error("{0}")]
     BadRequest(String),
+    /// 403: the caller's role may not do this (authorization).
+    #[error("{0}")]
+    Forbidden(String),
     /// 404: the addressed resource does not exist.
     #[error("{0}")]
     NotFound(String),
@@ -55,6 +58,7 @@ impl AdminError {
     pub fn status(&self) -> StatusCode {
         match self {
             AdminError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            AdminError::Forbidden(_) => StatusCode::FORBIDDEN,
             AdminError::NotFound(_) => StatusCode::NOT_FOUND,
             AdminError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,

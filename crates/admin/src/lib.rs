@@ -168,6 +168,8 @@
 //! `bundles` (Pulsar's `defaultNumberOfNamespaceBundles` is 4; Magnetar does not split
 //! ownership by hash range). Unloading a bundle unloads the whole namespace's loaded topics.
 
+pub mod authentication;
+mod authz;
 mod bootstrap;
 mod broker_hooks;
 mod error;
@@ -218,6 +220,8 @@ pub struct AdminState {
     pub service_url_tls: Option<String>,
     /// `brokerServiceUrlTls` (`pulsar+ssl://`), when TLS is enabled.
     pub broker_service_url_tls: Option<String>,
+    /// Who may do what (the `[authorization]` section; off by default). See `authz`.
+    pub authorization: magnetar_security::authorization::AuthorizationConfig,
 }
 
 impl AdminState {
@@ -236,7 +240,17 @@ impl AdminState {
             broker_service_url: None,
             service_url_tls: None,
             broker_service_url_tls: None,
+            authorization: Default::default(),
         }
+    }
+
+    /// Enforces `authorization` on every route (see `authz`).
+    pub fn with_authorization(
+        mut self,
+        authorization: magnetar_security::authorization::AuthorizationConfig,
+    ) -> Self {
+        self.authorization = authorization;
+        self
     }
 
     /// Sets the partition cap (0 = unlimited).

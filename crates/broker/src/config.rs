@@ -7,6 +7,10 @@ use std::time::Duration;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BrokerConfig {
+    /// Authorization (the server's `[authorization]` section, copied here by the server; not a
+    /// `[broker]` key).
+    #[serde(skip)]
+    pub authorization: magnetar_security::authorization::AuthorizationConfig,
     /// Address the binary protocol listens on. Default loopback: standalone is for one machine.
     pub bind_address: String,
     /// Binary protocol port (Pulsar's default 6650).
@@ -49,6 +53,10 @@ pub struct BrokerConfig {
     /// server sets it from its own `cluster`, so it is not read from the file).
     #[serde(skip)]
     pub cluster_name: String,
+    /// The authentication providers (built by the server from its `[authentication]` section,
+    /// not read from this one). None: authentication is off and CONNECT is not checked.
+    #[serde(skip)]
+    pub authenticator: Option<std::sync::Arc<magnetar_security::authentication::Authenticator>>,
     /// Retention where neither the topic nor its namespace sets one: minutes and megabytes of
     /// consumed data kept, `-1` = unlimited (Pulsar's `defaultRetentionTimeInMinutes` and
     /// `defaultRetentionSizeInMB`, both 0: a ledger goes once every subscription is past it).
@@ -145,6 +153,7 @@ pub struct BrokerConfig {
 impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
+            authorization: Default::default(),
             bind_address: "127.0.0.1".into(),
             broker_port: 6650,
             advertised_address: "127.0.0.1".into(),
@@ -161,6 +170,7 @@ impl Default for BrokerConfig {
             active_consumer_failover_delay_ms: 1_000,
             key_shared_use_consistent_hashing: true,
             cluster_name: "standalone".into(),
+            authenticator: None,
             default_retention_time_minutes: 0,
             default_retention_size_mb: 0,
             retention_check_interval_seconds: 10,

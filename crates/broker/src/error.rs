@@ -52,6 +52,9 @@ pub enum BrokerError {
     /// A backlog quota with the `producer_exception` policy is exceeded: the client fails.
     #[error("{0}")]
     ProducerBlockedQuotaExceededException(String),
+    /// The caller's role may not do this (authorization).
+    #[error("{0}")]
+    Unauthorized(String),
 }
 
 impl From<magnetar_model::schema::SchemaError> for BrokerError {
@@ -105,6 +108,7 @@ impl BrokerError {
             BrokerError::ProducerBlockedQuotaExceededException(_) => {
                 ServerError::ProducerBlockedQuotaExceededException
             }
+            BrokerError::Unauthorized(_) => ServerError::AuthorizationError,
         }
     }
 }

@@ -132,8 +132,54 @@ pub fn render(service: &BrokerService, format: Format) -> String {
     }
     service.ledgers.metrics.write(&mut out, cluster, &config.advertised_address);
     service.ledgers.storage.write_metrics(&mut out, &[("cluster", cluster)]);
+    if let Some(authenticator) = &config.authenticator {
+        write_authentication(&mut out, cluster, authenticator);
+    }
     write_process(&mut out);
     out.finish()
+}
+
+/// Pulsar's `AuthenticationMetrics`: successes by provider and method, failures also by reason.
+fn write_authentication(
+    out: &mut Exposition,
+    cluster: &str,
+    authenticator: &magnetar_security::authentication::Authenticator,
+) {
+    out.declare(
+        "pulsar_authentication_success",
+        magnetar_metrics::Kind::Counter,
+        "Successful authentications.",
+    );
+    out.declare(
+        "pulsar_authentication_failures",
+        magnetar_metrics::Kind::Counter,
+        "Failed authentications.",
+    );
+    for count in authenticator.counts() {
+        match count.reason {
+            None => out.counter(
+                "pulsar_authentication_success",
+                "Successful authentications.",
+                &[
+                    ("cluster", cluster),
+                    ("provider_name", count.provider_name),
+                    ("auth_method", count.auth_method),
+                ],
+                count.count,
+            ),
+            Some(reason) => out.counter(
+                "pulsar_authentication_failures",
+                "Failed authentications.",
+                &[
+                    ("cluster", cluster),
+                    ("provider_name", count.provider_name),
+                    ("auth_method", count.auth_method),
+                    ("reason", reason),
+                ],
+                count.count,
+            ),
+        }
+    }
 }
 
 /// A Pulsar gauge; untyped when its name ends in `_count` (see the module docs).

@@ -40,6 +40,8 @@ pub struct BrokerService {
     /// The recent totals and topic series the web console charts (`history`: bounded, filled
     /// by the sampler task `history::start`).
     pub history: Mutex<crate::history::History>,
+    /// Permission checks of protocol commands (see `authorization`).
+    pub authorizer: Arc<crate::authorization::Authorizer>,
 }
 
 impl BrokerService {
@@ -71,7 +73,12 @@ impl BrokerService {
             broker_url: config.service_url(),
             broker_url_tls: config.service_url_tls.clone(),
         });
+        let authorizer = Arc::new(crate::authorization::Authorizer::new(
+            config.authorization.clone(),
+            metadata.clone(),
+        ));
         Arc::new(BrokerService {
+            authorizer,
             config,
             ownership,
             ledgers: LedgerBackend::new(storage, metadata.clone()).with_metrics(metrics),

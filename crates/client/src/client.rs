@@ -53,9 +53,20 @@ pub struct Client {
     pub(crate) inner: Arc<ClientInner>,
 }
 
+/// How a client connects: TLS trust and credentials (both optional).
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// PEM CAs verifying `pulsar+ssl://` brokers (the official clients' `tlsTrustCertsFilePath`).
+    pub tls_trust_certs_file: Option<std::path::PathBuf>,
+    /// A token sent at CONNECT (`auth_method_name` `token`).
+    pub auth_token: Option<String>,
+}
+
 #[derive(Debug)]
 pub(crate) struct ClientInner {
     service_url: String,
+    /// A token sent at CONNECT (`auth_method_name: "token"`), when the broker wants one.
+    auth_token: Option<String>,
     pool: Mutex<HashMap<String, Arc<Connection>>>,
     /// How `pulsar+ssl://` brokers are verified (None: plain `pulsar://` only).
     tls: Option<Arc<rustls::ClientConfig>>,
@@ -94,7 +105,7 @@ impl Client {
     /// Connects to a service URL such as `pulsar://127.0.0.1:6650`
     /// (performs the handshake now, so a wrong address fails here).
     pub async fn connect(service_url: impl Into<String>) -> Result<Self> {
-        Self::connect_with(service_url.into(), None).await
+        Self::connect_with_options(service_url, ClientOptions::default()).await
     }
 
     /// Connects to a `pulsar+ssl://host:port` service URL, verifying the brokers' certificates
@@ -104,18 +115,39 @@ impl Client {
         service_url: impl Into<String>,
         trust_certs_file: impl AsRef<std::path::Path>,
     ) -> Result<Self> {
-        let config = tls_client_config(trust_certs_file.as_ref())?;
-        Self::connect_with(service_url.into(), Some(Arc::new(config))).await
+        let options = ClientOptions {
+            tls_trust_certs_file: Some(trust_certs_file.as_ref().to_path_buf()),
+            ..ClientOptions::default()
+        };
+        Self::connect_with_options(service_url, options).await
     }
 
-    async fn connect_with(
-        service_url: String,
-        tls: Option<Arc<rustls::ClientConfig>>,
+    /// Like [`Client::connect`], authenticating every connection with `token` (Pulsar's
+    /// token authentication: `auth_method_name` `token`, the JWT as `auth_data`).
+    pub async fn connect_with_token(
+        service_url: impl Into<String>,
+        auth_token: Option<String>,
     ) -> Result<Self> {
+        Self::connect_with_options(service_url, ClientOptions { auth_token, ..Default::default() })
+            .await
+    }
+
+    /// Connects with TLS trust and credentials as `options` say.
+    pub async fn connect_with_options(
+        service_url: impl Into<String>,
+        options: ClientOptions,
+    ) -> Result<Self> {
+        let service_url = service_url.into();
+        let tls = match &options.tls_trust_certs_file {
+            Some(file) => Some(Arc::new(tls_client_config(file)?)),
+            None => None,
+        };
+        let auth_token = options.auth_token;
         socket_address(&service_url)?;
         let client = Client {
             inner: Arc::new(ClientInner {
                 service_url,
+                auth_token,
                 pool: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
                 tls,
@@ -167,7 +199,9 @@ impl Client {
                 return Ok(conn.clone());
             }
         }
-        let conn = Connection::connect(url, self.inner.tls.as_ref()).await?;
+        let conn =
+            Connection::connect(url, self.inner.tls.as_ref(), self.inner.auth_token.as_deref())
+                .await?;
         pool.insert(url.to_string(), conn.clone());
         Ok(conn)
     }

@@ -150,10 +150,12 @@ pub(crate) fn is_tls_url(url: &str) -> bool {
 }
 
 impl Connection {
-    /// Connects (TLS for `pulsar+ssl://`, verified with `tls`) and performs the handshake.
+    /// Connects (TLS for `pulsar+ssl://`, verified with `tls`) and performs the handshake,
+    /// authenticating with `auth_token` when given.
     pub(crate) async fn connect(
         url: &str,
         tls: Option<&Arc<rustls::ClientConfig>>,
+        auth_token: Option<&str>,
     ) -> Result<Arc<Self>> {
         let address = socket_address(url)?;
         let stream = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(&address))
@@ -162,7 +164,7 @@ impl Connection {
         stream.set_nodelay(true)?;
         if !is_tls_url(url) {
             // The socket's own halves: no lock between reader and writer.
-            return Self::start(url, stream, TcpStream::into_split).await;
+            return Self::start(url, stream, TcpStream::into_split, auth_token).await;
         }
         let config = tls.ok_or_else(|| {
             Error::Config(format!("{url} needs a trust store (Client::connect_tls)"))
@@ -175,21 +177,30 @@ impl Connection {
         let stream = tokio::time::timeout(REQUEST_TIMEOUT, connector.connect(name, stream))
             .await
             .map_err(|_| Error::Timeout("TLS handshake"))??;
-        Self::start(url, stream, tokio::io::split).await
+        Self::start(url, stream, tokio::io::split, auth_token).await
     }
 
     /// The CONNECT/CONNECTED handshake on `stream`, then the reader and writer tasks on the
     /// halves `split` makes of it.
-    async fn start<S, R, W>(url: &str, mut stream: S, split: fn(S) -> (R, W)) -> Result<Arc<Self>>
+    async fn start<S, R, W>(
+        url: &str,
+        mut stream: S,
+        split: fn(S) -> (R, W),
+        auth_token: Option<&str>,
+    ) -> Result<Arc<Self>>
     where
         S: AsyncRead + AsyncWrite + Unpin,
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let connect = commands::connect(
+        let mut connect = commands::connect(
             concat!("magnetar-client-rust ", env!("CARGO_PKG_VERSION")),
             PROTOCOL_VERSION,
         );
+        if let (Some(token), Some(body)) = (auth_token, connect.connect.as_mut()) {
+            body.auth_method_name = Some("token".to_string());
+            body.auth_data = Some(token.as_bytes().to_vec().into());
+        }
         stream.write_all(&encode(&connect)?).await?;
 
         let decoder = FrameDecoder::default();

@@ -39,7 +39,7 @@ mod hash;
 mod message;
 mod producer;
 
-pub use client::{full_topic_name, partition_topic_name, Client, LookupResult};
+pub use client::{full_topic_name, partition_topic_name, Client, ClientOptions, LookupResult};
 pub use compression::{Compression, MAX_UNCOMPRESSED_SIZE};
 pub use connection::PROTOCOL_VERSION;
 pub use consumer::{Consumer, ConsumerBuilder, InitialPosition, Reader, ReaderBuilder, SubType};

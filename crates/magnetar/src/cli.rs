@@ -169,6 +169,13 @@ pub struct PerfTargetArgs {
     /// Client threads; 1 runs everything on one thread (fastest for one producer on 2 cores).
     #[arg(long = "num-io-threads", short = 'i', default_value_t = 1)]
     pub threads: usize,
+    /// A token (JWT) for a broker with token authentication (as pulsar-perf's --auth-params
+    /// with AuthenticationToken).
+    #[arg(long, conflicts_with = "auth_token_file")]
+    pub auth_token: Option<String>,
+    /// A file holding the token (whitespace around it ignored).
+    #[arg(long)]
+    pub auth_token_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Args, Debug)]

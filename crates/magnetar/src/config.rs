@@ -35,6 +35,10 @@ pub struct ServerConfig {
     pub log: LogSection,
     /// `[tls]`: `pulsar+ssl://` and HTTPS (see `magnetar_security::tls`).
     pub tls: TlsConfig,
+    /// `[authentication]`: who may connect (see magnetar_security::authentication).
+    pub authentication: magnetar_security::authentication::AuthenticationConfig,
+    /// `[authorization]`: who may do what (off by default; see the security crate).
+    pub authorization: magnetar_security::authorization::AuthorizationConfig,
 }
 
 /// `[log]`: what is logged and how. `RUST_LOG` overrides `level`, `--log-format` overrides
@@ -108,6 +112,8 @@ impl Default for ServerConfig {
             metadata: MetadataSection::default(),
             log: LogSection::default(),
             tls: TlsConfig::default(),
+            authentication: Default::default(),
+            authorization: Default::default(),
         }
     }
 }
@@ -147,6 +153,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("broker config: {0}")]
     Broker(String),
+    #[error("{0}")]
+    Authentication(#[from] magnetar_security::authentication::ConfigError),
     #[error("storage.sync_mode: {0}")]
     SyncMode(String),
     #[error("--metadata: {0}")]
@@ -240,6 +248,13 @@ impl Settings {
         }
         config.broker.cluster_name = config.cluster.clone();
         config.broker.validate().map_err(ConfigError::Broker)?;
+        // Keys and users files are loaded and parsed here, before anything opens.
+        if config.authentication.enabled {
+            let authenticator = magnetar_security::authentication::Authenticator::from_config(
+                &config.authentication,
+            )?;
+            config.broker.authenticator = Some(std::sync::Arc::new(authenticator));
+        }
         let ledger = ledger_store_config(&config)?;
         config
             .tls
@@ -334,12 +349,17 @@ mod tests {
             ("metadata", format!("{:?}", default.metadata)),
             ("log", format!("{:?}", default.log)),
             ("tls", format!("{:?}", default.tls)),
+            ("authentication", format!("{:?}", default.authentication)),
+            ("authorization", format!("{:?}", default.authorization)),
         ];
         for (section, debug) in sections {
             let table = value[section].as_table().unwrap();
-            // `broker.cluster_name` is not read from the file: it comes from `cluster`; nor
-            // are `service_url_tls` and `plain_port_enabled`: they come from `[tls]`.
-            let not_in_file = if section == "broker" { 3 } else { 0 };
+            // Not read from the file: `broker.cluster_name` (from `cluster`),
+            // `service_url_tls` and `plain_port_enabled` (from `[tls]`), `authenticator` and
+            // `authorization`, a struct (from `[authentication]` and `[authorization]`).
+            let authorization = format!("{:?}", default.broker.authorization);
+            let not_in_file =
+                if section == "broker" { 5 + authorization.matches(": ").count() } else { 0 };
             let knobs = debug.matches(": ").count() - not_in_file;
             assert_eq!(table.len(), knobs, "every {section} knob is listed");
         }

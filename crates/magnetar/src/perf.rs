@@ -12,20 +12,20 @@ use crate::cli::{
 };
 
 pub fn produce(args: PerfProduceArgs) -> anyhow::Result<()> {
-    let (target, run) = target_and_run(&args.target);
+    let (target, run) = target_and_run(&args.target)?;
     pulsar::produce(&target, &run, &produce_options(&args.producer))?;
     Ok(())
 }
 
 pub fn consume(args: PerfConsumeArgs) -> anyhow::Result<()> {
-    let (target, run) = target_and_run(&args.target);
+    let (target, run) = target_and_run(&args.target)?;
     let subscription = args.consumer.subscription.clone().unwrap_or_else(|| "perf-sub".into());
     pulsar::consume(&target, &run, &consume_options(&args.consumer, subscription, false))?;
     Ok(())
 }
 
 pub fn e2e(args: PerfE2eArgs) -> anyhow::Result<()> {
-    let (target, run) = target_and_run(&args.target);
+    let (target, run) = target_and_run(&args.target)?;
     let produce = produce_options(&args.producer);
     // e2e measures only what this run sends: a subscription of its own at Latest, dropped at the
     // end, unless the user names one.
@@ -37,8 +37,19 @@ pub fn e2e(args: PerfE2eArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn target_and_run(args: &PerfTargetArgs) -> (Target, RunOptions) {
+fn target_and_run(args: &PerfTargetArgs) -> anyhow::Result<(Target, RunOptions)> {
+    let auth_token = match (&args.auth_token, &args.auth_token_file) {
+        (Some(token), _) => Some(token.trim().to_string()),
+        (None, Some(path)) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
+                .trim()
+                .to_string(),
+        ),
+        (None, None) => None,
+    };
     let target = Target {
+        auth_token,
         service_url: args.service_url.clone(),
         admin_url: args.admin_url.clone(),
         topic: args.topic.clone(),
@@ -54,7 +65,7 @@ fn target_and_run(args: &PerfTargetArgs) -> (Target, RunOptions) {
         json: args.json,
         threads: args.threads,
     };
-    (target, run)
+    Ok((target, run))
 }
 
 fn produce_options(args: &PerfProducerArgs) -> ProduceOptions {

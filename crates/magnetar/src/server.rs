@@ -77,6 +77,7 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         let broker_listener_tls = bind_if(tls_on, broker_host, config.tls.broker_port_tls).await?;
         let web_listener_tls = bind_if(tls_on, web_host, config.tls.web_port_tls).await?;
         let mut broker_config = config.broker.clone();
+        broker_config.authorization = config.authorization.clone();
         let host = broker_config.advertised_address.clone();
         if let Some(listener) = &broker_listener {
             broker_config.broker_port = listener.local_addr()?.port();
@@ -111,6 +112,14 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
             readiness.clone(),
             metrics,
         );
+        // Authorization: cached tenant / namespace documents follow their changes (a no-op
+        // while authorization is disabled).
+        let authorizer = service.authorizer.clone();
+        tokio::spawn(async move {
+            if let Err(error) = authorizer.watch().await {
+                tracing::error!(%error, "authorization: cannot watch permission changes");
+            }
+        });
         // Retention, idle-ledger rollover and inactive-topic deletion.
         magnetar_broker::housekeeping::start(&service);
         // The recent totals and topic series the web console charts (bounded, in memory).
@@ -155,11 +164,15 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
             Arc::new(AdminHooks(service.clone())),
             config.cluster.clone(),
         )
-        .with_cluster_urls(web_url.clone(), service_url.clone());
+        .with_cluster_urls(web_url.clone(), service_url.clone())
+        .with_authorization(config.authorization.clone());
         if let (Some(web), Some(broker)) = (&web_url_tls, &service_url_tls) {
             admin_state = admin_state.with_cluster_urls_tls(web.clone(), broker.clone());
         }
-        let router = magnetar_admin::router(admin_state);
+        let mut router = magnetar_admin::router(admin_state);
+        if let Some(authenticator) = &config.broker.authenticator {
+            router = magnetar_admin::authentication::require(router, authenticator.clone());
+        }
         let stop_signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
             let _ = stopped.changed().await;
         };

@@ -38,6 +38,8 @@ pub struct Target {
     pub partitions: u32,
     /// PEM CAs to verify a `pulsar+ssl://` broker with.
     pub tls_trust_certs_file: Option<std::path::PathBuf>,
+    /// A token for the broker's CONNECT and the admin API (`Authorization: Bearer`).
+    pub auth_token: Option<String>,
 }
 
 /// When to stop and how to report.
@@ -345,12 +347,13 @@ fn runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 async fn connect(target: &Target) -> anyhow::Result<Client> {
-    let url = target.service_url.clone();
-    match &target.tls_trust_certs_file {
-        Some(ca) => Client::connect_tls(url, ca).await,
-        None => Client::connect(url).await,
-    }
-    .with_context(|| format!("cannot connect to {}", target.service_url))
+    let options = magnetar_client::ClientOptions {
+        tls_trust_certs_file: target.tls_trust_certs_file.clone(),
+        auth_token: target.auth_token.clone(),
+    };
+    Client::connect_with_options(target.service_url.clone(), options)
+        .await
+        .with_context(|| format!("cannot connect to {}", target.service_url))
 }
 
 fn control(run: &RunOptions, count_sends: bool) -> (Arc<Control>, watch::Sender<bool>) {
@@ -379,7 +382,8 @@ fn prepare_topics(target: &Target) -> anyhow::Result<Vec<String>> {
     let topics = topics(target);
     if target.partitions > 0 {
         for topic in &topics {
-            create_partitioned_topic(&target.admin_url, topic, target.partitions)?;
+            let token = target.auth_token.as_deref();
+            create_partitioned_topic(&target.admin_url, token, topic, target.partitions)?;
         }
     }
     Ok(topics)
@@ -688,11 +692,16 @@ fn stamped(template: &Bytes, epoch: Instant) -> Bytes {
 
 /// PUT /admin/v2/{persistent|non-persistent}/{tenant}/{ns}/{topic}/partitions; an existing
 /// partitioned topic (409) is fine.
-fn create_partitioned_topic(admin_url: &str, topic: &str, partitions: u32) -> anyhow::Result<()> {
+fn create_partitioned_topic(
+    admin_url: &str,
+    token: Option<&str>,
+    topic: &str,
+    partitions: u32,
+) -> anyhow::Result<()> {
     let full = magnetar_client::full_topic_name(topic);
     let (domain, rest) = full.split_once("://").context("topic name without domain")?;
     let path = format!("/admin/v2/{domain}/{rest}/partitions");
-    let status = http_put(admin_url, &path, &partitions.to_string())?;
+    let status = http_put(admin_url, token, &path, &partitions.to_string())?;
     match status {
         200..=299 | 409 => Ok(()),
         _ => bail!("creating {full} with {partitions} partitions: HTTP {status}"),
@@ -700,7 +709,7 @@ fn create_partitioned_topic(admin_url: &str, topic: &str, partitions: u32) -> an
 }
 
 /// A minimal HTTP/1.1 PUT (the benchmark needs one request; no HTTP client dependency).
-fn http_put(base_url: &str, path: &str, body: &str) -> anyhow::Result<u16> {
+fn http_put(base_url: &str, token: Option<&str>, path: &str, body: &str) -> anyhow::Result<u16> {
     let host = base_url
         .strip_prefix("http://")
         .with_context(|| format!("admin URL {base_url:?} must start with http://"))?
@@ -713,10 +722,11 @@ fn http_put(base_url: &str, path: &str, body: &str) -> anyhow::Result<u16> {
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(5))
         .with_context(|| format!("cannot connect to {base_url}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let authorization = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     write!(
         stream,
         "PUT {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         {authorization}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
     let mut response = Vec::new();
@@ -753,6 +763,7 @@ mod tests {
             num_topics: 1,
             partitions: 0,
             tls_trust_certs_file: None,
+            auth_token: None,
         };
         assert_eq!(topics(&target), vec!["t"]);
         target.num_topics = 3;

@@ -151,10 +151,20 @@ pub(crate) fn build(state: AdminState) -> Router {
                     .post(topics::update_partitioned)
                     .delete(topics::delete_partitioned),
             );
+        router = router
+            .route(&format!("{base}/{{topic}}/permissions"), get(namespaces::get_topic_permissions))
+            .route(
+                &format!("{base}/{{topic}}/permissions/{{role}}"),
+                post(namespaces::grant_topic_permission)
+                    .delete(namespaces::revoke_topic_permission),
+            );
         router = policies::policy_routes(router, &format!("{base}/{{topic}}"), Level::Topic);
         router = topic_op_routes(router, &format!("{base}/{{topic}}"));
     }
     router = console::routes(router);
+    // Authorization sees the matched route (a route layer), so it covers every route above.
+    router = router
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::authz::authorize));
     router.fallback(not_found).with_state(state)
 }
 

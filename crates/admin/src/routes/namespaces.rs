@@ -429,6 +429,102 @@ pub(crate) async fn unload_bundle(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// The topic of a `…/{topic}/permissions[/{role}]` route (its partitioned topic for a
+/// partition: permissions are kept per partitioned topic, as Pulsar grants them on every
+/// partition) and the namespace document holding them.
+fn topic_permissions_target(uri: &Uri) -> Result<(String, Target), AdminError> {
+    let topic = PathSegments::new(uri).topic()?.partitioned_topic();
+    let target = Target::Namespace(topic.namespace().clone());
+    Ok((topic.to_string(), target))
+}
+
+/// `GET /admin/v2/{domain}/{t}/{ns}/{topic}/permissions`: role → actions on the topic, its
+/// namespace's grants merged with its own (Pulsar's `getPermissionsOnTopic`).
+pub(crate) async fn get_topic_permissions(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<Value>, AdminError> {
+    let (topic, target) = topic_permissions_target(&uri)?;
+    let (doc, _) = target.load(&state).await?;
+    let mut merged: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    let namespace_level = auth_map(&doc, "namespace_auth");
+    let topic_level = auth_map(&doc, "destination_auth").get(&topic).cloned().unwrap_or_default();
+    for level in [&namespace_level, &topic_level] {
+        for (role, actions) in level.as_object().into_iter().flatten() {
+            let entry = merged.entry(role.clone()).or_default();
+            for action in actions.as_array().into_iter().flatten().filter_map(Value::as_str) {
+                entry.insert(action.to_string());
+            }
+        }
+    }
+    Ok(Json(serde_json::to_value(merged).map_err(|e| AdminError::Internal(e.to_string()))?))
+}
+
+/// `POST /admin/v2/{domain}/{t}/{ns}/{topic}/permissions/{role}` with a JSON array of actions:
+/// 204; stored in the namespace's `auth_policies.destination_auth`, as Pulsar does.
+pub(crate) async fn grant_topic_permission(
+    State(state): State<AdminState>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, AdminError> {
+    let (topic, target) = topic_permissions_target(&uri)?;
+    let role = name_segment(&uri, 5, "role")?;
+    let actions = string_set(&body_bytes(body)?, "actions")?;
+    if let Some(bad) = actions.iter().find(|a| !AUTH_ACTIONS.contains(&a.as_str())) {
+        return Err(AdminError::BadRequest(format!("Invalid action: {bad}")));
+    }
+    let value = Value::from(actions);
+    target
+        .update(&state, |doc| {
+            let topics = auth_map_mut(doc, "destination_auth");
+            let roles = topics.entry(topic.clone()).or_insert_with(|| Value::Object(Map::new()));
+            if !roles.is_object() {
+                *roles = Value::Object(Map::new());
+            }
+            if let Value::Object(roles) = roles {
+                roles.insert(role.clone(), value.clone());
+            }
+            Ok(())
+        })
+        .await?;
+    tracing::info!(%topic, %role, actions = %value, "granted topic permission");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /admin/v2/{domain}/{t}/{ns}/{topic}/permissions/{role}`: 204; 412 when the role has
+/// no permission of the topic's own (Pulsar's answer).
+pub(crate) async fn revoke_topic_permission(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    let (topic, target) = topic_permissions_target(&uri)?;
+    let role = name_segment(&uri, 5, "role")?;
+    target
+        .update(&state, |doc| {
+            let topics = auth_map_mut(doc, "destination_auth");
+            let removed = match topics.get_mut(&topic) {
+                Some(Value::Object(roles)) => {
+                    let removed = roles.remove(&role).is_some();
+                    if roles.is_empty() {
+                        topics.remove(&topic);
+                    }
+                    removed
+                }
+                _ => false,
+            };
+            if !removed {
+                return Err(AdminError::PreconditionFailed(
+                    "Permissions are not set at the topic level".to_string(),
+                ));
+            }
+            Ok(())
+        })
+        .await?;
+    tracing::info!(%topic, %role, "revoked topic permission");
+    Ok(StatusCode::NO_CONTENT)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

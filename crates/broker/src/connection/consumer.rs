@@ -35,8 +35,21 @@ impl Connection {
         let request = (**request).clone();
         let (service, outbox) = (self.service.clone(), self.outbox.clone());
         let info = self.client_info();
+        let principal = self.principal.clone();
         let task = self.spawn_request(async move {
-            let created = create_consumer(&service, &outbox, &request, info).await;
+            let subscription = Some(request.subscription.as_str());
+            let allowed = authz::authorize_topic(
+                &service,
+                principal.as_ref(),
+                &request.topic,
+                TopicOperation::Consume,
+                subscription,
+            )
+            .await;
+            let created = match allowed {
+                Ok(()) => create_consumer(&service, &outbox, &request, info).await,
+                Err(error) => Err(error),
+            };
             let finish: Completion = Box::new(move |connection: &mut Connection| {
                 connection.consumer_created(&request, created)
             });
@@ -368,7 +381,7 @@ impl CreatedConsumer {
 impl ConsumerContext {
     /// Takes the consumer off its subscription; a non-durable subscription (a reader's) goes
     /// with its last consumer.
-    async fn detach(self) {
+    pub(super) async fn detach(self) {
         let left = self.subscription.remove_consumer(self.key);
         if left == 0 && !self.subscription.durable {
             let _ = self.topic.remove_subscription(&self.subscription.name, true).await;
@@ -377,7 +390,7 @@ impl ConsumerContext {
 }
 
 impl NpConsumerContext {
-    fn detach(self) {
+    pub(super) fn detach(self) {
         self.topic.unsubscribe_consumer(&self.subscription, self.key);
     }
 }

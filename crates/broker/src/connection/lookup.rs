@@ -9,6 +9,9 @@ impl Connection {
         let request_id = request.request_id;
         let result = async {
             let name = BrokerService::topic_name(&request.topic)?;
+            let principal = self.principal.as_ref();
+            let lookup = TopicOperation::Lookup;
+            authz::authorize_topic(&self.service, principal, &request.topic, lookup, None).await?;
             if !self.service.is_loaded(&name) {
                 // A topic this broker would have to load: answer at once, with an error clients
                 // retry, while its metadata session is lost (instead of waiting on the store).
@@ -42,10 +45,14 @@ impl Connection {
         let (request_id, authoritative) = (request.request_id, request.authoritative());
         let topic = request.topic.clone();
         let (service, outbox) = (self.service.clone(), self.outbox.clone());
+        let principal = self.principal.clone();
         tokio::spawn(async move {
-            let answer = match BrokerService::topic_name(&topic) {
-                Ok(name) => service.ownership.lookup(&name, authoritative).await,
-                Err(error) => Err(error),
+            let lookup = TopicOperation::Lookup;
+            let allowed =
+                authz::authorize_topic(&service, principal.as_ref(), &topic, lookup, None).await;
+            let answer = match (allowed, BrokerService::topic_name(&topic)) {
+                (Err(error), _) | (_, Err(error)) => Err(error),
+                (Ok(()), Ok(name)) => service.ownership.lookup(&name, authoritative).await,
             };
             let reply = match answer {
                 Ok(LookupAnswer::Connect { broker_url, broker_url_tls }) => {
@@ -102,6 +109,14 @@ impl Connection {
                 Mode::NonPersistent => &[TopicDomain::NonPersistent],
                 Mode::All => &TopicDomain::ALL,
             };
+        let principal = self.principal.as_ref();
+        let get_topics = NamespaceOperation::GetTopics;
+        if let Err(error) =
+            authz::authorize_namespace(&self.service, principal, &ns, get_topics).await
+        {
+            self.reply_error(request_id, &error);
+            return Ok(());
+        }
         let topics = match self.service.topics_of_namespace(&ns, domains).await {
             Ok(topics) => topics,
             Err(error) => {

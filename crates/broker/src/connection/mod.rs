@@ -40,6 +40,7 @@ use magnetar_protocol::proto::{
 use magnetar_protocol::{
     commands, encode_command, encode_payload_command_header, Frame, FrameDecoder, FrameError,
 };
+use magnetar_security::authorization::{NamespaceOperation, TopicOperation};
 use magnetar_security::{Principal, TransportIdentity};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +51,8 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+mod auth;
+mod authz;
 mod consumer;
 mod lookup;
 mod producer;
@@ -227,11 +230,11 @@ struct Connection {
     /// A topic's publish rate was exceeded: no frame is read before this instant.
     paused_until: Option<tokio::time::Instant>,
     /// What the listener knows about the peer (TLS, client certificate).
-    #[allow(dead_code)] // until authentication reads it (issue 17)
     identity: TransportIdentity,
     /// Who the peer is once CONNECT was authenticated (None while authentication is off).
-    #[allow(dead_code)] // until authentication reads them (issue 17)
     principal: Option<Principal>,
+    /// Credential refresh state (AUTH_CHALLENGE / AUTH_RESPONSE): see `auth.rs`.
+    auth: auth::AuthState,
 }
 
 static PRODUCER_NAMES: AtomicU64 = AtomicU64::new(0);
@@ -310,11 +313,15 @@ async fn serve_stream<R, W>(
         paused_until: None,
         identity,
         principal: None,
+        auth: auth::AuthState::default(),
     };
+    // Permission changes, for the re-check of open producers and consumers (authorization).
+    let mut permission_changes = service.authorizer.enabled().then(|| service.authorizer.changes());
     let decoder = FrameDecoder::with_max_message_size(service.config.max_message_size);
     let keepalive = service.config.keepalive();
     let mut buf = BytesMut::with_capacity(64 << 10);
     let mut idle_rounds = 0u32;
+    let mut auth_check = auth::refresh_timer(&service);
     'connection: loop {
         loop {
             if connection.paused_until.is_some() {
@@ -344,6 +351,9 @@ async fn serve_stream<R, W>(
             tokio::select! {
                 _ = tokio::time::sleep_until(until) => connection.paused_until = None,
                 Some(finish) = completed.recv() => finish(&mut connection),
+                change = authz::next_change(&mut permission_changes) => {
+                    connection.on_permission_change(change);
+                }
                 _ = shutdown.changed() => break,
             }
             continue;
@@ -362,6 +372,15 @@ async fn serve_stream<R, W>(
                 }
             },
             Some(finish) = completed.recv() => finish(&mut connection),
+            _ = auth::tick(&mut auth_check) => {
+                if let Err(why) = connection.check_credentials() {
+                    tracing::info!(peer = %connection.peer, %why, "closing connection");
+                    break;
+                }
+            }
+            change = authz::next_change(&mut permission_changes) => {
+                connection.on_permission_change(change);
+            }
             _ = shutdown.changed() => break,
         }
     }
@@ -432,6 +451,9 @@ impl Connection {
             return Err(format!("unknown command type {}", command.r#type));
         };
         if !self.connected && kind != Type::Connect {
+            if kind == Type::AuthResponse {
+                self.refuse_auth("AUTH_RESPONSE before CONNECT");
+            }
             return Err(format!("{kind:?} before CONNECT"));
         }
         match kind {
@@ -441,6 +463,9 @@ impl Connection {
                 Ok(())
             }
             Type::Pong => Ok(()),
+            Type::AuthResponse if self.service.config.authenticator.is_some() => {
+                self.on_auth_response(&command)
+            }
             Type::PartitionedMetadata => self.on_partitioned_metadata(&command).await,
             Type::Lookup => self.on_lookup(&command),
             Type::Producer => self.on_producer(&command),
@@ -513,6 +538,7 @@ impl Connection {
         if self.connected {
             return Err("second CONNECT".into());
         }
+        self.authenticate_connect(connect)?;
         let client_version = connect.protocol_version.unwrap_or(0);
         let version = client_version.clamp(0, PROTOCOL_VERSION);
         let max_message_size = i32::try_from(self.service.config.max_message_size).ok();

@@ -43,8 +43,20 @@ impl Connection {
         let request = (**request).clone();
         let (service, outbox) = (self.service.clone(), self.outbox.clone());
         let info = self.client_info();
+        let principal = self.principal.clone();
         let task = self.spawn_request(async move {
-            let created = create_producer(&service, &outbox, &request, info).await;
+            let allowed = authz::authorize_topic(
+                &service,
+                principal.as_ref(),
+                &request.topic,
+                TopicOperation::Produce,
+                None,
+            )
+            .await;
+            let created = match allowed {
+                Ok(()) => create_producer(&service, &outbox, &request, info).await,
+                Err(error) => Err(error),
+            };
             let finish: Completion = Box::new(move |connection: &mut Connection| {
                 connection.producer_created(&request, created)
             });

@@ -23,6 +23,16 @@ impl Connection {
                 return Ok(());
             }
         };
+        let principal = self.principal.as_ref();
+        let lookup = TopicOperation::Lookup;
+        if let Err(error) =
+            authz::authorize_topic(&self.service, principal, &request.topic, lookup, None).await
+        {
+            let reply =
+                commands::get_schema_error(request_id, error.server_error(), error.to_string());
+            self.outbox.send_command(&reply);
+            return Ok(());
+        }
         let reply = match self.service.schemas.history(&name).await {
             Err(error) => {
                 let error = BrokerError::from(error);
@@ -73,6 +83,8 @@ impl Connection {
             command.get_or_create_schema.as_ref().ok_or("GET_OR_CREATE_SCHEMA without body")?;
         let result = async {
             let name = BrokerService::topic_name(&request.topic)?;
+            let (principal, produce) = (self.principal.as_ref(), TopicOperation::Produce);
+            authz::authorize_topic(&self.service, principal, &request.topic, produce, None).await?;
             self.service.topic(&name, false).await?;
             let version = producer_schema(&self.service, &name, Some(&request.schema)).await?;
             Ok::<_, BrokerError>(version.unwrap_or(0))
