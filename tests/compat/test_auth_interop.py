@@ -1,12 +1,12 @@
-"""Tokens and keys interchangeable with Apache Pulsar's: jjwt (the library of Pulsar's
-AuthTokenUtils and AuthenticationProviderToken) driven as Pulsar drives it
-(tests/token-interop/TokenInterop.java) makes keys and tokens that `magnetar tokens validate`
-and a broker accept, and checks the keys and tokens `magnetar tokens` makes.
+"""Tokens and keys interchangeable with Apache Pulsar's:
 
-Why not Apache's own `pulsar tokens`: its TokensCliUtils ships only inside the pulsar-broker
-jar, whose dependency tree is the whole broker (BookKeeper, ZooKeeper, Jetty, ...); the few
-lines it runs around jjwt (Keys.secretKeyFor / keyPairFor, getEncoded(), Jwts.builder()
-.setSubject().signWith(key), a parser with the validation key) are what TokenInterop does."""
+- Apache's own `pulsar tokens` (org.apache.pulsar.utils.auth.tokens.TokensCliUtils 4.0.8, from
+  the pulsar-broker jar taken without the broker's dependency tree: tests/pulsar-tokens/pom.xml,
+  24 MB) makes secret keys, key pairs and tokens that `magnetar tokens validate` and a broker
+  accept, validates the tokens `magnetar tokens create` makes with our keys, and signs with our
+  private key;
+- jjwt (the library under Pulsar's AuthTokenUtils and AuthenticationProviderToken) driven as
+  Pulsar drives it (tests/token-interop/TokenInterop.java) adds ES256 both ways and a refusal."""
 
 import os
 import shutil
@@ -45,6 +45,71 @@ def classpath():
         os.replace(CLASSPATH_FILE + ".tmp", CLASSPATH_FILE)
     with open(CLASSPATH_FILE) as f:
         return f.read().strip()
+
+
+PULSAR_TOKENS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pulsar-tokens")
+
+
+def resolve(directory):
+    """The classpath of the Maven project in `directory`, resolved once and cached."""
+    cached = os.path.join(directory, "classpath.txt")
+    if not os.path.exists(cached):
+        cmd = ["mvn", "-B", "-ntp", "-q", "-Dstyle.color=never",
+               "-Dmaven.repo.local=" + os.path.join(directory, ".m2"),
+               "dependency:build-classpath", "-Dmdep.outputFile=" + cached + ".tmp"]
+        proc = subprocess.run(cmd, cwd=directory, stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=RESOLVE_TIMEOUT_S)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        os.replace(cached + ".tmp", cached)
+    with open(cached) as f:
+        return f.read().strip()
+
+
+def pulsar_tokens(*args):
+    """Apache's `pulsar tokens ARGS`; returns stdout, asserts exit 0."""
+    cmd = ["java", "-cp", resolve(PULSAR_TOKENS_DIR),
+           "org.apache.pulsar.utils.auth.tokens.TokensCliUtils"] + [str(a) for a in args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=JAVA_TIMEOUT_S)
+    assert proc.returncode == 0, "pulsar tokens %s: %s%s" % (args[0], proc.stdout[-2000:],
+                                                             proc.stderr[-3000:])
+    return proc.stdout.strip()
+
+
+def test_apache_pulsar_tokens_and_magnetar_tokens_interoperate(tmp):
+    secret = os.path.join(tmp, "p-secret.key")
+    private, public = os.path.join(tmp, "p-private.key"), os.path.join(tmp, "p-public.key")
+    pulsar_tokens("create-secret-key", "--output", secret)
+    pulsar_tokens("create-key-pair", "--output-private-key", private, "--output-public-key", public)
+    hs = pulsar_tokens("create", "--secret-key", "file://" + secret, "--subject", "p-hs",
+                       "--expiry-time", "1h")
+    rs = pulsar_tokens("create", "--private-key", "file://" + private, "--subject", "p-rs")
+    # Pulsar's tokens, checked with Pulsar's keys, by us.
+    assert b'"sub":"p-hs"' in magnetar("tokens", "validate", "--secret-key", "file://" + secret, hs)
+    assert b'"sub":"p-rs"' in magnetar("tokens", "validate", "--public-key", "file://" + public, rs)
+    # Our tokens, with Pulsar's secret key and with our key pair, checked by Pulsar.
+    ours = magnetar("tokens", "create", "--secret-key", "file://" + secret,
+                    "--subject", "m-hs").decode().strip()
+    assert "sub=m-hs" in pulsar_tokens("validate", "--secret-key", "file://" + secret, ours)
+    m_private, m_public = os.path.join(tmp, "mp-private.key"), os.path.join(tmp, "mp-public.key")
+    magnetar("tokens", "create-key-pair", "--output-private-key", m_private,
+             "--output-public-key", m_public)
+    ours_rs = magnetar("tokens", "create", "--private-key", "file://" + m_private,
+                       "--subject", "m-rs").decode().strip()
+    assert "sub=m-rs" in pulsar_tokens("validate", "--public-key", "file://" + m_public, ours_rs)
+    # Pulsar signs with our private key; we check it with our public key.
+    theirs = pulsar_tokens("create", "--private-key", "file://" + m_private, "--subject", "p-m")
+    assert b'"sub":"p-m"' in magnetar("tokens", "validate", "--public-key", "file://" + m_public,
+                                      theirs)
+    # A broker with Pulsar's secret key serves a client holding Pulsar's token.
+    toml = '[authentication]\nenabled = true\ntoken_secret_key = "file://%s"\n' % secret
+    with conftest.private_server(toml, health_headers=bearer(hs)) as srv:
+        c = pulsar.Client(srv.service_url, authentication=pulsar.AuthenticationToken(hs),
+                          operation_timeout_seconds=10)
+        topic = unique_topic("pulsar-tokens")
+        consumer = c.subscribe(topic, "s")
+        c.create_producer(topic).send(b"from a pulsar tokens token")
+        assert consumer.receive(timeout_millis=10000).data() == b"from a pulsar tokens token"
+        c.close()
 
 
 def jjwt(*args):
