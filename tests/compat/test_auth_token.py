@@ -99,6 +99,7 @@ def test_hs256_token_produce_consume_and_refusals(keys):
                          r'[^}]*reason="EXPIRED_TOKEN"\} [1-9]', text), text[-3000:]
         assert re.search(r'pulsar_authentication_success_total\{[^}]*auth_method="token"\} \d',
                          text)
+        assert re.search(r'pulsar_expired_token_total\{cluster="standalone"\} [1-9]', text), text
         log = srv.log_tail(400)
         assert "token expired" in log
         assert good not in log and "panicked" not in log
