@@ -155,7 +155,16 @@ fn write_authentication(
         magnetar_metrics::Kind::Counter,
         "Failed authentications.",
     );
-    for count in authenticator.counts() {
+    let counts = authenticator.counts();
+    let expired: u64 =
+        counts.iter().filter(|c| c.reason == Some("EXPIRED_TOKEN")).map(|c| c.count).sum();
+    out.counter(
+        "pulsar_expired_token",
+        "Tokens refused because they had expired.",
+        &[("cluster", cluster)],
+        expired,
+    );
+    for count in counts {
         match count.reason {
             None => out.counter(
                 "pulsar_authentication_success",
