@@ -56,6 +56,8 @@ pub struct Client {
 #[derive(Debug)]
 pub(crate) struct ClientInner {
     service_url: String,
+    /// A token sent at CONNECT (method `token`), for brokers with authentication on.
+    auth_token: Option<String>,
     pool: Mutex<HashMap<String, Arc<Connection>>>,
     next_id: AtomicU64,
 }
@@ -92,11 +94,22 @@ impl Client {
     /// Connects to a service URL such as `pulsar://127.0.0.1:6650`
     /// (performs the handshake now, so a wrong address fails here).
     pub async fn connect(service_url: impl Into<String>) -> Result<Self> {
+        Self::connect_with_token(service_url, None).await
+    }
+
+    /// As [`Client::connect`], authenticating every connection with a token (Pulsar's
+    /// `AuthenticationToken`: CONNECT's method `token`). The token is not refreshed: a broker
+    /// that challenges an expired one closes the connection.
+    pub async fn connect_with_token(
+        service_url: impl Into<String>,
+        auth_token: Option<String>,
+    ) -> Result<Self> {
         let service_url = service_url.into();
         socket_address(&service_url)?;
         let client = Client {
             inner: Arc::new(ClientInner {
                 service_url,
+                auth_token,
                 pool: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
             }),
@@ -147,7 +160,7 @@ impl Client {
                 return Ok(conn.clone());
             }
         }
-        let conn = Connection::connect(url).await?;
+        let conn = Connection::connect(url, self.inner.auth_token.as_deref()).await?;
         pool.insert(url.to_string(), conn.clone());
         Ok(conn)
     }

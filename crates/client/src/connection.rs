@@ -143,16 +143,20 @@ fn encode(command: &BaseCommand) -> Result<Bytes> {
 
 impl Connection {
     /// Connects and performs the handshake.
-    pub(crate) async fn connect(url: &str) -> Result<Arc<Self>> {
+    pub(crate) async fn connect(url: &str, auth_token: Option<&str>) -> Result<Arc<Self>> {
         let address = socket_address(url)?;
         let mut stream = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(&address))
             .await
             .map_err(|_| Error::Timeout("TCP connect"))??;
         stream.set_nodelay(true)?;
-        let connect = commands::connect(
+        let mut connect = commands::connect(
             concat!("magnetar-client-rust ", env!("CARGO_PKG_VERSION")),
             PROTOCOL_VERSION,
         );
+        if let (Some(token), Some(body)) = (auth_token, connect.connect.as_mut()) {
+            body.auth_method_name = Some("token".into());
+            body.auth_data = Some(bytes::Bytes::copy_from_slice(token.as_bytes()));
+        }
         stream.write_all(&encode(&connect)?).await?;
 
         let decoder = FrameDecoder::default();

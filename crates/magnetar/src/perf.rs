@@ -44,6 +44,7 @@ fn target_and_run(args: &PerfTargetArgs) -> (Target, RunOptions) {
         topic: args.topic.clone(),
         num_topics: args.num_topics,
         partitions: args.partitions,
+        auth_token: args.auth_token.clone(),
     };
     let run = RunOptions {
         duration: (args.time > 0.0).then(|| Duration::from_secs_f64(args.time)),

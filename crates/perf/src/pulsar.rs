@@ -36,6 +36,9 @@ pub struct Target {
     pub num_topics: usize,
     /// Create each topic as partitioned with this many partitions (0: leave as is).
     pub partitions: u32,
+    /// A token for brokers with authentication on (sent at CONNECT and as `Authorization:
+    /// Bearer` when creating partitioned topics).
+    pub auth_token: Option<String>,
 }
 
 /// When to stop and how to report.
@@ -343,7 +346,7 @@ fn runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 async fn connect(target: &Target) -> anyhow::Result<Client> {
-    Client::connect(target.service_url.clone())
+    Client::connect_with_token(target.service_url.clone(), target.auth_token.clone())
         .await
         .with_context(|| format!("cannot connect to {}", target.service_url))
 }
@@ -374,7 +377,12 @@ fn prepare_topics(target: &Target) -> anyhow::Result<Vec<String>> {
     let topics = topics(target);
     if target.partitions > 0 {
         for topic in &topics {
-            create_partitioned_topic(&target.admin_url, topic, target.partitions)?;
+            create_partitioned_topic(
+                &target.admin_url,
+                topic,
+                target.partitions,
+                target.auth_token.as_deref(),
+            )?;
         }
     }
     Ok(topics)
@@ -683,11 +691,16 @@ fn stamped(template: &Bytes, epoch: Instant) -> Bytes {
 
 /// PUT /admin/v2/{persistent|non-persistent}/{tenant}/{ns}/{topic}/partitions; an existing
 /// partitioned topic (409) is fine.
-fn create_partitioned_topic(admin_url: &str, topic: &str, partitions: u32) -> anyhow::Result<()> {
+fn create_partitioned_topic(
+    admin_url: &str,
+    topic: &str,
+    partitions: u32,
+    auth_token: Option<&str>,
+) -> anyhow::Result<()> {
     let full = magnetar_client::full_topic_name(topic);
     let (domain, rest) = full.split_once("://").context("topic name without domain")?;
     let path = format!("/admin/v2/{domain}/{rest}/partitions");
-    let status = http_put(admin_url, &path, &partitions.to_string())?;
+    let status = http_put(admin_url, &path, &partitions.to_string(), auth_token)?;
     match status {
         200..=299 | 409 => Ok(()),
         _ => bail!("creating {full} with {partitions} partitions: HTTP {status}"),
@@ -695,7 +708,12 @@ fn create_partitioned_topic(admin_url: &str, topic: &str, partitions: u32) -> an
 }
 
 /// A minimal HTTP/1.1 PUT (the benchmark needs one request; no HTTP client dependency).
-fn http_put(base_url: &str, path: &str, body: &str) -> anyhow::Result<u16> {
+fn http_put(
+    base_url: &str,
+    path: &str,
+    body: &str,
+    auth_token: Option<&str>,
+) -> anyhow::Result<u16> {
     let host = base_url
         .strip_prefix("http://")
         .with_context(|| format!("admin URL {base_url:?} must start with http://"))?
@@ -708,10 +726,12 @@ fn http_put(base_url: &str, path: &str, body: &str) -> anyhow::Result<u16> {
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(5))
         .with_context(|| format!("cannot connect to {base_url}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let authorization =
+        auth_token.map(|token| format!("Authorization: Bearer {token}\r\n")).unwrap_or_default();
     write!(
         stream,
         "PUT {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         {authorization}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
     let mut response = Vec::new();
@@ -747,6 +767,7 @@ mod tests {
             topic: "t".into(),
             num_topics: 1,
             partitions: 0,
+            auth_token: None,
         };
         assert_eq!(topics(&target), vec!["t"]);
         target.num_topics = 3;
