@@ -105,6 +105,22 @@ def test_hs256_token_produce_consume_and_refusals(keys):
         assert good not in log and "panicked" not in log
 
 
+def test_magnetar_perf_with_a_token(keys):
+    """`magnetar perf produce --auth-token` (bench/auth.sh uses it) publishes to a broker with
+    authentication on; without the token it is refused."""
+    import subprocess
+    with conftest.private_server(keys.secret_toml(),
+                                 health_headers=bearer(keys.hs_token("admin"))) as srv:
+        base = [conftest.magnetar_binary(), "perf", "produce", "-u", srv.service_url, "-m", "3",
+                "--json"]
+        ok = subprocess.run(base + ["--auth-token", keys.hs_token("perf"), unique_topic("perf")],
+                            capture_output=True, timeout=60)
+        assert ok.returncode == 0, ok.stderr[-2000:]
+        refused = subprocess.run(base + [unique_topic("perf")], capture_output=True, timeout=60)
+        assert refused.returncode != 0
+        assert b"Unable to authenticate" in refused.stderr, refused.stderr[-2000:]
+
+
 def test_rs256_token_from_magnetar_key_pair(keys):
     with conftest.private_server(keys.public_toml(),
                                  health_headers=bearer(keys.rs_token("admin"))) as srv:
