@@ -19,13 +19,16 @@ def short_name(topic):
     return topic.rsplit("/", 1)[1]
 
 
-def http_request(method, url, body=None, content_type="application/json", timeout=10):
+def http_request(method, url, body=None, content_type="application/json", timeout=10,
+                 headers=None):
     """Returns (status, body bytes). Does not raise on HTTP error statuses."""
     data = None if body is None else (body if isinstance(body, bytes) else str(body).encode())
     req = urllib.request.Request(url, data=data, method=method)
     if data is not None:
         req.add_header("Content-Type", content_type)
     req.add_header("Accept", "application/json")
+    for name, value in (headers or {}).items():
+        req.add_header(name, value)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read()

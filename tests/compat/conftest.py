@@ -52,6 +52,7 @@ class Server:
     def __init__(self, external_service_url=None, external_web_url=None):
         self.external = external_service_url is not None
         self.proc = None
+        self.health_headers = None  # credentials for the start-up health check
         self.log_path = None
         self.data_dir = None
         self._tmp = None
@@ -124,7 +125,7 @@ class Server:
                         tcp_ok = True
                 if not health_ok:
                     status, body = http_request("GET", self.web_url + "/admin/v2/brokers/health",
-                                                timeout=2)
+                                                timeout=2, headers=self.health_headers)
                     last = "health answered %s %r" % (status, body[:200])
                     health_ok = status == 200
                 if health_ok and self.ready_path and not ready_ok:
@@ -230,13 +231,15 @@ _SESSION_SERVER = None
 
 
 @contextlib.contextmanager
-def private_server(toml):
+def private_server(toml, health_headers=None):
     """A broker of the test's own, started with the TOML configuration `toml`; stopped and its
     files removed afterwards (its log printed when the test failed). Skips where the suite
     runs against an external broker or a custom command."""
     if os.environ.get("MAGNETAR_TEST_SERVICE_URL") or os.environ.get("MAGNETAR_TEST_SERVER_CMD"):
         pytest.skip("needs a magnetar broker of its own with this configuration:\n" + toml)
     srv = Server()
+    # With authentication on, the start-up health check needs credentials.
+    srv.health_headers = health_headers
     config = os.path.join(srv._tmp, "private.toml")
     with open(config, "w") as f:
         f.write("# written by the compatibility suite for one test\n" + toml)

@@ -27,6 +27,7 @@ import uuid
 import pulsar
 import pytest
 
+import conftest
 from compat_util import http_request
 
 SCREENSHOTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "screenshots")
@@ -490,3 +491,34 @@ def test_console_shows_only_the_login_until_the_token_is_accepted(server, browse
     finally:
         proxy.shutdown()
         proxy.server_close()
+
+
+def test_console_signs_in_against_an_auth_enabled_server(browser):
+    """Magnetar itself with `[authentication]` on (no proxy): the page loads (its static files
+    are open, as in Pulsar), shows only the login, refuses an expired token and lets in a valid
+    one, whose requests then all carry it."""
+    from auth_util import Keys, bearer, expired_hs
+    with tempfile.TemporaryDirectory(prefix="magnetar-console-auth-") as directory:
+        keys = Keys(directory)
+        token = keys.hs_token("console-user", "1h")
+        with conftest.private_server(keys.secret_toml(), health_headers=bearer(token)) as srv:
+            driver = browser
+            driver.get(srv.web_url + "/")
+            visible = lambda d, id_: d.execute_script(  # noqa: E731
+                "const el = document.getElementById(arguments[0]); return !!el && !el.hidden;", id_)
+            wait_for(driver, "the login form", lambda d: visible(d, "login"))
+            assert not visible(driver, "app")
+            driver.find_element("css selector", "#login-token").send_keys(expired_hs(keys.secret))
+            click(driver, "#login-submit")
+            wait_for(driver, "the refusal", lambda d: "refused" in d.find_element(
+                "css selector", "#login-message").text)
+            assert not visible(driver, "app")
+            driver.find_element("css selector", "#login-token").send_keys(token)
+            click(driver, "#login-submit")
+            wait_for(driver, "the overview after sign-in", lambda d: visible(d, "app") and d.execute_script(
+                "return !!document.querySelector('#view-overview') &&"
+                " document.querySelector('#stat-brokers').dataset.value === '1';"))
+            wait_for(driver, "the tenant tree", lambda d: d.execute_script(
+                "return !!document.querySelector('#tree li[data-tenant=\"public\"]');"))
+            assert not visible(driver, "login")
+            screenshot(driver, "signed-in-auth-enabled")

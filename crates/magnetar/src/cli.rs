@@ -33,6 +33,9 @@ pub enum Command {
     /// Benchmarks (not tests): see docs/benchmarks.md.
     #[command(subcommand)]
     Perf(PerfCommand),
+    /// Token keys and tokens, as `pulsar tokens` (see `magnetar tokens --help`).
+    #[command(subcommand)]
+    Tokens(crate::tokens::TokensCommand),
     /// Measure the disk's write ceiling: M threads writing K-KiB blocks.
     DiskProbe(DiskProbeArgs),
     /// Internal tools used by the test suite.
@@ -431,7 +434,10 @@ impl Cli {
             Command::Metadata(MetadataCommand::Init(args)) => args.validate()?,
             // Server commands validate their whole configuration (file included) in
             // `config::Settings::load`, before anything is opened.
-            Command::Standalone(_) | Command::Broker(_) | Command::Debug(_) => {}
+            Command::Standalone(_)
+            | Command::Broker(_)
+            | Command::Debug(_)
+            | Command::Tokens(_) => {}
         }
         Ok(())
     }

@@ -6,6 +6,7 @@ mod config;
 mod perf;
 mod server;
 mod standalone;
+mod tokens;
 
 use clap::Parser;
 use cli::{Cli, Command, DebugCommand, DiskProbeArgs, LogFormat, MetadataCommand, PerfCommand};
@@ -61,6 +62,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::DiskProbe(args) => disk_probe(args),
+        Command::Tokens(command) => tokens::run(command),
         Command::Debug(DebugCommand::CrashWriter { dir, appenders }) => {
             magnetar_perf::crash::run_writer(&dir, appenders)
         }

@@ -407,7 +407,7 @@ impl Connection {
             return Err(format!("unknown command type {}", command.r#type));
         };
         if !self.connected && kind != Type::Connect {
-            if kind == Type::AuthResponse {
+            if kind == Type::AuthResponse && self.service.config.authenticator.is_some() {
                 self.refuse_auth("AUTH_RESPONSE before CONNECT");
             }
             return Err(format!("{kind:?} before CONNECT"));

@@ -150,3 +150,104 @@ pub fn public_key_of(private_pkcs8: &[u8]) -> Result<Vec<u8>, KeyError> {
         Err(KeyError::PrivateKey)
     }
 }
+
+/// A new HMAC secret key of `bytes` random bytes (what `pulsar tokens create-secret-key`
+/// makes: 32 bytes for HS256, raw).
+pub fn generate_secret(bytes: usize) -> Vec<u8> {
+    use rand::RngCore;
+    let mut key = vec![0u8; bytes];
+    rand::rngs::OsRng.fill_bytes(&mut key);
+    key
+}
+
+/// A new key pair as (PKCS#8 DER private key, SubjectPublicKeyInfo DER public key), the files
+/// `pulsar tokens create-key-pair` writes: RSA 2048 for the RS/PS algorithms, P-256 for ES256.
+pub fn generate_key_pair(algorithm: Algorithm) -> Result<(Vec<u8>, Vec<u8>), KeyError> {
+    match algorithm {
+        Algorithm::ES256 => {
+            let rng = ring::rand::SystemRandom::new();
+            let document = ring::signature::EcdsaKeyPair::generate_pkcs8(
+                &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+                &rng,
+            )
+            .map_err(|_| KeyError::PrivateKey)?;
+            let private = document.as_ref().to_vec();
+            let public = public_key_of(&private)?;
+            Ok((private, public))
+        }
+        Algorithm::RS256
+        | Algorithm::RS384
+        | Algorithm::RS512
+        | Algorithm::PS256
+        | Algorithm::PS384
+        | Algorithm::PS512 => {
+            use rsa::pkcs8::{EncodePrivateKey, EncodePublicKey};
+            let key = rsa::RsaPrivateKey::new(&mut rand::rngs::OsRng, 2048)
+                .map_err(|_| KeyError::PrivateKey)?;
+            let private = key.to_pkcs8_der().map_err(|_| KeyError::PrivateKey)?.as_bytes().to_vec();
+            let public = key
+                .to_public_key()
+                .to_public_key_der()
+                .map_err(|_| KeyError::PublicKey)?
+                .as_bytes()
+                .to_vec();
+            Ok((private, public))
+        }
+        other => {
+            Err(KeyError::Family { found: "no key pair", needed: family(other), algorithm: other })
+        }
+    }
+}
+
+/// The algorithm a secret key signs with when none is asked: the strongest its length allows
+/// (as jjwt's `signWith(key)` picks for `pulsar tokens create`).
+pub fn secret_algorithm(key: &[u8]) -> Algorithm {
+    match key.len() {
+        64.. => Algorithm::HS512,
+        48.. => Algorithm::HS384,
+        _ => Algorithm::HS256,
+    }
+}
+
+/// Signs `claims` with a secret key (raw bytes) or a private key (PKCS#8 DER/PEM), with
+/// `algorithm` or the key's default (HS by length, RS256, ES256), adding `headers`.
+pub fn sign_token(
+    key: &[u8],
+    secret: bool,
+    algorithm: Option<Algorithm>,
+    headers: &[(String, String)],
+    claims: &serde_json::Value,
+) -> Result<String, KeyError> {
+    let (encoding, algorithm) = if secret {
+        let algorithm = algorithm.unwrap_or_else(|| secret_algorithm(key));
+        if family(algorithm) != "a secret key" {
+            return Err(KeyError::Family {
+                found: "a secret key",
+                needed: family(algorithm),
+                algorithm,
+            });
+        }
+        (EncodingKey::from_secret(key), algorithm)
+    } else {
+        let (encoding, rsa) = encoding_key(key)?;
+        let found = if rsa { "an RSA key" } else { "an EC key" };
+        let algorithm = algorithm.unwrap_or(if rsa { Algorithm::RS256 } else { Algorithm::ES256 });
+        if family(algorithm) != found {
+            return Err(KeyError::Family { found, needed: family(algorithm), algorithm });
+        }
+        (encoding, algorithm)
+    };
+    // The header as JSON (custom fields allowed), then signed the way jsonwebtoken signs.
+    let mut header = serde_json::Map::new();
+    header.insert("alg".into(), serde_json::Value::String(format!("{algorithm:?}")));
+    for (name, value) in headers {
+        header.insert(name.clone(), serde_json::Value::String(value.clone()));
+    }
+    let b64 = |value: &serde_json::Value| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(value.to_string().as_bytes())
+    };
+    let message = format!("{}.{}", b64(&serde_json::Value::Object(header)), b64(claims));
+    let signature = jsonwebtoken::crypto::sign(message.as_bytes(), &encoding, algorithm)
+        .map_err(|_| KeyError::PrivateKey)?;
+    Ok(format!("{message}.{signature}"))
+}

@@ -328,3 +328,28 @@ fn attempts_are_counted_by_method_and_reason() {
     assert_eq!(find(Some("EXPIRED_TOKEN")), Some(2));
     assert!(counts.iter().all(|c| c.provider_name == "AuthenticationProviderToken"));
 }
+
+#[test]
+fn generated_keys_sign_tokens_the_providers_accept() {
+    let secret = keys::generate_secret(32);
+    let claims = json!({"sub": "gen"});
+    let headers = vec![("kid".to_string(), "k1".to_string())];
+    let token = keys::sign_token(&secret, true, None, &headers, &claims).unwrap();
+    assert!(token.starts_with(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(br#"{"alg":"HS256","kid":"k1"}"#)
+    ));
+    let config = AuthenticationConfig { token_secret_key: data_url(&secret), ..secret_config() };
+    assert_eq!(auth(&config, &token).unwrap().role, "gen");
+    let (private, public) = keys::generate_key_pair(Algorithm::ES256).unwrap();
+    let token = keys::sign_token(&private, false, None, &[], &claims).unwrap();
+    let config = AuthenticationConfig {
+        token_public_key: data_url(&public),
+        token_public_alg: "ES256".into(),
+        ..rsa_config()
+    };
+    assert_eq!(auth(&config, &token).unwrap().role, "gen");
+    // The RSA test key signs RS256 by default; a secret-key algorithm with it is refused.
+    let token = keys::sign_token(RSA_PRIVATE, false, None, &[], &claims).unwrap();
+    assert_eq!(auth(&rsa_config(), &token).unwrap().role, "gen");
+    assert!(keys::sign_token(RSA_PRIVATE, false, Some(Algorithm::HS256), &[], &claims).is_err());
+}
