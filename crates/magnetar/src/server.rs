@@ -78,7 +78,6 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("listen on {web_address}"))?;
         let mut broker_config = config.broker.clone();
-        broker_config.authorization = config.authorization.clone();
         broker_config.broker_port = broker_listener.local_addr()?.port();
         let web_port = web_listener.local_addr()?.port();
         let host = broker_config.advertised_address.clone();
