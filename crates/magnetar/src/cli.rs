@@ -154,9 +154,6 @@ pub struct PerfTargetArgs {
     /// Create the topics as partitioned topics with this many partitions.
     #[arg(long, default_value_t = 0)]
     pub partitions: u32,
-    /// A token for a broker with authentication on (`magnetar tokens create`).
-    #[arg(long)]
-    pub auth_token: Option<String>,
     /// Stop after this many seconds (0: no limit).
     #[arg(long = "time", short = 'd', default_value_t = 0.0)]
     pub time: f64,

@@ -155,6 +155,8 @@ pub enum ConfigError {
     Broker(String),
     #[error("{0}")]
     Authentication(#[from] magnetar_security::authentication::ConfigError),
+    #[error("authorization: {0}")]
+    Authorization(&'static str),
     #[error("storage.sync_mode: {0}")]
     SyncMode(String),
     #[error("--metadata: {0}")]
@@ -255,6 +257,13 @@ impl Settings {
             )?;
             config.broker.authenticator = Some(std::sync::Arc::new(authenticator));
         }
+        if config.authorization.enabled && !config.authentication.enabled {
+            // Without authentication no caller has a role, and every request would be refused.
+            return Err(ConfigError::Authorization(
+                "[authorization] enabled needs [authentication] enabled",
+            ));
+        }
+        config.broker.authorization = config.authorization.clone();
         let ledger = ledger_store_config(&config)?;
         config
             .tls
@@ -363,6 +372,19 @@ mod tests {
             let knobs = debug.matches(": ").count() - not_in_file;
             assert_eq!(table.len(), knobs, "every {section} knob is listed");
         }
+    }
+
+    #[test]
+    fn authorization_needs_authentication() {
+        let mut config = ServerConfig::default();
+        config.authorization.enabled = true;
+        config.authorization.super_user_roles = vec!["admin".into()];
+        let refused = Settings::validate(config, MetadataBackend::Embedded);
+        assert!(matches!(refused, Err(ConfigError::Authorization(_))), "{refused:?}");
+        let mut config = ServerConfig::default();
+        config.authorization.super_user_roles = vec!["admin".into()];
+        let settings = Settings::validate(config, MetadataBackend::Embedded).expect("valid");
+        assert_eq!(settings.config.broker.authorization.super_user_roles, ["admin"]);
     }
 
     fn broker_args() -> ServerArgs {

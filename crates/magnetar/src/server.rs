@@ -77,7 +77,6 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         let broker_listener_tls = bind_if(tls_on, broker_host, config.tls.broker_port_tls).await?;
         let web_listener_tls = bind_if(tls_on, web_host, config.tls.web_port_tls).await?;
         let mut broker_config = config.broker.clone();
-        broker_config.authorization = config.authorization.clone();
         let host = broker_config.advertised_address.clone();
         if let Some(listener) = &broker_listener {
             broker_config.broker_port = listener.local_addr()?.port();
