@@ -332,6 +332,8 @@ where
 {
     use tower::ServiceExt;
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Handshakes still running at shutdown are abandoned (not waited for, unlike requests).
+    let (stopping, stop_handshakes) = tokio::sync::watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (socket, peer) = tokio::select! {
@@ -346,14 +348,15 @@ where
             () = &mut shutdown => break,
         };
         let (tls, router, watcher) = (tls.clone(), router.clone(), graceful.watcher());
+        let mut stop_handshake = stop_handshakes.clone();
         tokio::spawn(async move {
             let _ = socket.set_nodelay(true);
             let peer = peer.to_string();
-            let Some((stream, identity)) =
-                magnetar_security::tls::accept(&tls, socket, &peer).await
-            else {
-                return;
+            let accepted = tokio::select! {
+                accepted = magnetar_security::tls::accept(&tls, socket, &peer) => accepted,
+                _ = stop_handshake.wait_for(|stop| *stop) => None,
             };
+            let Some((stream, identity)) = accepted else { return };
             let service = hyper::service::service_fn(
                 move |mut request: hyper::Request<hyper::body::Incoming>| {
                     request.extensions_mut().insert(identity.clone());
@@ -368,6 +371,7 @@ where
         });
     }
     drop(listener);
+    let _ = stopping.send(true);
     graceful.shutdown().await;
     Ok(())
 }
