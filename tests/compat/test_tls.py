@@ -78,8 +78,10 @@ def served_common_name(port, ca):
 
 
 @contextlib.contextmanager
-def tls_server(cert, trust=None, require=False, plain=True, refresh=300, log_level="info"):
-    """A private broker with `[tls]` on free ports: `.tls_service_url`, `.tls_web_url`."""
+def tls_server(cert, trust=None, require=False, plain=True, refresh=300, log_level="info",
+               extra_toml=""):
+    """A private broker with `[tls]` on free ports: `.tls_service_url`, `.tls_web_url`.
+    `extra_toml` is appended to the configuration (other sections)."""
     if os.environ.get("MAGNETAR_TEST_SERVICE_URL") or os.environ.get("MAGNETAR_TEST_SERVER_CMD"):
         pytest.skip("needs a magnetar broker of its own with TLS")
     broker_tls, web_tls = _free_port(), _free_port()
@@ -94,6 +96,7 @@ def tls_server(cert, trust=None, require=False, plain=True, refresh=300, log_lev
     if trust:
         toml += "trust_certs_file = %s\nrequire_trusted_client_cert = %s\n" % (
             json.dumps(trust), "true" if require else "false")
+    toml += extra_toml
     config = os.path.join(srv._tmp, "tls.toml")
     with open(config, "w") as f:
         f.write(toml)
