@@ -54,6 +54,18 @@ pub(super) async fn next_change(
     }
 }
 
+impl Connection {
+    /// Opens what a PRODUCER or SUBSCRIBE task finished (`open`); when permissions changed
+    /// after the task's check (`changes_before`), what is open now is checked again, so a
+    /// revocation racing the request does not leave it open.
+    pub(super) fn open_checked(&mut self, changes_before: u64, open: impl FnOnce(&mut Self)) {
+        open(self);
+        if self.permission_changes_seen != changes_before {
+            self.on_permission_change(PermissionChange::All);
+        }
+    }
+}
+
 /// One open producer or consumer to re-check.
 enum Open {
     Producer { id: u64, topic: String },
@@ -64,6 +76,7 @@ impl Connection {
     /// Permissions changed: re-checks (in a task) the producers and consumers of this
     /// connection the change may concern; the ones refused now are closed on the loop.
     pub(super) fn on_permission_change(&mut self, change: PermissionChange) {
+        self.permission_changes_seen += 1;
         let affected = |topic: &str| {
             BrokerService::topic_name(topic).is_ok_and(|name| change.affects(name.namespace()))
         };
@@ -239,6 +252,7 @@ mod tests {
             identity: TransportIdentity::default(),
             principal: Some(principal),
             auth: Default::default(),
+            permission_changes_seen: 0,
         };
         Harness { connection, frames, completed, metadata }
     }
@@ -411,5 +425,38 @@ mod tests {
         let close = reader.reply().await;
         assert_eq!(close.close_consumer.as_ref().map(|c| c.consumer_id), Some(1), "{close:?}");
         assert!(reader.connection.consumers.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_revocation_racing_a_producer_request_still_closes_it() {
+        let mut writer = harness("writer").await;
+        let mut changes = writer.connection.service.authorizer.changes();
+        let command = BaseCommand {
+            producer: Some(Box::new(CommandProducer {
+                topic: TOPIC.into(),
+                producer_id: 1,
+                request_id: 1,
+                ..Default::default()
+            })),
+            ..commands::base(Type::Producer)
+        };
+        writer.send(command).await;
+        // The request's task was allowed and made the producer; its completion waits.
+        let finish = tokio::time::timeout(WAIT, writer.completed.recv()).await;
+        let finish = finish.expect("in time").expect("open");
+        // Revoked before the producer is on the connection: nothing open to re-check yet.
+        put(&*writer.metadata, "/admin/namespaces/acme/ns", r#"{"auth_policies":{}}"#).await;
+        let ns = NamespaceName::new("acme", "ns").expect("name");
+        writer.connection.service.authorizer.invalidate_namespace(&ns);
+        let change = changes.recv().await.expect("change");
+        writer.connection.on_permission_change(change);
+        assert!(writer.completed.try_recv().is_err(), "nothing open yet");
+        // It opens, and is checked again because permissions changed since its check.
+        finish(&mut writer.connection);
+        assert!(writer.reply().await.producer_success.is_some());
+        writer.complete().await;
+        let close = writer.reply().await;
+        assert_eq!(close.close_producer.as_ref().map(|c| c.producer_id), Some(1), "{close:?}");
+        assert!(writer.connection.producers.is_empty());
     }
 }

@@ -36,6 +36,7 @@ impl Connection {
         let (service, outbox) = (self.service.clone(), self.outbox.clone());
         let info = self.client_info();
         let principal = self.principal.clone();
+        let changes_before = self.permission_changes_seen;
         let task = self.spawn_request(async move {
             let subscription = Some(request.subscription.as_str());
             let allowed = authz::authorize_topic(
@@ -51,7 +52,7 @@ impl Connection {
                 Err(error) => Err(error),
             };
             let finish: Completion = Box::new(move |connection: &mut Connection| {
-                connection.consumer_created(&request, created)
+                connection.open_checked(changes_before, |c| c.consumer_created(&request, created))
             });
             finish
         });

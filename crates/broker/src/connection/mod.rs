@@ -235,6 +235,9 @@ struct Connection {
     principal: Option<Principal>,
     /// Credential refresh state (AUTH_CHALLENGE / AUTH_RESPONSE): see `auth.rs`.
     auth: auth::AuthState,
+    /// Permission changes this connection has seen: a PRODUCER or SUBSCRIBE checked before a
+    /// change and opened after it is re-checked (see `authz.rs`).
+    permission_changes_seen: u64,
 }
 
 static PRODUCER_NAMES: AtomicU64 = AtomicU64::new(0);
@@ -314,6 +317,7 @@ async fn serve_stream<R, W>(
         identity,
         principal: None,
         auth: auth::AuthState::default(),
+        permission_changes_seen: 0,
     };
     // Permission changes, for the re-check of open producers and consumers (authorization).
     let mut permission_changes = service.authorizer.enabled().then(|| service.authorizer.changes());

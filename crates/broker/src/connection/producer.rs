@@ -44,6 +44,7 @@ impl Connection {
         let (service, outbox) = (self.service.clone(), self.outbox.clone());
         let info = self.client_info();
         let principal = self.principal.clone();
+        let changes_before = self.permission_changes_seen;
         let task = self.spawn_request(async move {
             let allowed = authz::authorize_topic(
                 &service,
@@ -58,7 +59,7 @@ impl Connection {
                 Err(error) => Err(error),
             };
             let finish: Completion = Box::new(move |connection: &mut Connection| {
-                connection.producer_created(&request, created)
+                connection.open_checked(changes_before, |c| c.producer_created(&request, created))
             });
             finish
         });
