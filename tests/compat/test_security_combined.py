@@ -1,6 +1,6 @@
 """TLS, authentication and authorization together, with the official Python client: the role
 of an mTLS client is its certificate's CN (`providers = ["tls"]`) and authorization decides on
-it; a token over `pulsar+ssl://`; the HTTPS admin API takes the same client certificate as the
+it; HS256 and RS256 tokens over `pulsar+ssl://`; the HTTPS admin API takes the same client certificate as the
 role (a super-user's certificate grants, another's gets 403). Each part is tested alone in
 test_tls.py, test_auth_token.py and test_authorization.py; this checks the seams between them
 (the TLS listener fills the identity the providers and the authorizer read)."""
@@ -127,3 +127,20 @@ def test_token_over_tls_as_a_super_user(material):
                 bad.create_producer(topic)
         finally:
             bad.close()
+
+
+def test_rs256_token_over_tls(material):
+    """RS256 (a key pair made by `magnetar tokens`) over `pulsar+ssl://`, hostname verified."""
+    with tls_server(material.server, plain=False,
+                    extra_toml=material.keys.public_toml()) as srv:
+        topic = unique_topic("rs256-tls")
+        c = _tls_client(srv, material, pulsar.AuthenticationToken(
+            material.keys.rs_token("app", "1h")))
+        try:
+            consumer = c.subscribe(topic, "sub")
+            producer = c.create_producer(topic)
+            producer.send(b"rs256 over tls")
+            message = consumer.receive(timeout_millis=10000)
+            assert message.data() == b"rs256 over tls"
+        finally:
+            c.close()

@@ -5,7 +5,8 @@ package compat
 // The Go client with a JWT (pulsar.NewAuthenticationToken) against a broker with
 // authentication on; a bad token is refused. Behind the `authtoken` build tag: it needs a
 // broker of its own (tests/compat/test_auth_go.py starts one and passes the tokens in
-// MAGNETAR_TEST_TOKEN and MAGNETAR_TEST_BAD_TOKEN).
+// MAGNETAR_TEST_TOKEN and MAGNETAR_TEST_BAD_TOKEN; with MAGNETAR_TEST_TLS_CA set the service
+// URL is pulsar+ssl:// and the client verifies the broker with that CA).
 
 import (
 	"context"
@@ -16,14 +17,21 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 )
 
+// tokenOptions: the client options for `token`, over TLS when MAGNETAR_TEST_TLS_CA is set.
+func tokenOptions(t *testing.T, token string, timeout time.Duration) pulsar.ClientOptions {
+	return pulsar.ClientOptions{
+		URL:                   serviceURL(t),
+		ConnectionTimeout:     timeout / 2,
+		OperationTimeout:      timeout,
+		Authentication:        pulsar.NewAuthenticationToken(token),
+		TLSTrustCertsFilePath: os.Getenv("MAGNETAR_TEST_TLS_CA"),
+		TLSValidateHostname:   os.Getenv("MAGNETAR_TEST_TLS_CA") != "",
+	}
+}
+
 func tokenClient(t *testing.T, token string) pulsar.Client {
 	t.Helper()
-	c, err := pulsar.NewClient(pulsar.ClientOptions{
-		URL:               serviceURL(t),
-		ConnectionTimeout: 5 * time.Second,
-		OperationTimeout:  10 * time.Second,
-		Authentication:    pulsar.NewAuthenticationToken(token),
-	})
+	c, err := pulsar.NewClient(tokenOptions(t, token, 10*time.Second))
 	if err != nil {
 		t.Fatalf("client: %v", err)
 	}
@@ -64,12 +72,7 @@ func TestTokenAuthentication(t *testing.T) {
 
 	// The broker refuses the CONNECT (ERROR AuthenticationError, then close, as Pulsar); the
 	// Go client sees a closed connection and gives up at its operation timeout.
-	badClient, err := pulsar.NewClient(pulsar.ClientOptions{
-		URL:               serviceURL(t),
-		ConnectionTimeout: 3 * time.Second,
-		OperationTimeout:  3 * time.Second,
-		Authentication:    pulsar.NewAuthenticationToken(bad),
-	})
+	badClient, err := pulsar.NewClient(tokenOptions(t, bad, 3*time.Second))
 	if err != nil {
 		t.Fatalf("client: %v", err)
 	}
