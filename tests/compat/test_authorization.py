@@ -20,14 +20,13 @@ import json
 import os
 import re
 import shutil
-import socket
+import tempfile
 import time
 
 import pulsar
 import pytest
 
 import conftest
-from compat_util import http_request
 
 SECRET = b"magnetar-authorization-test-secret-0123456789abcdef"
 SUPER = "root"
@@ -46,55 +45,20 @@ def token(role):
     return "%s.%s.%s" % (header, payload, signature)
 
 
-def _wait_ready(srv):
-    """The broker's port accepts and the web port answers (401 counts: authentication is on)."""
-    deadline = time.monotonic() + srv.start_timeout
-    last = "nothing tried"
-    while time.monotonic() < deadline:
-        if srv.proc is not None and srv.proc.poll() is not None:
-            raise RuntimeError("server exited during start-up\n" + srv.log_tail())
-        try:
-            with socket.create_connection(("127.0.0.1", srv.broker_port), timeout=1):
-                pass
-            status, _ = http_request("GET", srv.web_url + "/admin/v2/brokers/ready", timeout=2)
-            last = "ready answered %s" % status
-            if status in (200, 401):
-                return
-        except OSError as e:
-            last = repr(e)
-        time.sleep(0.1)  # polling process start-up: there is no event to wait on
-    raise RuntimeError("server not ready: %s\n%s" % (last, srv.log_tail()))
-
-
 @contextlib.contextmanager
 def secured_server():
-    if os.environ.get("MAGNETAR_TEST_SERVICE_URL") or os.environ.get("MAGNETAR_TEST_SERVER_CMD"):
-        pytest.skip("needs a magnetar broker of its own with authentication and authorization")
-    srv = conftest.Server()
-    secret = os.path.join(srv._tmp, "secret.key")
-    with open(secret, "wb") as f:
-        f.write(SECRET)
-    config = os.path.join(srv._tmp, "secured.toml")
-    with open(config, "w") as f:
-        f.write('[authentication]\nenabled = true\nproviders = ["token"]\n'
+    """A broker of the test's own with token authentication and authorization on."""
+    with tempfile.TemporaryDirectory(prefix="magnetar-authz-") as directory:
+        secret = os.path.join(directory, "secret.key")
+        with open(secret, "wb") as f:
+            f.write(SECRET)
+        toml = ('[authentication]\nenabled = true\nproviders = ["token"]\n'
                 'token_secret_key = "file://%s"\n\n'
                 '[authorization]\nenabled = true\nsuper_user_roles = ["%s"]\n' % (secret, SUPER))
-    srv.cmd += ["--config", config]
-    srv.wait_ready = lambda: _wait_ready(srv)
-    try:
-        srv.start()
-    except BaseException:
-        srv.close()
-        shutil.rmtree(srv._tmp, ignore_errors=True)
-        raise
-    try:
-        yield srv
-    except BaseException:
-        print(srv.log_tail())
-        raise
-    finally:
-        srv.close()
-        shutil.rmtree(srv._tmp, ignore_errors=True)
+        # The start-up health check is a super-user operation.
+        health = {"Authorization": "Bearer " + token(SUPER)}
+        with conftest.private_server(toml, health_headers=health) as srv:
+            yield srv
 
 
 def admin(srv, method, path, body=None, role=SUPER):
