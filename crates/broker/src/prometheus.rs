@@ -26,7 +26,7 @@
 
 use crate::service::BrokerService;
 use crate::stats::TopicStats;
-use magnetar_metrics::{Exposition, Format, Labels, WindowReading};
+use magnetar_metrics::{Exposition, Format, LabelSet, Labels, SampleLabels, WindowReading};
 use magnetar_model::policy::BacklogQuotaType;
 use magnetar_model::TopicName;
 use std::collections::BTreeMap;
@@ -192,7 +192,13 @@ fn write_authentication(
 }
 
 /// A Pulsar gauge; untyped when its name ends in `_count` (see the module docs).
-fn gauge(out: &mut Exposition, name: &'static str, help: &'static str, labels: Labels, value: f64) {
+fn gauge(
+    out: &mut Exposition,
+    name: &'static str,
+    help: &'static str,
+    labels: &(impl SampleLabels + ?Sized),
+    value: f64,
+) {
     if name.ends_with("_count") {
         out.untyped(name, help, labels, value);
     } else {
@@ -272,16 +278,16 @@ fn write_topic_level(out: &mut Exposition, cluster: &str, samples: &[TopicSample
         if let Some(partition) = &partition {
             labels.push(("partition", partition));
         }
+        // Rendered once: each of the topic's ~60 samples copies it.
+        let labels = LabelSet::new(&labels);
         write_topic(out, &labels, sample);
         for (subscription, sub) in &sample.stats.subscriptions {
-            let mut labels = labels.clone();
-            labels.push(("subscription", subscription));
-            write_subscription(out, &labels, sub);
+            write_subscription(out, &labels.with("subscription", subscription), sub);
         }
     }
 }
 
-fn write_topic(out: &mut Exposition, labels: Labels, sample: &TopicSample) {
+fn write_topic(out: &mut Exposition, labels: &(impl SampleLabels + ?Sized), sample: &TopicSample) {
     let stats = &sample.stats;
     let consumers: usize = stats.subscriptions.values().map(|s| s.consumers.len()).sum();
     let gauges: [(&'static str, f64); 10] = [
@@ -358,7 +364,7 @@ fn write_topic(out: &mut Exposition, labels: Labels, sample: &TopicSample) {
 
 fn write_buckets(
     out: &mut Exposition,
-    labels: Labels,
+    labels: &(impl SampleLabels + ?Sized),
     latency: &WindowReading,
     size: &WindowReading,
 ) {
@@ -396,7 +402,11 @@ fn write_buckets(
     );
 }
 
-fn write_subscription(out: &mut Exposition, labels: Labels, sub: &crate::stats::SubscriptionStats) {
+fn write_subscription(
+    out: &mut Exposition,
+    labels: &(impl SampleLabels + ?Sized),
+    sub: &crate::stats::SubscriptionStats,
+) {
     let gauges: [(&'static str, &'static str, f64); 15] = [
         (
             "pulsar_subscription_back_log",

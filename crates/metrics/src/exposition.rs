@@ -107,19 +107,37 @@ impl Exposition {
         self.family(name, kind, help);
     }
 
-    pub fn gauge(&mut self, name: &'static str, help: &'static str, labels: Labels, value: f64) {
+    pub fn gauge(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: &(impl SampleLabels + ?Sized),
+        value: f64,
+    ) {
         let family = self.family(name, Kind::Gauge, help);
         write_sample(&mut family.samples, name, "", labels, None, value);
     }
 
     /// A sample of a family without a type.
-    pub fn untyped(&mut self, name: &'static str, help: &'static str, labels: Labels, value: f64) {
+    pub fn untyped(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: &(impl SampleLabels + ?Sized),
+        value: f64,
+    ) {
         let family = self.family(name, Kind::Untyped, help);
         write_sample(&mut family.samples, name, "", labels, None, value);
     }
 
     /// A counter sample; `name` is the family's, the sample is `name_total`.
-    pub fn counter(&mut self, name: &'static str, help: &'static str, labels: Labels, value: u64) {
+    pub fn counter(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: &(impl SampleLabels + ?Sized),
+        value: u64,
+    ) {
         let family = self.family(name, Kind::Counter, help);
         write_sample(&mut family.samples, name, "_total", labels, None, value as f64);
     }
@@ -129,7 +147,7 @@ impl Exposition {
         &mut self,
         name: &'static str,
         help: &'static str,
-        labels: Labels,
+        labels: &(impl SampleLabels + ?Sized),
         value: f64,
     ) {
         let family = self.family(name, Kind::Counter, help);
@@ -142,7 +160,7 @@ impl Exposition {
         &mut self,
         name: &'static str,
         help: &'static str,
-        labels: Labels,
+        labels: &(impl SampleLabels + ?Sized),
         count: u64,
         sum: f64,
     ) {
@@ -159,7 +177,7 @@ impl Exposition {
         &mut self,
         name: &'static str,
         help: &'static str,
-        labels: Labels,
+        labels: &(impl SampleLabels + ?Sized),
         bounds: &[u64],
         cumulative: &[u64],
         sum: u64,
@@ -205,31 +223,98 @@ fn write_sample(
     out: &mut String,
     name: &str,
     suffix: &str,
-    labels: Labels,
+    labels: &(impl SampleLabels + ?Sized),
     le: Option<&str>,
     value: f64,
 ) {
     out.push_str(name);
     out.push_str(suffix);
-    if !labels.is_empty() || le.is_some() {
-        out.push('{');
-        let mut first = true;
-        let extra = le.map(|le| ("le", le));
-        for (label, value) in labels.iter().copied().chain(extra) {
-            if !first {
+    let open = out.len();
+    out.push('{');
+    let any = labels.write_to(out);
+    match le {
+        Some(le) => {
+            if any {
                 out.push(',');
             }
-            first = false;
+            out.push_str("le=\"");
+            out.push_str(le);
+            out.push_str("\"}");
+        }
+        None if any => out.push('}'),
+        None => out.truncate(open),
+    }
+    out.push(' ');
+    push_value(out, value);
+    out.push('\n');
+}
+
+/// A sample's labels: pairs (escaped at every sample) or a [`LabelSet`] (rendered once).
+pub trait SampleLabels {
+    /// Writes `name="value",...` (no braces); returns whether anything was written.
+    fn write_to(&self, out: &mut String) -> bool;
+}
+
+impl SampleLabels for [(&str, &str)] {
+    fn write_to(&self, out: &mut String) -> bool {
+        for (i, (label, value)) in self.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
             out.push_str(label);
             out.push_str("=\"");
             escape_into(out, value);
             out.push('"');
         }
-        out.push('}');
+        !self.is_empty()
     }
-    out.push(' ');
-    push_value(out, value);
-    out.push('\n');
+}
+
+impl<const N: usize> SampleLabels for [(&str, &str); N] {
+    fn write_to(&self, out: &mut String) -> bool {
+        self.as_slice().write_to(out)
+    }
+}
+
+impl SampleLabels for Vec<(&str, &str)> {
+    fn write_to(&self, out: &mut String) -> bool {
+        self.as_slice().write_to(out)
+    }
+}
+
+/// Labels rendered once (escaped, `name="value",...`) for the many samples that share them:
+/// a topic's ~60 series copy one string instead of escaping every value again (a scrape of
+/// 10,000 topics writes ~400,000 samples).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelSet {
+    rendered: String,
+}
+
+impl LabelSet {
+    pub fn new(labels: &[(&str, &str)]) -> LabelSet {
+        let mut rendered = String::with_capacity(128);
+        labels.write_to(&mut rendered);
+        LabelSet { rendered }
+    }
+
+    /// These labels and one more.
+    pub fn with(&self, label: &str, value: &str) -> LabelSet {
+        let mut rendered =
+            String::with_capacity(self.rendered.len() + label.len() + value.len() + 4);
+        rendered.push_str(&self.rendered);
+        if !rendered.is_empty() {
+            rendered.push(',');
+        }
+        [(label, value)].write_to(&mut rendered);
+        LabelSet { rendered }
+    }
+}
+
+impl SampleLabels for LabelSet {
+    fn write_to(&self, out: &mut String) -> bool {
+        out.push_str(&self.rendered);
+        !self.rendered.is_empty()
+    }
 }
 
 fn escape_into(out: &mut String, value: &str) {
@@ -269,6 +354,30 @@ fn format_value(value: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_label_set_writes_what_its_pairs_write() {
+        let pairs = [("cluster", "c"), ("topic", "a \"quoted\\ \n name")];
+        let set = LabelSet::new(&pairs);
+        let (mut by_pairs, mut by_set) =
+            (Exposition::new(Format::Prometheus), Exposition::new(Format::Prometheus));
+        by_pairs.gauge("g", "G.", &pairs, 1.0);
+        by_set.gauge("g", "G.", &set, 1.0);
+        by_pairs.histogram("h", "H.", &pairs, &[1, 2], &[1, 2, 3], 4, 1.0);
+        by_set.histogram("h", "H.", &set, &[1, 2], &[1, 2, 3], 4, 1.0);
+        let extended = [("cluster", "c"), ("topic", "a \"quoted\\ \n name"), ("subscription", "s")];
+        by_pairs.counter("n", "N.", &extended, 5);
+        by_set.counter("n", "N.", &set.with("subscription", "s"), 5);
+        by_pairs.histogram("e", "E.", &[] as &[(&str, &str)], &[1], &[0, 0], 0, 1.0);
+        by_set.histogram("e", "E.", &LabelSet::default(), &[1], &[0, 0], 0, 1.0);
+        let text = by_set.finish();
+        assert_eq!(by_pairs.finish(), text);
+        assert!(text.contains(r#"g{cluster="c",topic="a \"quoted\\ \n name"} 1"#), "{text}");
+        assert!(
+            text.contains("e_bucket{le=\"1\"} 0\ne_bucket{le=\"+Inf\"} 0\ne_count 0\n"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn families_stay_together_whatever_the_sample_order() {

@@ -12,5 +12,5 @@
 mod exposition;
 mod histogram;
 
-pub use exposition::{Exposition, Format, Kind, Labels};
+pub use exposition::{Exposition, Format, Kind, LabelSet, Labels, SampleLabels};
 pub use histogram::{Histogram, WindowReading, WindowedBuckets};
