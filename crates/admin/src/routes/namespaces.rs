@@ -163,6 +163,15 @@ pub(crate) async fn get_permissions(
     Ok(Json(auth_map(&doc, "namespace_auth")))
 }
 
+/// A grant's body: a JSON array of Pulsar's `AuthAction` names; 400 for any other name.
+fn granted_actions(body: Result<Bytes, BytesRejection>) -> Result<Value, AdminError> {
+    let actions = string_set(&body_bytes(body)?, "actions")?;
+    if let Some(bad) = actions.iter().find(|a| !AUTH_ACTIONS.contains(&a.as_str())) {
+        return Err(AdminError::BadRequest(format!("Invalid action: {bad}")));
+    }
+    Ok(Value::from(actions))
+}
+
 /// `POST /admin/v2/namespaces/{t}/{ns}/permissions/{role}` with a JSON array of actions
 /// (`produce`, `consume`, `functions`, `sources`, `sinks`, `packages`): 204; 400 unknown action.
 pub(crate) async fn grant_permission(
@@ -172,11 +181,7 @@ pub(crate) async fn grant_permission(
 ) -> Result<StatusCode, AdminError> {
     let target = namespace_target(&uri)?;
     let role = name_segment(&uri, 4, "role")?;
-    let actions = string_set(&body_bytes(body)?, "actions")?;
-    if let Some(bad) = actions.iter().find(|a| !AUTH_ACTIONS.contains(&a.as_str())) {
-        return Err(AdminError::BadRequest(format!("Invalid action: {bad}")));
-    }
-    let value = Value::from(actions);
+    let value = granted_actions(body)?;
     target
         .update(&state, |doc| {
             auth_map_mut(doc, "namespace_auth").insert(role.clone(), value.clone());
@@ -470,11 +475,7 @@ pub(crate) async fn grant_topic_permission(
 ) -> Result<StatusCode, AdminError> {
     let (topic, target) = topic_permissions_target(&uri)?;
     let role = name_segment(&uri, 5, "role")?;
-    let actions = string_set(&body_bytes(body)?, "actions")?;
-    if let Some(bad) = actions.iter().find(|a| !AUTH_ACTIONS.contains(&a.as_str())) {
-        return Err(AdminError::BadRequest(format!("Invalid action: {bad}")));
-    }
-    let value = Value::from(actions);
+    let value = granted_actions(body)?;
     target
         .update(&state, |doc| {
             let topics = auth_map_mut(doc, "destination_auth");
