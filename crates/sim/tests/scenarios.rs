@@ -1,0 +1,176 @@
+//! BookKeeper's known replication bugs, replayed as fixed scenarios on the simulator (no
+//! random faults: each scenario places its own). Each one ends with every invariant checked.
+
+use magnetar_replication::meta::LedgerState;
+use magnetar_sim::{Client, Knobs, Simulation};
+
+const WRITER: Client = Client::Writer;
+const RECOVERY: Client = Client::Recovery(0);
+
+fn quiet(nodes: usize, write_quorum: u32, ack_quorum: u32) -> Simulation {
+    Simulation::new(7, Knobs::quiet(nodes, write_quorum, ack_quorum))
+}
+
+fn ensemble(sim: &Simulation) -> Vec<usize> {
+    sim.meta().0.last_fragment().ensemble.iter().map(|n| n.0 as usize).collect()
+}
+
+fn add_and_ack(sim: &mut Simulation, count: u64) {
+    let target = sim.acked() + count;
+    sim.writer_add_now(count);
+    let deadline = sim.now() + 5_000;
+    sim.run_until(|s| s.acked() >= target, deadline).expect("acknowledged");
+}
+
+/// bk#2614: recovery fenced only through its LAC reads and read entries without fencing. An
+/// entry on a node fenced by the LAC read (stored just before) and on a node the LAC read did
+/// not reach could be declared absent by that second node and one that lacks it, and then be
+/// acknowledged by the old writer once its add reached the second node: an acknowledged entry
+/// above the closed ledger. Recovery reads fence too, so the late add is refused.
+#[test]
+fn bk2614_an_entry_absent_to_recovery_is_never_acknowledged_afterwards() {
+    let mut sim = quiet(3, 3, 2);
+    let [a, b, c] = ensemble(&sim)[..] else { panic!("three nodes") };
+    add_and_ack(&mut sim, 5);
+
+    // Entry 5 reaches A; its adds to B and C wait on slow links.
+    sim.hold_requests(WRITER, b);
+    sim.hold_requests(WRITER, c);
+    sim.writer_add_now(1);
+    sim.run_for(20).unwrap();
+    assert_eq!(sim.acked(), 5, "one copy is not Qa");
+
+    // The recovery's LAC reads reach A and B only; its read of entry 5 never reaches A.
+    sim.partition(RECOVERY, c);
+    sim.start_recovery();
+    sim.run_until(|s| s.is_fenced(a) && s.is_fenced(b), 1_000).unwrap();
+    sim.heal(RECOVERY, c);
+    sim.hold_requests(RECOVERY, a);
+    sim.run_until(|s| !s.recovery_running(0), 5_000).unwrap();
+    assert_eq!(sim.meta().0.state, LedgerState::Closed);
+    assert_eq!(sim.meta().0.last_entry_id, Some(4), "B and C lack entry 5");
+    assert!(sim.is_fenced(c), "the read of entry 5 fenced C");
+
+    // The old writer's add of entry 5 now reaches C: refused, so entry 5 is never acknowledged.
+    sim.release_requests(WRITER, b);
+    sim.release_requests(WRITER, c);
+    sim.run_for(2_000).unwrap();
+    assert_eq!(sim.acked(), 5);
+    assert!(sim.writer_outcome().is_some_and(|o| o.is_err()), "the old writer is fenced");
+    sim.check("end").unwrap();
+}
+
+/// bk#1591: with a delayed ensemble change, entries were acknowledged with acks from the
+/// replacement before the new ensemble was stored; a recovery reading the stored ensemble
+/// could then miss them. Here nothing is acknowledged while the change is being recorded, and
+/// the change's metadata write is lost with the writer.
+#[test]
+fn bk1591_nothing_is_acknowledged_while_an_ensemble_change_is_unrecorded() {
+    let mut sim = quiet(4, 3, 2);
+    let members = ensemble(&sim);
+    let (x, y, z) = (members[0], members[1], members[2]);
+    add_and_ack(&mut sim, 5);
+
+    sim.hold_meta();
+    sim.crash_node(x);
+    sim.hold_requests(WRITER, y);
+    sim.writer_add_now(3);
+    // X times out, the change is asked for (held); Z alone answers.
+    sim.run_for(1_000).unwrap();
+    assert_eq!(sim.acked(), 5, "no acknowledgement while the change is unrecorded");
+    assert_eq!(sim.meta().0.fragments.len(), 1);
+
+    // The writer dies; its change never reaches the store.
+    sim.crash_writer();
+    sim.release_meta(true);
+    sim.hold_requests(RECOVERY, z);
+    sim.restart_node(x);
+    sim.start_recovery();
+    sim.run_until(|s| !s.recovery_running(0), 10_000).unwrap();
+    sim.release_requests(RECOVERY, z);
+    assert_eq!(sim.meta().0.state, LedgerState::Closed);
+    assert!(sim.meta().0.last_entry_id >= Some(4));
+    sim.check("end").unwrap();
+}
+
+/// bk#4651: an ensemble change recorded acknowledged entries under an ensemble that did not
+/// hold them. Two changes in a row (two nodes fail one after the other while entries keep
+/// coming): every fragment starts right after the entries acknowledged under the previous
+/// ensemble, and every acknowledged entry is durable on Qa nodes of its recorded ensemble.
+#[test]
+fn bk4651_each_fragment_starts_after_what_the_previous_ensemble_acknowledged() {
+    let mut sim = quiet(5, 3, 2);
+    let members = ensemble(&sim);
+    add_and_ack(&mut sim, 10);
+    sim.crash_node(members[0]);
+    add_and_ack(&mut sim, 10);
+    let first_change = sim.meta().0.fragments.clone();
+    assert_eq!(first_change.len(), 2, "{first_change:?}");
+    assert_eq!(first_change[1].first_entry, 10, "the change starts right after LAC 9");
+    sim.check("after the first change").unwrap();
+
+    sim.crash_node(members[1]);
+    add_and_ack(&mut sim, 10);
+    let second_change = sim.meta().0.fragments.clone();
+    assert_eq!(second_change.len(), 3, "{second_change:?}");
+    assert_eq!(second_change[2].first_entry, 20);
+    let id = |n: usize| magnetar_replication::NodeId(n as u64);
+    assert!(!second_change[1].ensemble.contains(&id(members[0])), "{second_change:?}");
+    assert!(!second_change[2].ensemble.contains(&id(members[1])), "{second_change:?}");
+    sim.writer_close();
+    sim.run_until(|s| s.meta().0.state == LedgerState::Closed, sim.now() + 5_000).unwrap();
+    assert_eq!(sim.meta().0.last_entry_id, Some(29));
+    sim.check("end").unwrap();
+}
+
+/// bk#2615: a recovery that had to replace a node while writing entries back recorded an
+/// invalid ensemble. The replacement here is a node outside the ensemble, the fragment starts
+/// at the entry being written back, and the closed metadata is valid (the store checks every
+/// stored successor).
+#[test]
+fn bk2615_a_node_replaced_during_recovery_gives_a_valid_ensemble() {
+    let mut sim = quiet(3, 2, 2);
+    let members = ensemble(&sim);
+    let b = members[1];
+    let spare = (0..3).find(|n| !members.contains(n)).expect("a spare node");
+    add_and_ack(&mut sim, 3);
+
+    // Three more entries reach A only; the writer dies.
+    sim.hold_requests(WRITER, b);
+    sim.writer_add_now(3);
+    sim.run_for(20).unwrap();
+    sim.crash_writer();
+
+    // The recovery never hears from B: its fencing LAC read is covered by A alone
+    // (Qw - Qa + 1 = 1), and B fails the write-back of entry 3, so it is replaced.
+    sim.hold_requests(RECOVERY, b);
+    sim.start_recovery();
+    sim.run_until(|s| !s.recovery_running(0), 10_000).unwrap();
+
+    let (meta, _) = sim.meta();
+    assert_eq!(meta.state, LedgerState::Closed);
+    assert_eq!(meta.last_entry_id, Some(5), "every entry A holds is recovered");
+    let last = meta.last_fragment();
+    assert_eq!(last.first_entry, 3, "{meta:?}");
+    assert!(last.ensemble.contains(&magnetar_replication::NodeId(spare as u64)), "{meta:?}");
+    meta.validate().unwrap();
+    sim.check("end").unwrap();
+}
+
+/// A recovery while the writer still writes: the writer is fenced, and the closed ledger holds
+/// everything it acknowledged.
+#[test]
+fn a_recovery_fences_a_live_writer() {
+    let mut sim = quiet(3, 3, 2);
+    add_and_ack(&mut sim, 20);
+    sim.writer_add_now(10);
+    sim.start_recovery();
+    sim.writer_add_now(10);
+    sim.run_until(|s| !s.recovery_running(0), 10_000).unwrap();
+    sim.writer_add_now(1);
+    sim.run_for(1_000).unwrap();
+    assert!(sim.writer_outcome().is_some_and(|o| o.is_err()), "fenced");
+    let last = sim.meta().0.last_entry_id.expect("entries");
+    assert!(last + 1 >= sim.acked(), "closed at {last}, {} acknowledged", sim.acked());
+    sim.check("end").unwrap();
+}
