@@ -28,6 +28,10 @@ pub enum LedgerError {
     /// A writer-assigned entry id that is not the ledger's next: entries stay dense.
     #[error("ledger {ledger} expects entry {expected}, not {given}")]
     UnexpectedEntryId { ledger: u64, expected: u64, given: u64 },
+    /// Replicated storage cannot serve the request now: too few live storage nodes, or the
+    /// metadata store unreachable. Retrying later may succeed.
+    #[error("ledger storage unavailable: {0}")]
+    Unavailable(String),
     /// The storage cannot give what the ledger's metadata asks (e.g. replicas on a local store).
     #[error("unsupported ledger metadata: {0}")]
     Unsupported(String),

@@ -1135,7 +1135,7 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 }
 
 /// Bytes available to unprivileged users on the file system holding `dir`.
-fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+pub fn free_bytes(dir: &std::path::Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut stat = std::mem::MaybeUninit::<libc::statvfs>::zeroed();

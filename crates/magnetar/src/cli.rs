@@ -27,6 +27,8 @@ pub enum Command {
     Standalone(ServerArgs),
     /// Run a broker with local storage and cluster metadata on etcd (see `metadata init`).
     Broker(BrokerArgs),
+    /// Run a storage node: replicated ledgers for the brokers of a cluster.
+    Storage(StorageArgs),
     /// Cluster metadata tools.
     #[command(subcommand)]
     Metadata(MetadataCommand),
@@ -380,6 +382,37 @@ pub struct DiskProbeArgs {
     pub json: bool,
 }
 
+/// `magnetar storage`: serves ledgers over the storage protocol from its own journal.
+#[derive(Args, Debug)]
+pub struct StorageArgs {
+    /// Directory of this node's journal, ledgers and identity [default: ./data-storage].
+    #[arg(long, default_value = "data-storage")]
+    pub data_dir: PathBuf,
+    /// Address the storage protocol listens on (port 0: any free port, printed at start).
+    #[arg(long, default_value = "127.0.0.1:3181")]
+    pub listen: String,
+    /// Host name or address writers reach this node at [default: the listen address's host].
+    #[arg(long)]
+    pub advertised_address: Option<String>,
+    /// Metadata store to register in (etcd://host:2379[,...]); without it the node serves
+    /// unregistered (writers must be told its address).
+    #[arg(long, requires = "cluster")]
+    pub metadata: Option<String>,
+    /// Cluster name (the root of its keys in etcd).
+    #[arg(long, requires = "metadata")]
+    pub cluster: Option<String>,
+    /// Failure-domain label: writers spread a ledger's copies over different racks.
+    #[arg(long)]
+    pub rack: Option<String>,
+    /// This node's id; chosen at random and kept in DATA_DIR/node-id on first start. Given,
+    /// it must match what DATA_DIR holds.
+    #[arg(long)]
+    pub node_id: Option<u64>,
+    /// Seconds between registration refreshes (free disk space).
+    #[arg(long, default_value_t = 10)]
+    pub refresh_seconds: u64,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum DebugCommand {
     /// Append until killed, printing each acknowledged entry (crash test child).
@@ -422,6 +455,24 @@ impl Cli {
                 }
                 if !(0.1..=3600.0).contains(&args.seconds) {
                     return Err("--seconds must be between 0.1 and 3600".into());
+                }
+            }
+            Command::Storage(args) => {
+                if args.refresh_seconds == 0 || args.refresh_seconds > 3600 {
+                    return Err("--refresh-seconds must be between 1 and 3600".into());
+                }
+                if args.listen.parse::<std::net::SocketAddr>().is_err() {
+                    return Err(format!(
+                        "--listen needs HOST:PORT with an IP address, not {:?}",
+                        args.listen
+                    ));
+                }
+                if args
+                    .advertised_address
+                    .as_deref()
+                    .is_some_and(|a| a.is_empty() || a.contains('/'))
+                {
+                    return Err("--advertised-address must be a host name or address".into());
                 }
             }
             Command::DiskProbe(args) => {

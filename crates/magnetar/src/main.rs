@@ -6,6 +6,7 @@ mod config;
 mod perf;
 mod server;
 mod standalone;
+mod storage;
 mod tokens;
 
 use clap::Parser;
@@ -41,6 +42,7 @@ fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Standalone(args) => standalone::run(args),
         Command::Broker(args) => cluster::broker(args),
+        Command::Storage(args) => storage::run(args),
         Command::Metadata(MetadataCommand::Init(args)) => cluster::init(args),
         Command::Perf(PerfCommand::Produce(args)) => perf::produce(args),
         Command::Perf(PerfCommand::Consume(args)) => perf::consume(args),

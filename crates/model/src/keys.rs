@@ -221,6 +221,22 @@ pub fn broker(advertised_host: &str, web_port: u16) -> String {
     format!("{BROKERS_ROOT}/{}", broker_id(advertised_host, web_port))
 }
 
+/// Parent of every storage node registration (ephemeral keys; children are node ids).
+pub const STORAGE_NODES_ROOT: &str = "/storage-nodes";
+/// Parent of every replicated ledger's metadata.
+pub const LEDGERS_ROOT: &str = "/ledgers";
+
+/// `/storage-nodes/{id}`: a running storage node's registration (address, free disk, rack).
+pub fn storage_node(id: u64) -> String {
+    format!("{STORAGE_NODES_ROOT}/{id}")
+}
+
+/// `/ledgers/{id}`: a replicated ledger's metadata (ensembles, quorums, state), changed only
+/// by compare-and-set.
+pub fn ledger(id: u64) -> String {
+    format!("{LEDGERS_ROOT}/{id}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

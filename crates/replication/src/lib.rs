@@ -33,6 +33,7 @@ pub mod meta;
 pub mod node;
 pub mod placement;
 pub mod recovery;
+pub mod wire;
 pub mod writer;
 
 pub use message::{ErrorCode, Request, RequestId, Response};

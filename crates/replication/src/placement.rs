@@ -13,6 +13,23 @@ pub struct NodeInfo {
     pub rack: Option<String>,
 }
 
+/// What a storage node writes at `/storage-nodes/{id}` (ephemeral, JSON).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Registration {
+    /// `host:port` of its storage protocol listener.
+    pub address: String,
+    pub free_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
+}
+
+impl Registration {
+    pub fn node_info(&self, id: NodeId) -> NodeInfo {
+        NodeInfo { id, free_bytes: self.free_bytes, rack: self.rack.clone() }
+    }
+}
+
 /// The best node of `live` to join `ensemble` (a node to replace is passed in `exclude`).
 pub fn choose_replacement(
     live: &[NodeInfo],

@@ -1,0 +1,366 @@
+//! [`LedgerStorage`] on storage nodes (`magnetar storage`): what a broker in a cluster writes
+//! its topics into. Each ledger's metadata lives at `/ledgers/{id}` in the metadata store;
+//! its entries on the nodes of its ensemble, written by this process's writer task (the
+//! `magnetar_replication::writer` core) and recovered by the `recovery` core when another
+//! process (or this one, after a restart) takes the ledger over.
+//!
+//! * `create` places the ledger on `write_quorum` live nodes (most free disk, spread over
+//!   racks) and stores its metadata (absent → version 1).
+//! * `append` is acknowledged once `ack_quorum` nodes have the entry durably, in entry order.
+//! * `read` asks one node of the entry's ensemble and, after `speculative_read_ms` without an
+//!   answer or on an error, the next; the first copy wins.
+//! * `fence` and `close` of a ledger written elsewhere run a recovery; of one written here,
+//!   they close it through its writer.
+//! * `delete` removes the metadata. The nodes keep the entries until a garbage collector
+//!   compares their ledgers with the metadata (not built yet).
+
+mod meta;
+mod nodes;
+mod recovery;
+mod writer;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use magnetar_ledger::store::LedgerInfo;
+use magnetar_ledger::{AppendCallback, LedgerError, LedgerMetadata, LedgerStorage};
+use magnetar_metadata::MetadataStore;
+use magnetar_replication::message::{Request, Response};
+use magnetar_replication::meta::{LedgerMeta, LedgerState};
+use magnetar_replication::placement::choose_ensemble;
+use magnetar_replication::recovery::RecoveryConfig;
+use magnetar_replication::writer::{Writer, WriterConfig};
+use magnetar_replication::{EntryId, LedgerId, NodeId};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+pub use nodes::Nodes;
+use writer::{Input, OpenLedger, WriterTask};
+
+/// How this client replicates (defaults in brackets).
+#[derive(Debug, Clone)]
+pub struct ReplicatedConfig {
+    /// A node that has not answered an add for this long is replaced [5 s].
+    pub add_timeout: Duration,
+    /// A read unanswered for this long is also asked of the next replica [200 ms].
+    pub speculative_read: Duration,
+    /// Recovery re-asks what went unanswered for this long [1 s].
+    pub recovery_retry: Duration,
+    /// Longest a recovery may take before `fence`/`close` give up [60 s].
+    pub recovery_deadline: Duration,
+    /// Time-outs and explicit LAC are checked this often [50 ms].
+    pub tick: Duration,
+    /// Registrations are re-read this often [1 s].
+    pub refresh: Duration,
+    /// Recently acknowledged entries kept per ledger for tailing readers [8 MiB].
+    pub cache_bytes: usize,
+    pub connect_timeout: Duration,
+}
+
+impl Default for ReplicatedConfig {
+    fn default() -> Self {
+        ReplicatedConfig {
+            add_timeout: Duration::from_secs(5),
+            speculative_read: Duration::from_millis(200),
+            recovery_retry: Duration::from_secs(1),
+            recovery_deadline: Duration::from_secs(60),
+            tick: Duration::from_millis(50),
+            refresh: Duration::from_secs(1),
+            cache_bytes: 8 << 20,
+            connect_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+pub struct ReplicatedLedgers {
+    metadata: Arc<dyn MetadataStore>,
+    nodes: Arc<Nodes>,
+    config: ReplicatedConfig,
+    open: Arc<Mutex<BTreeMap<LedgerId, Arc<OpenLedger>>>>,
+    /// Closed ledgers' metadata (it never changes but by deletion).
+    closed: Mutex<BTreeMap<LedgerId, LedgerMeta>>,
+    refresher: tokio::task::JoinHandle<()>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Drop for ReplicatedLedgers {
+    fn drop(&mut self) {
+        self.refresher.abort();
+    }
+}
+
+impl ReplicatedLedgers {
+    /// Reads the live storage nodes once, then keeps them current. Call inside a runtime.
+    pub async fn start(
+        metadata: Arc<dyn MetadataStore>,
+        config: ReplicatedConfig,
+    ) -> Result<Arc<Self>, LedgerError> {
+        let nodes = Nodes::new(metadata.clone(), config.connect_timeout);
+        nodes.refresh().await.map_err(meta::unavailable)?;
+        let refresher = nodes.refresh_every(config.refresh);
+        Ok(Arc::new(ReplicatedLedgers {
+            metadata,
+            nodes,
+            config,
+            open: Arc::default(),
+            closed: Mutex::new(BTreeMap::new()),
+            refresher,
+            runtime: tokio::runtime::Handle::current(),
+        }))
+    }
+
+    pub fn nodes(&self) -> &Arc<Nodes> {
+        &self.nodes
+    }
+
+    fn writer_config(&self) -> WriterConfig {
+        WriterConfig {
+            add_timeout_ms: self.config.add_timeout.as_millis() as u64,
+            explicit_lac_after_ms: 1_000,
+        }
+    }
+
+    fn recovery_config(&self) -> RecoveryConfig {
+        RecoveryConfig { retry_ms: self.config.recovery_retry.as_millis() as u64 }
+    }
+
+    /// Runs `future` to its end from synchronous code: a blocking thread or a worker of the
+    /// multi-threaded runtime (which hands its other tasks off meanwhile).
+    fn block_on<T>(&self, future: impl std::future::Future<Output = T>) -> T {
+        tokio::task::block_in_place(|| self.runtime.block_on(future))
+    }
+
+    fn open_ledger(&self, id: LedgerId) -> Option<Arc<OpenLedger>> {
+        self.open.lock().get(&id).cloned()
+    }
+
+    /// The metadata of `id` as far as this process knows it: its writer's, a closed one's, or
+    /// the store's.
+    async fn meta(&self, id: LedgerId) -> Result<LedgerMeta, LedgerError> {
+        if let Some(open) = self.open_ledger(id) {
+            return Ok(open.meta.lock().clone());
+        }
+        if let Some(meta) = self.closed.lock().get(&id) {
+            return Ok(meta.clone());
+        }
+        let (meta, _) =
+            meta::read_meta(&*self.metadata, id).await?.ok_or(LedgerError::NoSuchLedger(id))?;
+        if meta.state == LedgerState::Closed {
+            self.closed.lock().insert(id, meta.clone());
+        }
+        Ok(meta)
+    }
+
+    async fn recover(&self, id: LedgerId) -> Result<LedgerMeta, LedgerError> {
+        let meta = recovery::recover(
+            id,
+            self.metadata.clone(),
+            self.nodes.clone(),
+            self.recovery_config(),
+            self.config.tick,
+            self.config.recovery_deadline,
+        )
+        .await?;
+        self.closed.lock().insert(id, meta.clone());
+        Ok(meta)
+    }
+
+    /// Closes a ledger written here through its writer, or recovers one written elsewhere;
+    /// the entry count.
+    async fn finish(&self, id: LedgerId) -> Result<u64, LedgerError> {
+        if let Some(open) = self.open_ledger(id) {
+            let (done, result) = oneshot::channel();
+            if open.inputs.send(Input::Close(done)).is_ok() {
+                if let Ok(result) = result.await {
+                    return result;
+                }
+            }
+        }
+        let meta = self.recover(id).await?;
+        Ok(meta.last_entry_id.map_or(0, |l| l + 1))
+    }
+
+    /// One entry from the replicas of its ensemble: the first that has it wins.
+    async fn read_entry(
+        &self,
+        meta: &LedgerMeta,
+        id: LedgerId,
+        entry: EntryId,
+    ) -> Result<Bytes, LedgerError> {
+        let ensemble: Vec<NodeId> = meta.ensemble_for(entry).to_vec();
+        let (answers, mut replies) = tokio::sync::mpsc::unbounded_channel();
+        let mut asked = 0;
+        let mut answered = 0;
+        let ask = |node: NodeId| {
+            let answers = answers.clone();
+            let request = Request::Read { ledger: id, entry, fence: None };
+            self.nodes.send(
+                node,
+                &request,
+                Box::new(move |response| {
+                    let _ = answers.send(response);
+                }),
+            );
+        };
+        // Spread reads over the replicas: start at a different one per entry.
+        let start = (entry as usize) % ensemble.len();
+        ask(ensemble[start]);
+        asked += 1;
+        loop {
+            let next = tokio::time::timeout(self.config.speculative_read, replies.recv()).await;
+            match next {
+                Ok(Some(Some(Response::Entry { data, .. }))) => return Ok(data),
+                Ok(Some(_)) => answered += 1, // no entry, an error, or the node failed
+                Ok(None) => unreachable!("a sender is held here"),
+                Err(_) => {} // slow: ask the next one too (speculative read)
+            }
+            if asked < ensemble.len() {
+                ask(ensemble[(start + asked) % ensemble.len()]);
+                asked += 1;
+            } else if answered == ensemble.len() {
+                return Err(LedgerError::NoSuchEntry { ledger: id, entry });
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl LedgerStorage for ReplicatedLedgers {
+    async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError> {
+        metadata.validate()?;
+        if metadata.ensemble_size != metadata.write_quorum {
+            return Err(LedgerError::Unsupported(format!(
+                "ensemble {} larger than write quorum {} (striping) is not supported",
+                metadata.ensemble_size, metadata.write_quorum
+            )));
+        }
+        let live = self.nodes.live();
+        let ensemble = choose_ensemble(&live, metadata.write_quorum as usize).ok_or_else(|| {
+            LedgerError::Unavailable(format!(
+                "{} live storage nodes, a write quorum of {} needs as many",
+                live.len(),
+                metadata.write_quorum
+            ))
+        })?;
+        let meta = LedgerMeta::new(ensemble, metadata.write_quorum, metadata.ack_quorum);
+        let version = meta::create_meta(&*self.metadata, id, &meta).await?;
+        let mut core = Writer::new(id, meta, version, self.writer_config());
+        core.set_live_nodes(live);
+        let open = self.open.clone();
+        let ledger = WriterTask::spawn(
+            id,
+            core,
+            self.nodes.clone(),
+            self.metadata.clone(),
+            self.config.tick,
+            self.config.cache_bytes,
+            Box::new(move |id| {
+                open.lock().remove(&id);
+            }),
+        );
+        self.open.lock().insert(id, ledger);
+        Ok(())
+    }
+
+    fn append(
+        &self,
+        ledger: u64,
+        entry_id: u64,
+        data: Bytes,
+        done: AppendCallback,
+    ) -> Result<(), LedgerError> {
+        let Some(open) = self.open_ledger(ledger) else {
+            return Err(match self.closed.lock().contains_key(&ledger) {
+                true => LedgerError::Closed(ledger),
+                false => LedgerError::NoSuchLedger(ledger),
+            });
+        };
+        if let Err(expected) = open.next_entry.compare_exchange(
+            entry_id,
+            entry_id + 1,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            return Err(LedgerError::UnexpectedEntryId { ledger, expected, given: entry_id });
+        }
+        open.inputs
+            .send(Input::Add { entry: entry_id, data, done })
+            .map_err(|_| LedgerError::Closed(ledger))
+    }
+
+    fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
+        if let Some(cached) = self.read_cached(ledger, first, last) {
+            return Ok(cached);
+        }
+        self.block_on(async {
+            let meta = self.meta(ledger).await?;
+            let readable = match meta.state {
+                LedgerState::Closed => meta.last_entry_id,
+                _ => self.open_ledger(ledger).and_then(|o| o.last_add_confirmed()),
+            };
+            if first > last || readable.is_none_or(|r| last > r) {
+                return Err(LedgerError::NoSuchEntry { ledger, entry: last });
+            }
+            let reads = (first..=last).map(|entry| self.read_entry(&meta, ledger, entry));
+            let mut entries = Vec::with_capacity((last - first + 1) as usize);
+            for read in reads {
+                entries.push(read.await?);
+            }
+            Ok(entries)
+        })
+    }
+
+    fn read_cached(&self, ledger: u64, first: u64, last: u64) -> Option<Vec<Bytes>> {
+        self.open_ledger(ledger)?.cached(first, last)
+    }
+
+    fn last_add_confirmed(&self, ledger: u64) -> Result<Option<u64>, LedgerError> {
+        if let Some(open) = self.open_ledger(ledger) {
+            return Ok(open.last_add_confirmed());
+        }
+        if let Some(meta) = self.closed.lock().get(&ledger) {
+            return Ok(meta.last_entry_id);
+        }
+        let meta = self.block_on(self.meta(ledger))?;
+        Ok(meta.last_entry_id)
+    }
+
+    async fn fence(&self, ledger: u64) -> Result<u64, LedgerError> {
+        self.finish(ledger).await
+    }
+
+    async fn close(&self, ledger: u64) -> Result<u64, LedgerError> {
+        self.finish(ledger).await
+    }
+
+    async fn delete(&self, ledger: u64) -> Result<(), LedgerError> {
+        let key = magnetar_model::keys::ledger(ledger);
+        match self.metadata.delete(&key, magnetar_metadata::ExpectedVersion::Any).await {
+            Ok(()) => {}
+            Err(magnetar_metadata::MetadataError::NotFound { .. }) => {
+                return Err(LedgerError::NoSuchLedger(ledger))
+            }
+            Err(e) => return Err(meta::unavailable(e)),
+        }
+        self.closed.lock().remove(&ledger);
+        self.open.lock().remove(&ledger);
+        Ok(())
+    }
+
+    fn info(&self, ledger: u64) -> Result<LedgerInfo, LedgerError> {
+        if let Some(open) = self.open_ledger(ledger) {
+            let entries = open.last_add_confirmed().map_or(0, |l| l + 1);
+            return Ok(LedgerInfo { id: ledger, entries, closed: false, fenced: false });
+        }
+        let meta = match self.closed.lock().get(&ledger).cloned() {
+            Some(meta) => meta,
+            None => self.block_on(self.meta(ledger))?,
+        };
+        let entries = meta.last_entry_id.map_or(0, |l| l + 1);
+        let closed = meta.state == LedgerState::Closed;
+        Ok(LedgerInfo { id: ledger, entries, closed, fenced: meta.state != LedgerState::Open })
+    }
+}

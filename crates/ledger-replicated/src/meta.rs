@@ -1,0 +1,66 @@
+//! Ledger metadata in the metadata store: `/ledgers/{id}`, JSON, compare-and-set only.
+
+use bytes::Bytes;
+use magnetar_ledger::LedgerError;
+use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
+use magnetar_replication::meta::LedgerMeta;
+use magnetar_replication::{LedgerId, MetaWrite};
+
+pub(crate) fn unavailable(e: MetadataError) -> LedgerError {
+    LedgerError::Unavailable(format!("metadata store: {e}"))
+}
+
+/// The stored metadata and its version; `None` if the ledger does not exist.
+pub(crate) async fn read_meta(
+    metadata: &dyn MetadataStore,
+    id: LedgerId,
+) -> Result<Option<(LedgerMeta, u64)>, LedgerError> {
+    let Some(stored) =
+        metadata.get(&magnetar_model::keys::ledger(id)).await.map_err(unavailable)?
+    else {
+        return Ok(None);
+    };
+    let meta = LedgerMeta::from_json(&stored.value).map_err(|e| LedgerError::Corrupt {
+        file: magnetar_model::keys::ledger(id),
+        why: e.to_string(),
+    })?;
+    Ok(Some((meta, stored.version)))
+}
+
+/// Creates the metadata of a new ledger; its version.
+pub(crate) async fn create_meta(
+    metadata: &dyn MetadataStore,
+    id: LedgerId,
+    meta: &LedgerMeta,
+) -> Result<u64, LedgerError> {
+    let key = magnetar_model::keys::ledger(id);
+    match metadata.put(&key, Bytes::from(meta.to_json()), ExpectedVersion::Absent).await {
+        Ok(version) => Ok(version),
+        Err(MetadataError::BadVersion { .. }) => Err(LedgerError::LedgerExists(id)),
+        Err(e) => Err(unavailable(e)),
+    }
+}
+
+/// A core's compare-and-set, with its outcome in the cores' terms.
+pub(crate) async fn write_meta(
+    metadata: &dyn MetadataStore,
+    id: LedgerId,
+    meta: &LedgerMeta,
+    expected: u64,
+) -> MetaWrite {
+    let key = magnetar_model::keys::ledger(id);
+    match metadata.put(&key, Bytes::from(meta.to_json()), ExpectedVersion::Exactly(expected)).await
+    {
+        Ok(version) => MetaWrite::Written(version),
+        Err(MetadataError::BadVersion { .. }) => match read_meta(metadata, id).await {
+            Ok(Some((current, version))) => {
+                MetaWrite::Conflict { current: Box::new(current), version }
+            }
+            _ => MetaWrite::Unknown,
+        },
+        Err(e) => {
+            tracing::warn!(ledger = id, error = %e, "ledger metadata write failed; reading it back");
+            MetaWrite::Unknown
+        }
+    }
+}

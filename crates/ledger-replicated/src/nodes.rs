@@ -1,0 +1,206 @@
+//! The storage nodes as a client sees them: the live ones (their registrations, refreshed from
+//! the metadata store) and one pipelined connection to each, opened on first use.
+//!
+//! A request's answer goes to the callback it was sent with, exactly once: the response, or
+//! `None` if the connection failed first (refused, reset, a bad frame, no such node). A
+//! connection that failed is dropped; the next request to that node opens a new one.
+
+use bytes::{Bytes, BytesMut};
+use magnetar_metadata::MetadataStore;
+use magnetar_replication::message::{Request, Response};
+use magnetar_replication::placement::{NodeInfo, Registration};
+use magnetar_replication::wire::{self, Message};
+use magnetar_replication::NodeId;
+use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// Where an answer goes: `None` when the node failed before answering.
+pub type Reply = Box<dyn FnOnce(Option<Response>) + Send>;
+
+pub struct Nodes {
+    metadata: Arc<dyn MetadataStore>,
+    live: RwLock<BTreeMap<NodeId, Registration>>,
+    connections: Mutex<BTreeMap<NodeId, Arc<Connection>>>,
+    connect_timeout: Duration,
+}
+
+impl Nodes {
+    pub fn new(metadata: Arc<dyn MetadataStore>, connect_timeout: Duration) -> Arc<Nodes> {
+        Arc::new(Nodes {
+            metadata,
+            live: RwLock::new(BTreeMap::new()),
+            connections: Mutex::new(BTreeMap::new()),
+            connect_timeout,
+        })
+    }
+
+    /// Reads the registrations now.
+    pub async fn refresh(&self) -> Result<(), magnetar_metadata::MetadataError> {
+        let root = magnetar_model::keys::STORAGE_NODES_ROOT;
+        let mut live = BTreeMap::new();
+        for child in self.metadata.list_children(root).await? {
+            let Ok(id) = child.parse::<u64>() else { continue };
+            let Some(value) = self.metadata.get(&magnetar_model::keys::storage_node(id)).await?
+            else {
+                continue; // gone since the listing
+            };
+            match serde_json::from_slice::<Registration>(&value.value) {
+                Ok(registration) => {
+                    live.insert(NodeId(id), registration);
+                }
+                Err(e) => {
+                    tracing::warn!(node = id, error = %e, "unreadable storage node registration")
+                }
+            }
+        }
+        *self.live.write() = live;
+        Ok(())
+    }
+
+    /// Refreshes the registrations every `period` until the returned task is aborted.
+    pub fn refresh_every(self: &Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
+        let nodes = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(period);
+            loop {
+                ticks.tick().await;
+                let Some(nodes) = nodes.upgrade() else { return };
+                if let Err(e) = nodes.refresh().await {
+                    tracing::warn!(error = %e, "storage node registrations not refreshed");
+                }
+            }
+        })
+    }
+
+    pub fn live(&self) -> Vec<NodeInfo> {
+        self.live.read().iter().map(|(&id, r)| r.node_info(id)).collect()
+    }
+
+    /// Sends `request` to `node`; `reply` gets the answer or `None`.
+    pub fn send(&self, node: NodeId, request: &Request, reply: Reply) {
+        match self.connection(node) {
+            Some(connection) => connection.send(request, reply),
+            None => reply(None),
+        }
+    }
+
+    fn connection(&self, node: NodeId) -> Option<Arc<Connection>> {
+        let mut connections = self.connections.lock();
+        if let Some(connection) = connections.get(&node) {
+            if !connection.dead.load(Ordering::Acquire) {
+                return Some(connection.clone());
+            }
+        }
+        let address = self.live.read().get(&node)?.address.clone();
+        let connection = Connection::open(node, address, self.connect_timeout);
+        connections.insert(node, connection.clone());
+        Some(connection)
+    }
+}
+
+struct Connection {
+    node: NodeId,
+    out: mpsc::UnboundedSender<Bytes>,
+    pending: Mutex<BTreeMap<u64, Reply>>,
+    next: AtomicU64,
+    dead: AtomicBool,
+}
+
+impl Connection {
+    fn open(node: NodeId, address: String, connect_timeout: Duration) -> Arc<Connection> {
+        let (out, frames) = mpsc::unbounded_channel();
+        let connection = Arc::new(Connection {
+            node,
+            out,
+            pending: Mutex::new(BTreeMap::new()),
+            next: AtomicU64::new(0),
+            dead: AtomicBool::new(false),
+        });
+        tokio::spawn(connection.clone().run(address, frames, connect_timeout));
+        connection
+    }
+
+    fn send(&self, request: &Request, reply: Reply) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.pending.lock().insert(id, reply);
+        let mut frame = BytesMut::new();
+        wire::encode(id, &Message::Request(request.clone()), &mut frame);
+        if self.dead.load(Ordering::Acquire) || self.out.send(frame.freeze()).is_err() {
+            if let Some(reply) = self.pending.lock().remove(&id) {
+                reply(None);
+            }
+        }
+    }
+
+    /// Marks the connection dead and fails everything still waiting.
+    fn fail(&self, why: &str) {
+        if !self.dead.swap(true, Ordering::AcqRel) {
+            tracing::debug!(node = %self.node, why, "storage node connection lost");
+        }
+        let pending = std::mem::take(&mut *self.pending.lock());
+        for (_, reply) in pending {
+            reply(None);
+        }
+    }
+
+    async fn run(
+        self: Arc<Self>,
+        address: String,
+        mut frames: mpsc::UnboundedReceiver<Bytes>,
+        timeout: Duration,
+    ) {
+        let stream =
+            match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&address)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return self.fail(&format!("connect to {address}: {e}")),
+                Err(_) => return self.fail(&format!("connect to {address}: timed out")),
+            };
+        let _ = stream.set_nodelay(true);
+        let (mut reader, mut writer) = stream.into_split();
+        let me = self.clone();
+        let write = tokio::spawn(async move {
+            let mut batch = BytesMut::new();
+            while let Some(first) = frames.recv().await {
+                batch.extend_from_slice(&first);
+                while batch.len() < (1 << 20) {
+                    match frames.try_recv() {
+                        Ok(more) => batch.extend_from_slice(&more),
+                        Err(_) => break,
+                    }
+                }
+                if let Err(e) = writer.write_all(&batch).await {
+                    return me.fail(&format!("write: {e}"));
+                }
+                batch.clear();
+            }
+        });
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        let why = 'read: loop {
+            match reader.read_buf(&mut buf).await {
+                Ok(0) => break 'read "closed by the node".to_string(),
+                Err(e) => break 'read format!("read: {e}"),
+                Ok(_) => {}
+            }
+            loop {
+                match wire::decode(&mut buf) {
+                    Ok(Some((id, Message::Response(response)))) => {
+                        let reply = self.pending.lock().remove(&id);
+                        if let Some(reply) = reply {
+                            reply(Some(response));
+                        }
+                    }
+                    Ok(Some((_, other))) => break 'read format!("unexpected {other:?}"),
+                    Ok(None) => break,
+                    Err(e) => break 'read format!("bad frame: {e}"),
+                }
+            }
+        };
+        write.abort();
+        self.fail(&why);
+    }
+}

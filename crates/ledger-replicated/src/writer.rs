@@ -1,0 +1,280 @@
+//! One task per ledger this process writes: it owns the [`Writer`] core and carries out its
+//! actions (requests to nodes, metadata compare-and-sets, acknowledgements) in the order the
+//! core asks for them.
+
+use crate::meta::{read_meta, write_meta};
+use crate::nodes::Nodes;
+use bytes::Bytes;
+use magnetar_ledger::{AppendCallback, LedgerError};
+use magnetar_metadata::MetadataStore;
+use magnetar_replication::message::{RequestId, Response};
+use magnetar_replication::meta::LedgerMeta;
+use magnetar_replication::writer::{WriteError, Writer, WriterAction};
+use magnetar_replication::{EntryId, LedgerId, MetaWrite, NodeId};
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+pub(crate) enum Input {
+    Add { entry: EntryId, data: Bytes, done: AppendCallback },
+    Reply { node: NodeId, request: RequestId, response: Option<Response> },
+    MetaWritten(MetaWrite),
+    MetaRead(LedgerMeta, u64),
+    Close(oneshot::Sender<Result<u64, LedgerError>>),
+}
+
+const NO_ENTRY: u64 = u64::MAX;
+
+/// What the rest of the process sees of an open ledger.
+pub(crate) struct OpenLedger {
+    pub id: LedgerId,
+    pub inputs: mpsc::UnboundedSender<Input>,
+    /// The next entry id an append must name (checked when it is staged).
+    pub next_entry: AtomicU64,
+    /// The last acknowledged entry, `NO_ENTRY` for none.
+    lac: AtomicU64,
+    /// Recently acknowledged entries, for tailing readers (bounded by `cache_bytes`).
+    recent: Mutex<Recent>,
+    /// The stored metadata as this writer last wrote it.
+    pub meta: Mutex<LedgerMeta>,
+}
+
+#[derive(Default)]
+struct Recent {
+    entries: VecDeque<(EntryId, Bytes)>,
+    bytes: usize,
+}
+
+impl OpenLedger {
+    pub fn last_add_confirmed(&self) -> Option<EntryId> {
+        Some(self.lac.load(Ordering::Acquire)).filter(|&l| l != NO_ENTRY)
+    }
+
+    pub fn cached(&self, first: EntryId, last: EntryId) -> Option<Vec<Bytes>> {
+        let recent = self.recent.lock();
+        let oldest = recent.entries.front()?.0;
+        if first < oldest || last > recent.entries.back()?.0 || first > last {
+            return None;
+        }
+        let start = (first - oldest) as usize;
+        Some(
+            recent
+                .entries
+                .range(start..=start + (last - first) as usize)
+                .map(|(_, d)| d.clone())
+                .collect(),
+        )
+    }
+}
+
+pub(crate) fn map_error(ledger: LedgerId, error: WriteError) -> LedgerError {
+    match error {
+        WriteError::Fenced => LedgerError::Fenced(ledger),
+        WriteError::Closed => LedgerError::Closed(ledger),
+        WriteError::NotEnoughNodes => LedgerError::Unavailable(format!(
+            "ledger {ledger}: a storage node failed and no live node can replace it"
+        )),
+    }
+}
+
+pub(crate) struct WriterTask {
+    ledger: Arc<OpenLedger>,
+    core: Writer,
+    nodes: Arc<Nodes>,
+    metadata: Arc<dyn MetadataStore>,
+    inputs: mpsc::UnboundedSender<Input>,
+    waiting: VecDeque<(EntryId, Bytes, AppendCallback)>,
+    closers: Vec<oneshot::Sender<Result<u64, LedgerError>>>,
+    /// Entry count of the ledger as closed (by this writer or a recovery).
+    closed_count: Option<u64>,
+    started: Instant,
+    cache_bytes: usize,
+    on_done: Box<dyn Fn(LedgerId) + Send>,
+}
+
+impl WriterTask {
+    #[allow(clippy::too_many_arguments)]
+    pub fn spawn(
+        id: LedgerId,
+        core: Writer,
+        nodes: Arc<Nodes>,
+        metadata: Arc<dyn MetadataStore>,
+        tick: Duration,
+        cache_bytes: usize,
+        on_done: Box<dyn Fn(LedgerId) + Send>,
+    ) -> Arc<OpenLedger> {
+        let (inputs, receiver) = mpsc::unbounded_channel();
+        let ledger = Arc::new(OpenLedger {
+            id,
+            inputs: inputs.clone(),
+            next_entry: AtomicU64::new(0),
+            lac: AtomicU64::new(NO_ENTRY),
+            recent: Mutex::new(Recent::default()),
+            meta: Mutex::new(core.meta().clone()),
+        });
+        let task = WriterTask {
+            ledger: ledger.clone(),
+            core,
+            nodes,
+            metadata,
+            inputs,
+            waiting: VecDeque::new(),
+            closers: Vec::new(),
+            closed_count: None,
+            started: Instant::now(),
+            cache_bytes,
+            on_done,
+        };
+        tokio::spawn(task.run(receiver, tick));
+        ledger
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    async fn run(mut self, mut receiver: mpsc::UnboundedReceiver<Input>, tick: Duration) {
+        let mut ticks = tokio::time::interval(tick);
+        let mut out = Vec::new();
+        loop {
+            tokio::select! {
+                input = receiver.recv() => match input {
+                    Some(input) => self.input(input, &mut out),
+                    None => return,
+                },
+                _ = ticks.tick() => {
+                    self.core.set_live_nodes(self.nodes.live());
+                    let now = self.now_ms();
+                    self.core.tick(now, &mut out);
+                }
+            }
+            self.execute(&mut out);
+            if self.core.is_done() && self.waiting.is_empty() {
+                let error = self.core.refusal();
+                let count = self.closed_count.unwrap_or_else(|| self.count());
+                for closer in self.closers.drain(..) {
+                    let _ = closer.send(match error {
+                        Some(WriteError::Closed) | None => Ok(count),
+                        Some(e) => Err(map_error(self.ledger.id, e)),
+                    });
+                }
+                if matches!(error, Some(WriteError::Closed | WriteError::Fenced)) {
+                    (self.on_done)(self.ledger.id);
+                    // Late inputs (answers to abandoned requests) are dropped with the receiver.
+                    return;
+                }
+            }
+        }
+    }
+
+    fn count(&self) -> u64 {
+        self.core.last_add_confirmed().map_or(0, |l| l + 1)
+    }
+
+    fn input(&mut self, input: Input, out: &mut Vec<WriterAction>) {
+        let now = self.now_ms();
+        match input {
+            Input::Add { entry, data, done } => match self.core.add(data.clone(), now, out) {
+                Ok(assigned) => {
+                    assert_eq!(assigned, entry, "appends are staged in entry order");
+                    self.waiting.push_back((entry, data, done));
+                }
+                Err(e) => done(Err(map_error(self.ledger.id, e))),
+            },
+            Input::Reply { node, request, response: Some(response) } => {
+                self.core.on_response(node, request, response, now, out)
+            }
+            Input::Reply { node, response: None, .. } => self.core.on_node_failed(node, now, out),
+            Input::MetaWritten(result) => self.core.on_meta_written(result, now, out),
+            Input::MetaRead(meta, version) => self.core.on_meta_read(meta, version, now, out),
+            Input::Close(done) => {
+                self.closers.push(done);
+                self.core.close(out);
+            }
+        }
+    }
+
+    fn execute(&mut self, out: &mut Vec<WriterAction>) {
+        for action in out.drain(..) {
+            match action {
+                WriterAction::Send { to, request, body } => {
+                    let inputs = self.inputs.clone();
+                    self.nodes.send(
+                        to,
+                        &body,
+                        Box::new(move |response| {
+                            let _ = inputs.send(Input::Reply { node: to, request, response });
+                        }),
+                    );
+                }
+                WriterAction::WriteMeta { meta, expected_version } => {
+                    let (metadata, inputs, id) =
+                        (self.metadata.clone(), self.inputs.clone(), self.ledger.id);
+                    tokio::spawn(async move {
+                        let result = write_meta(&*metadata, id, &meta, expected_version).await;
+                        let _ = inputs.send(Input::MetaWritten(result));
+                    });
+                }
+                WriterAction::ReadMeta => {
+                    let (metadata, inputs, id) =
+                        (self.metadata.clone(), self.inputs.clone(), self.ledger.id);
+                    tokio::spawn(async move {
+                        if let Some((meta, version)) = read_meta_retrying(&*metadata, id).await {
+                            let _ = inputs.send(Input::MetaRead(meta, version));
+                        }
+                    });
+                }
+                WriterAction::Acked { entry } => {
+                    let (waiting_entry, data, done) =
+                        self.waiting.pop_front().expect("an ack for a waiting add");
+                    assert_eq!(waiting_entry, entry, "acks in entry order");
+                    self.ledger.lac.store(entry, Ordering::Release);
+                    self.remember(entry, data);
+                    done(Ok(entry));
+                }
+                WriterAction::Failed { entry, error } => {
+                    let (waiting_entry, _, done) =
+                        self.waiting.pop_front().expect("a failure for a waiting add");
+                    assert_eq!(waiting_entry, entry, "failures in entry order");
+                    done(Err(map_error(self.ledger.id, error)));
+                }
+                WriterAction::Closed { last_entry } => {
+                    self.closed_count = Some(last_entry.map_or(0, |l| l + 1));
+                }
+            }
+        }
+        *self.ledger.meta.lock() = self.core.meta().clone();
+    }
+
+    fn remember(&self, entry: EntryId, data: Bytes) {
+        let mut recent = self.ledger.recent.lock();
+        recent.bytes += data.len();
+        recent.entries.push_back((entry, data));
+        while recent.bytes > self.cache_bytes && recent.entries.len() > 1 {
+            let (_, old) = recent.entries.pop_front().expect("more than one");
+            recent.bytes -= old.len();
+        }
+    }
+}
+
+/// Reads the metadata back after an unknown outcome, retrying for a while: the writer cannot
+/// go on without knowing what is stored.
+async fn read_meta_retrying(
+    metadata: &dyn MetadataStore,
+    id: LedgerId,
+) -> Option<(LedgerMeta, u64)> {
+    for attempt in 0..50u64 {
+        match read_meta(metadata, id).await {
+            Ok(Some(found)) => return Some(found),
+            Ok(None) => return None,
+            Err(e) => {
+                tracing::warn!(ledger = id, attempt, error = %e, "ledger metadata unreadable; retrying");
+                tokio::time::sleep(Duration::from_millis(100 * (attempt + 1).min(10))).await;
+            }
+        }
+    }
+    None
+}

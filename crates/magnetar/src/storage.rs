@@ -1,0 +1,131 @@
+//! `magnetar storage`: a storage node. Opens its ledger store (journal, fsync before every
+//! acknowledgement), binds the storage protocol, registers in etcd when given a cluster, and
+//! serves until SIGINT/SIGTERM. Everything is checked before any file is opened.
+
+use anyhow::Context;
+use magnetar_ledger::{LedgerStore, LedgerStoreConfig};
+use magnetar_metadata::{MetadataStore, SessionStore};
+use magnetar_metadata_etcd::{parse_metadata_url, EtcdStoreConfig};
+use magnetar_replication::NodeId;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cli::StorageArgs;
+use crate::config::ConfigError;
+
+const NODE_ID_FILE: &str = "node-id";
+
+pub fn run(args: StorageArgs) -> anyhow::Result<()> {
+    let etcd = match (&args.metadata, &args.cluster) {
+        (Some(url), Some(cluster)) => {
+            let endpoints = parse_metadata_url(url).map_err(ConfigError::from)?;
+            if !magnetar_model::names::is_valid_entity_name(cluster) {
+                return Err(ConfigError::ClusterName(cluster.clone()).into());
+            }
+            Some((EtcdStoreConfig::new(endpoints, cluster), cluster.clone()))
+        }
+        _ => None,
+    };
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("create data dir {}", args.data_dir.display()))?;
+    let node = node_id(&args.data_dir, args.node_id)?;
+    let store_config =
+        LedgerStoreConfig { dir: args.data_dir.join("ledgers"), ..LedgerStoreConfig::default() };
+    store_config.validate().context("ledger store configuration")?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .with_context(|| format!("listen on {}", args.listen))?;
+        let bound = listener.local_addr()?;
+        let host = args.advertised_address.clone().unwrap_or_else(|| bound.ip().to_string());
+        let address = format!("{host}:{}", bound.port());
+        let metadata = match &etcd {
+            Some((config, cluster)) => {
+                Some(Arc::new(crate::server::connect_etcd(config, cluster).await?))
+            }
+            None => None,
+        };
+        let (store, recovery) =
+            tokio::task::spawn_blocking(move || LedgerStore::open(store_config))
+                .await?
+                .context("open ledger store")?;
+        tracing::info!(?recovery, "ledger store recovered");
+        let store = Arc::new(store);
+        let registration = match &metadata {
+            Some(etcd) => {
+                let session: Arc<dyn SessionStore> = etcd.clone();
+                let refresh = Duration::from_secs(args.refresh_seconds);
+                let data_dir = args.data_dir.clone();
+                Some(
+                    magnetar_storage_node::register(
+                        session,
+                        node,
+                        address.clone(),
+                        args.rack.clone(),
+                        data_dir,
+                        refresh,
+                    )
+                    .await
+                    .context("register the storage node")?,
+                )
+            }
+            None => None,
+        };
+        // The line test harnesses and operators wait for.
+        println!("storage node {} listening on {address}", node.0);
+        let served = magnetar_storage_node::serve(
+            node,
+            store.clone(),
+            args.data_dir.clone(),
+            listener,
+            async {
+                if let Err(e) = crate::shutdown_signal().await {
+                    tracing::warn!(error = %e, "no signal handler; serving until killed");
+                    std::future::pending::<()>().await;
+                }
+            },
+        )
+        .await;
+        if let Some(task) = registration {
+            task.abort();
+        }
+        if let Some(etcd) = metadata {
+            let _ = etcd.close().await;
+        }
+        let closing = store.clone();
+        tokio::task::spawn_blocking(move || closing.close()).await?;
+        served.context("storage node")?;
+        tracing::info!("storage node stopped");
+        anyhow::Ok(())
+    })
+}
+
+/// The node's identity: kept in DATA_DIR/node-id, drawn at random on first start.
+fn node_id(data_dir: &Path, given: Option<u64>) -> anyhow::Result<NodeId> {
+    let path = data_dir.join(NODE_ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let stored: u64 = text
+                .trim()
+                .parse()
+                .with_context(|| format!("{} is not a node id", path.display()))?;
+            if let Some(given) = given.filter(|&g| g != stored) {
+                anyhow::bail!("--node-id {given} does not match {} in {}", stored, path.display());
+            }
+            Ok(NodeId(stored))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = given.unwrap_or_else(|| rand::random::<u64>() >> 24);
+            let temporary = data_dir.join(format!("{NODE_ID_FILE}.tmp"));
+            std::fs::write(&temporary, format!("{id}\n"))?;
+            std::fs::File::open(&temporary)?.sync_all()?;
+            std::fs::rename(&temporary, &path)?;
+            std::fs::File::open(data_dir)?.sync_all()?;
+            Ok(NodeId(id))
+        }
+        Err(e) => Err(e).with_context(|| format!("read {}", path.display())),
+    }
+}

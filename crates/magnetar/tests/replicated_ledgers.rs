@@ -1,0 +1,205 @@
+//! Replicated ledgers across real processes on loopback: etcd, three `magnetar storage` nodes,
+//! and the replication client (`magnetar-ledger-replicated`) in this test process.
+//! * Qw = Qa = 2: a node of the ensemble is SIGKILLed mid-stream; every append is still
+//!   acknowledged (the writer replaces the node by an ensemble change), and every entry reads
+//!   back with its bytes.
+//! * Another client (its own etcd session, as another process would be) fences the ledger: it
+//!   closes at or above every acknowledged entry, and the old writer's next append is refused.
+//!
+//! Every wait is bounded; only processes this test started are signalled, by PID. Skipped with
+//! a notice without etcd, unless MAGNETAR_REQUIRE_ETCD=1.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use magnetar_ledger::{LedgerError, LedgerMetadata, LedgerStorage};
+use magnetar_ledger_replicated::{ReplicatedConfig, ReplicatedLedgers};
+use magnetar_metadata::MetadataStore;
+use magnetar_metadata_etcd::testing::{etcd_or_skip, EtcdCluster};
+use magnetar_metadata_etcd::{EtcdStore, EtcdStoreConfig};
+use magnetar_replication::meta::{LedgerMeta, LedgerState};
+use magnetar_replication::NodeId;
+use tokio::sync::mpsc;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A `magnetar storage` child, killed (by PID) when dropped.
+struct StorageNode {
+    child: Child,
+    id: u64,
+}
+
+impl StorageNode {
+    fn start(url: &str, cluster: &str, dir: &Path) -> StorageNode {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_magnetar"))
+            .env("NO_COLOR", "1")
+            .args(["storage", "--listen", "127.0.0.1:0", "--metadata", url, "--cluster", cluster])
+            .arg("--data-dir")
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(dir.with_extension("log")).unwrap())
+            .spawn()
+            .unwrap();
+        // The node prints one line once registered and listening; read it on a thread so the
+        // wait is bounded.
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(WAIT)
+            .unwrap_or_else(|_| panic!("storage node in {dir:?} did not start"));
+        let id = line
+            .strip_prefix("storage node ")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| {
+                panic!("unexpected first line {line:?}; log in {:?}", dir.with_extension("log"))
+            });
+        StorageNode { child, id }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for StorageNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn client(endpoints: Vec<String>, cluster: &str) -> (Arc<EtcdStore>, Arc<ReplicatedLedgers>) {
+    let store = Arc::new(
+        tokio::time::timeout(WAIT, EtcdStore::connect(EtcdStoreConfig::new(endpoints, cluster)))
+            .await
+            .expect("connect in time")
+            .expect("connect to etcd"),
+    );
+    let config =
+        ReplicatedConfig { add_timeout: Duration::from_secs(2), ..ReplicatedConfig::default() };
+    let ledgers =
+        ReplicatedLedgers::start(store.clone(), config).await.expect("replication client");
+    (store, ledgers)
+}
+
+async fn stored_meta(store: &EtcdStore, ledger: u64) -> LedgerMeta {
+    let value =
+        store.get(&magnetar_model::keys::ledger(ledger)).await.unwrap().expect("ledger metadata");
+    LedgerMeta::from_json(&value.value).unwrap()
+}
+
+fn data(entry: u64) -> Bytes {
+    Bytes::from(format!("entry {entry} ").repeat(8))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() {
+    let Some(etcd_binary) = etcd_or_skip("replicated ledgers") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = EtcdCluster::start(&etcd_binary, 1).await.unwrap();
+    etcd.wait_ready(WAIT).await.unwrap();
+    let url = format!("etcd://{}", etcd.endpoint(0).trim_start_matches("http://"));
+    let cluster = "replicated";
+    let mut nodes: Vec<StorageNode> = (0..3)
+        .map(|i| StorageNode::start(&url, cluster, &dir.path().join(format!("node{i}"))))
+        .collect();
+
+    let (store, ledgers) = client(etcd.endpoints(), cluster).await;
+    assert_eq!(ledgers.nodes().live().len(), 3, "every node registered before it printed its line");
+    let ledger = 1;
+    let persistence = LedgerMetadata {
+        ensemble_size: 2,
+        write_quorum: 2,
+        ack_quorum: 2,
+        properties: BTreeMap::new(),
+    };
+    ledgers.create(ledger, &persistence).await.unwrap();
+    let first_ensemble = stored_meta(&store, ledger).await.fragments[0].ensemble.clone();
+
+    // 3,000 entries, at most 256 unacknowledged; a node of the ensemble is killed after 1,000.
+    let total = 3_000u64;
+    let (acks, mut acked) = mpsc::unbounded_channel();
+    let mut outcomes = BTreeMap::new();
+    let mut killed = None;
+    for entry in 0..total {
+        while entry - outcomes.len() as u64 >= 256 {
+            let (e, result) =
+                tokio::time::timeout(WAIT, acked.recv()).await.expect("acks keep coming").unwrap();
+            outcomes.insert(e, result);
+        }
+        if entry == 1_000 {
+            let victim = nodes.iter_mut().find(|n| first_ensemble.contains(&NodeId(n.id))).unwrap();
+            victim.kill();
+            killed = Some(NodeId(victim.id));
+        }
+        let acks = acks.clone();
+        ledgers
+            .append(
+                ledger,
+                entry,
+                data(entry),
+                Box::new(move |result| drop(acks.send((entry, result)))),
+            )
+            .unwrap();
+    }
+    while (outcomes.len() as u64) < total {
+        let (e, result) =
+            tokio::time::timeout(WAIT, acked.recv()).await.expect("every add answered").unwrap();
+        outcomes.insert(e, result);
+    }
+    for (entry, result) in &outcomes {
+        assert_eq!(result.as_ref().ok(), Some(entry), "entry {entry}: {result:?}");
+    }
+
+    let meta = stored_meta(&store, ledger).await;
+    println!("after the kill: {meta:?}");
+    assert!(meta.fragments.len() >= 2, "an ensemble change was recorded: {meta:?}");
+    assert!(!meta.last_fragment().ensemble.contains(&killed.unwrap()), "{meta:?}");
+    let reader = ledgers.clone();
+    let entries = tokio::task::spawn_blocking(move || reader.read(ledger, 0, total - 1))
+        .await
+        .unwrap()
+        .unwrap();
+    for (entry, bytes) in entries.iter().enumerate() {
+        assert_eq!(*bytes, data(entry as u64), "entry {entry} reads back");
+    }
+
+    // Another process's client recovers the ledger while this writer still holds it.
+    let (other_store, other) = client(etcd.endpoints(), cluster).await;
+    let count =
+        tokio::time::timeout(WAIT, other.fence(ledger)).await.expect("recovery in time").unwrap();
+    assert!(count >= total, "closed with {count} entries, {total} were acknowledged");
+    let closed = stored_meta(&other_store, ledger).await;
+    println!("recovered: {closed:?}");
+    assert_eq!(closed.state, LedgerState::Closed);
+    assert_eq!(closed.last_entry_id, Some(count - 1));
+    // Its copy of every entry reads the same.
+    let entries = tokio::task::spawn_blocking(move || other.read(ledger, 0, total - 1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(entries.len() as u64, total);
+    assert!(entries.iter().enumerate().all(|(e, b)| *b == data(e as u64)));
+
+    // The old writer is fenced: its next add fails.
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    match ledgers.append(ledger, total, data(total), Box::new(move |r| drop(tx.send(r)))) {
+        Err(e) => panic!("staging is refused only once the writer knows: {e}"),
+        Ok(()) => {
+            let result = tokio::time::timeout(WAIT, rx.recv()).await.expect("answered").unwrap();
+            assert!(matches!(result, Err(LedgerError::Fenced(_))), "{result:?}");
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! How a storage node keeps replicated ledgers in its local ledger store.
+//!
+//! * A replicated ledger `L` is the local ledger `L`. A node holds one contiguous run of its
+//!   entries, `first..next` (a replacement node starts at the fragment it joined), so local
+//!   entry 0 is a header naming `first` and local entry `i + 1` is entry `first + i`. An add
+//!   that would leave a hole (below `first`, or above `next`) is refused with an I/O error:
+//!   the writer or recovery then places that entry on another node. An add of an entry the
+//!   node has is answered as stored (writers resend after reconnections).
+//! * Fences go to one local ledger of their own ([`FENCE_LOG`]): `ledger, epoch` records,
+//!   read back whole at start. They are appended to the same journal as the entries, so a
+//!   fence becomes durable after every add staged before it.
+//! * Every record is staged at once and reported through the completion channel by the
+//!   journal's completion thread, in staging order.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use magnetar_ledger::{LedgerError, LedgerStore};
+use magnetar_replication::message::ErrorCode;
+use magnetar_replication::node::{LedgerSummary, Record, Token};
+use magnetar_replication::{EntryId, Epoch, LedgerId};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// The local ledger holding fence records. Cluster ledger ids are allocated from 0 upwards,
+/// so they never reach it.
+pub const FENCE_LOG: LedgerId = u64::MAX - 1;
+const HEADER_MAGIC: &[u8; 4] = b"MRUN";
+
+/// A record's outcome, sent by the journal's completion thread (or at once when refused).
+#[derive(Debug)]
+pub struct Completion {
+    pub token: Token,
+    pub result: Result<(), ErrorCode>,
+    /// The log itself failed: the node must stop.
+    pub fatal: Option<String>,
+}
+
+impl Completion {
+    fn now(token: Token, result: Result<(), ErrorCode>) -> Completion {
+        Completion { token, result, fatal: None }
+    }
+
+    fn of(token: Token, result: Result<u64, LedgerError>) -> Completion {
+        match result {
+            Ok(_) => Completion::now(token, Ok(())),
+            Err(e) => Completion { token, result: Err(ErrorCode::Io), fatal: Some(e.to_string()) },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    first: EntryId,
+    /// One past the last entry staged.
+    next: EntryId,
+}
+
+pub struct NodeStorage {
+    store: Arc<LedgerStore>,
+    runs: BTreeMap<LedgerId, Run>,
+    completions: UnboundedSender<Completion>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error("ledger {ledger}: corrupt run header")]
+    BadHeader { ledger: LedgerId },
+    #[error("corrupt fence record {entry} in the fence log")]
+    BadFence { entry: u64 },
+}
+
+impl NodeStorage {
+    /// Opens the node's view of `store` and what its log says about every ledger. Blocking
+    /// (reads each ledger's header): call it off the async runtime.
+    pub fn open(
+        store: Arc<LedgerStore>,
+        completions: UnboundedSender<Completion>,
+    ) -> Result<(NodeStorage, BTreeMap<LedgerId, LedgerSummary>), StorageError> {
+        let mut runs = BTreeMap::new();
+        let mut summaries: BTreeMap<LedgerId, LedgerSummary> = BTreeMap::new();
+        for ledger in store.ledgers() {
+            let entries = store.ledger_info(ledger)?.entries;
+            if ledger == FENCE_LOG {
+                for entry in 0..entries {
+                    let mut record = store.read_entry(ledger, entry)?;
+                    if record.len() != 16 {
+                        return Err(StorageError::BadFence { entry });
+                    }
+                    let (fenced, epoch) = (record.get_u64(), record.get_u64());
+                    summaries
+                        .entry(fenced)
+                        .or_default()
+                        .apply(&Record::Fence { ledger: fenced, epoch });
+                }
+                continue;
+            }
+            if entries == 0 {
+                // Created, header never durable: no add on it was ever acknowledged.
+                continue;
+            }
+            let mut header = store.read_entry(ledger, 0)?;
+            if header.len() != 12 || &header[..4] != HEADER_MAGIC {
+                return Err(StorageError::BadHeader { ledger });
+            }
+            header.advance(4);
+            let first = header.get_u64();
+            let run = Run { first, next: first + entries - 1 };
+            runs.insert(ledger, run);
+            if run.next > run.first {
+                // The LAC the writer piggybacked is not kept: a restarted node reports none,
+                // which only makes a recovery read forward from lower down.
+                summaries.entry(ledger).or_default().last_entry = Some(run.next - 1);
+            }
+        }
+        Ok((NodeStorage { store, runs, completions }, summaries))
+    }
+
+    pub fn store(&self) -> &Arc<LedgerStore> {
+        &self.store
+    }
+
+    pub fn ledgers(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Stages `record`; its outcome comes on the completion channel.
+    pub async fn persist(&mut self, token: Token, record: Record) {
+        let outcome = match record {
+            Record::Entry { ledger, entry, data, .. } => {
+                self.stage_entry(token, ledger, entry, data).await
+            }
+            Record::Fence { ledger, epoch } => self.stage_fence(token, ledger, epoch).await,
+        };
+        if let Err(code) = outcome {
+            let _ = self.completions.send(Completion::now(token, Err(code)));
+        }
+    }
+
+    /// `Ok(())`: staged, its completion comes later; `Err`: fails at once.
+    async fn stage_entry(
+        &mut self,
+        token: Token,
+        ledger: LedgerId,
+        entry: EntryId,
+        data: Bytes,
+    ) -> Result<(), ErrorCode> {
+        let run = match self.runs.get(&ledger).copied() {
+            Some(run) => run,
+            None => {
+                self.create_run(ledger, entry).await?;
+                self.runs[&ledger]
+            }
+        };
+        if entry >= run.first && entry < run.next {
+            // A resend of an entry staged before: answered once what precedes it is durable.
+            let _ = self.completions.send(Completion::now(token, Ok(())));
+            return Ok(());
+        }
+        if entry != run.next {
+            tracing::warn!(
+                ledger,
+                entry,
+                first = run.first,
+                next = run.next,
+                "refused an add that would leave a hole"
+            );
+            return Err(ErrorCode::Io);
+        }
+        let local = entry - run.first + 1;
+        let completions = self.completions.clone();
+        let callback = Box::new(move |result: Result<u64, LedgerError>| {
+            let _ = completions.send(Completion::of(token, result));
+        });
+        self.store.append_at(ledger, local, data, callback).map_err(|e| {
+            tracing::warn!(ledger, entry, error = %e, "add refused by the ledger store");
+            ErrorCode::Io
+        })?;
+        self.runs.get_mut(&ledger).expect("present").next = entry + 1;
+        Ok(())
+    }
+
+    async fn create_run(&mut self, ledger: LedgerId, first: EntryId) -> Result<(), ErrorCode> {
+        if ledger == FENCE_LOG {
+            return Err(ErrorCode::Io);
+        }
+        match self.store.create_ledger_with_id(ledger).await {
+            Ok(()) => {}
+            // An empty leftover of a crash before its header was durable: start it over.
+            Err(LedgerError::LedgerExists(_)) => {
+                let entries = self.store.ledger_info(ledger).map_err(|_| ErrorCode::Io)?.entries;
+                if entries != 0 {
+                    return Err(ErrorCode::Io);
+                }
+                self.store.delete_ledger(ledger).await.map_err(|_| ErrorCode::Io)?;
+                self.store.create_ledger_with_id(ledger).await.map_err(|_| ErrorCode::Io)?;
+            }
+            Err(e) => {
+                tracing::warn!(ledger, error = %e, "cannot create a ledger");
+                return Err(ErrorCode::Io);
+            }
+        }
+        let mut header = BytesMut::with_capacity(12);
+        header.put_slice(HEADER_MAGIC);
+        header.put_u64(first);
+        // The header needs no completion of its own: the first entry's, staged right after it
+        // in the same journal, comes after it.
+        self.store
+            .append_at(ledger, 0, header.freeze(), Box::new(|_| {}))
+            .map_err(|_| ErrorCode::Io)?;
+        self.runs.insert(ledger, Run { first, next: first });
+        Ok(())
+    }
+
+    async fn stage_fence(
+        &mut self,
+        token: Token,
+        ledger: LedgerId,
+        epoch: Epoch,
+    ) -> Result<(), ErrorCode> {
+        if !self.store.ledgers().contains(&FENCE_LOG) {
+            self.store.create_ledger_with_id(FENCE_LOG).await.map_err(|_| ErrorCode::Io)?;
+        }
+        let mut record = BytesMut::with_capacity(16);
+        record.put_u64(ledger);
+        record.put_u64(epoch);
+        let completions = self.completions.clone();
+        let callback = Box::new(move |result: Result<u64, LedgerError>| {
+            let _ = completions.send(Completion::of(token, result));
+        });
+        self.store.append_with(FENCE_LOG, record.freeze(), callback).map_err(|_| ErrorCode::Io)?;
+        Ok(())
+    }
+
+    /// Where entry `entry` of `ledger` is in the local store, if this node holds it.
+    pub fn locate(&self, ledger: LedgerId, entry: EntryId) -> Option<u64> {
+        let run = self.runs.get(&ledger)?;
+        (entry >= run.first && entry < run.next).then(|| entry - run.first + 1)
+    }
+}
+
+/// Reads a located entry; `None` when it is not durable yet. Blocking.
+pub fn read_local(
+    store: &LedgerStore,
+    ledger: LedgerId,
+    local: u64,
+) -> Result<Option<Bytes>, LedgerError> {
+    match store.read_entry(ledger, local) {
+        Ok(data) => Ok(Some(data)),
+        Err(LedgerError::NoSuchEntry { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
