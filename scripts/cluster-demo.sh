@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # A local Magnetar cluster in one command: etcd on loopback (its data in /dev/shm, or a temp dir
-# where there is no /dev/shm), `magnetar metadata init`, then `magnetar broker` on that etcd.
-# Prints how to connect; Ctrl-C (or SIGTERM) stops the broker and etcd and removes their data.
+# where there is no /dev/shm), `magnetar metadata init`, three storage nodes (`magnetar
+# storage`), then `magnetar broker` on that etcd with its ledgers on the nodes (each entry on 2
+# of them, acknowledged once both have it on disk). Prints how to connect; Ctrl-C (or SIGTERM)
+# stops the broker, the nodes and etcd and removes their data.
 #
 #   scripts/cluster-demo.sh [--cluster NAME] [--etcd-port P] [--broker-port P] [--web-port P]
+#                           [--storage-port P] [--storage-nodes N]
 #
 # Defaults: cluster "demo", etcd on 2379 (peer port: etcd port + 1), broker on 6650, admin API
-# on 8080. Needs etcd (Debian: apt-get install etcd-server; or ETCD_BIN=/path/to/etcd). Uses
+# on 8080, storage nodes on 3181, 3182, 3183; --storage-nodes 0 keeps the broker's ledgers on its
+# own disk. Needs etcd (Debian: apt-get install etcd-server; or ETCD_BIN=/path/to/etcd). Uses
 # target/release/magnetar (MAGNETAR_BIN overrides), built with cargo when missing.
 set -euo pipefail
 
@@ -15,20 +19,28 @@ CLUSTER=demo
 ETCD_PORT=2379
 BROKER_PORT=6650
 WEB_PORT=8080
+STORAGE_PORT=3181
+STORAGE_NODES=3
 START_TIMEOUT_S=60
 
-usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
     --cluster) CLUSTER=$2; shift 2 ;;
     --etcd-port) ETCD_PORT=$2; shift 2 ;;
     --broker-port) BROKER_PORT=$2; shift 2 ;;
     --web-port) WEB_PORT=$2; shift 2 ;;
+    --storage-port) STORAGE_PORT=$2; shift 2 ;;
+    --storage-nodes) STORAGE_NODES=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "cluster-demo: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
 done
 PEER_PORT=$((ETCD_PORT + 1))
+case $STORAGE_NODES in
+  0|1|2|3|4|5|6|7|8|9) ;;
+  *) echo "cluster-demo: --storage-nodes takes 0 to 9" >&2; exit 2 ;;
+esac
 
 ETCD=${ETCD_BIN:-$(command -v etcd || true)}
 if [ -z "$ETCD" ] || [ ! -x "$ETCD" ]; then
@@ -48,6 +60,7 @@ else
 fi
 ETCD_PID=
 BROKER_PID=
+STORAGE_PIDS=()
 
 # Stops what this script started (by PID, broker first), removes the data, exits with $1.
 stop_all() {
@@ -58,6 +71,14 @@ stop_all() {
     kill -TERM "$BROKER_PID" 2>/dev/null || true
     wait "$BROKER_PID" 2>/dev/null || true
   fi
+  local pid
+  for pid in "${STORAGE_PIDS[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "cluster-demo: stopping storage node (pid $pid)"
+      kill -TERM "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
   if [ -n "$ETCD_PID" ] && kill -0 "$ETCD_PID" 2>/dev/null; then
     echo "cluster-demo: stopping etcd (pid $ETCD_PID)"
     kill -TERM "$ETCD_PID" 2>/dev/null || true
@@ -96,7 +117,36 @@ echo "cluster-demo: etcd pid $ETCD_PID on $ETCD_URL (data and logs in $WORK)"
   --broker-service-url "pulsar://127.0.0.1:$BROKER_PORT" \
   || { echo "cluster-demo: metadata init failed; etcd log: $WORK/etcd.log" >&2; tail -5 "$WORK/etcd.log" >&2; exit 1; }
 
+# Storage nodes: each prints "storage node ID listening on ADDRESS" once registered in etcd.
+for ((i = 0; i < STORAGE_NODES; i++)); do
+  NO_COLOR=1 "$BIN" storage --metadata "etcd://127.0.0.1:$ETCD_PORT" --cluster "$CLUSTER" \
+    --listen "127.0.0.1:$((STORAGE_PORT + i))" --data-dir "$WORK/storage-$i" \
+    >"$WORK/storage-$i.out" 2>"$WORK/storage-$i.log" &
+  STORAGE_PIDS+=($!)
+done
+deadline=$((SECONDS + START_TIMEOUT_S))
+for ((i = 0; i < STORAGE_NODES; i++)); do
+  until grep -q "listening on" "$WORK/storage-$i.out" 2>/dev/null; do
+    if ! kill -0 "${STORAGE_PIDS[$i]}" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+      echo "cluster-demo: storage node $i did not start:" >&2
+      tail -20 "$WORK/storage-$i.log" >&2
+      exit 1
+    fi
+    sleep 0.1  # polling another process's start-up: there is no event to wait on
+  done
+  echo "cluster-demo: $(cat "$WORK/storage-$i.out") (pid ${STORAGE_PIDS[$i]})"
+done
+
+# The broker keeps its ledgers on the nodes: each entry on two of them (one with a single node).
+QUORUM=$(( STORAGE_NODES >= 2 ? 2 : 1 ))
+if [ "$STORAGE_NODES" -gt 0 ]; then
+  printf '[ledgers]\nstorage = "nodes"\nensemble_size = %d\nwrite_quorum = %d\nack_quorum = %d\n' \
+    "$QUORUM" "$QUORUM" "$QUORUM" >"$WORK/broker.toml"
+else
+  : >"$WORK/broker.toml"
+fi
 NO_COLOR=1 "$BIN" broker --metadata "etcd://127.0.0.1:$ETCD_PORT" --cluster "$CLUSTER" \
+  --config "$WORK/broker.toml" \
   --data-dir "$WORK/broker-data" --broker-port "$BROKER_PORT" --web-port "$WEB_PORT" \
   >"$WORK/broker.log" 2>&1 &
 BROKER_PID=$!
@@ -122,8 +172,9 @@ cluster-demo: ready. Cluster "$CLUSTER":
   Pulsar protocol  pulsar://127.0.0.1:$BROKER_PORT
   admin REST       http://127.0.0.1:$WEB_PORT   (brokers: /admin/v2/brokers/$CLUSTER)
   etcd             $ETCD_URL   (keys under /magnetar/$CLUSTER)
+  storage nodes    $STORAGE_NODES on 127.0.0.1:$STORAGE_PORT...   (registrations: /magnetar/$CLUSTER/storage-nodes)
 Try:  $BIN perf produce -u pulsar://127.0.0.1:$BROKER_PORT --admin-url http://127.0.0.1:$WEB_PORT -s 128 -d 10
-Ctrl-C stops the broker and etcd and removes $WORK.
+Ctrl-C stops the broker, the storage nodes and etcd and removes $WORK.
 EOF
 
 # Until Ctrl-C / SIGTERM (the trap stops everything), or until the broker exits by itself.

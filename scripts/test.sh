@@ -3,7 +3,7 @@
 #   1. a Python venv in .venv with the official Pulsar client and pytest (created if missing)
 #   2. cargo fmt --check and cargo clippy -D warnings, then
 #      cargo test --workspace --release          (Rust unit and integration tests; the etcd
-#      metadata tests start real etcd processes: etcd-server and protoc come from Debian when
+#      metadata tests start real etcd processes: etcd-server and etcd-client come from Debian when
 #      missing, and MAGNETAR_REQUIRE_ETCD=1 makes those tests fail instead of skip without etcd)
 #   3. the release binary target/release/magnetar
 #   4. pytest tests/compat                         (Pulsar-protocol compatibility suite)
@@ -99,15 +99,16 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
 fi
 
 # etcd for the etcd metadata store's tests (crates/metadata-etcd starts its own etcd processes
-# on loopback), and protoc, which the etcd-client crate's build script needs (so clippy needs it
-# too): from Debian when missing. Without them the build, or the required etcd tests, fail.
-if ! command -v etcd >/dev/null 2>&1 || ! command -v protoc >/dev/null 2>&1; then
+# on loopback) and the cluster tests, and etcdctl, which tests/compat/test_replicated.py reads
+# ledger metadata with: from Debian when missing. (protoc, which the etcd-client crate's build
+# script needs, is the one the protoc-bin-vendored crate ships: .cargo/config.toml.)
+if ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    section "Debian packages: etcd-server, etcd-client, protobuf-compiler"
+    section "Debian packages: etcd-server, etcd-client"
     bounded "apt-get update" 300 apt-get update -qq || fail "apt-get update"
     DEBIAN_FRONTEND=noninteractive bounded "apt-get install" 600 \
-      apt-get install -y -qq etcd-server etcd-client protobuf-compiler >/dev/null \
-      || fail "apt-get install etcd-server etcd-client protobuf-compiler"
+      apt-get install -y -qq etcd-server etcd-client >/dev/null \
+      || fail "apt-get install etcd-server etcd-client"
   fi
 fi
 # Prometheus (server and promtool) for tests/compat/test_prometheus.py, which checks the Grafana
@@ -134,9 +135,16 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2
   fi
 fi
 
-command -v protoc >/dev/null 2>&1 || fail "no protoc (apt-get install protobuf-compiler): etcd-client cannot build"
 command -v etcd >/dev/null 2>&1 || fail "no etcd (apt-get install etcd-server): the etcd metadata tests need it"
 export MAGNETAR_REQUIRE_ETCD=1
+
+# One build profile for every step below (clippy, cargo test, the binary, and the README's
+# `cargo run --release`, which the suite runs): the release profile without LTO, with more
+# codegen units and line tables only. Thin LTO in ~40 separately linked test binaries cost
+# most of the suite's time; benchmarks build with the real release profile (Cargo.toml).
+export CARGO_PROFILE_RELEASE_LTO=false
+export CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
+export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
 
 # ------------------------------------------------------------------------------------ style
 section "cargo fmt --check, cargo clippy -D warnings"

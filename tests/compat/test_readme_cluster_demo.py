@@ -26,7 +26,9 @@ from compat_util import http_request, produce_and_consume
 from etcd_util import etcd_binary, free_port
 
 README = os.path.join(conftest.REPO_ROOT, "README.md")
-DEFAULT_PORTS = {"--etcd-port": 2379, "--broker-port": 6650, "--web-port": 8080}
+DEFAULT_PORTS = {"--etcd-port": 2379, "--broker-port": 6650, "--web-port": 8080,
+                 "--storage-port": 3181}
+STORAGE_NODES = 3  # the demo's default: ports --storage-port and the two after it
 START_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 60
 
@@ -70,11 +72,13 @@ def test_readme_cluster_demo_runs_and_stops_everything_it_started():
     command = cluster_demo_command()
     argv = shlex.split(command)
     ports = dict(DEFAULT_PORTS)
-    busy = [p for p in list(DEFAULT_PORTS.values()) + [2380] if not _port_free(p)]
+    busy = [p for p in list(DEFAULT_PORTS.values()) + [2380, 3182, 3183] if not _port_free(p)]
     if busy:  # someone else holds a default port: append ours, change nothing else
         ports = {flag: free_port() for flag in DEFAULT_PORTS}
         while not _port_free(ports["--etcd-port"] + 1):
             ports["--etcd-port"] = free_port()
+        while not all(_port_free(ports["--storage-port"] + i) for i in range(STORAGE_NODES)):
+            ports["--storage-port"] = free_port()
         for flag, port in ports.items():
             argv += [flag, str(port)]
     broker_port, web_port = ports["--broker-port"], ports["--web-port"]
@@ -108,6 +112,9 @@ def test_readme_cluster_demo_runs_and_stops_everything_it_started():
         text = "\n".join(lines)
         etcd_pid = int(re.search(r"etcd pid (\d+)", text).group(1))
         broker_pid = int(re.search(r"broker pid (\d+)", text).group(1))
+        storage_pids = [int(p) for p in re.findall(r"storage node \d+ listening on \S+ \(pid (\d+)\)",
+                                                   text)]
+        assert len(storage_pids) == STORAGE_NODES, text
         work = re.search(r"data and logs in (\S+)\)", text).group(1)
         assert os.path.isdir(work), text
 
@@ -125,6 +132,7 @@ def test_readme_cluster_demo_runs_and_stops_everything_it_started():
         assert code == 0, "exit code %s after Ctrl-C:\n%s" % (code, output())
         assert not _pid_alive(broker_pid), "the broker outlived the demo"
         assert not _pid_alive(etcd_pid), "etcd outlived the demo"
+        assert not any(_pid_alive(pid) for pid in storage_pids), "a storage node outlived the demo"
         assert not os.path.exists(work), "the demo's data dir was left behind"
     finally:
         # Whatever of the group this test created (the script and its children) still runs.

@@ -11,6 +11,14 @@ pub struct BrokerConfig {
     /// `[broker]` key).
     #[serde(skip)]
     pub authorization: magnetar_security::authorization::AuthorizationConfig,
+    /// How new ledgers are stored (the server's `[ledgers]` section, copied here by the
+    /// server; not a `[broker]` key). One local copy by default.
+    #[serde(skip, default = "magnetar_ledger::LedgerMetadata::local")]
+    pub persistence: magnetar_ledger::LedgerMetadata,
+    /// Whether namespace and topic `persistence` policies pick a topic's quorums (ledgers on
+    /// storage nodes; set by the server with `persistence`).
+    #[serde(skip)]
+    pub persistence_policies: bool,
     /// Address the binary protocol listens on. Default loopback: standalone is for one machine.
     pub bind_address: String,
     /// Binary protocol port (Pulsar's default 6650).
@@ -154,6 +162,8 @@ impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
             authorization: Default::default(),
+            persistence: magnetar_ledger::LedgerMetadata::local(),
+            persistence_policies: false,
             bind_address: "127.0.0.1".into(),
             broker_port: 6650,
             advertised_address: "127.0.0.1".into(),

@@ -357,7 +357,7 @@ impl CursorLedger {
         version: Option<u64>,
         obsolete: Vec<u64>,
     ) -> Self {
-        let mut ledger_metadata = LedgerMetadata::local();
+        let mut ledger_metadata = backend.persistence.clone();
         ledger_metadata.properties.insert("magnetar.kind".into(), "cursor".into());
         ledger_metadata.properties.insert("magnetar.topic".into(), topic.into());
         ledger_metadata.properties.insert("magnetar.subscription".into(), subscription.into());

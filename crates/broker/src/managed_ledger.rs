@@ -126,6 +126,12 @@ pub struct LedgerBackend {
     pub clock: Arc<dyn Clock>,
     /// Counters of what the topics on this backend do.
     pub metrics: Arc<BrokerMetrics>,
+    /// How new ledgers are stored (ensemble, write and ack quorums): one local copy by
+    /// default; the `[ledgers]` section for storage nodes.
+    pub persistence: LedgerMetadata,
+    /// Whether namespaces' and topics' `persistence` policies override `persistence` (on
+    /// storage nodes; a local store keeps one copy whatever they say).
+    pub persistence_policies: bool,
 }
 
 impl LedgerBackend {
@@ -140,7 +146,26 @@ impl LedgerBackend {
     ) -> Self {
         let floor = storage.ledger_id_floor();
         let ids = LedgerIds::new(metadata, magnetar_model::keys::LEDGER_IDS, floor);
-        LedgerBackend { storage, ids: Arc::new(ids), clock, metrics: BrokerMetrics::new(None) }
+        LedgerBackend {
+            storage,
+            ids: Arc::new(ids),
+            clock,
+            metrics: BrokerMetrics::new(None),
+            persistence: LedgerMetadata::local(),
+            persistence_policies: false,
+        }
+    }
+
+    /// The same backend storing new ledgers as `persistence` says.
+    pub fn with_persistence(mut self, persistence: LedgerMetadata) -> Self {
+        self.persistence = persistence;
+        self
+    }
+
+    /// The same backend letting `persistence` policies pick each topic's quorums.
+    pub fn with_persistence_policies(mut self, apply: bool) -> Self {
+        self.persistence_policies = apply;
+        self
     }
 
     /// The same backend counting into `metrics`.
@@ -152,7 +177,7 @@ impl LedgerBackend {
     /// A new ledger with an id above `after` (the topic's last ledger), from the allocator.
     async fn create_ledger(&self, after: Option<u64>) -> Result<u64, BrokerError> {
         let id = self.ids.next_after(after).await?;
-        self.storage.create(id, &LedgerMetadata::local()).await?;
+        self.storage.create(id, &self.persistence).await?;
         Ok(id)
     }
 }

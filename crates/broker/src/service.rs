@@ -77,11 +77,16 @@ impl BrokerService {
             config.authorization.clone(),
             metadata.clone(),
         ));
+        let persistence = config.persistence.clone();
+        let persistence_policies = config.persistence_policies;
         Arc::new(BrokerService {
             authorizer,
             config,
             ownership,
-            ledgers: LedgerBackend::new(storage, metadata.clone()).with_metrics(metrics),
+            ledgers: LedgerBackend::new(storage, metadata.clone())
+                .with_metrics(metrics)
+                .with_persistence(persistence)
+                .with_persistence_policies(persistence_policies),
             schemas: SchemaRegistry::new(metadata.clone()),
             metadata,
             readiness,

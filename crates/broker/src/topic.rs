@@ -385,6 +385,38 @@ pub struct Topic {
     limits: Arc<crate::limits::TopicLimits>,
 }
 
+/// The topic's and its namespace's policies layered over the broker defaults (Pulsar's order).
+/// A document that does not parse counts as absent (logged): a bad policy must not make the
+/// topic unloadable.
+async fn read_effective(
+    metadata: &dyn MetadataStore,
+    name: &TopicName,
+    defaults: &magnetar_model::policy::PolicyDefaults,
+    cluster: &str,
+) -> Result<Effective, BrokerError> {
+    let topic_key = magnetar_model::keys::topic_policies_key(&name.partitioned_topic());
+    let namespace_key = magnetar_model::keys::namespace_key(name.namespace());
+    let topic: Option<TopicPolicies> = read_policy_document(metadata, name, &topic_key).await?;
+    let namespace: Option<NamespacePolicies> =
+        read_policy_document(metadata, name, &namespace_key).await?;
+    Ok(Effective::resolve(defaults, namespace.as_ref(), topic.as_ref(), cluster))
+}
+
+async fn read_policy_document<T: serde::de::DeserializeOwned>(
+    metadata: &dyn MetadataStore,
+    name: &TopicName,
+    key: &str,
+) -> Result<Option<T>, BrokerError> {
+    let Some(found) = metadata.get(key).await? else { return Ok(None) };
+    match serde_json::from_slice(&found.value) {
+        Ok(document) => Ok(Some(document)),
+        Err(error) => {
+            tracing::error!(topic = %name, key, %error, "policy document unreadable; ignored");
+            Ok(None)
+        }
+    }
+}
+
 impl Topic {
     /// Loads a topic: its managed ledger and its durable subscriptions.
     pub async fn load(
@@ -394,6 +426,26 @@ impl Topic {
         metadata: Arc<dyn MetadataStore>,
     ) -> Result<Arc<Topic>, BrokerError> {
         let full_name = name.to_string();
+        // On storage nodes, the namespace's or topic's `persistence` picks the quorums of the
+        // topic's new ledgers (read at load: a change applies from the next load).
+        let with_policy;
+        let ledgers = if ledgers.persistence_policies {
+            let effective =
+                read_effective(&*metadata, &name, &config.policy_defaults(), &config.cluster_name)
+                    .await?;
+            with_policy = match effective.persistence {
+                Some(p) => ledgers.clone().with_persistence(magnetar_ledger::LedgerMetadata {
+                    ensemble_size: p.ensemble,
+                    write_quorum: p.write_quorum,
+                    ack_quorum: p.ack_quorum,
+                    properties: Default::default(),
+                }),
+                None => ledgers.clone(),
+            };
+            &with_policy
+        } else {
+            ledgers
+        };
         let managed_ledger = ManagedLedger::open(
             full_name.clone(),
             magnetar_model::keys::managed_ledger_key(&name),
@@ -560,17 +612,9 @@ impl Topic {
     /// defaults (Pulsar's order). A document that does not parse counts as absent (logged): a
     /// bad policy must not make the topic unloadable.
     pub async fn refresh_policies(&self) -> Result<(), BrokerError> {
-        let topic_key = magnetar_model::keys::topic_policies_key(&self.name.partitioned_topic());
-        let namespace_key = magnetar_model::keys::namespace_key(self.name.namespace());
-        let topic: Option<TopicPolicies> = self.read_policy_document(&topic_key).await?;
-        let namespace: Option<NamespacePolicies> =
-            self.read_policy_document(&namespace_key).await?;
-        let effective = Effective::resolve(
-            &self.policy_defaults,
-            namespace.as_ref(),
-            topic.as_ref(),
-            &self.cluster,
-        );
+        let effective =
+            read_effective(&*self.metadata, &self.name, &self.policy_defaults, &self.cluster)
+                .await?;
         self.dedup_enabled.store(effective.deduplication_enabled, Ordering::Relaxed);
         self.limits.apply(&effective, self.managed_ledger.clock().now_ms());
         if effective.max_message_size >= self.policy_defaults.max_message_size {
@@ -581,20 +625,6 @@ impl Topic {
         self.producers.set_max_producers(effective.max_producers_per_topic);
         *self.policies.lock() = Arc::new(effective);
         Ok(())
-    }
-
-    async fn read_policy_document<T: serde::de::DeserializeOwned>(
-        &self,
-        key: &str,
-    ) -> Result<Option<T>, BrokerError> {
-        let Some(found) = self.metadata.get(key).await? else { return Ok(None) };
-        match serde_json::from_slice(&found.value) {
-            Ok(document) => Ok(Some(document)),
-            Err(error) => {
-                tracing::error!(topic = %self.full_name, key, %error, "policy document unreadable; ignored");
-                Ok(None)
-            }
-        }
     }
 
     /// The policies the topic obeys now.

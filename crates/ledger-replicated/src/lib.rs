@@ -29,7 +29,7 @@ use magnetar_replication::meta::{LedgerMeta, LedgerState};
 use magnetar_replication::placement::choose_ensemble;
 use magnetar_replication::recovery::RecoveryConfig;
 use magnetar_replication::writer::{Writer, WriterConfig};
-use magnetar_replication::{EntryId, LedgerId, NodeId};
+use magnetar_replication::{EntryId, LedgerId};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -183,47 +183,81 @@ impl ReplicatedLedgers {
         Ok(meta.last_entry_id.map_or(0, |l| l + 1))
     }
 
-    /// One entry from the replicas of its ensemble: the first that has it wins.
-    async fn read_entry(
+    /// Entries `first..=last` from the replicas of their ensembles, all asked at once: each
+    /// entry from one replica (a different one per entry, to spread the load), and from the
+    /// next one after an error, a "no entry", or `speculative_read` without an answer. The
+    /// first copy of each entry wins.
+    async fn read_range(
         &self,
         meta: &LedgerMeta,
         id: LedgerId,
-        entry: EntryId,
-    ) -> Result<Bytes, LedgerError> {
-        let ensemble: Vec<NodeId> = meta.ensemble_for(entry).to_vec();
+        first: EntryId,
+        last: EntryId,
+    ) -> Result<Vec<Bytes>, LedgerError> {
+        let count = (last - first + 1) as usize;
         let (answers, mut replies) = tokio::sync::mpsc::unbounded_channel();
-        let mut asked = 0;
-        let mut answered = 0;
-        let ask = |node: NodeId| {
+        let mut found: Vec<Option<Bytes>> = vec![None; count];
+        // Per entry: replicas asked so far and answers that did not have it.
+        let mut asked = vec![0usize; count];
+        let mut missed = vec![0usize; count];
+        let ask = |index: usize, attempt: usize| {
+            let entry = first + index as u64;
+            let ensemble = meta.ensemble_for(entry);
+            let node = ensemble[(entry as usize + attempt) % ensemble.len()];
             let answers = answers.clone();
             let request = Request::Read { ledger: id, entry, fence: None };
             self.nodes.send(
                 node,
                 &request,
                 Box::new(move |response| {
-                    let _ = answers.send(response);
+                    let _ = answers.send((index, response));
                 }),
             );
         };
-        // Spread reads over the replicas: start at a different one per entry.
-        let start = (entry as usize) % ensemble.len();
-        ask(ensemble[start]);
-        asked += 1;
-        loop {
-            let next = tokio::time::timeout(self.config.speculative_read, replies.recv()).await;
-            match next {
-                Ok(Some(Some(Response::Entry { data, .. }))) => return Ok(data),
-                Ok(Some(_)) => answered += 1, // no entry, an error, or the node failed
+        for (index, asked) in asked.iter_mut().enumerate() {
+            ask(index, 0);
+            *asked = 1;
+        }
+        let mut remaining = count;
+        while remaining > 0 {
+            match tokio::time::timeout(self.config.speculative_read, replies.recv()).await {
+                Ok(Some((index, Some(Response::Entry { data, .. })))) => {
+                    if found[index].is_none() {
+                        found[index] = Some(data);
+                        remaining -= 1;
+                    }
+                }
+                Ok(Some((index, _))) => {
+                    // No entry there, an error, or the node failed: the next replica.
+                    missed[index] += 1;
+                    let replicas = meta.ensemble_for(first + index as u64).len();
+                    if found[index].is_some() {
+                        continue;
+                    }
+                    if asked[index] < replicas {
+                        ask(index, asked[index]);
+                        asked[index] += 1;
+                    } else if missed[index] == replicas {
+                        return Err(LedgerError::NoSuchEntry {
+                            ledger: id,
+                            entry: first + index as u64,
+                        });
+                    }
+                }
                 Ok(None) => unreachable!("a sender is held here"),
-                Err(_) => {} // slow: ask the next one too (speculative read)
-            }
-            if asked < ensemble.len() {
-                ask(ensemble[(start + asked) % ensemble.len()]);
-                asked += 1;
-            } else if answered == ensemble.len() {
-                return Err(LedgerError::NoSuchEntry { ledger: id, entry });
+                Err(_) => {
+                    // Slow replicas: ask the next one of every entry still missing.
+                    for index in 0..count {
+                        let replicas = meta.ensemble_for(first + index as u64).len();
+                        if found[index].is_none() && asked[index] < replicas {
+                            ask(index, asked[index]);
+                            asked[index] += 1;
+                        }
+                    }
+                }
             }
         }
+        Ok(found.into_iter().map(|data| data.expect("every entry found")).collect())
     }
 }
 
@@ -304,12 +338,7 @@ impl LedgerStorage for ReplicatedLedgers {
             if first > last || readable.is_none_or(|r| last > r) {
                 return Err(LedgerError::NoSuchEntry { ledger, entry: last });
             }
-            let reads = (first..=last).map(|entry| self.read_entry(&meta, ledger, entry));
-            let mut entries = Vec::with_capacity((last - first + 1) as usize);
-            for read in reads {
-                entries.push(read.await?);
-            }
-            Ok(entries)
+            self.read_range(&meta, ledger, first, last).await
         })
     }
 
@@ -355,7 +384,10 @@ impl LedgerStorage for ReplicatedLedgers {
             let entries = open.last_add_confirmed().map_or(0, |l| l + 1);
             return Ok(LedgerInfo { id: ledger, entries, closed: false, fenced: false });
         }
-        let meta = match self.closed.lock().get(&ledger).cloned() {
+        // Not `match self.closed.lock()...`: the guard would live through the arms, and
+        // `meta` takes the same lock.
+        let known = self.closed.lock().get(&ledger).cloned();
+        let meta = match known {
             Some(meta) => meta,
             None => self.block_on(self.meta(ledger))?,
         };

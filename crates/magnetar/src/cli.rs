@@ -411,6 +411,9 @@ pub struct StorageArgs {
     /// Seconds between registration refreshes (free disk space).
     #[arg(long, default_value_t = 10)]
     pub refresh_seconds: u64,
+    /// Seconds between garbage collections: ledgers whose metadata was deleted are freed.
+    #[arg(long, default_value_t = 60)]
+    pub gc_seconds: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -460,6 +463,9 @@ impl Cli {
             Command::Storage(args) => {
                 if args.refresh_seconds == 0 || args.refresh_seconds > 3600 {
                     return Err("--refresh-seconds must be between 1 and 3600".into());
+                }
+                if args.gc_seconds == 0 || args.gc_seconds > 86_400 {
+                    return Err("--gc-seconds must be between 1 and 86400".into());
                 }
                 if args.listen.parse::<std::net::SocketAddr>().is_err() {
                     return Err(format!(

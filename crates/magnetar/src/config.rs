@@ -31,6 +31,8 @@ pub struct ServerConfig {
     pub cluster: String,
     pub broker: BrokerConfig,
     pub storage: StorageSection,
+    /// `[ledgers]`: where topics' ledgers live (this broker's disk, or storage nodes).
+    pub ledgers: LedgersSection,
     pub metadata: MetadataSection,
     pub log: LogSection,
     /// `[tls]`: `pulsar+ssl://` and HTTPS (see `magnetar_security::tls`).
@@ -86,6 +88,42 @@ pub struct StorageSection {
     pub write_cache_bytes: usize,
 }
 
+/// Where a broker keeps its ledgers. `local`: its own journal and ledger store in
+/// `<data_dir>/ledgers` (one copy). `nodes`: the storage nodes (`magnetar storage`) registered
+/// in the cluster's metadata, each entry on `write_quorum` of them and acknowledged once
+/// `ack_quorum` have it durably (`magnetar broker` only). Pulsar's names for the quorums are
+/// `managedLedgerDefaultEnsembleSize`, `...WriteQuorum` and `...AckQuorum`; its defaults, 2,
+/// 2, 2, are these.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LedgersSection {
+    /// `local` or `nodes`.
+    pub storage: String,
+    /// Nodes a ledger is placed on (equal to `write_quorum`: entries are not striped).
+    pub ensemble_size: u32,
+    /// Nodes each entry is written to.
+    pub write_quorum: u32,
+    /// Nodes that must have an entry durably before it is acknowledged.
+    pub ack_quorum: u32,
+    /// A node that has not answered an add for this long is replaced (milliseconds).
+    pub add_timeout_millis: u64,
+    /// A read unanswered for this long is also sent to the next replica (milliseconds).
+    pub speculative_read_millis: u64,
+}
+
+impl Default for LedgersSection {
+    fn default() -> Self {
+        LedgersSection {
+            storage: "local".into(),
+            ensemble_size: 2,
+            write_quorum: 2,
+            ack_quorum: 2,
+            add_timeout_millis: 5_000,
+            speculative_read_millis: 200,
+        }
+    }
+}
+
 /// The etcd metadata store of `magnetar broker` (standalone ignores this section).
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -109,6 +147,7 @@ impl Default for ServerConfig {
             cluster: "standalone".into(),
             broker: BrokerConfig::default(),
             storage: StorageSection::default(),
+            ledgers: LedgersSection::default(),
             metadata: MetadataSection::default(),
             log: LogSection::default(),
             tls: TlsConfig::default(),
@@ -172,6 +211,8 @@ pub enum ConfigError {
     AdvertisedAddress(String),
     #[error("metadata.{0}")]
     MetadataSection(&'static str),
+    #[error("ledgers.{0}")]
+    LedgersSection(String),
     #[error("{0}")]
     Tls(TlsError),
 }
@@ -264,6 +305,8 @@ impl Settings {
             ));
         }
         config.broker.authorization = config.authorization.clone();
+        config.broker.persistence = persistence(&config.ledgers, &metadata)?;
+        config.broker.persistence_policies = config.ledgers.storage == "nodes";
         let ledger = ledger_store_config(&config)?;
         config
             .tls
@@ -275,6 +318,46 @@ impl Settings {
         };
         Ok(Settings { config, ledger, metadata, tls })
     }
+}
+
+/// How new ledgers are stored: one local copy, or the `[ledgers]` quorums on storage nodes
+/// (which need the cluster's metadata store to find them).
+fn persistence(
+    section: &LedgersSection,
+    metadata: &MetadataBackend,
+) -> Result<magnetar_ledger::LedgerMetadata, ConfigError> {
+    let invalid = |why: String| Err(ConfigError::LedgersSection(why));
+    match section.storage.as_str() {
+        "local" => return Ok(magnetar_ledger::LedgerMetadata::local()),
+        "nodes" => {}
+        other => return invalid(format!("storage must be \"local\" or \"nodes\", not {other:?}")),
+    }
+    if matches!(metadata, MetadataBackend::Embedded) {
+        return invalid(
+            "storage = \"nodes\" needs `magnetar broker` (storage nodes register in etcd)".into(),
+        );
+    }
+    let (e, w, a) = (section.ensemble_size, section.write_quorum, section.ack_quorum);
+    if !(a >= 1 && a <= w && w <= e && e <= 16) {
+        return invalid(format!(
+            "need 16 >= ensemble_size {e} >= write_quorum {w} >= ack_quorum {a} >= 1"
+        ));
+    }
+    if e != w {
+        return invalid(format!("ensemble_size {e} must equal write_quorum {w} (no striping yet)"));
+    }
+    if !(10..=600_000).contains(&section.add_timeout_millis) {
+        return invalid("add_timeout_millis must be 10..=600000".into());
+    }
+    if !(1..=60_000).contains(&section.speculative_read_millis) {
+        return invalid("speculative_read_millis must be 1..=60000".into());
+    }
+    Ok(magnetar_ledger::LedgerMetadata {
+        ensemble_size: e,
+        write_quorum: w,
+        ack_quorum: a,
+        properties: Default::default(),
+    })
 }
 
 fn read_file(path: &Path) -> Result<ServerConfig, ConfigError> {
@@ -355,6 +438,7 @@ mod tests {
         let sections = [
             ("broker", format!("{:?}", default.broker)),
             ("storage", format!("{:?}", default.storage)),
+            ("ledgers", format!("{:?}", default.ledgers)),
             ("metadata", format!("{:?}", default.metadata)),
             ("log", format!("{:?}", default.log)),
             ("tls", format!("{:?}", default.tls)),
@@ -366,12 +450,44 @@ mod tests {
             // Not read from the file: `broker.cluster_name` (from `cluster`),
             // `service_url_tls` and `plain_port_enabled` (from `[tls]`), `authenticator` and
             // `authorization`, a struct (from `[authentication]` and `[authorization]`).
+            // `persistence` and `persistence_policies` (from `[ledgers]`) neither.
             let authorization = format!("{:?}", default.broker.authorization);
-            let not_in_file =
-                if section == "broker" { 5 + authorization.matches(": ").count() } else { 0 };
+            let persistence = format!("{:?}", default.broker.persistence);
+            let nested = authorization.matches(": ").count() + persistence.matches(": ").count();
+            let not_in_file = if section == "broker" { 7 + nested } else { 0 };
             let knobs = debug.matches(": ").count() - not_in_file;
             assert_eq!(table.len(), knobs, "every {section} knob is listed");
         }
+    }
+
+    #[test]
+    fn ledgers_on_storage_nodes_need_etcd_and_valid_quorums() {
+        let etcd = MetadataBackend::Etcd(EtcdStoreConfig::new(vec!["127.0.0.1:2379".into()], "c"));
+        let with = |f: &dyn Fn(&mut LedgersSection), metadata: &MetadataBackend| {
+            let mut config = ServerConfig::default();
+            config.ledgers.storage = "nodes".into();
+            f(&mut config.ledgers);
+            Settings::validate(config, metadata.clone())
+        };
+        let settings = with(&|_| {}, &etcd).expect("Pulsar's 2/2/2 on etcd");
+        let persistence = &settings.config.broker.persistence;
+        assert_eq!(
+            (persistence.ensemble_size, persistence.write_quorum, persistence.ack_quorum),
+            (2, 2, 2)
+        );
+        let refused = |f: &dyn Fn(&mut LedgersSection), metadata: &MetadataBackend| {
+            let result = with(f, metadata);
+            assert!(matches!(result, Err(ConfigError::LedgersSection(_))), "{result:?}");
+        };
+        refused(&|_| {}, &MetadataBackend::Embedded);
+        refused(&|l| l.storage = "s3".into(), &etcd);
+        refused(&|l| l.ack_quorum = 3, &etcd);
+        refused(&|l| l.ack_quorum = 0, &etcd);
+        refused(&|l| l.ensemble_size = 3, &etcd);
+        refused(&|l| l.add_timeout_millis = 0, &etcd);
+        refused(&|l| l.speculative_read_millis = 0, &etcd);
+        let local = Settings::validate(ServerConfig::default(), MetadataBackend::Embedded).unwrap();
+        assert_eq!(local.config.broker.persistence, magnetar_ledger::LedgerMetadata::local());
     }
 
     #[test]

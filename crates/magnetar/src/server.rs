@@ -17,7 +17,7 @@ use bytes::Bytes;
 use magnetar_admin::AdminHooks;
 use magnetar_broker::registration::{Readiness, Registration};
 use magnetar_broker::BrokerService;
-use magnetar_ledger::LedgerStore;
+use magnetar_ledger::{LedgerStorage, LedgerStore};
 use magnetar_metadata::{EmbeddedStore, EmbeddedStoreConfig, MetadataStore, SessionStore};
 use magnetar_metadata_etcd::EtcdStore;
 use magnetar_model::{keys, BrokerRegistration};
@@ -60,12 +60,7 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         let metadata = open_metadata(&settings).await?;
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
-        let store_config = settings.ledger.clone();
-        let (store, recovery) =
-            tokio::task::spawn_blocking(move || LedgerStore::open(store_config))
-                .await?
-                .context("open ledger store")?;
-        let store = Arc::new(store);
+        let (storage, store, recovery) = open_ledgers(&settings, &metadata).await?;
 
         // Bind first: the registration carries the ports really bound (port 0 picks one).
         // `[tls] plain_ports_enabled = false` leaves only the TLS listeners.
@@ -106,7 +101,7 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         let metadata_store: Arc<dyn MetadataStore> = Arc::new(counting);
         let service = BrokerService::build(
             broker_config,
-            store.clone(),
+            storage,
             metadata_store.clone(),
             readiness.clone(),
             metrics,
@@ -210,8 +205,8 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
             metadata = %describe(&settings.metadata),
             registration = %registration_key,
             data_dir = %config.data_dir.display(),
-            ledgers = recovery.ledgers,
-            entries = recovery.entries,
+            ledgers = recovery.0,
+            entries = recovery.1,
             ready_ms = started.elapsed().as_millis() as u64,
             "magnetar {name} ready"
         );
@@ -223,11 +218,47 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
             let _ = task.await;
         }
         drop(service);
-        tokio::task::spawn_blocking(move || store.close()).await?;
+        if let Some(store) = store {
+            tokio::task::spawn_blocking(move || store.close()).await?;
+        }
         metadata.close().await.context("close metadata store")?;
         tracing::info!("stopped");
         anyhow::Ok(())
     })
+}
+
+/// Where the broker's ledgers live: its own ledger store (`[ledgers] storage = "local"`), or
+/// the storage nodes registered in the cluster (`"nodes"`). The local store, if any, and what
+/// its recovery found (ledgers, entries).
+async fn open_ledgers(
+    settings: &Settings,
+    metadata: &Arc<dyn SessionStore>,
+) -> anyhow::Result<(Arc<dyn LedgerStorage>, Option<Arc<LedgerStore>>, (u64, u64))> {
+    let section = &settings.config.ledgers;
+    if section.storage == "nodes" {
+        let config = magnetar_ledger_replicated::ReplicatedConfig {
+            add_timeout: std::time::Duration::from_millis(section.add_timeout_millis),
+            speculative_read: std::time::Duration::from_millis(section.speculative_read_millis),
+            ..Default::default()
+        };
+        let metadata: Arc<dyn MetadataStore> = metadata.clone();
+        let ledgers = magnetar_ledger_replicated::ReplicatedLedgers::start(metadata, config)
+            .await
+            .context("find the storage nodes")?;
+        tracing::info!(
+            nodes = ledgers.nodes().live().len(),
+            write_quorum = section.write_quorum,
+            ack_quorum = section.ack_quorum,
+            "ledgers on storage nodes"
+        );
+        return Ok((ledgers, None, (0, 0)));
+    }
+    let store_config = settings.ledger.clone();
+    let (store, recovery) = tokio::task::spawn_blocking(move || LedgerStore::open(store_config))
+        .await?
+        .context("open ledger store")?;
+    let store = Arc::new(store);
+    Ok((store.clone(), Some(store), (recovery.ledgers as u64, recovery.entries)))
 }
 
 /// Binds `host:port` when `wanted` (port 0 picks a free one).

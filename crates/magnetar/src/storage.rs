@@ -76,11 +76,16 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
         };
         // The line test harnesses and operators wait for.
         println!("storage node {} listening on {address}", node.0);
+        let gc = metadata.as_ref().map(|etcd| magnetar_storage_node::GarbageCollection {
+            metadata: etcd.clone(),
+            every: Duration::from_secs(args.gc_seconds),
+        });
         let served = magnetar_storage_node::serve(
             node,
             store.clone(),
             args.data_dir.clone(),
             listener,
+            gc,
             async {
                 if let Err(e) = crate::shutdown_signal().await {
                     tracing::warn!(error = %e, "no signal handler; serving until killed");
@@ -95,6 +100,13 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
         if let Some(etcd) = metadata {
             let _ = etcd.close().await;
         }
+        let stats = store.journal().stats();
+        tracing::info!(
+            groups = stats.groups.load(std::sync::atomic::Ordering::Relaxed),
+            records = stats.records.load(std::sync::atomic::Ordering::Relaxed),
+            bytes = stats.bytes.load(std::sync::atomic::Ordering::Relaxed),
+            "journal totals (one fdatasync per group)"
+        );
         let closing = store.clone();
         tokio::task::spawn_blocking(move || closing.close()).await?;
         served.context("storage node")?;

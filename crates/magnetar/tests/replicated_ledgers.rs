@@ -5,6 +5,7 @@
 //!   back with its bytes.
 //! * Another client (its own etcd session, as another process would be) fences the ledger: it
 //!   closes at or above every acknowledged entry, and the old writer's next append is refused.
+//! * Deleted, the ledger is freed on the nodes that hold it (their garbage collection).
 //!
 //! Every wait is bounded; only processes this test started are signalled, by PID. Skipped with
 //! a notice without etcd, unless MAGNETAR_REQUIRE_ETCD=1.
@@ -32,6 +33,7 @@ const WAIT: Duration = Duration::from_secs(60);
 struct StorageNode {
     child: Child,
     id: u64,
+    log: std::path::PathBuf,
 }
 
 impl StorageNode {
@@ -39,6 +41,7 @@ impl StorageNode {
         let mut child = Command::new(env!("CARGO_BIN_EXE_magnetar"))
             .env("NO_COLOR", "1")
             .args(["storage", "--listen", "127.0.0.1:0", "--metadata", url, "--cluster", cluster])
+            .args(["--gc-seconds", "1"])
             .arg("--data-dir")
             .arg(dir)
             .stdin(Stdio::null())
@@ -65,7 +68,7 @@ impl StorageNode {
             .unwrap_or_else(|| {
                 panic!("unexpected first line {line:?}; log in {:?}", dir.with_extension("log"))
             });
-        StorageNode { child, id }
+        StorageNode { child, id, log: dir.with_extension("log") }
     }
 
     fn kill(&mut self) {
@@ -200,6 +203,33 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
         Ok(()) => {
             let result = tokio::time::timeout(WAIT, rx.recv()).await.expect("answered").unwrap();
             assert!(matches!(result, Err(LedgerError::Fenced(_))), "{result:?}");
+        }
+    }
+
+    // Deleted, its entries are freed on every live node that held them.
+    ledgers.delete(ledger).await.unwrap();
+    let holders: Vec<&StorageNode> = nodes
+        .iter()
+        .filter(|n| {
+            Some(NodeId(n.id)) != killed
+                && closed.fragments.iter().any(|f| f.ensemble.contains(&NodeId(n.id)))
+        })
+        .collect();
+    assert!(!holders.is_empty());
+    let deadline = std::time::Instant::now() + WAIT;
+    for node in holders {
+        loop {
+            let log = std::fs::read_to_string(&node.log).unwrap_or_default();
+            if log.contains("deleted ledger freed") {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {} never freed the ledger:\n{log}",
+                node.id
+            );
+            // Another process's log: no event to wait on.
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 }

@@ -255,6 +255,33 @@ pub struct Effective {
     pub publish_rate: Option<PublishRate>,
     pub inactive_topic: Option<InactiveTopicPolicies>,
     pub max_message_size: u32,
+    /// How new ledgers are replicated (Pulsar's `persistence`, topic over namespace); `None`:
+    /// the broker's `[ledgers]` defaults.
+    pub persistence: Option<Persistence>,
+}
+
+/// Pulsar's `PersistencePolicies` as a broker acts on it: ensemble, write and ack quorums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Persistence {
+    pub ensemble: u32,
+    pub write_quorum: u32,
+    pub ack_quorum: u32,
+}
+
+impl Persistence {
+    /// The stored document's quorums, if they make a valid placement (E >= Qw >= Qa >= 1).
+    pub fn from_document(value: &Value) -> Option<Persistence> {
+        let field = |name: &str| value.get(name)?.as_u64().and_then(|n| u32::try_from(n).ok());
+        let persistence = Persistence {
+            ensemble: field("bookkeeperEnsemble")?,
+            write_quorum: field("bookkeeperWriteQuorum")?,
+            ack_quorum: field("bookkeeperAckQuorum")?,
+        };
+        let valid = persistence.ack_quorum >= 1
+            && persistence.ack_quorum <= persistence.write_quorum
+            && persistence.write_quorum <= persistence.ensemble;
+        valid.then_some(persistence)
+    }
 }
 
 /// A limit as Pulsar stores it (`-1`/`0`/negative: unlimited) as ours (0: unlimited).
@@ -336,6 +363,11 @@ impl Effective {
                 .inactive_topic_policies
                 .or(ns.inactive_topic_policies)
                 .or(defaults.inactive_topic),
+            persistence: tp
+                .other
+                .get("persistence")
+                .and_then(Persistence::from_document)
+                .or_else(|| ns.other.get("persistence").and_then(Persistence::from_document)),
             max_message_size: tp.max_message_size.map_or(defaults.max_message_size, |size| {
                 if size > 0 {
                     (size as u32).min(defaults.max_message_size)
@@ -378,6 +410,36 @@ fn one() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn persistence_is_topic_over_namespace_and_only_when_valid() {
+        let doc = |e: u64, w: u64, a: u64| {
+            serde_json::json!({"bookkeeperEnsemble": e, "bookkeeperWriteQuorum": w,
+                               "bookkeeperAckQuorum": a, "managedLedgerMaxMarkDeleteRate": 0.0})
+        };
+        let mut namespace = NamespacePolicies::default();
+        namespace.other.insert("persistence".into(), doc(3, 3, 2));
+        let mut topic = TopicPolicies::default();
+        let defaults = PolicyDefaults::default();
+        let three = Persistence { ensemble: 3, write_quorum: 3, ack_quorum: 2 };
+        assert_eq!(
+            Effective::resolve(&defaults, Some(&namespace), None, "c").persistence,
+            Some(three)
+        );
+        topic.other.insert("persistence".into(), doc(2, 2, 2));
+        let two = Persistence { ensemble: 2, write_quorum: 2, ack_quorum: 2 };
+        assert_eq!(
+            Effective::resolve(&defaults, Some(&namespace), Some(&topic), "c").persistence,
+            Some(two)
+        );
+        topic.other.insert("persistence".into(), doc(1, 2, 1));
+        assert_eq!(
+            Effective::resolve(&defaults, Some(&namespace), Some(&topic), "c").persistence,
+            Some(three),
+            "an invalid topic document falls back to the namespace's"
+        );
+        assert_eq!(Effective::resolve(&defaults, None, None, "c").persistence, None);
+    }
 
     #[test]
     fn namespace_policies_keep_unknown_fields_and_read_pulsar_names() {

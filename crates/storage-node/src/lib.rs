@@ -9,4 +9,4 @@ pub mod server;
 pub mod store;
 
 pub use registration::register;
-pub use server::{serve, ServeError};
+pub use server::{serve, GarbageCollection, ServeError};

@@ -10,14 +10,16 @@
 use crate::store::{read_local, Completion, NodeStorage};
 use bytes::{Bytes, BytesMut};
 use magnetar_ledger::LedgerStore;
+use magnetar_metadata::MetadataStore;
 use magnetar_replication::message::{ErrorCode, RequestId, Response};
 use magnetar_replication::node::{NodeAction, NodeCore, Peer, Token};
 use magnetar_replication::wire::{self, Message, NodeStatus};
-use magnetar_replication::NodeId;
+use magnetar_replication::{LedgerId, NodeId};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -41,9 +43,31 @@ pub enum ServeError {
 }
 
 enum Input {
-    Connected { peer: Peer, outbox: mpsc::Sender<Bytes> },
-    Disconnected { peer: Peer },
-    Frame { peer: Peer, request: RequestId, message: Message },
+    /// Garbage collection found no metadata for this local ledger: the ledger was deleted.
+    Collect {
+        ledger: LedgerId,
+    },
+    Connected {
+        peer: Peer,
+        outbox: mpsc::Sender<Bytes>,
+    },
+    Disconnected {
+        peer: Peer,
+    },
+    Frame {
+        peer: Peer,
+        request: RequestId,
+        message: Message,
+    },
+}
+
+/// Deleting ledgers whose metadata is gone: every `every`, each local ledger is looked up at
+/// `/ledgers/{id}`; absent, it is deleted here. Safe because a writer stores a ledger's
+/// metadata before it sends the ledger's first entry (an add that arrives after the deletion
+/// re-creates a run that the next pass deletes again).
+pub struct GarbageCollection {
+    pub metadata: Arc<dyn MetadataStore>,
+    pub every: Duration,
 }
 
 /// Serves the storage protocol on `listener` from `store` until `shutdown` resolves.
@@ -52,6 +76,7 @@ pub async fn serve(
     store: Arc<LedgerStore>,
     data_dir: PathBuf,
     listener: TcpListener,
+    gc: Option<GarbageCollection>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let (completions_tx, completions) = mpsc::unbounded_channel();
@@ -75,11 +100,43 @@ pub async fn serve(
         next_release: 0,
         actions: Vec::new(),
     };
+    if let Some(gc) = gc {
+        tokio::spawn(collect_garbage(gc, store.clone(), inputs_tx.clone()));
+    }
     let accept = accept_loop(listener, inputs_tx);
     tokio::select! {
         result = task.run(inputs, completions) => result,
         result = accept => result.map_err(ServeError::Io),
         () = shutdown => Ok(()),
+    }
+}
+
+async fn collect_garbage(
+    gc: GarbageCollection,
+    store: Arc<LedgerStore>,
+    inputs: mpsc::Sender<Input>,
+) {
+    let mut ticks = tokio::time::interval(gc.every);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        for ledger in store.ledgers() {
+            if ledger == crate::store::FENCE_LOG {
+                continue;
+            }
+            match gc.metadata.get(&magnetar_model::keys::ledger(ledger)).await {
+                Ok(None) => {
+                    if inputs.send(Input::Collect { ledger }).await.is_err() {
+                        return;
+                    }
+                }
+                Ok(Some(_)) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "garbage collection paused: metadata unreadable");
+                    break;
+                }
+            }
+        }
     }
 }
 
@@ -198,6 +255,13 @@ impl NodeTask {
 
     async fn input(&mut self, input: Input) {
         match input {
+            Input::Collect { ledger } => {
+                if let Err(e) = self.storage.delete(ledger).await {
+                    tracing::warn!(ledger, error = %e, "deleted ledger not freed");
+                } else {
+                    tracing::info!(ledger, "deleted ledger freed");
+                }
+            }
             Input::Connected { peer, outbox } => {
                 self.peers.insert(peer, outbox);
             }

@@ -233,6 +233,16 @@ impl NodeStorage {
         Ok(())
     }
 
+    /// Frees a deleted ledger's entries (garbage collection).
+    pub async fn delete(&mut self, ledger: LedgerId) -> Result<(), LedgerError> {
+        assert_ne!(ledger, FENCE_LOG, "the fence log is never collected");
+        self.runs.remove(&ledger);
+        match self.store.delete_ledger(ledger).await {
+            Ok(()) | Err(LedgerError::NoSuchLedger(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Where entry `entry` of `ledger` is in the local store, if this node holds it.
     pub fn locate(&self, ledger: LedgerId, entry: EntryId) -> Option<u64> {
         let run = self.runs.get(&ledger)?;

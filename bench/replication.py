@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Replicated ledgers benchmark (not a test; figures go to docs/benchmarks.md), issue 15.
+
+Three set-ups side by side in one run, on this machine, each with its own processes:
+  local  `magnetar standalone`: the single-node system (one copy, the broker's own journal);
+  qw1    `magnetar broker` with [ledgers] storage = "nodes", 1 node, write/ack quorum 1;
+  qw2    `magnetar broker` with [ledgers] storage = "nodes", 2 nodes, write/ack quorum 2.
+qw1 and qw2 are separate clusters on one etcd (so each broker sees only its own nodes); every
+data directory is on the same disk. `magnetar perf produce` (same client for all) runs
+  async128: 128 B, batching on, as fast as possible (msg/s);
+  async1k:  1 KiB, batching on (msg/s);
+  sync1k:   1 KiB, one message in flight (p50, p99 latency);
+alternating the order of the set-ups every round (this machine is shared and noisy). For each
+run it records the CPU seconds of every process (broker, nodes, client) from /proc, and at the
+end the journal groups (one fdatasync each) of every node and of the standalone.
+
+Usage: bench/replication.py [--secs 15] [--rounds 3]   (needs target/release/magnetar and etcd)
+Writes bench/results/replication-<date>/ (JSON per run, summary.txt)."""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("MAGNETAR_BIN", os.path.join(ROOT, "target", "release", "magnetar"))
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+
+
+def wait_http(url, proc, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit("process exited during start-up: %s" % proc.args)
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)  # another process's start-up: nothing to wait on
+    sys.exit("not ready: %s" % url)
+
+
+class Procs:
+    def __init__(self, work):
+        self.work = work
+        self.procs = []
+
+    def start(self, name, args, **kw):
+        log = open(os.path.join(self.work, name + ".log"), "wb")
+        proc = subprocess.Popen(args, stdout=kw.pop("stdout", log), stderr=log,
+                                stdin=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"), **kw)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self):
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--secs", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    etcd_bin = shutil.which("etcd")
+    if not etcd_bin or not os.access(BIN, os.X_OK):
+        sys.exit("needs etcd and %s" % BIN)
+    out = os.path.join(ROOT, "bench", "results", "replication-" + time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(out)
+    work = tempfile.mkdtemp(prefix="magnetar-replication-bench-", dir="/var/tmp")
+    shm = tempfile.mkdtemp(prefix="magnetar-replication-etcd-", dir="/dev/shm")
+    procs = Procs(out)
+    try:
+        etcd_port, peer = free_port(), free_port()
+        endpoint = "http://127.0.0.1:%d" % etcd_port
+        procs.start("etcd", [etcd_bin, "--name", "b", "--data-dir", shm + "/etcd",
+                             "--listen-client-urls", endpoint, "--advertise-client-urls", endpoint,
+                             "--listen-peer-urls", "http://127.0.0.1:%d" % peer,
+                             "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % peer,
+                             "--initial-cluster", "b=http://127.0.0.1:%d" % peer])
+        etcd_url = "etcd://127.0.0.1:%d" % etcd_port
+        setups = {}  # name -> {url, pids: {component: pid}, nodes: [(name, proc)]}
+
+        # local: standalone.
+        port, web = free_port(), free_port()
+        local = procs.start("local", [BIN, "standalone", "--broker-port", str(port),
+                                      "--web-port", str(web), "--data-dir", work + "/local"])
+        wait_http("http://127.0.0.1:%d/admin/v2/brokers/ready" % web, local)
+        setups["local"] = {"url": "pulsar://127.0.0.1:%d" % port, "web": web,
+                           "pids": {"broker": local.pid}, "nodes": []}
+
+        for name, nodes in (("qw1", 1), ("qw2", 2)):
+            done = subprocess.run([BIN, "metadata", "init", "--metadata", etcd_url, "--cluster", name,
+                                   "--web-service-url", "http://127.0.0.1:1",
+                                   "--broker-service-url", "pulsar://127.0.0.1:1"],
+                                  capture_output=True, text=True, timeout=60)
+            if done.returncode != 0:
+                sys.exit(done.stderr)
+            node_procs = []
+            for i in range(nodes):
+                node = procs.start("%s-node%d" % (name, i),
+                                   [BIN, "storage", "--metadata", etcd_url, "--cluster", name,
+                                    "--listen", "127.0.0.1:0", "--data-dir",
+                                    "%s/%s-node%d" % (work, name, i)], stdout=subprocess.PIPE)
+                line = node.stdout.readline().decode()
+                if "listening" not in line:
+                    sys.exit("storage node did not start: %r" % line)
+                node_procs.append(("node%d" % i, node))
+            config = os.path.join(work, name + ".toml")
+            with open(config, "w") as f:
+                f.write('[ledgers]\nstorage = "nodes"\nensemble_size = %d\nwrite_quorum = %d\n'
+                        'ack_quorum = %d\n' % (nodes, nodes, nodes))
+            port, web = free_port(), free_port()
+            broker = procs.start(name, [BIN, "broker", "--metadata", etcd_url, "--cluster", name,
+                                        "--config", config, "--broker-port", str(port),
+                                        "--web-port", str(web), "--data-dir", work + "/" + name])
+            wait_http("http://127.0.0.1:%d/admin/v2/brokers/ready" % web, broker)
+            pids = {"broker": broker.pid}
+            pids.update({n: p.pid for n, p in node_procs})
+            setups[name] = {"url": "pulsar://127.0.0.1:%d" % port, "web": web, "pids": pids,
+                            "nodes": node_procs}
+
+        modes = {"async128": ["-s", "128"], "async1k": ["-s", "1024"],
+                 "sync1k": ["-s", "1024", "--sync"]}
+        names = list(setups)
+        results = []
+        for rnd in range(1, args.rounds + 1):
+            for mode, flags in modes.items():
+                order = names[rnd % len(names):] + names[:rnd % len(names)]
+                for name in order:
+                    setup = setups[name]
+                    before = {c: cpu_seconds(p) for c, p in setup["pids"].items()}
+                    t0 = time.monotonic()
+                    perf = subprocess.run(
+                        [BIN, "perf", "produce", "-u", setup["url"], "-d", str(args.secs), "--json"]
+                        + flags + ["bench-%s-%s-%d" % (name, mode, rnd)],
+                        capture_output=True, text=True, timeout=args.secs * 4 + 60)
+                    elapsed = time.monotonic() - t0
+                    if perf.returncode != 0:
+                        sys.exit("perf failed: %s" % perf.stderr[-2000:])
+                    usage = {c: (cpu_seconds(p) - before[c]) / elapsed
+                             for c, p in setup["pids"].items()}
+                    stream = json.loads(perf.stdout)["streams"][0]
+                    results.append({"round": rnd, "mode": mode, "setup": name,
+                                    "msg_per_s": stream["msg_per_s"],
+                                    "p50_ms": stream["latency"]["p50_us"] / 1000.0,
+                                    "p99_ms": stream["latency"]["p99_us"] / 1000.0,
+                                    "cpu_cores": usage})
+                    print("round %d %-8s %-5s %10.0f msg/s  p50 %.3f ms  p99 %.3f ms  cpu %s"
+                          % (rnd, mode, name, stream["msg_per_s"], results[-1]["p50_ms"],
+                             results[-1]["p99_ms"],
+                             " ".join("%s=%.2f" % kv for kv in usage.items())), flush=True)
+        with open(os.path.join(out, "runs.json"), "w") as f:
+            json.dump(results, f, indent=1)
+
+        # Journal groups (one fdatasync each): the standalone's from /metrics, the nodes' from
+        # their shutdown line.
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % setups["local"]["web"]) as r:
+            text = r.read().decode()
+        groups = {"local": sum(float(m) for m in re.findall(
+            r"^magnetar_journal_groups(?:_total)?(?:\{[^}]*\})? (\S+)$", text, re.M))}
+        procs.stop()
+        for name in ("qw1", "qw2"):
+            for node, _ in setups[name]["nodes"]:
+                with open(os.path.join(out, "%s-%s.log" % (name, node))) as f:
+                    found = re.findall(r"groups=(\d+)", f.read())
+                groups["%s-%s" % (name, node)] = int(found[-1]) if found else None
+        busy = args.rounds * len(modes) * args.secs
+        lines = ["journal groups (fdatasyncs) over ~%d s of load per set-up: %s" % (busy, groups)]
+        for mode in modes:
+            for name in names:
+                runs = [r for r in results if r["mode"] == mode and r["setup"] == name]
+                rates = sorted(r["msg_per_s"] for r in runs)
+                p50 = sorted(r["p50_ms"] for r in runs)
+                p99 = sorted(r["p99_ms"] for r in runs)
+                cpu = {c: sorted(r["cpu_cores"][c] for r in runs)[len(runs) // 2]
+                       for c in runs[0]["cpu_cores"]}
+                lines.append("%-8s %-5s msg/s median %9.0f %s  p50 median %.3f ms  p99 median %.3f"
+                             " ms %s  cpu cores (median) %s"
+                             % (mode, name, rates[len(rates) // 2], [round(x) for x in rates],
+                                p50[len(p50) // 2], p99[len(p99) // 2], [round(x, 3) for x in p99],
+                                " ".join("%s=%.2f" % kv for kv in cpu.items())))
+        summary = "\n".join(lines)
+        print(summary)
+        with open(os.path.join(out, "summary.txt"), "w") as f:
+            f.write(summary + "\n")
+        print("results:", out)
+    finally:
+        procs.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(shm, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+"""Replicated ledgers with real processes on loopback: etcd, three `magnetar storage` nodes and
+`magnetar broker` with `[ledgers] storage = "nodes"` (ensemble 2, write quorum 2, ack quorum 2),
+driven by the official Python client.
+
+- A storage node of the topic's ledger is SIGKILLed mid-stream: publishing goes on after the
+  ensemble change (recorded in etcd before any later entry is acknowledged), and every
+  acknowledged message is consumed afterwards, in order.
+- The broker is frozen (SIGSTOP) and another broker opens the topic: it recovers the frozen
+  broker's ledger (closed in etcd at or above every acknowledged entry) and serves every
+  message. The frozen broker, resumed (SIGCONT), cannot lose what is acknowledged: whatever it
+  acknowledges afterwards is read back too.
+
+Every wait is bounded; only processes started here are signalled, by PID. Skipped without etcd
+unless MAGNETAR_REQUIRE_ETCD=1; skipped on an external broker or another server command."""
+
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import pulsar
+import pytest
+
+import conftest
+import pulsar_wire as wire
+import raw_frames
+from compat_util import receive_n, unique_topic
+from etcd_util import Etcd, scratch_dir
+
+pytestmark = pytest.mark.restarts_server
+
+CLUSTER = "replicated"
+START_TIMEOUT_S = 30
+COMMAND_TIMEOUT_S = 60
+
+
+def _skip_unless_own_magnetar():
+    if os.environ.get("MAGNETAR_TEST_SERVICE_URL") or os.environ.get("MAGNETAR_TEST_SERVER_CMD"):
+        pytest.skip("runs magnetar itself; an external broker or server command is set")
+
+
+class StorageNode:
+    """A `magnetar storage` process registered in `etcd`; killed by PID when closed."""
+
+    def __init__(self, etcd):
+        self.dir = scratch_dir("magnetar-storage-")
+        self.log_path = os.path.join(self.dir, "node.log")
+        cmd = [conftest.magnetar_binary(), "storage", "--listen", "127.0.0.1:0",
+               "--metadata", etcd.url, "--cluster", CLUSTER,
+               "--data-dir", os.path.join(self.dir, "data")]
+        if shutil.which("setpriv"):
+            cmd = ["setpriv", "--pdeathsig", "KILL", "--"] + cmd
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log,
+                                         stdin=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"))
+        # Its first line, printed once registered and listening: "storage node ID listening on A".
+        ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
+        line = self.proc.stdout.readline().decode() if ready else ""
+        if not line.startswith("storage node "):
+            self.close()
+            pytest.fail("storage node did not start: %r\n%s" % (line, self.log_tail()))
+        self.id = int(line.split()[2])
+
+    def log_tail(self, chars=3000):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-chars:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()  # SIGKILL, by PID
+        self.proc.wait(timeout=COMMAND_TIMEOUT_S)
+
+    def close(self):
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _run(args):
+    env = dict(os.environ, NO_COLOR="1")
+    return subprocess.run([conftest.magnetar_binary()] + args, capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
+
+
+def _broker(etcd, tmp_path, name):
+    """A conftest.Server running `magnetar broker` with its ledgers on the storage nodes."""
+    config = tmp_path / ("%s.toml" % name)
+    config.write_text('[ledgers]\nstorage = "nodes"\nensemble_size = 2\nwrite_quorum = 2\n'
+                      'ack_quorum = 2\nadd_timeout_millis = 1000\n')
+    srv = conftest.Server()
+    assert srv.cmd[1] == "standalone", srv.cmd
+    srv.cmd[1:2] = ["broker", "--metadata", etcd.url, "--cluster", CLUSTER, "--config", str(config)]
+    return srv
+
+
+def _ledgers(etcd):
+    """Every replicated ledger's metadata in etcd: {ledger id: metadata}."""
+    etcdctl = shutil.which("etcdctl")
+    if not etcdctl:
+        pytest.fail("etcdctl not found (apt-get install etcd-client)")
+    done = subprocess.run([etcdctl, "--endpoints", etcd.endpoint, "get", "--prefix",
+                           "/magnetar/%s/ledgers/" % CLUSTER], capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT_S, env=dict(os.environ, ETCDCTL_API="3"))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    return {int(key.rsplit("/", 1)[1]): json.loads(value)
+            for key, value in zip(lines[0::2], lines[1::2])}
+
+
+@pytest.fixture()
+def cluster(tmp_path):
+    _skip_unless_own_magnetar()
+    etcd = Etcd()
+    nodes, brokers = [], []
+    try:
+        etcd.start()
+        done = _run(["metadata", "init", "--metadata", etcd.url, "--cluster", CLUSTER,
+                     "--web-service-url", "http://127.0.0.1:8080",
+                     "--broker-service-url", "pulsar://127.0.0.1:6650"])
+        assert done.returncode == 0, done.stdout + done.stderr
+        nodes.extend(StorageNode(etcd) for _ in range(3))
+
+        def broker(name):
+            srv = _broker(etcd, tmp_path, name)
+            brokers.append(srv)
+            srv.start()
+            return srv
+
+        yield etcd, nodes, broker
+    finally:
+        for srv in brokers:
+            if srv.proc is not None and srv.proc.poll() is None:
+                os.kill(srv.proc.pid, signal.SIGCONT)  # a frozen broker must be able to die
+            srv.close()
+            shutil.rmtree(srv._tmp, ignore_errors=True)
+        for node in nodes:
+            node.close()
+        etcd.close()
+
+
+def _send_through(service_url, topic, payload, timeout_s=20):
+    """Opens a producer and sends one message on raw frames; True if it was acknowledged (a
+    SEND_RECEIPT), False if refused (an error, the producer closed, the connection dropped or
+    nothing within the bound)."""
+    with wire.RawConnection(service_url, timeout=timeout_s) as conn:
+        try:
+            conn.handshake()
+            producer_name = conn.open_producer(topic)
+        except (AssertionError, socket.timeout, wire.Closed):
+            return False
+        meta = wire.message_metadata(producer_name, 0, int(time.time() * 1000))
+        conn.send(wire.payload_frame(wire.cmd_send(1, 0), meta, payload))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                type_, _fields = conn.read_frame(timeout=max(0.1, deadline - time.monotonic()))
+            except (socket.timeout, wire.Closed):
+                return False
+            if type_ == wire.SEND_RECEIPT:
+                return True
+            if type_ in (wire.SEND_ERROR, raw_frames.CLOSE_PRODUCER, wire.ERROR):
+                return False
+        return False
+
+
+def _open_ledger(etcd):
+    open_ = {lid: meta for lid, meta in _ledgers(etcd).items() if meta["state"] == "OPEN"}
+    return open_
+
+
+def test_publishing_survives_a_storage_node_killed_mid_stream(cluster):
+    etcd, nodes, start_broker = cluster
+    srv = start_broker("a")
+    topic = unique_topic("replicated")
+    n, kill_at = 2000, 500
+    client = srv.client()
+    try:
+        consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=30000,
+                                          max_pending_messages=256, block_if_queue_full=True)
+        for i in range(kill_at):
+            producer.send(str(i).encode())
+        # The topic's ledgers: pick a node of the open data ledger's ensemble (cursor ledgers
+        # are open too; the data ledger is the one holding entries, so the first one created).
+        before = _open_ledger(etcd)
+        assert before, "the topic's ledgers are in etcd"
+        data_ledger = min(before)
+        ensemble = before[data_ledger]["fragments"][-1]["ensemble"]
+        assert len(ensemble) == 2
+        victim = next(node for node in nodes if node.id in ensemble)
+        results = {}
+
+        def sent(i):
+            return lambda result, _msg_id: results.__setitem__(i, result)
+
+        for i in range(kill_at, n):
+            if i == kill_at + 100:
+                victim.kill()
+            producer.send_async(str(i).encode(), sent(i))
+        producer.flush()
+        deadline = time.monotonic() + COMMAND_TIMEOUT_S
+        while len(results) < n - kill_at and time.monotonic() < deadline:
+            time.sleep(0.05)  # the client's callbacks run on its own thread: nothing to await
+        failed = {i: r for i, r in results.items() if r != pulsar.Result.Ok}
+        assert len(results) == n - kill_at and not failed, \
+            "every send acknowledged; failed: %s\n%s" % (dict(list(failed.items())[:5]),
+                                                         srv.log_tail())
+
+        after = _ledgers(etcd)[data_ledger]
+        print("after the kill:", after)
+        assert len(after["fragments"]) >= 2, "an ensemble change was recorded: %s" % after
+        assert victim.id not in after["fragments"][-1]["ensemble"], after
+
+        got = receive_n(consumer, n)
+        assert [int(m.data()) for m in got] == list(range(n)), "every message, in order, once"
+    finally:
+        client.close()
+
+
+def test_a_frozen_broker_s_ledger_is_recovered_by_another_and_nothing_acked_is_lost(cluster):
+    etcd, _nodes, start_broker = cluster
+    a = start_broker("a")
+    topic = unique_topic("takeover")
+    n = 300
+    client_a = a.client()
+    try:
+        producer_a = client_a.create_producer(topic, batching_enabled=False)
+        for i in range(n):
+            producer_a.send(str(i).encode())
+    finally:
+        client_a.close()
+    acked = list(range(n))
+    ledgers_before = set(_open_ledger(etcd))
+    assert ledgers_before, "broker a's ledgers are open in etcd"
+
+    os.kill(a.proc.pid, signal.SIGSTOP)  # frozen mid-life: its ledger writers stay open
+    b = start_broker("b")
+    client_b = b.client()
+    try:
+        try:
+            consumer = client_b.subscribe(topic, "after-takeover",
+                                          initial_position=pulsar.InitialPosition.Earliest)
+        except Exception:
+            raise AssertionError("broker b did not open the topic:\n" + b.log_tail())
+        got = receive_n(consumer, n)
+        assert [int(m.data()) for m in got] == acked, "broker b serves everything a acked"
+        ledgers = _ledgers(etcd)
+        recovered = [ledgers[lid] for lid in ledgers_before if lid in ledgers]
+        assert recovered, (ledgers_before, ledgers)
+        for meta in recovered:
+            assert meta["state"] == "CLOSED", meta
+            assert meta["epoch"] >= 1, "closed by a recovery, not by its writer: %s" % meta
+        data = max(recovered, key=lambda m: m["last_entry_id"] if m["last_entry_id"] is not None
+                   else -1)
+        assert data["last_entry_id"] >= n - 1, \
+            "closed at or above every acknowledged entry: %s" % data
+
+        # Resumed, the old broker still thinks it writes the topic. A send through it is either
+        # refused (its writer is fenced) or, if acknowledged at all, stored where every reader
+        # finds it. Raw frames, so that the wait is bounded (the C++ client resends on errors).
+        os.kill(a.proc.pid, signal.SIGCONT)
+        acked_late = _send_through(a.service_url, topic, b"late")
+        print("late send through the resumed broker acknowledged:", acked_late, "; recovered:", data)
+        a.kill()
+        reader = client_b.subscribe(topic, "check-%d" % time.monotonic_ns(),
+                                    initial_position=pulsar.InitialPosition.Earliest)
+        everything = receive_n(reader, n + (1 if acked_late else 0))
+        values = [m.data() for m in everything]
+        assert [int(v) for v in values[:n]] == acked
+        if acked_late:
+            assert values[n:] == [b"late"], values[n:]
+    finally:
+        client_b.close()
