@@ -5,6 +5,8 @@
 //!   back with its bytes.
 //! * Another client (its own etcd session, as another process would be) fences the ledger: it
 //!   closes at or above every acknowledged entry, and the old writer's next append is refused.
+//! * The killed node, restarted on its data directory, serves the entries it held (read from
+//!   it alone once the other node of its fragment is killed).
 //! * Deleted, the ledger is freed on the nodes that hold it (their garbage collection).
 //!
 //! Every wait is bounded; only processes this test started are signalled, by PID. Skipped with
@@ -189,7 +191,8 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
     assert_eq!(closed.state, LedgerState::Closed);
     assert_eq!(closed.last_entry_id, Some(count - 1));
     // Its copy of every entry reads the same.
-    let entries = tokio::task::spawn_blocking(move || other.read(ledger, 0, total - 1))
+    let reader = other.clone();
+    let entries = tokio::task::spawn_blocking(move || reader.read(ledger, 0, total - 1))
         .await
         .unwrap()
         .unwrap();
@@ -206,14 +209,30 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
         }
     }
 
+    // The killed node restarts on its data, and the first fragment's entries read from it alone
+    // once the other node of that fragment is killed too.
+    let killed = killed.unwrap();
+    let index = nodes.iter().position(|n| NodeId(n.id) == killed).unwrap();
+    nodes[index] = StorageNode::start(&url, cluster, &dir.path().join(format!("node{index}")));
+    assert_eq!(NodeId(nodes[index].id), killed, "a restarted node keeps its identity");
+    let survivor = *first_ensemble.iter().find(|&&n| n != killed).unwrap();
+    nodes.iter_mut().find(|n| NodeId(n.id) == survivor).unwrap().kill();
+    other.nodes().refresh().await.unwrap();
+    let first_end = closed.fragments[1].first_entry;
+    let reader = other.clone();
+    let entries = tokio::task::spawn_blocking(move || reader.read(ledger, 0, first_end - 1))
+        .await
+        .unwrap()
+        .expect("read from the restarted node");
+    assert_eq!(entries.len() as u64, first_end);
+    assert!(entries.iter().enumerate().all(|(e, b)| *b == data(e as u64)));
+
     // Deleted, its entries are freed on every live node that held them.
     ledgers.delete(ledger).await.unwrap();
     let holders: Vec<&StorageNode> = nodes
         .iter()
-        .filter(|n| {
-            Some(NodeId(n.id)) != killed
-                && closed.fragments.iter().any(|f| f.ensemble.contains(&NodeId(n.id)))
-        })
+        .filter(|n| NodeId(n.id) != survivor)
+        .filter(|n| closed.fragments.iter().any(|f| f.ensemble.contains(&NodeId(n.id))))
         .collect();
     assert!(!holders.is_empty());
     let deadline = std::time::Instant::now() + WAIT;
