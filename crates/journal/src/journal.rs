@@ -677,7 +677,7 @@ fn writer_loop(shared: &Shared) {
 /// write and flush while this thread wakes the appenders of the previous group.
 fn completer_loop(shared: &Shared) {
     loop {
-        let batch: Vec<Outcome> = {
+        {
             let mut completed = shared.completed.lock();
             while completed.outcomes.is_empty() && !completed.writer_done {
                 shared.completed_ready.wait(&mut completed);
@@ -685,9 +685,15 @@ fn completer_loop(shared: &Shared) {
             if completed.outcomes.is_empty() {
                 return;
             }
-            completed.outcomes.drain(..).collect()
-        };
+        }
+        // `completing` first, then the outcomes (the writer's lock order): whenever this
+        // thread holds outcomes it holds `completing`, so the writer's inline completion (a
+        // successful try_lock and an empty queue) never runs a newer group's waiters before an
+        // older group's. Draining first and locking after let it, and a ledger's entries then
+        // completed out of order (its "entries complete in order" assertion fired under load).
         let _running = shared.completing.lock();
+        let batch: Vec<Outcome> = shared.completed.lock().outcomes.drain(..).collect();
+        assert!(!batch.is_empty(), "only this thread takes outcomes off the queue");
         for outcome in batch {
             match outcome {
                 Outcome::Flushed { seq, offset, waiters } => {

@@ -17,6 +17,13 @@ use crate::config::ConfigError;
 const NODE_ID_FILE: &str = "node-id";
 
 pub fn run(args: StorageArgs) -> anyhow::Result<()> {
+    // Fail-stop: a panic on any thread (a journal thread's broken invariant, say) ends the
+    // node at once instead of leaving it up with a dead journal, answering nothing.
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
     let etcd = match (&args.metadata, &args.cluster) {
         (Some(url), Some(cluster)) => {
             let endpoints = parse_metadata_url(url).map_err(ConfigError::from)?;
