@@ -5,6 +5,8 @@ driven by the official Python client.
 - A storage node of the topic's ledger is SIGKILLed mid-stream: publishing goes on after the
   ensemble change (recorded in etcd before any later entry is acknowledged), and every
   acknowledged message is consumed afterwards, in order.
+- A namespace's `persistence` policy (as `pulsar-admin namespaces set-persistence` sets it)
+  picks the quorums of the ledgers of the topics it loads afterwards.
 - The broker is frozen (SIGSTOP) and another broker opens the topic: it recovers the frozen
   broker's ledger (closed in etcd at or above every acknowledged entry) and serves every
   message. The frozen broker, resumed (SIGCONT), cannot lose what is acknowledged: whatever it
@@ -28,7 +30,7 @@ import pytest
 import conftest
 import pulsar_wire as wire
 import raw_frames
-from compat_util import receive_n, unique_topic
+from compat_util import http_request, receive_n, unique_topic
 from etcd_util import Etcd, scratch_dir
 
 pytestmark = pytest.mark.restarts_server
@@ -277,3 +279,29 @@ def test_a_frozen_broker_s_ledger_is_recovered_by_another_and_nothing_acked_is_l
             assert values[n:] == [b"late"], values[n:]
     finally:
         client_b.close()
+
+
+def test_a_namespace_persistence_policy_picks_the_quorums_of_new_ledgers(cluster):
+    etcd, _nodes, start_broker = cluster
+    srv = start_broker("a")
+    policy = {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2,
+              "managedLedgerMaxMarkDeleteRate": 0}
+    status, body = http_request("POST", srv.web_url + "/admin/v2/namespaces/public/default/persistence",
+                                json.dumps(policy))
+    assert status in (200, 204), (status, body)
+    before = set(_ledgers(etcd))
+    topic = unique_topic("persistence")
+    client = srv.client()
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(10):
+            producer.send(str(i).encode())
+        consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        assert [int(m.data()) for m in receive_n(consumer, 10)] == list(range(10))
+    finally:
+        client.close()
+    new = {lid: meta for lid, meta in _ledgers(etcd).items() if lid not in before}
+    assert new, "the topic's ledgers"
+    for meta in new.values():
+        assert (meta["write_quorum"], meta["ack_quorum"]) == (3, 2), meta
+        assert len(meta["fragments"][0]["ensemble"]) == 3, meta

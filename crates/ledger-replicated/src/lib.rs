@@ -265,12 +265,9 @@ impl ReplicatedLedgers {
 impl LedgerStorage for ReplicatedLedgers {
     async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError> {
         metadata.validate()?;
-        if metadata.ensemble_size != metadata.write_quorum {
-            return Err(LedgerError::Unsupported(format!(
-                "ensemble {} larger than write quorum {} (striping) is not supported",
-                metadata.ensemble_size, metadata.write_quorum
-            )));
-        }
+        // An ensemble larger than the write quorum (Pulsar's striping, e.g. a namespace's
+        // 3/2/2 persistence) is placed on write-quorum nodes: every node holds every entry of
+        // its fragment. Same durability, no striping (not built).
         let live = self.nodes.live();
         let ensemble = choose_ensemble(&live, metadata.write_quorum as usize).ok_or_else(|| {
             LedgerError::Unavailable(format!(
