@@ -5,6 +5,8 @@ use magnetar_ledger::LedgerError;
 use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
 use magnetar_replication::meta::LedgerMeta;
 use magnetar_replication::{LedgerId, MetaWrite};
+use std::sync::Arc;
+use std::time::Duration;
 
 pub(crate) fn unavailable(e: MetadataError) -> LedgerError {
     LedgerError::Unavailable(format!("metadata store: {e}"))
@@ -63,4 +65,37 @@ pub(crate) async fn write_meta(
             MetaWrite::Unknown
         }
     }
+}
+
+/// A core's `WriteMeta`, carried out off the core's task; `deliver` gets the outcome.
+pub(crate) fn spawn_write(
+    metadata: Arc<dyn MetadataStore>,
+    id: LedgerId,
+    meta: LedgerMeta,
+    expected: u64,
+    deliver: impl FnOnce(MetaWrite) + Send + 'static,
+) {
+    tokio::spawn(async move { deliver(write_meta(&*metadata, id, &meta, expected).await) });
+}
+
+/// A core's `ReadMeta` (after an unknown outcome), retried for a while: the core cannot go on
+/// without knowing what is stored. `deliver` is not called if the ledger is gone or the store
+/// stays unreadable (the core's own deadline then ends it).
+pub(crate) fn spawn_read(
+    metadata: Arc<dyn MetadataStore>,
+    id: LedgerId,
+    deliver: impl FnOnce(LedgerMeta, u64) + Send + 'static,
+) {
+    tokio::spawn(async move {
+        for attempt in 0..50u64 {
+            match read_meta(&*metadata, id).await {
+                Ok(Some((meta, version))) => return deliver(meta, version),
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(ledger = id, attempt, error = %e, "ledger metadata unreadable; retrying");
+                    tokio::time::sleep(Duration::from_millis(100 * (attempt + 1).min(10))).await;
+                }
+            }
+        }
+    });
 }

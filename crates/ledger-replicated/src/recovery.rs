@@ -1,7 +1,7 @@
 //! Runs a [`Recovery`] to its end: the ledger closed (by this recovery or another), or an
 //! error when the metadata store or too many nodes stay unreachable past the deadline.
 
-use crate::meta::{read_meta, write_meta};
+use crate::meta::{self, read_meta};
 use crate::nodes::Nodes;
 use magnetar_ledger::LedgerError;
 use magnetar_metadata::MetadataStore;
@@ -50,18 +50,21 @@ pub(crate) async fn recover(
                     );
                 }
                 RecoveryAction::WriteMeta { meta, expected_version } => {
-                    let (metadata, inputs) = (metadata.clone(), inputs.clone());
-                    tokio::spawn(async move {
-                        let result = write_meta(&*metadata, id, &meta, expected_version).await;
-                        let _ = inputs.send(Input::MetaWritten(result));
-                    });
+                    let inputs = inputs.clone();
+                    meta::spawn_write(
+                        metadata.clone(),
+                        id,
+                        meta,
+                        expected_version,
+                        move |result| {
+                            let _ = inputs.send(Input::MetaWritten(result));
+                        },
+                    );
                 }
                 RecoveryAction::ReadMeta => {
-                    let (metadata, inputs) = (metadata.clone(), inputs.clone());
-                    tokio::spawn(async move {
-                        if let Ok(Some((meta, version))) = read_meta(&*metadata, id).await {
-                            let _ = inputs.send(Input::MetaRead(meta, version));
-                        }
+                    let inputs = inputs.clone();
+                    meta::spawn_read(metadata.clone(), id, move |meta, version| {
+                        let _ = inputs.send(Input::MetaRead(meta, version));
                     });
                 }
                 RecoveryAction::Done { meta, .. } => {

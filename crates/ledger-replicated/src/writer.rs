@@ -2,7 +2,6 @@
 //! actions (requests to nodes, metadata compare-and-sets, acknowledgements) in the order the
 //! core asks for them.
 
-use crate::meta::{read_meta, write_meta};
 use crate::nodes::Nodes;
 use bytes::Bytes;
 use magnetar_ledger::{AppendCallback, LedgerError};
@@ -188,8 +187,15 @@ impl WriterTask {
                 self.core.on_response(node, request, response, now, out)
             }
             Input::Reply { node, response: None, .. } => self.core.on_node_failed(node, now, out),
-            Input::MetaWritten(result) => self.core.on_meta_written(result, now, out),
-            Input::MetaRead(meta, version) => self.core.on_meta_read(meta, version, now, out),
+            // Only these change the core's metadata: publish it after them, not after every ack.
+            Input::MetaWritten(result) => {
+                self.core.on_meta_written(result, now, out);
+                *self.ledger.meta.lock() = self.core.meta().clone();
+            }
+            Input::MetaRead(meta, version) => {
+                self.core.on_meta_read(meta, version, now, out);
+                *self.ledger.meta.lock() = self.core.meta().clone();
+            }
             Input::Close(done) => {
                 self.closers.push(done);
                 self.core.close(out);
@@ -211,21 +217,21 @@ impl WriterTask {
                     );
                 }
                 WriterAction::WriteMeta { meta, expected_version } => {
-                    let (metadata, inputs, id) =
-                        (self.metadata.clone(), self.inputs.clone(), self.ledger.id);
-                    tokio::spawn(async move {
-                        let result = write_meta(&*metadata, id, &meta, expected_version).await;
+                    let inputs = self.inputs.clone();
+                    let (metadata, id) = (self.metadata.clone(), self.ledger.id);
+                    crate::meta::spawn_write(metadata, id, meta, expected_version, move |result| {
                         let _ = inputs.send(Input::MetaWritten(result));
                     });
                 }
                 WriterAction::ReadMeta => {
-                    let (metadata, inputs, id) =
-                        (self.metadata.clone(), self.inputs.clone(), self.ledger.id);
-                    tokio::spawn(async move {
-                        if let Some((meta, version)) = read_meta_retrying(&*metadata, id).await {
+                    let inputs = self.inputs.clone();
+                    crate::meta::spawn_read(
+                        self.metadata.clone(),
+                        self.ledger.id,
+                        move |meta, version| {
                             let _ = inputs.send(Input::MetaRead(meta, version));
-                        }
-                    });
+                        },
+                    );
                 }
                 WriterAction::Acked { entry } => {
                     let (waiting_entry, data, done) =
@@ -246,7 +252,6 @@ impl WriterTask {
                 }
             }
         }
-        *self.ledger.meta.lock() = self.core.meta().clone();
     }
 
     fn remember(&self, entry: EntryId, data: Bytes) {
@@ -258,23 +263,4 @@ impl WriterTask {
             recent.bytes -= old.len();
         }
     }
-}
-
-/// Reads the metadata back after an unknown outcome, retrying for a while: the writer cannot
-/// go on without knowing what is stored.
-async fn read_meta_retrying(
-    metadata: &dyn MetadataStore,
-    id: LedgerId,
-) -> Option<(LedgerMeta, u64)> {
-    for attempt in 0..50u64 {
-        match read_meta(metadata, id).await {
-            Ok(Some(found)) => return Some(found),
-            Ok(None) => return None,
-            Err(e) => {
-                tracing::warn!(ledger = id, attempt, error = %e, "ledger metadata unreadable; retrying");
-                tokio::time::sleep(Duration::from_millis(100 * (attempt + 1).min(10))).await;
-            }
-        }
-    }
-    None
 }
