@@ -1,5 +1,7 @@
 """Helpers shared by the compatibility tests (no fixtures here: see conftest.py)."""
 
+import random
+import socket
 import urllib.error
 import urllib.request
 import uuid
@@ -8,6 +10,42 @@ import pulsar
 
 RECEIVE_TIMEOUT_MS = 10_000   # one message must arrive within this
 QUIET_MS = 700                # "nothing more arrives": how long we listen for an unwanted message
+
+
+_PORTS_GIVEN = set()
+
+
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def free_port():
+    """A loopback TCP port nobody listens on, below the kernel's ephemeral range when it can.
+
+    Ports the kernel hands out (bind to 0) are also the ones it gives every outgoing connection,
+    so a port picked that way can be taken by some client socket before the server binds it
+    (CI saw etcd fail with "address already in use"). Ports below the ephemeral range are only
+    ever taken by a listener that asked for them; each is handed out once per test process."""
+    low = _ephemeral_low()
+    if low is not None and low > 12000:
+        for _ in range(200):
+            port = random.randrange(10000, low)
+            if port in _PORTS_GIVEN:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _PORTS_GIVEN.add(port)
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def unique_topic(prefix="t"):

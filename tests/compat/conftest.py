@@ -29,16 +29,10 @@ import time
 import pulsar
 import pytest
 
-from compat_util import http_request, unique_topic
+from compat_util import free_port as _free_port, http_request, unique_topic
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 LOG_TAIL_LINES = 150
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def magnetar_binary():

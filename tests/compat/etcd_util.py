@@ -6,22 +6,15 @@ Only the etcd process started here is ever signalled, by its PID."""
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 
 import pytest
 
-from compat_util import http_request
+from compat_util import free_port, http_request
 
 READY_TIMEOUT_S = 30
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def etcd_binary():

@@ -58,7 +58,7 @@ import pulsar
 import pytest
 
 import conftest
-from compat_util import http_request, read_n, receive_n, unique_topic
+from compat_util import free_port as _free_port, http_request, read_n, receive_n, unique_topic
 
 DEPLOY = os.path.join(conftest.REPO_ROOT, "deploy")
 DASHBOARD_DIR = os.path.join(DEPLOY, "grafana", "dashboards")
@@ -185,12 +185,6 @@ def test_promtool_check_rules_and_shipped_config():
 
 
 # ---------------------------------------------------------------------- Prometheus process
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Prometheus:
     """A Prometheus server of the test's own on loopback; stop() kills exactly that process."""
 

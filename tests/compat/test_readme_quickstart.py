@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from compat_util import http_request, produce_and_consume
+from compat_util import free_port as _free_port, http_request, produce_and_consume
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 README = os.path.join(REPO_ROOT, "README.md")
@@ -57,12 +57,6 @@ def _port_free(port):
         except OSError:
             return False
         return True
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tail(path, chars=6000):

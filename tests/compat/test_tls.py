@@ -26,7 +26,7 @@ import pulsar
 import pytest
 
 import conftest
-from compat_util import unique_topic
+from compat_util import free_port as _free_port, unique_topic
 from tls_certs import Certs
 
 # The broker's bound on a TLS handshake (magnetar_security::tls::HANDSHAKE_TIMEOUT).
@@ -47,12 +47,6 @@ def certs():
         yield c
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ssl_context(ca, client=None, check_hostname=True):
