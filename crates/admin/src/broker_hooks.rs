@@ -262,10 +262,10 @@ impl BrokerHooks for AdminHooks {
         .collect()
     }
 
-    async fn metrics(&self, format: magnetar_metrics::Format) -> String {
+    async fn metrics(&self, format: magnetar_metrics::Format) -> Vec<String> {
         // Reading every topic's stats takes locks briefly; off the async workers' hot loop.
         let service = self.0.clone();
-        tokio::task::spawn_blocking(move || service.metrics_text(format)).await.unwrap_or_default()
+        tokio::task::spawn_blocking(move || service.metrics_parts(format)).await.unwrap_or_default()
     }
 
     fn history(&self, topic: Option<&TopicName>) -> HistoryView {

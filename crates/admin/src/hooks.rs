@@ -287,10 +287,11 @@ pub trait BrokerHooks: Send + Sync {
         Ok(())
     }
 
-    /// The exposition served at `GET /metrics`, in `format`. Default: empty.
-    async fn metrics(&self, format: magnetar_metrics::Format) -> String {
+    /// The exposition served at `GET /metrics`, in `format`, as parts sent one after the other
+    /// (`Exposition::finish_parts`). Default: empty.
+    async fn metrics(&self, format: magnetar_metrics::Format) -> Vec<String> {
         let _ = format;
-        String::new()
+        Vec::new()
     }
 
     /// The recent history the web console charts (`GET /console/api/history`): the broker's

@@ -681,8 +681,8 @@ impl BrokerHooks for RecordingHooks {
         Err(HookError::Unavailable("ledger storage down".to_string()))
     }
 
-    async fn metrics(&self, _format: magnetar_metrics::Format) -> String {
-        "magnetar_up 1\n".to_string()
+    async fn metrics(&self, _format: magnetar_metrics::Format) -> Vec<String> {
+        vec!["magnetar_up".to_string(), String::new(), " 1\n".to_string()]
     }
 }
 

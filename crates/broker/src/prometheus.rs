@@ -83,8 +83,8 @@ impl TopicSample {
     }
 }
 
-/// The exposition of everything this broker serves.
-pub fn render(service: &BrokerService, format: Format) -> String {
+/// The exposition of everything this broker serves (`finish` or `finish_parts` it).
+pub fn render(service: &BrokerService, format: Format) -> Exposition {
     let config = &service.config;
     let cluster = config.cluster_name.as_str();
     let interval = Duration::from_secs(config.stats_update_frequency_seconds);
@@ -136,7 +136,7 @@ pub fn render(service: &BrokerService, format: Format) -> String {
         write_authentication(&mut out, cluster, authenticator);
     }
     write_process(&mut out);
-    out.finish()
+    out
 }
 
 /// Pulsar's `AuthenticationMetrics`: successes by provider and method, failures also by reason.

@@ -353,8 +353,8 @@ impl BrokerService {
     }
 
     /// `GET /metrics` (see `prometheus.rs`).
-    pub fn metrics_text(&self, format: magnetar_metrics::Format) -> String {
-        crate::prometheus::render(self, format)
+    pub fn metrics_parts(&self, format: magnetar_metrics::Format) -> Vec<String> {
+        crate::prometheus::render(self, format).finish_parts()
     }
 
     /// Non-persistent topics loaded now.

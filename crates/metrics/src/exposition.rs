@@ -66,6 +66,10 @@ pub struct Exposition {
     format: Format,
     families: Vec<Family>,
     index: HashMap<&'static str, usize>,
+    /// The family written last: samples come in runs (each topic writes the same families in
+    /// the same order), so the next one is usually this or the one after it, found without
+    /// hashing (a scrape of 10,000 topics writes ~400,000 samples).
+    last: usize,
     /// Bytes each new family's buffer starts with (see [`Exposition::with_family_capacity`]).
     family_capacity: usize,
 }
@@ -82,7 +86,13 @@ impl Exposition {
     /// topic and 10,000 topics, growing the buffers by doubling copied more than the scrape
     /// wrote (untouched capacity costs address space, not memory).
     pub fn with_family_capacity(format: Format, bytes: usize) -> Self {
-        Exposition { format, families: Vec::new(), index: HashMap::new(), family_capacity: bytes }
+        Exposition {
+            format,
+            families: Vec::new(),
+            index: HashMap::new(),
+            last: 0,
+            family_capacity: bytes,
+        }
     }
 
     pub fn format(&self) -> Format {
@@ -90,13 +100,23 @@ impl Exposition {
     }
 
     fn family(&mut self, name: &'static str, kind: Kind, help: &'static str) -> &mut Family {
-        let families = &mut self.families;
-        let capacity = self.family_capacity;
-        let at = *self.index.entry(name).or_insert_with(|| {
-            let samples = String::with_capacity(capacity);
-            families.push(Family { name, kind, help, samples });
-            families.len() - 1
-        });
+        let near = [self.last, self.last + 1];
+        let at = match near
+            .into_iter()
+            .find(|&i| self.families.get(i).is_some_and(|f| f.name == name))
+        {
+            Some(at) => at,
+            None => {
+                let families = &mut self.families;
+                let capacity = self.family_capacity;
+                *self.index.entry(name).or_insert_with(|| {
+                    let samples = String::with_capacity(capacity);
+                    families.push(Family { name, kind, help, samples });
+                    families.len() - 1
+                })
+            }
+        };
+        self.last = at;
         let family = &mut self.families[at];
         assert_eq!(family.kind, kind, "family {name} declared with two types");
         family
@@ -197,25 +217,35 @@ impl Exposition {
 
     /// The exposition text.
     pub fn finish(self) -> String {
-        let size = self.families.iter().map(|f| f.samples.len() + 128).sum();
-        let mut out = String::with_capacity(size);
-        for family in &self.families {
+        self.finish_parts().concat()
+    }
+
+    /// The exposition text in parts, to be sent one after the other: each family's header,
+    /// then its samples' buffer as it is (a scrape of 10,000 topics is ~50 MiB; joining it
+    /// into one string was a sixth of the scrape's time, copying and faulting in pages).
+    pub fn finish_parts(self) -> Vec<String> {
+        let mut parts = Vec::with_capacity(self.families.len() * 2 + 1);
+        for family in self.families {
             let header = match (self.format, family.kind) {
                 (Format::Prometheus, Kind::Counter) => format!("{}_total", family.name),
                 _ => family.name.to_string(),
             };
-            let _ = writeln!(out, "# HELP {header} {}", family.help);
             let kind = match (self.format, family.kind) {
                 (Format::OpenMetrics, Kind::Untyped) => "unknown",
                 (_, kind) => kind.name(),
             };
-            let _ = writeln!(out, "# TYPE {header} {kind}");
-            out.push_str(&family.samples);
+            let mut head = String::with_capacity(2 * header.len() + family.help.len() + 24);
+            let _ = writeln!(head, "# HELP {header} {}", family.help);
+            let _ = writeln!(head, "# TYPE {header} {kind}");
+            parts.push(head);
+            if !family.samples.is_empty() {
+                parts.push(family.samples);
+            }
         }
         if self.format == Format::OpenMetrics {
-            out.push_str("# EOF\n");
+            parts.push("# EOF\n".to_string());
         }
-        out
+        parts
     }
 }
 
@@ -339,9 +369,31 @@ fn push_value(out: &mut String, value: f64) {
     } else if value.is_infinite() {
         out.push_str(if value > 0.0 { "+Inf" } else { "-Inf" });
     } else if value.fract() == 0.0 && value.abs() < 1e15 {
-        let _ = write!(out, "{}", value as i64);
+        push_integer(out, value as i64);
     } else {
         let _ = write!(out, "{value}");
+    }
+}
+
+/// Most samples are integers (counters, counts, bytes): written digit by digit rather than
+/// through the formatting machinery.
+fn push_integer(out: &mut String, value: i64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = value.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if value < 0 {
+        out.push('-');
+    }
+    for &digit in &digits[at..] {
+        out.push(char::from(digit));
     }
 }
 
@@ -420,6 +472,19 @@ mod tests {
         assert!(text.contains("lat_seconds_bucket{x=\"y\",le=\"+Inf\"} 4\n"), "{text}");
         assert!(text.contains("lat_seconds_count{x=\"y\"} 4\n"), "{text}");
         assert!(text.contains("lat_seconds_sum{x=\"y\"} 0.0025\n"), "{text}");
+    }
+
+    #[test]
+    fn integers_are_written_as_the_formatter_writes_them() {
+        for value in [0i64, 7, -7, 10, 99, 100, 1_234_567, -987_654_321, 999_999_999_999_999] {
+            let mut out = String::new();
+            push_value(&mut out, value as f64);
+            assert_eq!(out, value.to_string());
+        }
+        let mut out = String::new();
+        push_value(&mut out, 1e15);
+        push_value(&mut out, 0.25);
+        assert_eq!(out, "10000000000000000.25");
     }
 
     #[test]
