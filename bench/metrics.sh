@@ -7,11 +7,11 @@
 #      its size, and sync 1 KiB publish p99 on another topic with and without a scrape every
 #      second (does a big scrape hold up publishing?).
 # Usage: bench/metrics.sh [--secs 20] [--rounds 3] [--topics 10000]
-# Needs target/release/magnetar and curl. Writes bench/results/metrics-<date>/.
+# Needs target/release/magnetar (or MAGNETAR_BIN) and curl. Writes bench/results/metrics-<date>/.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BIN=$ROOT/target/release/magnetar
+BIN=${MAGNETAR_BIN:-$ROOT/target/release/magnetar}
 SECS=20 ROUNDS=3 TOPICS=10000
 while (( $# )); do
   case $1 in
@@ -64,10 +64,13 @@ for round in $(seq "$ROUNDS"); do
       async128) args=(-s 128) ;;
       sync1k) args=(-s 1024 --sync) ;;
     esac
-    run "$mode-plain-$round" "bench-$mode" "${args[@]}"
-    scraper_start
-    run "$mode-scraped-$round" "bench-$mode" "${args[@]}"
-    scraper_stop
+    # Which goes first alternates: the machine drifts within a round too.
+    if (( round % 2 )); then order="plain scraped"; else order="scraped plain"; fi
+    for kind in $order; do
+      if [ "$kind" = scraped ]; then scraper_start; fi
+      run "$mode-$kind-$round" "bench-$mode" "${args[@]}"
+      if [ "$kind" = scraped ]; then scraper_stop; fi
+    done
   done
 done
 
@@ -101,6 +104,14 @@ for mode in ("async128", "sync1k"):
         lines.append("%-9s %-8s msg/s %s (median %.0f)  p99 ms %s (median %.3f)" % (
             mode, kind, [round(x) for x in rates], statistics.median(rates),
             [round(x, 3) for x in p99s], statistics.median(p99s)))
+    # Paired within each round: scraped over plain.
+    pairs = [(fields(load("%s-scraped-%d" % (mode, r))), fields(load("%s-plain-%d" % (mode, r))))
+             for r in range(1, rounds + 1)]
+    rate_ratios = [s[0] / p[0] for s, p in pairs]
+    p99_ratios = [s[1] / p[1] for s, p in pairs]
+    lines.append("%-9s scraped/plain per round: msg/s %s (median %.3f)  p99 %s (median %.3f)" % (
+        mode, [round(x, 3) for x in rate_ratios], statistics.median(rate_ratios),
+        [round(x, 3) for x in p99_ratios], statistics.median(p99_ratios)))
 secs = [float(x) for x in open(os.path.join(out, "scrape-seconds.txt"))]
 size = os.path.getsize(os.path.join(out, "scrape.txt"))
 series = sum(1 for l in open(os.path.join(out, "scrape.txt")) if l and not l.startswith("#"))

@@ -10,11 +10,17 @@ data directory is on the same disk. `magnetar perf produce` (same client for all
   async128: 128 B, batching on, as fast as possible (msg/s);
   async1k:  1 KiB, batching on (msg/s);
   sync1k:   1 KiB, one message in flight (p50, p99 latency);
+  deep128:  128 B, batching on, 10,000 messages in flight instead of 1,000 (capacity: with the
+            default window a producer has about one 1,000-message batch in flight, so async
+            msg/s is that batch over one entry's round trip, a latency figure);
 alternating the order of the set-ups every round (this machine is shared and noisy). For each
 run it records the CPU seconds of every process (broker, nodes, client) from /proc, and at the
 end the journal groups (one fdatasync each) of every node and of the standalone.
 
-Usage: bench/replication.py [--secs 15] [--rounds 3]   (needs target/release/magnetar and etcd)
+Usage: bench/replication.py [--secs 15] [--rounds 3] [--modes async128,...] [--node-dir DIR]
+  (needs target/release/magnetar, or MAGNETAR_BIN, and etcd). --node-dir puts the storage
+  nodes' data there (e.g. /dev/shm: no disk under the nodes, to tell the software path's cost
+  from the disk's; not a durable set-up).
 Writes bench/results/replication-<date>/ (JSON per run, summary.txt)."""
 
 import argparse
@@ -62,6 +68,16 @@ def wait_http(url, proc, timeout=60):
     sys.exit("not ready: %s" % url)
 
 
+def delete_topic(web_port, topic):
+    url = "http://127.0.0.1:%d/admin/v2/persistent/public/default/%s?force=true" % (web_port, topic)
+    request = urllib.request.Request(url, method="DELETE")
+    try:
+        with urllib.request.urlopen(request, timeout=60):
+            pass
+    except OSError as e:
+        print("warning: could not delete %s: %s" % (topic, e), flush=True)
+
+
 class Procs:
     def __init__(self, work):
         self.work = work
@@ -89,6 +105,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--secs", type=int, default=15)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--modes", default="async128,async1k,sync1k,deep128")
+    parser.add_argument("--node-dir", default=None)
     args = parser.parse_args()
     etcd_bin = shutil.which("etcd")
     if not etcd_bin or not os.access(BIN, os.X_OK):
@@ -97,6 +115,7 @@ def main():
     os.makedirs(out)
     work = tempfile.mkdtemp(prefix="magnetar-replication-bench-", dir="/var/tmp")
     shm = tempfile.mkdtemp(prefix="magnetar-replication-etcd-", dir="/dev/shm")
+    node_dir = tempfile.mkdtemp(prefix="magnetar-replication-nodes-", dir=args.node_dir or work)
     procs = Procs(out)
     try:
         etcd_port, peer = free_port(), free_port()
@@ -128,8 +147,8 @@ def main():
             for i in range(nodes):
                 node = procs.start("%s-node%d" % (name, i),
                                    [BIN, "storage", "--metadata", etcd_url, "--cluster", name,
-                                    "--listen", "127.0.0.1:0", "--data-dir",
-                                    "%s/%s-node%d" % (work, name, i)], stdout=subprocess.PIPE)
+                                    "--listen", "127.0.0.1:0", "--gc-seconds", "5", "--data-dir",
+                                    "%s/%s-node%d" % (node_dir, name, i)], stdout=subprocess.PIPE)
                 line = node.stdout.readline().decode()
                 if "listening" not in line:
                     sys.exit("storage node did not start: %r" % line)
@@ -148,8 +167,9 @@ def main():
             setups[name] = {"url": "pulsar://127.0.0.1:%d" % port, "web": web, "pids": pids,
                             "nodes": node_procs}
 
-        modes = {"async128": ["-s", "128"], "async1k": ["-s", "1024"],
-                 "sync1k": ["-s", "1024", "--sync"]}
+        all_modes = {"async128": ["-s", "128"], "async1k": ["-s", "1024"],
+                     "sync1k": ["-s", "1024", "--sync"], "deep128": ["-s", "128", "-o", "10000"]}
+        modes = {m: all_modes[m] for m in args.modes.split(",")}
         names = list(setups)
         results = []
         for rnd in range(1, args.rounds + 1):
@@ -168,6 +188,9 @@ def main():
                         sys.exit("perf failed: %s" % perf.stderr[-2000:])
                     usage = {c: (cpu_seconds(p) - before[c]) / elapsed
                              for c, p in setup["pids"].items()}
+                    # Its data goes (a deep run writes ~5 GB per copy): deleted topic, freed
+                    # ledgers (nodes collect every 5 s).
+                    delete_topic(setup["web"], "bench-%s-%s-%d" % (name, mode, rnd))
                     stream = json.loads(perf.stdout)["streams"][0]
                     results.append({"round": rnd, "mode": mode, "setup": name,
                                     "msg_per_s": stream["msg_per_s"],
@@ -217,6 +240,7 @@ def main():
         procs.stop()
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)
+        shutil.rmtree(node_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

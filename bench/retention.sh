@@ -4,23 +4,27 @@
 #      default retention (0/0: a ledger goes once consumed); the data directory is sampled
 #      every 5 s and its largest size is the figure to hold under the stated bound.
 #   2. "no-trimming": the same load for AB_SECS seconds with retention passes turned off
-#      (retention_check_interval_seconds = 1 day): publish latency without trimming, to compare
-#      with the first AB_SECS seconds... of case 1 measured in the same run.
+#      (retention_check_interval_seconds = 1 day): publish latency without trimming.
+#   2b. "ab": AB_ROUNDS rounds of AB_SECS with trimming and AB_SECS without, alternating which
+#      goes first, each on a fresh server: publish p99 with against without, in equal windows
+#      measured in turn (this machine's speed drifts by more than the difference sought).
 #   3. "clear": a BACKLOG_MB backlog on a subscription, then `clear-backlog` (skip_all):
 #      seconds from the admin call until the data directory is back under BOUND_MB
 #      (default 2560: the current ledger, at most 2 GiB by default, plus a few segments).
-# Usage: bench/retention.sh [--secs 1200] [--ab-secs 300] [--rate 51200] [--size 1024]
-#                           [--backlog-mb 10240] [--only trimming,no-trimming,clear]
-# Needs target/release/magnetar. Writes bench/results/retention-<date>/.
+# Usage: bench/retention.sh [--secs 1200] [--ab-secs 300] [--ab-rounds 3] [--rate 51200]
+#                           [--size 1024] [--backlog-mb 10240] [--only trimming,ab,clear]
+#                           (also: no-trimming)
+# Needs target/release/magnetar (or MAGNETAR_BIN). Writes bench/results/retention-<date>/.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BIN=$ROOT/target/release/magnetar
-SECS=1200 AB_SECS=300 RATE=51200 SIZE=1024 BACKLOG_MB=10240 ONLY=trimming,no-trimming,clear
+BIN=${MAGNETAR_BIN:-$ROOT/target/release/magnetar}
+SECS=1200 AB_SECS=300 AB_ROUNDS=3 RATE=51200 SIZE=1024 BACKLOG_MB=10240 ONLY=trimming,ab,clear
 while (( $# )); do
   case $1 in
     --secs) SECS=$2; shift 2 ;;
     --ab-secs) AB_SECS=$2; shift 2 ;;
+    --ab-rounds) AB_ROUNDS=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
     --size) SIZE=$2; shift 2 ;;
     --backlog-mb) BACKLOG_MB=$2; shift 2 ;;
@@ -117,6 +121,40 @@ if [[ ,$ONLY, == *,no-trimming,* ]]; then
   echo "max data dir: $(max_mb "$OUT/no-trimming.du") MiB"
   summary no-trimming
   stop_server; rm -rf "$DATA"
+fi
+
+if [[ ,$ONLY, == *,ab,* ]]; then
+  echo "== ab: $AB_ROUNDS rounds of ${AB_SECS}s with and without trimming, alternated"
+  for round in $(seq 1 "$AB_ROUNDS"); do
+    if (( round % 2 )); then order="trimming no-trimming"; else order="no-trimming trimming"; fi
+    for case in $order; do
+      extra=""
+      if [ "$case" = no-trimming ]; then extra="retention_check_interval_seconds = 86400"; fi
+      start_server "ab-$case-$round" "$extra"
+      start_sampler "ab-$case-$round"
+      e2e "ab-$case-$round" "$AB_SECS"
+      stop_sampler
+      echo "round $round $case: max data dir $(max_mb "$OUT/ab-$case-$round.du") MiB"
+      stop_server; rm -rf "$DATA"
+    done
+  done
+  python3 - "$OUT" "$AB_ROUNDS" <<'EOF'
+import json, statistics, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+for case in ("trimming", "no-trimming"):
+    rows = []
+    for r in range(1, rounds + 1):
+        d = json.load(open("%s/ab-%s-%d.json" % (out, case, r)))
+        publish = next(s for s in d["streams"] if s["latency"] and "publish" in s["name"])
+        lat = publish["latency"]
+        rows.append((lat["p50_us"] / 1e3, lat["p99_us"] / 1e3, lat["p999_us"] / 1e3,
+                     publish["msg_per_s"], publish["errors"]))
+    print("%-12s p99 ms per round %s (median %.3f); p50 median %.3f; p99.9 median %.3f; "
+          "msg/s %s; errors %d" % (
+              case, [round(x[1], 3) for x in rows], statistics.median(x[1] for x in rows),
+              statistics.median(x[0] for x in rows), statistics.median(x[2] for x in rows),
+              [round(x[3]) for x in rows], sum(x[4] for x in rows)))
+EOF
 fi
 
 if [[ ,$ONLY, == *,clear,* ]]; then

@@ -270,9 +270,11 @@ impl LedgerStorage for ReplicatedLedgers {
         // its fragment. Same durability, no striping (not built).
         let live = self.nodes.live();
         let ensemble = choose_ensemble(&live, metadata.write_quorum as usize).ok_or_else(|| {
+            let read_only = live.iter().filter(|n| n.read_only).count();
             LedgerError::Unavailable(format!(
-                "{} live storage nodes, a write quorum of {} needs as many",
-                live.len(),
+                "{} writable storage nodes ({read_only} more read-only, short of disk), a write \
+                 quorum of {} needs as many",
+                live.len() - read_only,
                 metadata.write_quorum
             ))
         })?;

@@ -414,6 +414,11 @@ pub struct StorageArgs {
     /// Seconds between garbage collections: ledgers whose metadata was deleted are freed.
     #[arg(long, default_value_t = 60)]
     pub gc_seconds: u64,
+    /// MiB of free disk below which the node goes read-only: it refuses new adds (writers
+    /// move those ledgers to other nodes) and keeps serving reads; it takes adds again at
+    /// twice this. 0: never read-only (a full disk then stops the node).
+    #[arg(long, default_value_t = 1024)]
+    pub min_free_mb: u64,
 }
 
 #[derive(Subcommand, Debug)]
@@ -466,6 +471,9 @@ impl Cli {
                 }
                 if args.gc_seconds == 0 || args.gc_seconds > 86_400 {
                     return Err("--gc-seconds must be between 1 and 86400".into());
+                }
+                if args.min_free_mb > 1 << 40 {
+                    return Err("--min-free-mb must be at most 1099511627776 (1 EiB)".into());
                 }
                 if args.listen.parse::<std::net::SocketAddr>().is_err() {
                     return Err(format!(

@@ -15,6 +15,9 @@ use crate::cli::StorageArgs;
 use crate::config::ConfigError;
 
 const NODE_ID_FILE: &str = "node-id";
+/// How often free disk space is measured (read-only mode): at 500 MB/s of adds, the default
+/// 1 GiB threshold leaves two seconds of writes.
+const SPACE_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 pub fn run(args: StorageArgs) -> anyhow::Result<()> {
     // Fail-stop: a panic on any thread (a journal thread's broken invariant, say) ends the
@@ -61,18 +64,21 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
                 .context("open ledger store")?;
         tracing::info!(?recovery, "ledger store recovered");
         let store = Arc::new(store);
+        let free = magnetar_ledger::store::free_bytes(&args.data_dir)
+            .with_context(|| format!("free space of {}", args.data_dir.display()))?;
+        let space = magnetar_storage_node::DiskSpace::new(args.min_free_mb << 20, free);
+        let watcher = space.clone().watch(args.data_dir.clone(), SPACE_CHECK_EVERY);
         let registration = match &metadata {
             Some(etcd) => {
                 let session: Arc<dyn SessionStore> = etcd.clone();
                 let refresh = Duration::from_secs(args.refresh_seconds);
-                let data_dir = args.data_dir.clone();
                 Some(
                     magnetar_storage_node::register(
                         session,
                         node,
                         address.clone(),
                         args.rack.clone(),
-                        data_dir,
+                        space.clone(),
                         refresh,
                     )
                     .await
@@ -87,20 +93,15 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
             metadata: etcd.clone(),
             every: Duration::from_secs(args.gc_seconds),
         });
-        let served = magnetar_storage_node::serve(
-            node,
-            store.clone(),
-            args.data_dir.clone(),
-            listener,
-            gc,
-            async {
+        let served =
+            magnetar_storage_node::serve(node, store.clone(), space, listener, gc, async {
                 if let Err(e) = crate::shutdown_signal().await {
                     tracing::warn!(error = %e, "no signal handler; serving until killed");
                     std::future::pending::<()>().await;
                 }
-            },
-        )
-        .await;
+            })
+            .await;
+        watcher.abort();
         if let Some(task) = registration {
             task.abort();
         }

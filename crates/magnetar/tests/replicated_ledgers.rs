@@ -8,6 +8,8 @@
 //! * The killed node, restarted on its data directory, serves the entries it held (read from
 //!   it alone once the other node of its fragment is killed).
 //! * Deleted, the ledger is freed on the nodes that hold it (their garbage collection).
+//! * A node short of disk registers read-only: no new ledger is placed on it, and it refuses a
+//!   normal add sent to it directly while it still answers a fencing read.
 //!
 //! Every wait is bounded; only processes this test started are signalled, by PID. Skipped with
 //! a notice without etcd, unless MAGNETAR_REQUIRE_ETCD=1.
@@ -25,7 +27,10 @@ use magnetar_ledger_replicated::{ReplicatedConfig, ReplicatedLedgers};
 use magnetar_metadata::MetadataStore;
 use magnetar_metadata_etcd::testing::{etcd_or_skip, EtcdCluster};
 use magnetar_metadata_etcd::{EtcdStore, EtcdStoreConfig};
+use magnetar_replication::message::{ErrorCode, Request, Response};
 use magnetar_replication::meta::{LedgerMeta, LedgerState};
+use magnetar_replication::placement::Registration;
+use magnetar_replication::wire::{self, Message};
 use magnetar_replication::NodeId;
 use tokio::sync::mpsc;
 
@@ -40,10 +45,15 @@ struct StorageNode {
 
 impl StorageNode {
     fn start(url: &str, cluster: &str, dir: &Path) -> StorageNode {
+        StorageNode::start_with(url, cluster, dir, &[])
+    }
+
+    fn start_with(url: &str, cluster: &str, dir: &Path, extra: &[&str]) -> StorageNode {
         let mut child = Command::new(env!("CARGO_BIN_EXE_magnetar"))
             .env("NO_COLOR", "1")
             .args(["storage", "--listen", "127.0.0.1:0", "--metadata", url, "--cluster", cluster])
             .args(["--gc-seconds", "1"])
+            .args(extra)
             .arg("--data-dir")
             .arg(dir)
             .stdin(Stdio::null())
@@ -250,5 +260,89 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
             // Another process's log: no event to wait on.
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+}
+
+/// One request on a fresh connection to a node, and its answer.
+async fn ask_node(address: &str, request: Request) -> Response {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream =
+        tokio::time::timeout(WAIT, tokio::net::TcpStream::connect(address)).await.unwrap().unwrap();
+    let mut frame = bytes::BytesMut::new();
+    wire::encode(7, &Message::Request(request), &mut frame);
+    stream.write_all(&frame).await.unwrap();
+    let mut buf = bytes::BytesMut::new();
+    loop {
+        if let Some((id, message)) = wire::decode(&mut buf).unwrap() {
+            assert_eq!(id, 7);
+            match message {
+                Message::Response(response) => return response,
+                other => panic!("not a response: {other:?}"),
+            }
+        }
+        let read = tokio::time::timeout(WAIT, stream.read_buf(&mut buf)).await.unwrap().unwrap();
+        assert_ne!(read, 0, "the node closed the connection");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_short_of_disk_is_read_only_and_gets_no_new_copies() {
+    let Some(etcd_binary) = etcd_or_skip("read-only storage node") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = EtcdCluster::start(&etcd_binary, 1).await.unwrap();
+    etcd.wait_ready(WAIT).await.unwrap();
+    let url = format!("etcd://{}", etcd.endpoint(0).trim_start_matches("http://"));
+    let cluster = "readonly";
+    let _writable: Vec<StorageNode> = (0..2)
+        .map(|i| StorageNode::start(&url, cluster, &dir.path().join(format!("node{i}"))))
+        .collect();
+    // A threshold of 1 PiB free: short of disk on any machine, from the start.
+    let full = StorageNode::start_with(
+        &url,
+        cluster,
+        &dir.path().join("full"),
+        &["--min-free-mb", "1073741824"],
+    );
+
+    let (store, ledgers) = client(etcd.endpoints(), cluster).await;
+    let live = ledgers.nodes().live();
+    assert_eq!(live.len(), 3, "{live:?}");
+    let read_only: Vec<u64> = live.iter().filter(|n| n.read_only).map(|n| n.id.0).collect();
+    assert_eq!(read_only, vec![full.id], "only the node short of disk says so: {live:?}");
+
+    let copies = |n: u32| LedgerMetadata {
+        ensemble_size: n,
+        write_quorum: n,
+        ack_quorum: n,
+        properties: BTreeMap::new(),
+    };
+    for ledger in 1..=4 {
+        ledgers.create(ledger, &copies(2)).await.unwrap();
+        let ensemble = stored_meta(&store, ledger).await.fragments[0].ensemble.clone();
+        assert!(!ensemble.contains(&NodeId(full.id)), "ledger {ledger} placed on it: {ensemble:?}");
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        ledgers.append(ledger, 0, data(0), Box::new(move |r| drop(tx.send(r)))).unwrap();
+        let acked = tokio::time::timeout(WAIT, rx).await.expect("acked in time").unwrap();
+        assert_eq!(acked.ok(), Some(0), "the writable nodes take it");
+    }
+    match ledgers.create(9, &copies(3)).await {
+        Err(LedgerError::Unavailable(why)) => assert!(why.contains("read-only"), "{why}"),
+        other => panic!("three copies with two writable nodes: {other:?}"),
+    }
+
+    let registration =
+        store.get(&magnetar_model::keys::storage_node(full.id)).await.unwrap().expect("registered");
+    let registration: Registration = serde_json::from_slice(&registration.value).unwrap();
+    assert!(registration.read_only, "{registration:?}");
+    let add =
+        Request::Add { ledger: 77, entry: 0, epoch: 0, lac: None, recovery: false, data: data(0) };
+    assert_eq!(
+        ask_node(&registration.address, add).await,
+        Response::Error { ledger: 77, code: ErrorCode::Io },
+        "a normal add is refused"
+    );
+    match ask_node(&registration.address, Request::ReadLac { ledger: 78, fence: Some(1) }).await {
+        Response::Lac { ledger: 78, .. } => {}
+        other => panic!("a fencing read is answered: {other:?}"),
     }
 }

@@ -1,6 +1,7 @@
-//! Where a ledger's copies go: nodes that are alive (registered), not already in the ensemble,
-//! on a rack label the ensemble does not use yet when there is one, with the most free disk;
-//! ties go to the lower id, so the choice is deterministic.
+//! Where a ledger's copies go: nodes that are alive (registered) and writable (not read-only
+//! for lack of disk), not already in the ensemble, on a rack label the ensemble does not use
+//! yet when there is one, with the most free disk; ties go to the lower id, so the choice is
+//! deterministic.
 
 use crate::NodeId;
 
@@ -11,6 +12,8 @@ pub struct NodeInfo {
     pub free_bytes: u64,
     /// Failure domain; `None` when the operator set none.
     pub rack: Option<String>,
+    /// Short of disk: serves reads, takes no new copies (BookKeeper's read-only bookie).
+    pub read_only: bool,
 }
 
 /// What a storage node writes at `/storage-nodes/{id}` (ephemeral, JSON).
@@ -22,11 +25,19 @@ pub struct Registration {
     pub free_bytes: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rack: Option<String>,
+    /// Below its free-disk threshold: it refuses normal adds until space is freed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 impl Registration {
     pub fn node_info(&self, id: NodeId) -> NodeInfo {
-        NodeInfo { id, free_bytes: self.free_bytes, rack: self.rack.clone() }
+        NodeInfo {
+            id,
+            free_bytes: self.free_bytes,
+            rack: self.rack.clone(),
+            read_only: self.read_only,
+        }
     }
 }
 
@@ -42,7 +53,7 @@ pub fn choose_replacement(
         .map(|n| &n.rack)
         .collect();
     live.iter()
-        .filter(|n| !ensemble.contains(&n.id) && !exclude.contains(&n.id))
+        .filter(|n| !n.read_only && !ensemble.contains(&n.id) && !exclude.contains(&n.id))
         .min_by_key(|n| {
             let new_rack = n.rack.is_some() && !racks_in_use.contains(&&n.rack);
             (!new_rack, std::cmp::Reverse(n.free_bytes), n.id)
@@ -64,7 +75,12 @@ mod tests {
     use super::*;
 
     fn node(id: u64, free: u64, rack: Option<&str>) -> NodeInfo {
-        NodeInfo { id: NodeId(id), free_bytes: free, rack: rack.map(str::to_string) }
+        NodeInfo {
+            id: NodeId(id),
+            free_bytes: free,
+            rack: rack.map(str::to_string),
+            read_only: false,
+        }
     }
 
     #[test]
@@ -84,5 +100,25 @@ mod tests {
         // Excluded and present nodes are never chosen.
         let all: Vec<NodeId> = live.iter().map(|n| n.id).collect();
         assert_eq!(choose_replacement(&live, &all[..3], &[NodeId(4)]), None);
+    }
+
+    #[test]
+    fn a_read_only_node_takes_no_new_copy() {
+        let mut live = [node(1, 100, None), node(2, 900, None), node(3, 500, None)];
+        live[1].read_only = true;
+        assert_eq!(choose_ensemble(&live, 2), Some(vec![NodeId(3), NodeId(1)]));
+        assert_eq!(choose_replacement(&live, &[NodeId(3)], &[NodeId(1)]), None);
+        assert_eq!(choose_ensemble(&live, 3), None);
+    }
+
+    #[test]
+    fn registrations_read_without_the_read_only_field_are_writable() {
+        let old: Registration =
+            serde_json::from_str(r#"{"address":"h:1","freeBytes":5}"#).expect("parses");
+        assert!(!old.read_only);
+        let full = Registration { read_only: true, ..old.clone() };
+        let text = serde_json::to_string(&full).expect("serializes");
+        assert!(text.contains(r#""readOnly":true"#), "{text}");
+        assert!(!serde_json::to_string(&old).expect("serializes").contains("readOnly"));
     }
 }

@@ -227,6 +227,7 @@ impl Simulation {
                     free_bytes: rng.range(1, 1_000),
                     rack: (!knobs.racks.is_empty())
                         .then(|| knobs.racks[i % knobs.racks.len()].clone()),
+                    read_only: false,
                 },
             })
             .collect();

@@ -6,7 +6,9 @@
 
 pub mod registration;
 pub mod server;
+pub mod space;
 pub mod store;
 
 pub use registration::register;
 pub use server::{serve, GarbageCollection, ServeError};
+pub use space::DiskSpace;

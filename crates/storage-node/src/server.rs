@@ -3,21 +3,24 @@
 //! (encoded replies out, batched into as few writes as possible). Reads from disk run on the
 //! blocking pool and reply from there.
 //!
+//! Short of disk (`space.rs`), the node refuses normal adds here, before the core sees them:
+//! the refusal is an error, which never claims durability, so it needs no ordering.
+//!
 //! A journal write or flush that fails ends the node: it answers nothing more (every add
 //! still waiting fails with its connection) and `serve` returns the error, as a journal that
 //! failed accepts nothing more. A restart recovers what is durable.
 
+use crate::space::DiskSpace;
 use crate::store::{read_local, Completion, NodeStorage};
 use bytes::{Bytes, BytesMut};
 use magnetar_ledger::LedgerStore;
 use magnetar_metadata::MetadataStore;
-use magnetar_replication::message::{ErrorCode, RequestId, Response};
+use magnetar_replication::message::{ErrorCode, Request, RequestId, Response};
 use magnetar_replication::node::{NodeAction, NodeCore, Peer, Token};
 use magnetar_replication::wire::{self, Message, NodeStatus};
 use magnetar_replication::{LedgerId, NodeId};
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -74,7 +77,7 @@ pub struct GarbageCollection {
 pub async fn serve(
     node: NodeId,
     store: Arc<LedgerStore>,
-    data_dir: PathBuf,
+    space: Arc<DiskSpace>,
     listener: TcpListener,
     gc: Option<GarbageCollection>,
     shutdown: impl Future<Output = ()>,
@@ -92,7 +95,7 @@ pub async fn serve(
     let (inputs_tx, inputs) = mpsc::channel(INBOX);
     let mut task = NodeTask {
         node,
-        data_dir,
+        space,
         core,
         storage,
         peers: BTreeMap::new(),
@@ -208,7 +211,7 @@ async fn connection(stream: TcpStream, peer: Peer, inputs: mpsc::Sender<Input>) 
 
 struct NodeTask {
     node: NodeId,
-    data_dir: PathBuf,
+    space: Arc<DiskSpace>,
     core: NodeCore,
     storage: NodeStorage,
     peers: BTreeMap<Peer, mpsc::Sender<Bytes>>,
@@ -268,6 +271,14 @@ impl NodeTask {
             Input::Disconnected { peer } => {
                 self.peers.remove(&peer);
             }
+            Input::Frame {
+                peer,
+                request,
+                message: Message::Request(Request::Add { ledger, recovery: false, .. }),
+            } if self.space.is_read_only() => {
+                let response = Response::Error { ledger, code: ErrorCode::Io };
+                self.send(peer, request, &Message::Response(response));
+            }
             Input::Frame { peer, request, message: Message::Request(body) } => {
                 let mut actions = std::mem::take(&mut self.actions);
                 self.core.handle(peer, request, body, &mut actions);
@@ -275,10 +286,9 @@ impl NodeTask {
                 self.actions = actions;
             }
             Input::Frame { peer, request, message: Message::StatusRequest } => {
-                let free_bytes = magnetar_ledger::store::free_bytes(&self.data_dir).unwrap_or(0);
                 let status = NodeStatus {
                     node: self.node,
-                    free_bytes,
+                    free_bytes: self.space.free(),
                     ledgers: self.storage.ledgers() as u64,
                 };
                 self.send(peer, request, &Message::Status(status));

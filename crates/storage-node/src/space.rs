@@ -1,0 +1,135 @@
+//! Free disk space and read-only mode (BookKeeper's read-only bookie). Below `min_free` bytes
+//! free the node refuses normal adds, so writers replace it and go on elsewhere (an ensemble
+//! change, as for a failed node), and its registration says `readOnly`, so placement gives it
+//! no new copies; it still serves reads, fences and recovery adds, which closing ledgers safely
+//! needs. It takes adds again once twice `min_free` is free (a margin, so that it does not flap
+//! around the threshold). Without this a full disk stops the journal and the node with it.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Whether a node that is `read_only` now should be after measuring `free` bytes free, with a
+/// threshold of `min_free` (0: never read-only).
+pub fn next_read_only(read_only: bool, free: u64, min_free: u64) -> bool {
+    if min_free == 0 {
+        return false;
+    }
+    if read_only {
+        free < min_free.saturating_mul(2)
+    } else {
+        free < min_free
+    }
+}
+
+pub struct DiskSpace {
+    min_free: u64,
+    read_only: AtomicBool,
+    free: AtomicU64,
+    changed: Notify,
+}
+
+impl DiskSpace {
+    /// Starts writable with `free` bytes measured (or read-only, if that is already too few).
+    pub fn new(min_free: u64, free: u64) -> Arc<DiskSpace> {
+        let read_only = next_read_only(false, free, min_free);
+        if read_only {
+            tracing::warn!(free, min_free, "storage node starts read-only: too little free disk");
+        }
+        Arc::new(DiskSpace {
+            min_free,
+            read_only: AtomicBool::new(read_only),
+            free: AtomicU64::new(free),
+            changed: Notify::new(),
+        })
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::Acquire)
+    }
+
+    /// Free bytes at the last measurement.
+    pub fn free(&self) -> u64 {
+        self.free.load(Ordering::Relaxed)
+    }
+
+    /// Takes a measurement; wakes [`DiskSpace::changed`] waiters when the mode flips.
+    pub fn observe(&self, free: u64) {
+        self.free.store(free, Ordering::Relaxed);
+        let was = self.is_read_only();
+        let now = next_read_only(was, free, self.min_free);
+        if now == was {
+            return;
+        }
+        self.read_only.store(now, Ordering::Release);
+        if now {
+            tracing::warn!(free, min_free = self.min_free, "storage node is read-only: disk short");
+        } else {
+            tracing::info!(free, "storage node takes adds again: disk space freed");
+        }
+        // A permit is kept if the waiter is busy (writing the registration): no flip is missed.
+        self.changed.notify_one();
+    }
+
+    /// Resolves at the next change of mode (or at once, if one came since the last call). One
+    /// waiter: the registration task.
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// Measures `dir`'s file system every `every` until the task is aborted.
+    pub fn watch(self: Arc<Self>, dir: PathBuf, every: Duration) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            loop {
+                ticks.tick().await;
+                let measuring = dir.clone();
+                let measured = tokio::task::spawn_blocking(move || {
+                    magnetar_ledger::store::free_bytes(&measuring)
+                })
+                .await;
+                match measured {
+                    Ok(Some(free)) => self.observe(free),
+                    Ok(None) => tracing::warn!(dir = %dir.display(), "free disk space unknown"),
+                    Err(_) => return, // the runtime is shutting down
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_only_below_the_threshold_writable_again_at_twice_it() {
+        let gib = 1u64 << 30;
+        assert!(!next_read_only(false, gib, gib));
+        assert!(next_read_only(false, gib - 1, gib));
+        // Once read-only, a little freed space is not enough.
+        assert!(next_read_only(true, gib + 1, gib));
+        assert!(next_read_only(true, 2 * gib - 1, gib));
+        assert!(!next_read_only(true, 2 * gib, gib));
+        // 0 turns it off.
+        assert!(!next_read_only(false, 0, 0));
+        assert!(!next_read_only(true, 0, 0));
+        assert!(next_read_only(true, u64::MAX - 1, u64::MAX), "twice the threshold saturates");
+    }
+
+    #[test]
+    fn observing_flips_the_mode_with_the_margin() {
+        let space = DiskSpace::new(100, 1_000);
+        assert!(!space.is_read_only());
+        space.observe(99);
+        assert!(space.is_read_only());
+        assert_eq!(space.free(), 99);
+        space.observe(150);
+        assert!(space.is_read_only());
+        space.observe(200);
+        assert!(!space.is_read_only());
+        assert!(DiskSpace::new(100, 50).is_read_only());
+    }
+}
