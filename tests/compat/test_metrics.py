@@ -7,10 +7,14 @@
 - OpenMetrics when the scraper asks for it;
 - namespace-level aggregation and the split partition label (Pulsar's
   `exposeTopicLevelMetricsInPrometheus` and `splitTopicAndPartitionLabelInPrometheus`);
+- consumer- and producer-level series (`exposeConsumerLevelMetricsInPrometheus`,
+  `exposeProducerLevelMetricsInPrometheus`), a consumer blocked at its unacked limit, and the
+  acknowledgement rate;
 - connection counters, Magnetar's storage and metadata series, and `process_*`.
 
 The real Prometheus server scrapes the same endpoint in test_prometheus.py."""
 
+import json
 import re
 import socket
 import time
@@ -189,6 +193,68 @@ def test_namespace_level_series_and_the_split_partition_label():
         for partition in ("0", "1"):
             assert value(text, "pulsar_in_messages_total", topic=topic,
                          partition=partition) == 2
+        client.close()
+
+
+def test_consumer_and_producer_series_and_the_unacked_limit():
+    """Pulsar's consumer- and producer-level series (off by default, switched on here), the
+    consumer blocked at `max_unacked_messages_per_consumer` as metrics and admin stats show it,
+    and the subscription's acknowledgement rate."""
+    toml = ("[broker]\nexpose_consumer_level_metrics_in_prometheus = true\n"
+            "expose_producer_level_metrics_in_prometheus = true\n"
+            "max_unacked_messages_per_consumer = 10\n")
+    with conftest.private_server(toml) as srv:
+        client = srv.client()
+        topic = unique_topic("levels")
+        consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared,
+                                    consumer_name="c-one", receiver_queue_size=1000)
+        producer = client.create_producer(topic, producer_name="p-one", batching_enabled=False)
+        for _ in range(30):
+            producer.send(bytes(PAYLOAD))
+        received = [consumer.receive(timeout_millis=10_000) for _ in range(10)]
+        for msg in received[:2]:
+            consumer.acknowledge(msg)
+        labels = dict(cluster="standalone", namespace="public/default", topic=topic)
+        sub = dict(labels, subscription="s")
+        mine = dict(sub, consumer_name="c-one")
+
+        def blocked_with_8_unacked():
+            _, text = scrape(srv)
+            ok = (value(text, "pulsar_consumer_unacked_messages", **mine) == 8
+                  and value(text, "pulsar_consumer_blocked_on_unacked_messages", **mine) == 1)
+            return text if ok else None
+        text = eventually("the consumer blocked with 8 unacknowledged", blocked_with_8_unacked)
+        consumer_labels = [l for n, l, _ in samples(text)
+                           if n == "pulsar_consumer_msg_rate_out" and l.get("topic") == topic]
+        assert len(consumer_labels) == 1 and consumer_labels[0]["consumer_id"].isdigit(), \
+            consumer_labels
+        assert value(text, "pulsar_out_messages_total", **mine) == 10
+        # The subscription's own sample: the one without consumer labels.
+        assert [v for n, l, v in samples(text)
+                if n == "pulsar_out_messages_total" and l == sub] == [10]
+        assert value(text, "pulsar_consumer_available_permits", **mine) > 0
+        assert value(text, "pulsar_subscription_consumers_count", **sub) == 1
+        assert value(text, "pulsar_subscription_blocked_on_unacked_messages", **sub) == 0
+        producer_labels = [l for n, l, _ in samples(text)
+                           if n == "pulsar_producer_msg_rate_in" and l.get("topic") == topic]
+        assert len(producer_labels) == 1, producer_labels
+        assert producer_labels[0]["producer_name"] == "p-one"
+        assert producer_labels[0]["producer_id"].isdigit(), producer_labels
+
+        status, body = http_request(
+            "GET", srv.web_url + topic.replace("persistent://", "/admin/v2/persistent/")
+            + "/stats")
+        assert status == 200, body
+        stats = json.loads(body)
+        (consumer_stats,) = stats["subscriptions"]["s"]["consumers"]
+        assert consumer_stats["consumerName"] == "c-one"
+        assert consumer_stats["blockedConsumerOnUnackedMsgs"] is True, consumer_stats
+        assert consumer_stats["unackedMessages"] == 8, consumer_stats
+
+        for msg in received[2:]:
+            consumer.acknowledge(msg)
+        eventually("a non-zero acknowledgement rate",
+                   lambda: value(scrape(srv)[1], "pulsar_subscription_msg_ack_rate", **sub) > 0)
         client.close()
 
 

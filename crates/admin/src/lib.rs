@@ -156,13 +156,14 @@
 //! a size backlog quota must stay below the retention size and time (412 either way round),
 //! persistence follows `validatePersistencePolicies` with Pulsar's default maxima (5).
 //!
-//! Stored and served but **not enforced** by the broker (yet): `persistence` (no BookKeeper
-//! ensembles), the `offload*` policies (no tiered storage), `compactionThreshold` (no
-//! compaction), `persistence/bookieAffinity`, `subscriptionExpirationTime`,
-//! `maxTopicsPerNamespace`, `autoTopicCreation` / `autoSubscriptionCreation` overrides,
-//! `subscribeRate`, `schemaCompatibilityStrategy`, and permissions (no authorization until the
-//! security work lands). Which of the others the broker enforces is the broker's to say
-//! (`magnetar_model::policy::Effective`).
+//! Stored and served but **not enforced** by the broker (yet): the `offload*` policies (no
+//! tiered storage), `compactionThreshold` (no compaction), `persistence/bookieAffinity`,
+//! `subscriptionExpirationTime`, `maxTopicsPerNamespace`, `autoTopicCreation` /
+//! `autoSubscriptionCreation` overrides and `subscribeRate`; `persistence` only on storage
+//! nodes (`[ledgers] storage = "nodes"`: the quorums of a topic's new ledgers; with the local
+//! store there is one copy whatever it says). Enforced: `schemaCompatibilityStrategy` (the
+//! schema registry reads it) and permissions (when `[authorization]` is on). Which of the
+//! others the broker enforces is the broker's to say (`magnetar_model::policy::Effective`).
 //!
 //! Bundles: one bundle (`0x00000000`–`0xffffffff`) per namespace unless created with
 //! `bundles` (Pulsar's `defaultNumberOfNamespaceBundles` is 4; Magnetar does not split

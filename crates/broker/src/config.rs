@@ -145,6 +145,12 @@ pub struct BrokerConfig {
     /// A partition's series name its partitioned topic in `topic` and the index in
     /// `partition` (Pulsar's `splitTopicAndPartitionLabelInPrometheus`, false).
     pub split_topic_and_partition_label_in_prometheus: bool,
+    /// With topic-level metrics, also one series per consumer (`pulsar_consumer_*`, labels
+    /// `consumer_name`, `consumer_id`) and per producer (`pulsar_producer_*`, labels
+    /// `producer_name`, `producer_id`) (Pulsar's `exposeConsumerLevelMetricsInPrometheus` and
+    /// `exposeProducerLevelMetricsInPrometheus`, both false).
+    pub expose_consumer_level_metrics_in_prometheus: bool,
+    pub expose_producer_level_metrics_in_prometheus: bool,
     /// Seconds the `pulsar_*_le_*` bucket gauges count over (Pulsar's
     /// `statsUpdateFrequencyInSecs`, 60).
     pub stats_update_frequency_seconds: u64,
@@ -209,6 +215,8 @@ impl Default for BrokerConfig {
             max_publish_rate_per_topic_in_bytes: 0,
             expose_topic_level_metrics_in_prometheus: true,
             split_topic_and_partition_label_in_prometheus: false,
+            expose_consumer_level_metrics_in_prometheus: false,
+            expose_producer_level_metrics_in_prometheus: false,
             stats_update_frequency_seconds: 60,
             service_url_tls: None,
             plain_port_enabled: true,

@@ -206,6 +206,7 @@ impl NpSubscription {
                 .iter()
                 .map(|c| ConsumerStats {
                     consumer_name: c.name.clone(),
+                    consumer_id: c.consumer_id,
                     available_permits: c.permits,
                     ..Default::default()
                 })

@@ -121,12 +121,12 @@ pub fn render(service: &BrokerService, format: Format) -> Exposition {
         if config.expose_topic_level_metrics_in_prometheus { samples.len() * 160 } else { 0 };
     let mut out = Exposition::with_family_capacity(format, per_family);
     if config.expose_topic_level_metrics_in_prometheus {
-        write_topic_level(
-            &mut out,
-            cluster,
-            &samples,
-            config.split_topic_and_partition_label_in_prometheus,
-        );
+        let levels = Levels {
+            split_partition: config.split_topic_and_partition_label_in_prometheus,
+            consumers: config.expose_consumer_level_metrics_in_prometheus,
+            producers: config.expose_producer_level_metrics_in_prometheus,
+        };
+        write_topic_level(&mut out, cluster, &samples, levels);
     } else {
         write_namespace_level(&mut out, cluster, &samples);
     }
@@ -236,7 +236,15 @@ fn broker_defaults(out: &mut Exposition, cluster: &str, names: &[&'static str]) 
     }
 }
 
-fn write_topic_level(out: &mut Exposition, cluster: &str, samples: &[TopicSample], split: bool) {
+/// What the topic-level exposition includes beyond topics and subscriptions.
+#[derive(Clone, Copy)]
+struct Levels {
+    split_partition: bool,
+    consumers: bool,
+    producers: bool,
+}
+
+fn write_topic_level(out: &mut Exposition, cluster: &str, samples: &[TopicSample], levels: Levels) {
     broker_defaults(
         out,
         cluster,
@@ -265,7 +273,7 @@ fn write_topic_level(out: &mut Exposition, cluster: &str, samples: &[TopicSample
     for sample in samples {
         let namespace = sample.name.namespace().to_string();
         let full = sample.name.to_string();
-        let (topic, partition) = if split {
+        let (topic, partition) = if levels.split_partition {
             let index = sample.name.partition_index().map_or(-1, i64::from);
             let base =
                 if index >= 0 { sample.name.partitioned_topic().to_string() } else { full.clone() };
@@ -281,10 +289,107 @@ fn write_topic_level(out: &mut Exposition, cluster: &str, samples: &[TopicSample
         // Rendered once: each of the topic's ~60 samples copies it.
         let labels = LabelSet::new(&labels);
         write_topic(out, &labels, sample);
+        if levels.producers {
+            for producer in &sample.stats.publishers {
+                let labels = labels
+                    .with("producer_name", &producer.producer_name)
+                    .with("producer_id", &producer.producer_id.to_string());
+                write_producer(out, &labels, producer);
+            }
+        }
         for (subscription, sub) in &sample.stats.subscriptions {
-            write_subscription(out, &labels.with("subscription", subscription), sub);
+            let labels = labels.with("subscription", subscription);
+            write_subscription(out, &labels, sub);
+            if levels.consumers {
+                for consumer in &sub.consumers {
+                    let labels = labels
+                        .with("consumer_name", &consumer.consumer_name)
+                        .with("consumer_id", &consumer.consumer_id.to_string());
+                    write_consumer(out, &labels, consumer);
+                }
+            }
         }
     }
+}
+
+/// Pulsar's producer-level series (`exposeProducerLevelMetricsInPrometheus`).
+fn write_producer(
+    out: &mut Exposition,
+    labels: &(impl SampleLabels + ?Sized),
+    producer: &crate::stats::PublisherStats,
+) {
+    let gauges: [(&'static str, &'static str, f64); 3] = [
+        ("pulsar_producer_msg_rate_in", "Messages published per second.", producer.msg_rate_in),
+        (
+            "pulsar_producer_msg_throughput_in",
+            "Bytes published per second.",
+            producer.msg_throughput_in,
+        ),
+        (
+            "pulsar_producer_msg_average_Size",
+            "Average size of the messages published (bytes).",
+            producer.average_msg_size,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        gauge(out, name, help, labels, value);
+    }
+}
+
+/// Pulsar's consumer-level series (`exposeConsumerLevelMetricsInPrometheus`).
+fn write_consumer(
+    out: &mut Exposition,
+    labels: &(impl SampleLabels + ?Sized),
+    consumer: &crate::stats::ConsumerStats,
+) {
+    let gauges: [(&'static str, &'static str, f64); 7] = [
+        (
+            "pulsar_consumer_msg_rate_redeliver",
+            "Messages redelivered to the consumer per second.",
+            consumer.msg_rate_redeliver,
+        ),
+        (
+            "pulsar_consumer_unacked_messages",
+            "Messages sent to the consumer and not acknowledged.",
+            consumer.unacked_messages as f64,
+        ),
+        (
+            "pulsar_consumer_blocked_on_unacked_messages",
+            "1 when the consumer gets nothing more until it acknowledges (unacked limit).",
+            if consumer.blocked_consumer_on_unacked_msgs { 1.0 } else { 0.0 },
+        ),
+        (
+            "pulsar_consumer_msg_rate_out",
+            "Messages sent to the consumer per second.",
+            consumer.msg_rate_out,
+        ),
+        ("pulsar_consumer_msg_ack_rate", "Acknowledgements per second.", consumer.message_ack_rate),
+        (
+            "pulsar_consumer_msg_throughput_out",
+            "Bytes sent to the consumer per second.",
+            consumer.msg_throughput_out,
+        ),
+        (
+            "pulsar_consumer_available_permits",
+            "Messages the consumer has asked for and not been sent yet.",
+            consumer.available_permits as f64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        gauge(out, name, help, labels, value);
+    }
+    out.counter(
+        "pulsar_out_bytes",
+        "Bytes dispatched to the subscription's consumers since the topic was loaded.",
+        labels,
+        consumer.bytes_out_counter,
+    );
+    out.counter(
+        "pulsar_out_messages",
+        "Messages dispatched to the subscription's consumers since the topic was loaded.",
+        labels,
+        consumer.msg_out_counter,
+    );
 }
 
 fn write_topic(out: &mut Exposition, labels: &(impl SampleLabels + ?Sized), sample: &TopicSample) {
@@ -407,7 +512,7 @@ fn write_subscription(
     labels: &(impl SampleLabels + ?Sized),
     sub: &crate::stats::SubscriptionStats,
 ) {
-    let gauges: [(&'static str, &'static str, f64); 15] = [
+    let gauges: [(&'static str, &'static str, f64); 17] = [
         (
             "pulsar_subscription_back_log",
             "Messages in the subscription's backlog.",
@@ -469,6 +574,16 @@ fn write_subscription(
             "pulsar_subscription_last_consumed_timestamp",
             "When a message was last dispatched (ms since the epoch; 0: never).",
             sub.last_consumed_timestamp as f64,
+        ),
+        (
+            "pulsar_subscription_last_consumed_flow_timestamp",
+            "When a consumer last asked for messages (ms since the epoch; 0: never).",
+            sub.last_consumed_flow_timestamp as f64,
+        ),
+        (
+            "pulsar_subscription_consumers_count",
+            "Consumers connected to the subscription.",
+            sub.consumers.len() as f64,
         ),
         (
             "pulsar_subscription_last_mark_delete_advanced_timestamp",

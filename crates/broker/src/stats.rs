@@ -227,6 +227,10 @@ pub struct ConsumerStats {
     pub message_ack_rate: f64,
     pub chunked_message_rate: f64,
     pub consumer_name: String,
+    /// The client's id for the consumer on its connection (`GET /metrics` labels it; not in
+    /// Pulsar's JSON).
+    #[serde(skip)]
+    pub consumer_id: u64,
     pub available_permits: i64,
     pub unacked_messages: u64,
     pub avg_messages_per_entry: u64,

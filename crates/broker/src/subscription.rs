@@ -598,9 +598,10 @@ pub struct Subscription {
     /// write that is durable: an ack receipt waits for the second to pass it.
     acks_made: std::sync::atomic::AtomicU64,
     acks_persisted: tokio::sync::watch::Sender<u64>,
-    /// What was sent to consumers, and what was asked to be redelivered (stats).
+    /// What was sent to consumers, asked to be redelivered, and acknowledged (stats).
     out_meter: Meter,
     redeliver_meter: Meter,
+    ack_meter: Meter,
     /// When a consumer last acknowledged, was last sent messages, last sent permits (clock
     /// ms; 0: never) (stats: `lastAckedTimestamp`, `lastConsumedTimestamp`,
     /// `lastConsumedFlowTimestamp`).
@@ -697,6 +698,7 @@ impl Subscription {
             acks_persisted: tokio::sync::watch::Sender::new(0),
             out_meter: Meter::new(),
             redeliver_meter: Meter::new(),
+            ack_meter: Meter::new(),
             last_acked_ms: std::sync::atomic::AtomicU64::new(0),
             last_consumed_ms: std::sync::atomic::AtomicU64::new(0),
             last_flow_ms: std::sync::atomic::AtomicU64::new(0),
@@ -1031,6 +1033,7 @@ impl Subscription {
                 "cumulative ack is not allowed on Shared or Key_Shared subscriptions".into(),
             ));
         }
+        let mut acked_messages = 0u64;
         for id in ids {
             let position = Position::new(id.ledger_id, id.entry_id);
             let ack_set: Vec<u64> = id.ack_set.iter().map(|&w| w as u64).collect();
@@ -1045,6 +1048,15 @@ impl Subscription {
                     .filter(|&s| s > 0)
                     .or_else(|| state.pending.get(&position).map(|p| p.messages))
                     .or_else(|| state.ack.partial_batch(position).map(|b| b.batch_size()))
+            };
+            // Messages acknowledged (stats: `msgAckRate`): a whole entry counts the messages it
+            // was sent with; a batch-index ack's bitmap keeps a bit set per message not acked.
+            acked_messages += match batch_size {
+                None => state.pending.get(&position).map_or(1, |p| u64::from(p.messages)),
+                Some(size) => {
+                    let left: u32 = ack_set.iter().map(|word| word.count_ones()).sum();
+                    u64::from(size.saturating_sub(left)).max(1)
+                }
             };
             let result = match translate_ack(ack_type, position, &ack_set, batch_size) {
                 AckAction::Entry(position) => state.ack.ack_individual(position, &ledgers),
@@ -1075,6 +1087,7 @@ impl Subscription {
         drop(state);
         let now_ms = self.managed_ledger.clock().now_ms();
         self.last_acked_ms.store(now_ms, std::sync::atomic::Ordering::Relaxed);
+        self.ack_meter.record(acked_messages, 0);
         if wake {
             self.wake.notify_one();
         }

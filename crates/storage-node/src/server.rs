@@ -64,10 +64,12 @@ enum Input {
     },
 }
 
-/// Deleting ledgers whose metadata is gone: every `every`, each local ledger is looked up at
-/// `/ledgers/{id}`; absent, it is deleted here. Safe because a writer stores a ledger's
-/// metadata before it sends the ledger's first entry (an add that arrives after the deletion
-/// re-creates a run that the next pass deletes again).
+/// Deleting ledgers whose metadata is gone: every `every`, the local ledgers are compared with
+/// one listing of `/ledgers`; a local ledger missing from it is deleted here. Safe because a
+/// writer stores a ledger's metadata before it sends the ledger's first entry, and the local
+/// ledgers are taken before the listing: a ledger local then had its metadata before the
+/// listing began, so it is missing only if it was deleted (an add that arrives after the
+/// deletion re-creates a run that the next pass deletes again).
 pub struct GarbageCollection {
     pub metadata: Arc<dyn MetadataStore>,
     pub every: Duration,
@@ -123,21 +125,22 @@ async fn collect_garbage(
     ticks.tick().await;
     loop {
         ticks.tick().await;
-        for ledger in store.ledgers() {
-            if ledger == crate::store::FENCE_LOG {
+        let local = store.ledgers(); // before the listing: see above
+        let listed = match gc.metadata.list_children(magnetar_model::keys::LEDGERS_ROOT).await {
+            Ok(children) => children,
+            Err(e) => {
+                tracing::warn!(error = %e, "garbage collection paused: metadata unreadable");
                 continue;
             }
-            match gc.metadata.get(&magnetar_model::keys::ledger(ledger)).await {
-                Ok(None) => {
-                    if inputs.send(Input::Collect { ledger }).await.is_err() {
-                        return;
-                    }
-                }
-                Ok(Some(_)) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "garbage collection paused: metadata unreadable");
-                    break;
-                }
+        };
+        let listed: std::collections::BTreeSet<LedgerId> =
+            listed.iter().filter_map(|child| child.parse().ok()).collect();
+        for ledger in local {
+            if ledger == crate::store::FENCE_LOG || listed.contains(&ledger) {
+                continue;
+            }
+            if inputs.send(Input::Collect { ledger }).await.is_err() {
+                return;
             }
         }
     }

@@ -29,6 +29,7 @@ impl Subscription {
         let now = self.managed_ledger.clock().now();
         let out = self.out_meter.read_at(now);
         let redeliver = self.redeliver_meter.read_at(now);
+        let acks = self.ack_meter.read_at(now);
         let state = self.state.lock();
         let backlog = state.ack.backlog_entries(ledgers);
         let delayed = state.delayed.len();
@@ -49,7 +50,9 @@ impl Subscription {
                     bytes_out_counter: reading.bytes,
                     msg_out_counter: reading.messages,
                     consumer_name: slot.handle.name.clone(),
+                    consumer_id: slot.handle.consumer_id,
                     available_permits: slot.permits,
+                    blocked_consumer_on_unacked_msgs: slot.blocked,
                     unacked_messages: unacked_by_consumer
                         .get(&slot.handle.key)
                         .copied()
@@ -72,7 +75,9 @@ impl Subscription {
             bytes_out_counter: out.bytes,
             msg_out_counter: out.messages,
             msg_rate_redeliver: redeliver.rate,
+            message_ack_rate: acks.rate,
             msg_backlog: backlog,
+            blocked_subscription_on_unacked_msgs: state.dispatch_blocked,
             backlog_size: crate::managed_ledger::estimate_size_after(
                 ledger_stats,
                 state.ack.mark_delete(),
