@@ -441,21 +441,30 @@ impl Journal {
     /// Gives up a sealed segment whose records are no longer needed: its file is kept for
     /// reuse or removed, so disk usage goes down.
     pub fn release_segment(&self, seq: u64) -> Result<(), JournalError> {
+        self.release_segments(&[seq])
+    }
+
+    /// [`Journal::release_segment`] for several segments, the removed files made durable
+    /// together (`Storage::remove_segments`).
+    pub fn release_segments(&self, seqs: &[u64]) -> Result<(), JournalError> {
         let current = self.shared.staging.lock().next_seq;
-        assert!(seq < current, "segment {seq} is not sealed (writer at {current})");
-        if self.shared.readers.write().remove(&seq).is_none() {
-            return Ok(());
+        let mut removed = Vec::new();
+        for &seq in seqs {
+            assert!(seq < current, "segment {seq} is not sealed (writer at {current})");
+            if self.shared.readers.write().remove(&seq).is_none() {
+                continue;
+            }
+            let mut prep = self.shared.prep.lock();
+            if prep.recyclable.len() < self.shared.config.recycled_segments_kept {
+                prep.recyclable.push_back(seq);
+                continue;
+            }
+            removed.push(seq);
         }
-        let mut prep = self.shared.prep.lock();
-        if prep.recyclable.len() < self.shared.config.recycled_segments_kept {
-            prep.recyclable.push_back(seq);
-            return Ok(());
-        }
-        drop(prep);
         self.shared
             .storage
-            .remove_segment(seq)
-            .map_err(|e| JournalError::io(format!("remove segment {seq}"), e))
+            .remove_segments(&removed)
+            .map_err(|e| JournalError::io(format!("remove segments {removed:?}"), e))
     }
 
     pub fn storage(&self) -> &Arc<dyn Storage> {

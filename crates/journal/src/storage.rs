@@ -55,6 +55,15 @@ pub trait Storage: Send + Sync {
     /// so they read as the end of the log in segment `to`.
     fn recycle_segment(&self, from: u64, to: u64) -> io::Result<()>;
     fn remove_segment(&self, seq: u64) -> io::Result<()>;
+    /// Removes unused segments, made durable together (on a file system: one directory sync
+    /// for all of them; a sync per file made a ledger's deletion, dozens of segments at once,
+    /// dozens of file-system commits that appends' fdatasyncs queued behind).
+    fn remove_segments(&self, seqs: &[u64]) -> io::Result<()> {
+        for &seq in seqs {
+            self.remove_segment(seq)?;
+        }
+        Ok(())
+    }
     /// Replaces the side file `name` with `data` atomically and durably.
     fn write_file_atomic(&self, name: &str, data: &[u8]) -> io::Result<()>;
     /// Reads the side file `name`, if it exists.
@@ -228,6 +237,16 @@ impl Storage for FsStorage {
 
     fn remove_segment(&self, seq: u64) -> io::Result<()> {
         fs::remove_file(self.segment_path(seq))?;
+        self.sync_dir()
+    }
+
+    fn remove_segments(&self, seqs: &[u64]) -> io::Result<()> {
+        for &seq in seqs {
+            fs::remove_file(self.segment_path(seq))?;
+        }
+        if seqs.is_empty() {
+            return Ok(());
+        }
         self.sync_dir()
     }
 
