@@ -378,17 +378,27 @@ fn write_consumer(
     for (name, help, value) in gauges {
         gauge(out, name, help, labels, value);
     }
+    write_out_counters(out, labels, consumer.bytes_out_counter, consumer.msg_out_counter);
+}
+
+/// `pulsar_out_bytes_total` and `pulsar_out_messages_total` of a subscription or a consumer.
+fn write_out_counters(
+    out: &mut Exposition,
+    labels: &(impl SampleLabels + ?Sized),
+    bytes: u64,
+    messages: u64,
+) {
     out.counter(
         "pulsar_out_bytes",
         "Bytes dispatched to the subscription's consumers since the topic was loaded.",
         labels,
-        consumer.bytes_out_counter,
+        bytes,
     );
     out.counter(
         "pulsar_out_messages",
         "Messages dispatched to the subscription's consumers since the topic was loaded.",
         labels,
-        consumer.msg_out_counter,
+        messages,
     );
 }
 
@@ -594,18 +604,7 @@ fn write_subscription(
     for (name, help, value) in gauges {
         gauge(out, name, help, labels, value);
     }
-    out.counter(
-        "pulsar_out_bytes",
-        "Bytes dispatched to the subscription's consumers since the topic was loaded.",
-        labels,
-        sub.bytes_out_counter,
-    );
-    out.counter(
-        "pulsar_out_messages",
-        "Messages dispatched to the subscription's consumers since the topic was loaded.",
-        labels,
-        sub.msg_out_counter,
-    );
+    write_out_counters(out, labels, sub.bytes_out_counter, sub.msg_out_counter);
 }
 
 /// Pulsar's namespace-level families (`printNamespaceStats`): every topic of a namespace summed.

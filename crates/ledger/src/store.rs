@@ -1024,9 +1024,16 @@ fn free_dead_segments(inner: &Inner) -> Result<(), LedgerError> {
             .map(|(&seq, _)| seq)
             .collect()
     };
-    // A deleted ledger frees dozens of segments at once: their files go with one directory
-    // sync (one sync each stalled concurrent appends: docs/benchmarks.md, retention A/B).
-    for &seq in &dead {
+    release(inner, &dead)
+}
+
+/// Frees `segments` (index files, then the segment files). A deleted ledger frees dozens of
+/// segments at once: their files go together, with one directory sync.
+fn release(inner: &Inner, segments: &[u64]) -> Result<(), LedgerError> {
+    if segments.is_empty() {
+        return Ok(());
+    }
+    for &seq in segments {
         inner.usage.lock().remove(&seq);
         inner
             .journal
@@ -1034,24 +1041,9 @@ fn free_dead_segments(inner: &Inner) -> Result<(), LedgerError> {
             .remove_file(&files::index_file_name(seq))
             .map_err(|e| JournalError::io(format!("remove index of segment {seq}"), e))?;
     }
-    inner.journal.release_segments(&dead)?;
-    inner.stats.segments_freed.fetch_add(dead.len() as u64, Ordering::Relaxed);
-    if !dead.is_empty() {
-        tracing::debug!(segments = ?dead, "journal segments freed");
-    }
-    Ok(())
-}
-
-fn release(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
-    inner.usage.lock().remove(&seq);
-    inner
-        .journal
-        .storage()
-        .remove_file(&files::index_file_name(seq))
-        .map_err(|e| JournalError::io(format!("remove index of segment {seq}"), e))?;
-    inner.journal.release_segment(seq)?;
-    inner.stats.segments_freed.fetch_add(1, Ordering::Relaxed);
-    tracing::debug!(segment = seq, "journal segment freed");
+    inner.journal.release_segments(segments)?;
+    inner.stats.segments_freed.fetch_add(segments.len() as u64, Ordering::Relaxed);
+    tracing::debug!(?segments, "journal segments freed");
     Ok(())
 }
 
@@ -1130,7 +1122,7 @@ fn relocate_segment(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
         done_receiver.recv().map_err(|_| LedgerError::ShuttingDown)??;
     }
     inner.stats.entries_relocated.fetch_add(pending as u64, Ordering::Relaxed);
-    release(inner, seq)
+    release(inner, &[seq])
 }
 
 /// Bytes of the files under `dir` (what the store occupies; 0 for an in-memory store).
