@@ -377,3 +377,41 @@ async fn compaction_does_not_hold_up_appends() {
         assert_eq!(store.read_entry(keep, entry).unwrap(), data(keep, entry));
     }
 }
+
+/// A segment a deleted ledger left mostly empty, whose live part is megabytes of a ledger still
+/// being written, is not compacted (copying it competed with appends); once that ledger is
+/// closed (kept by retention, say), it is.
+#[tokio::test]
+async fn compaction_leaves_a_large_share_of_an_open_ledger_until_it_is_closed() {
+    const ENTRY: usize = 64 << 10;
+    let storage = SimStorage::new(11);
+    let config = LedgerStoreConfig {
+        journal: JournalConfig { segment_size_bytes: 16 << 20, ..JournalConfig::default() },
+        ..LedgerStoreConfig::default()
+    };
+    let store = LedgerStore::open_with_storage(config, Arc::new(storage.clone())).expect("open").0;
+    let payload = |ledger: u64, entry: u64| Bytes::from(vec![(ledger * 13 + entry) as u8; ENTRY]);
+    let doomed = timed(store.create_ledger()).await.unwrap();
+    for entry in 0..144 {
+        // 9 MiB of the ledger that will be deleted
+        timed(store.append(doomed, payload(doomed, entry)).unwrap()).await.unwrap();
+    }
+    let current = timed(store.create_ledger()).await.unwrap();
+    // 5 MiB in the first segment, then on into the next one so that the first is sealed.
+    let count = 80 + 200;
+    for entry in 0..count {
+        timed(store.append(current, payload(current, entry)).unwrap()).await.unwrap();
+    }
+    store.run_maintenance().unwrap();
+    timed(store.delete_ledger(doomed)).await.unwrap();
+    store.run_maintenance().unwrap();
+    let relocated = || store.stats().entries_relocated.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(relocated(), 0, "megabytes of an open ledger copied");
+
+    timed(store.close_ledger(current)).await.unwrap();
+    store.run_maintenance().unwrap();
+    assert!(relocated() >= 80, "closed: its entries are moved ({} moved)", relocated());
+    for entry in 0..count {
+        assert_eq!(store.read_entry(current, entry).unwrap(), payload(current, entry));
+    }
+}
