@@ -1056,50 +1056,21 @@ fn compact(inner: &Inner, all: bool) -> Result<(), LedgerError> {
         return Ok(());
     }
     let covered = inner.covered.load(Ordering::SeqCst);
-    // (segment, live bytes, bytes per ledger) of the segments sparse enough to compact.
-    let mut sparse: Vec<(u64, u64, LedgerBytes)> = {
+    let candidates: Vec<u64> = {
         let usage = inner.usage.lock();
-        usage
+        let mut sparse: Vec<(u64, u64)> = usage
             .range(..=covered)
-            .map(|(&seq, segment)| (seq, live_bytes(inner, segment), segment))
-            .filter(|&(_, live, segment)| (live as f64) < ratio * segment.written() as f64)
-            .map(|(seq, live, segment)| {
-                (seq, live, segment.ledgers.iter().map(|(&id, &bytes)| (id, bytes)).collect())
-            })
-            .collect()
+            .map(|(&seq, segment)| (seq, live_bytes(inner, segment), segment.written()))
+            .filter(|&(_, live, written)| (live as f64) < ratio * written as f64)
+            .map(|(seq, live, _)| (seq, live))
+            .collect();
+        sparse.sort_unstable_by_key(|&(_, live)| live);
+        sparse.into_iter().map(|(seq, _)| seq).take(if all { usize::MAX } else { 1 }).collect()
     };
-    sparse.sort_unstable_by_key(|&(_, live, _)| live);
-    let candidates: Vec<u64> = sparse
-        .into_iter()
-        .filter(|(_, _, ledgers)| open_bytes(inner, ledgers) <= RELOCATE_OPEN_BYTES_MAX)
-        .map(|(seq, _, _)| seq)
-        .take(if all { usize::MAX } else { 1 })
-        .collect();
     for seq in candidates {
         relocate_segment(inner, seq)?;
     }
     Ok(())
-}
-
-/// Bytes of still-open ledgers a compaction may copy out of one segment. A segment that a
-/// deleted ledger left half empty often holds the head of the ledger now being written: copying
-/// that (up to half a segment, 32 MiB) through the journal competed with the appends (publish
-/// p99 1.35x with retention trimming, docs/benchmarks.md), and that ledger is usually deleted
-/// itself once consumed, which frees the segment without a copy. A closed ledger's data (kept
-/// by retention) and an open cursor ledger's few entries are still moved.
-const RELOCATE_OPEN_BYTES_MAX: u64 = 4 << 20;
-
-/// (ledger id, bytes) of the ledgers in one segment.
-type LedgerBytes = Vec<(u64, u64)>;
-
-/// Of `ledgers` (id, bytes in a segment), the bytes of ledgers not closed yet.
-fn open_bytes(inner: &Inner, ledgers: &[(u64, u64)]) -> u64 {
-    let map = inner.ledgers.read();
-    ledgers
-        .iter()
-        .filter(|(id, _)| map.get(id).is_some_and(|l| l.state.lock().closed_count.is_none()))
-        .map(|(_, bytes)| bytes)
-        .sum()
 }
 
 fn relocate_segment(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
