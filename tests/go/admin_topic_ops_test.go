@@ -139,3 +139,42 @@ func TestAdminTopicStatsSubscriptionsAndUnload(t *testing.T) {
 		t.Fatalf("subscriptions after delete: %v %v", subs, err)
 	}
 }
+
+// The subscription's msgAckRate counts what the Go client acknowledges by batch index (an
+// ack_set without batch_size, which the Python client never sends); it was never measured (0)
+// before 2026-11-27.
+func TestAdminStatsCountBatchIndexAcks(t *testing.T) {
+	topic := uniqueTopic("ack-rate")
+	name := topicName(t, topic)
+	a := newTopicAdmin(t)
+	c := newClient(t)
+	cons := subscribeBatchIndexAck(t, c, topic, pulsar.Shared)
+	publishOneBatch(t, c, topic)
+	msgs := receiveN(t, cons, batchSize)
+
+	subStats := func() utils.SubscriptionStats {
+		t.Helper()
+		stats, err := a.Topics().GetStats(name)
+		if err != nil {
+			t.Fatalf("stats: %v", err)
+		}
+		return stats.Subscriptions["batch-index-ack"]
+	}
+	subStats() // the rate is measured from this reading on
+	for _, m := range msgs[:4] {
+		if err := cons.Ack(m); err != nil {
+			t.Fatalf("ack: %v", err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		time.Sleep(1100 * time.Millisecond) // rates cover at least a second; no event to await
+		s := subStats()
+		if s.MessageAckRate > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("msgAckRate still 0 after 4 batch-index acks: %+v", s)
+		}
+	}
+}
