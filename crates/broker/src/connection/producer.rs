@@ -146,6 +146,20 @@ impl Connection {
             self.outbox.send_command(&reply);
             return Ok(());
         };
+        if producer.topic.is_closed() {
+            // Unloaded or deleted since the client heard CLOSE_PRODUCER: stored here, the entry
+            // would be stored again when the client resends it on its new producer (the Go
+            // client's duplicate after `unload`). A retriable error: the client reconnects and
+            // resends, as Pulsar answers sends to a fenced topic.
+            let reply = commands::send_error(
+                producer_id,
+                sequence_id,
+                ServerError::ServiceNotReady,
+                "topic is being unloaded or deleted",
+            );
+            self.outbox.send_command(&reply);
+            return Ok(());
+        }
         let highest = send.highest_sequence_id.unwrap_or(0).max(sequence_id);
         let partition = (producer.partition >= 0).then_some(producer.partition);
         let limits = producer.topic.limits();
