@@ -65,7 +65,11 @@ start_server() {
   echo "server $name did not start" >&2; exit 1
 }
 
+# stop_server [NAME]: with a name, keeps the server's final /metrics as $OUT/NAME.metrics.
 stop_server() {
+  if [ -n "${1:-}" ]; then
+    curl -s "http://127.0.0.1:$WPORT/metrics" > "$OUT/$1.metrics" || true
+  fi
   kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=
 }
 
@@ -109,7 +113,7 @@ if [[ ,$ONLY, == *,trimming,* ]]; then
   stop_sampler
   echo "max data dir: $(max_mb "$OUT/trimming.du") MiB; final: $(du -sm "$DATA" | cut -f1) MiB"
   summary trimming
-  stop_server; rm -rf "$DATA"
+  stop_server trimming; rm -rf "$DATA"
 fi
 
 if [[ ,$ONLY, == *,no-trimming,* ]]; then
@@ -120,7 +124,7 @@ if [[ ,$ONLY, == *,no-trimming,* ]]; then
   stop_sampler
   echo "max data dir: $(max_mb "$OUT/no-trimming.du") MiB"
   summary no-trimming
-  stop_server; rm -rf "$DATA"
+  stop_server no-trimming; rm -rf "$DATA"
 fi
 
 if [[ ,$ONLY, == *,ab,* ]]; then
@@ -135,7 +139,7 @@ if [[ ,$ONLY, == *,ab,* ]]; then
       e2e "ab-$case-$round" "$AB_SECS"
       stop_sampler
       echo "round $round $case: max data dir $(max_mb "$OUT/ab-$case-$round.du") MiB"
-      stop_server; rm -rf "$DATA"
+      stop_server "ab-$case-$round"; rm -rf "$DATA"
     done
   done
   python3 - "$OUT" "$AB_ROUNDS" <<'EOF'

@@ -42,6 +42,8 @@ struct State {
     faults: Faults,
     rng: rand::rngs::SmallRng,
     syncs: u64,
+    /// Bytes read from segment files (reads through open handles).
+    bytes_read: u64,
     /// Set by `crash`: the crashed process's handles fail every call until `restart`.
     frozen: bool,
 }
@@ -71,6 +73,7 @@ impl SimStorage {
             faults: Faults::default(),
             rng: rand::rngs::SmallRng::seed_from_u64(seed),
             syncs: 0,
+            bytes_read: 0,
             frozen: false,
         };
         SimStorage { state: Arc::new(Mutex::new(state)) }
@@ -83,6 +86,11 @@ impl SimStorage {
     /// Number of successful `sync_data` calls so far.
     pub fn syncs(&self) -> u64 {
         self.state.lock().syncs
+    }
+
+    /// Bytes read from segment files so far.
+    pub fn segment_bytes_read(&self) -> u64 {
+        self.state.lock().bytes_read
     }
 
     /// Bytes held by all files (their current size).
@@ -197,11 +205,12 @@ impl SegmentFile for SimHandle {
         if let Some(delay) = delay {
             std::thread::sleep(delay); // the simulated disk is slow; other calls go on meanwhile
         }
-        let state = self.state.lock();
+        let mut state = self.state.lock();
         let file = state.files.get(&self.name).ok_or(io::ErrorKind::NotFound)?;
         let offset = (offset as usize).min(file.current.len());
         let len = buf.len().min(file.current.len() - offset);
         buf[..len].copy_from_slice(&file.current[offset..offset + len]);
+        state.bytes_read += len as u64;
         Ok(len)
     }
 

@@ -114,6 +114,7 @@ pub struct StoreStats {
     pub checkpoints: AtomicU64,
     pub segments_freed: AtomicU64,
     pub entries_relocated: AtomicU64,
+    pub bytes_relocated: AtomicU64,
     /// Entries a read found in the write cache, and those it had to read from the journal.
     pub cache_hits: AtomicU64,
     pub cache_misses: AtomicU64,
@@ -131,6 +132,7 @@ impl Default for StoreStats {
             checkpoints: AtomicU64::new(0),
             segments_freed: AtomicU64::new(0),
             entries_relocated: AtomicU64::new(0),
+            bytes_relocated: AtomicU64::new(0),
             cache_hits: AtomicU64::new(0),
             cache_misses: AtomicU64::new(0),
             read_us: magnetar_metrics::Histogram::new(READ_BUCKETS_US),
@@ -542,6 +544,12 @@ impl LedgerStore {
             "Live entries compaction moved out of mostly-dead segments.",
             labels,
             load(&stats.entries_relocated),
+        );
+        out.counter(
+            "magnetar_storage_bytes_relocated",
+            "Entry bytes compaction copied out of mostly-dead segments.",
+            labels,
+            load(&stats.bytes_relocated),
         );
         let dir = &self.inner.config.dir;
         out.gauge(
@@ -1073,11 +1081,32 @@ fn compact(inner: &Inner, all: bool) -> Result<(), LedgerError> {
     Ok(())
 }
 
+/// Most entry bytes compaction keeps staged in the journal at once.
+const RELOCATION_WINDOW_BYTES: u64 = 256 << 10;
+
 fn relocate_segment(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
-    let entries = index_segment(&inner.journal, seq)?;
-    let (done_sender, done_receiver) = mpsc::channel::<Result<(), LedgerError>>();
-    let mut pending = 0usize;
+    // The index file written at the checkpoint, not a scan: scanning read the whole segment
+    // (64 MiB) from the disk for a handful of live entries, competing with the appends' writes.
+    let entries = match load_index(&**inner.journal.storage(), seq) {
+        Some(entries) => entries,
+        None => index_segment(&inner.journal, seq)?,
+    };
+    let (done_sender, done_receiver) = mpsc::channel::<(Result<(), LedgerError>, u64)>();
+    let (mut pending, mut bytes) = (0usize, 0u64);
+    // Entries staged and not completed yet, and their bytes.
+    let mut in_flight = (0usize, 0u64);
+    let wait_one = |in_flight: &mut (usize, u64)| -> Result<(), LedgerError> {
+        let (outcome, len) = done_receiver.recv().map_err(|_| LedgerError::ShuttingDown)?;
+        in_flight.0 -= 1;
+        in_flight.1 -= len;
+        outcome
+    };
     for e in entries {
+        // A window, not the whole segment's live entries at once: staged in one burst they made
+        // one group megabytes larger, and every append flushed with it waited for its write.
+        while in_flight.1 >= RELOCATION_WINDOW_BYTES {
+            wait_one(&mut in_flight)?;
+        }
         let Some(ledger) = inner.ledgers.read().get(&e.ledger).cloned() else {
             continue;
         };
@@ -1111,17 +1140,21 @@ fn relocate_segment(inner: &Inner, seq: u64) -> Result<(), LedgerError> {
                         }
                     }
                 });
-                let _ = done.send(outcome);
+                let _ = done.send((outcome, u64::from(e.len)));
             }),
         )?;
         drop(state);
         pending += 1;
+        bytes += u64::from(e.len);
+        in_flight.0 += 1;
+        in_flight.1 += u64::from(e.len);
     }
     drop(done_sender);
-    for _ in 0..pending {
-        done_receiver.recv().map_err(|_| LedgerError::ShuttingDown)??;
+    while in_flight.0 > 0 {
+        wait_one(&mut in_flight)?;
     }
     inner.stats.entries_relocated.fetch_add(pending as u64, Ordering::Relaxed);
+    inner.stats.bytes_relocated.fetch_add(bytes, Ordering::Relaxed);
     release(inner, &[seq])
 }
 
