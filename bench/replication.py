@@ -20,7 +20,8 @@ end the journal groups (one fdatasync each) of every node and of the standalone.
 Usage: bench/replication.py [--secs 15] [--rounds 3] [--modes async128,...] [--node-dir DIR]
   (needs target/release/magnetar, or MAGNETAR_BIN, and etcd). --node-dir puts the storage
   nodes' data there (e.g. /dev/shm: no disk under the nodes, to tell the software path's cost
-  from the disk's; not a durable set-up).
+  from the disk's; not a durable set-up). --variant "ARGS" adds a set-up qw2v: qw2 with ARGS
+  given to its storage nodes (an A/B of a node option in one run).
 Writes bench/results/replication-<date>/ (JSON per run, summary.txt)."""
 
 import argparse
@@ -107,6 +108,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default="async128,async1k,sync1k,deep128")
     parser.add_argument("--node-dir", default=None)
+    parser.add_argument("--variant", default=None,
+                        help="extra storage node arguments for a fourth set-up, qw2v (qw2 with them)")
     args = parser.parse_args()
     etcd_bin = shutil.which("etcd")
     if not etcd_bin or not os.access(BIN, os.X_OK):
@@ -136,7 +139,10 @@ def main():
         setups["local"] = {"url": "pulsar://127.0.0.1:%d" % port, "web": web,
                            "pids": {"broker": local.pid}, "nodes": []}
 
-        for name, nodes in (("qw1", 1), ("qw2", 2)):
+        node_setups = [("qw1", 1, []), ("qw2", 2, [])]
+        if args.variant:
+            node_setups.append(("qw2v", 2, args.variant.split()))
+        for name, nodes, extra in node_setups:
             done = subprocess.run([BIN, "metadata", "init", "--metadata", etcd_url, "--cluster", name,
                                    "--web-service-url", "http://127.0.0.1:1",
                                    "--broker-service-url", "pulsar://127.0.0.1:1"],
@@ -148,7 +154,8 @@ def main():
                 node = procs.start("%s-node%d" % (name, i),
                                    [BIN, "storage", "--metadata", etcd_url, "--cluster", name,
                                     "--listen", "127.0.0.1:0", "--gc-seconds", "5", "--data-dir",
-                                    "%s/%s-node%d" % (node_dir, name, i)], stdout=subprocess.PIPE)
+                                    "%s/%s-node%d" % (node_dir, name, i)] + extra,
+                                   stdout=subprocess.PIPE)
                 line = node.stdout.readline().decode()
                 if "listening" not in line:
                     sys.exit("storage node did not start: %r" % line)
@@ -211,7 +218,7 @@ def main():
         groups = {"local": sum(float(m) for m in re.findall(
             r"^magnetar_journal_groups(?:_total)?(?:\{[^}]*\})? (\S+)$", text, re.M))}
         procs.stop()
-        for name in ("qw1", "qw2"):
+        for name in [n for n in setups if setups[n]["nodes"]]:
             for node, _ in setups[name]["nodes"]:
                 with open(os.path.join(out, "%s-%s.log" % (name, node))) as f:
                     found = re.findall(r"groups=(\d+)", f.read())

@@ -14,7 +14,8 @@
 # Usage: bench/retention.sh [--secs 1200] [--ab-secs 300] [--ab-rounds 3] [--rate 51200]
 #                           [--size 1024] [--backlog-mb 10240] [--only trimming,ab,clear]
 #                           (also: no-trimming)
-# Needs target/release/magnetar (or MAGNETAR_BIN). Writes bench/results/retention-<date>/.
+# Needs target/release/magnetar (or MAGNETAR_BIN). STORAGE_TOML="key = value" goes to every
+# server's [storage] section. Writes bench/results/retention-<date>/.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -54,7 +55,7 @@ start_server() {
   BPORT=$(free_port); WPORT=$(free_port)
   DATA=$WORK/$name
   mkdir -p "$DATA"
-  printf '[broker]\n%s\n' "$extra" > "$WORK/$name.toml"
+  printf '[broker]\n%s\n[storage]\n%s\n' "$extra" "${STORAGE_TOML:-}" > "$WORK/$name.toml"
   "$BIN" standalone --broker-port "$BPORT" --web-port "$WPORT" --data-dir "$DATA" \
     --config "$WORK/$name.toml" > "$OUT/$name.server.log" 2>&1 &
   SERVER_PID=$!

@@ -419,6 +419,10 @@ pub struct StorageArgs {
     /// twice this. 0: never read-only (a full disk then stops the node).
     #[arg(long, default_value_t = 1024)]
     pub min_free_mb: u64,
+    /// Threads serving the network (the node's decisions are one task; disk I/O has its own
+    /// threads). Default: one per core. 1 runs every connection and that task on one thread.
+    #[arg(long)]
+    pub worker_threads: Option<usize>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -20,6 +20,7 @@ const NODE_ID_FILE: &str = "node-id";
 const SPACE_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 pub fn run(args: StorageArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.worker_threads != Some(0), "--worker-threads must be at least 1");
     // Fail-stop: a panic on any thread (a journal thread's broken invariant, say) ends the
     // node at once instead of leaving it up with a dead journal, answering nothing.
     let report = std::panic::take_hook();
@@ -44,7 +45,13 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
         LedgerStoreConfig { dir: args.data_dir.join("ledgers"), ..LedgerStoreConfig::default() };
     store_config.validate().context("ledger store configuration")?;
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = match args.worker_threads {
+        Some(1) => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        Some(n) => {
+            tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build()?
+        }
+        None => tokio::runtime::Builder::new_multi_thread().enable_all().build()?,
+    };
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await

@@ -2,7 +2,6 @@
 //! the message count, and report what they measured as JSON.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -25,7 +24,7 @@ impl Drop for Standalone {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    magnetar_test_support::free_port().expect("a free loopback port")
 }
 
 fn standalone() -> Standalone {

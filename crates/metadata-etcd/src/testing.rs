@@ -12,7 +12,7 @@
 //! panic instead (CI sets it).
 
 use std::io;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -103,33 +103,10 @@ fn spawn(command: Command) -> io::Result<Child> {
     result.recv().map_err(|_| io::Error::other("etcd spawner gone"))?
 }
 
-/// A loopback TCP port nobody listens on, below the kernel's ephemeral range when it can.
-///
-/// A port the kernel picks (bind to 0) is from the range it also gives every outgoing
-/// connection, so some client socket can take it before the server we start binds it (CI saw
-/// etcd fail with "address already in use"). Ports below that range are only ever taken by a
-/// listener that asks for one; each is handed out once per test process.
+/// A loopback TCP port nobody listens on, below the kernel's ephemeral range when it can
+/// (see [`magnetar_test_support::free_port`]).
 pub fn free_port() -> io::Result<u16> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    const LOWEST: u64 = 10_000;
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|text| text.split_whitespace().next()?.parse::<u64>().ok())
-        .filter(|low| *low > LOWEST + 2_000 && *low <= 65_536);
-    if let Some(low) = ephemeral_low {
-        let span = low - LOWEST;
-        // Processes start at different offsets so parallel test binaries rarely collide.
-        let start = u64::from(std::process::id()).wrapping_mul(7_919) % span;
-        for _ in 0..500 {
-            let step = NEXT.fetch_add(1, Ordering::Relaxed);
-            let port = LOWEST + (start + step.wrapping_mul(131)) % span;
-            let port = u16::try_from(port).expect("below the ephemeral range");
-            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                return Ok(port);
-            }
-        }
-    }
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    magnetar_test_support::free_port()
 }
 
 fn scratch_dir() -> io::Result<tempfile::TempDir> {
