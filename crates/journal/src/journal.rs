@@ -438,14 +438,9 @@ impl Journal {
         self.shared.readers.read().keys().copied().collect()
     }
 
-    /// Gives up a sealed segment whose records are no longer needed: its file is kept for
-    /// reuse or removed, so disk usage goes down.
-    pub fn release_segment(&self, seq: u64) -> Result<(), JournalError> {
-        self.release_segments(&[seq])
-    }
-
-    /// [`Journal::release_segment`] for several segments, the removed files made durable
-    /// together (`Storage::remove_segments`).
+    /// Gives up sealed segments whose records are no longer needed: each file is kept for
+    /// reuse or removed, so disk usage goes down; the removed files are made durable together
+    /// (`Storage::remove_segments`).
     pub fn release_segments(&self, seqs: &[u64]) -> Result<(), JournalError> {
         let current = self.shared.staging.lock().next_seq;
         let mut removed = Vec::new();

@@ -236,16 +236,15 @@ impl Storage for FsStorage {
     }
 
     fn remove_segment(&self, seq: u64) -> io::Result<()> {
-        fs::remove_file(self.segment_path(seq))?;
-        self.sync_dir()
+        self.remove_segments(&[seq])
     }
 
     fn remove_segments(&self, seqs: &[u64]) -> io::Result<()> {
-        for &seq in seqs {
-            fs::remove_file(self.segment_path(seq))?;
-        }
         if seqs.is_empty() {
             return Ok(());
+        }
+        for &seq in seqs {
+            fs::remove_file(self.segment_path(seq))?;
         }
         self.sync_dir()
     }

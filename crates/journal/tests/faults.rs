@@ -277,7 +277,7 @@ fn released_segments_are_recycled_and_their_stale_records_stay_invisible() {
     let sealed: Vec<u64> = journal.segments().into_iter().rev().skip(1).collect();
     assert!(sealed.len() >= 2);
     for &seq in &sealed {
-        journal.release_segment(seq).unwrap();
+        journal.release_segments(&[seq]).unwrap();
     }
     for entry in 0..400 {
         append_sync(&journal, 2, entry).unwrap();

@@ -137,28 +137,24 @@ impl Connection {
             return Ok(());
         }
         let Some(producer) = self.producers.get(&producer_id) else {
-            let reply = commands::send_error(
+            return self.refuse_send(
                 producer_id,
                 sequence_id,
                 ServerError::ProducerBusy,
                 "unknown producer",
             );
-            self.outbox.send_command(&reply);
-            return Ok(());
         };
         if producer.topic.is_closed() {
             // Unloaded or deleted since the client heard CLOSE_PRODUCER: stored here, the entry
             // would be stored again when the client resends it on its new producer (the Go
             // client's duplicate after `unload`). A retriable error: the client reconnects and
             // resends, as Pulsar answers sends to a fenced topic.
-            let reply = commands::send_error(
+            return self.refuse_send(
                 producer_id,
                 sequence_id,
                 ServerError::ServiceNotReady,
                 "topic is being unloaded or deleted",
             );
-            self.outbox.send_command(&reply);
-            return Ok(());
         }
         let highest = send.highest_sequence_id.unwrap_or(0).max(sequence_id);
         let partition = (producer.partition >= 0).then_some(producer.partition);
@@ -167,14 +163,12 @@ impl Connection {
         if max_size > 0 && entry.len() > max_size {
             // The topic's maxMessageSize (below the broker's frame limit): Pulsar's
             // `isExceedMaximumMessageSize`, a NotAllowedException.
-            let reply = commands::send_error(
+            return self.refuse_send(
                 producer_id,
                 sequence_id,
                 ServerError::NotAllowedError,
                 "Exceed maximum message size",
             );
-            self.outbox.send_command(&reply);
-            return Ok(());
         }
         if !limits.publish_rate.is_unlimited() {
             // Publish rate: counted here, and past it the connection stops reading (the
@@ -211,14 +205,12 @@ impl Connection {
             DupStatus::Unknown => {
                 // The original is still being written: Pulsar answers PersistenceError and the
                 // client resends after reconnecting, when the outcome is known.
-                let reply = commands::send_error(
+                return self.refuse_send(
                     producer_id,
                     highest,
                     ServerError::PersistenceError,
                     "Cannot determine whether the message is a duplicate at this time",
                 );
-                self.outbox.send_command(&reply);
-                return Ok(());
             }
         }
         let messages = u64::try_from(send.num_messages.unwrap_or(1)).unwrap_or(1).max(1);
@@ -260,14 +252,25 @@ impl Connection {
         );
         if let Err(error) = staged {
             producer.topic.entry_failed();
-            let reply = commands::send_error(
+            return self.refuse_send(
                 producer_id,
                 sequence_id,
                 error.server_error(),
                 error.to_string(),
             );
-            self.outbox.send_command(&reply);
         }
+        Ok(())
+    }
+
+    /// Answers a SEND with an error: the message is not stored.
+    fn refuse_send(
+        &self,
+        producer_id: u64,
+        sequence_id: u64,
+        error: ServerError,
+        why: impl Into<String>,
+    ) -> Handled {
+        self.outbox.send_command(&commands::send_error(producer_id, sequence_id, error, why));
         Ok(())
     }
 
