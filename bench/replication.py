@@ -18,10 +18,12 @@ run it records the CPU seconds of every process (broker, nodes, client) from /pr
 end the journal groups (one fdatasync each) of every node and of the standalone.
 
 Usage: bench/replication.py [--secs 15] [--rounds 3] [--modes async128,...] [--node-dir DIR]
+  [--local-dir DIR]
   (needs target/release/magnetar, or MAGNETAR_BIN, and etcd). --node-dir puts the storage
   nodes' data there (e.g. /dev/shm: no disk under the nodes, to tell the software path's cost
-  from the disk's; not a durable set-up). --variant "ARGS" adds a set-up qw2v: qw2 with ARGS
-  given to its storage nodes (an A/B of a node option in one run).
+  from the disk's; not a durable set-up); --local-dir does the same for the standalone.
+  --variant "ARGS" adds a set-up qw2v: qw2 with ARGS given to its storage nodes (an A/B of a
+  node option in one run).
 Writes bench/results/replication-<date>/ (JSON per run, summary.txt)."""
 
 import argparse
@@ -108,6 +110,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", default="async128,async1k,sync1k,deep128")
     parser.add_argument("--node-dir", default=None)
+    parser.add_argument("--local-dir", default=None,
+                        help="where the standalone keeps its data (with --node-dir /dev/shm: "
+                             "the software paths alone, side by side)")
     parser.add_argument("--variant", default=None,
                         help="extra storage node arguments for a fourth set-up, qw2v (qw2 with them)")
     args = parser.parse_args()
@@ -119,6 +124,7 @@ def main():
     work = tempfile.mkdtemp(prefix="magnetar-replication-bench-", dir="/var/tmp")
     shm = tempfile.mkdtemp(prefix="magnetar-replication-etcd-", dir="/dev/shm")
     node_dir = tempfile.mkdtemp(prefix="magnetar-replication-nodes-", dir=args.node_dir or work)
+    local_dir = tempfile.mkdtemp(prefix="magnetar-replication-local-", dir=args.local_dir or work)
     procs = Procs(out)
     try:
         etcd_port, peer = free_port(), free_port()
@@ -134,7 +140,7 @@ def main():
         # local: standalone.
         port, web = free_port(), free_port()
         local = procs.start("local", [BIN, "standalone", "--broker-port", str(port),
-                                      "--web-port", str(web), "--data-dir", work + "/local"])
+                                      "--web-port", str(web), "--data-dir", local_dir])
         wait_http("http://127.0.0.1:%d/admin/v2/brokers/ready" % web, local)
         setups["local"] = {"url": "pulsar://127.0.0.1:%d" % port, "web": web,
                            "pids": {"broker": local.pid}, "nodes": []}
@@ -248,6 +254,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(shm, ignore_errors=True)
         shutil.rmtree(node_dir, ignore_errors=True)
+        shutil.rmtree(local_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

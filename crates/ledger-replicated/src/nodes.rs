@@ -4,9 +4,14 @@
 //! A request's answer goes to the callback it was sent with, exactly once: the response, or
 //! `None` if the connection failed first (refused, reset, a bad frame, no such node). A
 //! connection that failed is dropped; the next request to that node opens a new one.
+//!
+//! Requests are written from the sender's thread when the connection is idle
+//! ([`DirectWriter`]), and answers are handed to their callbacks on the connection's reader
+//! task: no writer-task hop on an add's way out.
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use magnetar_metadata::MetadataStore;
+use magnetar_net::DirectWriter;
 use magnetar_replication::message::{Request, Response};
 use magnetar_replication::placement::{NodeInfo, Registration};
 use magnetar_replication::wire::{self, Message};
@@ -16,8 +21,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::io::AsyncReadExt;
+
+/// Bytes of requests queued for one node before its connection is given up on.
+const QUEUED_BYTES: usize = 256 << 20;
 
 /// Where an answer goes: `None` when the node failed before answering.
 pub type Reply = Box<dyn FnOnce(Option<Response>) + Send>;
@@ -105,7 +112,7 @@ impl Nodes {
 
 struct Connection {
     node: NodeId,
-    out: mpsc::UnboundedSender<Bytes>,
+    out: DirectWriter,
     pending: Mutex<BTreeMap<u64, Reply>>,
     next: AtomicU64,
     dead: AtomicBool,
@@ -113,15 +120,14 @@ struct Connection {
 
 impl Connection {
     fn open(node: NodeId, address: String, connect_timeout: Duration) -> Arc<Connection> {
-        let (out, frames) = mpsc::unbounded_channel();
         let connection = Arc::new(Connection {
             node,
-            out,
+            out: DirectWriter::new(QUEUED_BYTES),
             pending: Mutex::new(BTreeMap::new()),
             next: AtomicU64::new(0),
             dead: AtomicBool::new(false),
         });
-        tokio::spawn(connection.clone().run(address, frames, connect_timeout));
+        tokio::spawn(connection.clone().run(address, connect_timeout));
         connection
     }
 
@@ -130,7 +136,7 @@ impl Connection {
         self.pending.lock().insert(id, reply);
         let mut frame = BytesMut::new();
         wire::encode(id, &Message::Request(request.clone()), &mut frame);
-        if self.dead.load(Ordering::Acquire) || self.out.send(frame.freeze()).is_err() {
+        if self.dead.load(Ordering::Acquire) || self.out.send(&frame).is_err() {
             if let Some(reply) = self.pending.lock().remove(&id) {
                 reply(None);
             }
@@ -142,18 +148,14 @@ impl Connection {
         if !self.dead.swap(true, Ordering::AcqRel) {
             tracing::debug!(node = %self.node, why, "storage node connection lost");
         }
+        self.out.close();
         let pending = std::mem::take(&mut *self.pending.lock());
         for (_, reply) in pending {
             reply(None);
         }
     }
 
-    async fn run(
-        self: Arc<Self>,
-        address: String,
-        mut frames: mpsc::UnboundedReceiver<Bytes>,
-        timeout: Duration,
-    ) {
+    async fn run(self: Arc<Self>, address: String, timeout: Duration) {
         let stream =
             match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&address)).await {
                 Ok(Ok(stream)) => stream,
@@ -161,22 +163,11 @@ impl Connection {
                 Err(_) => return self.fail(&format!("connect to {address}: timed out")),
             };
         let _ = stream.set_nodelay(true);
-        let (mut reader, mut writer) = stream.into_split();
+        let (mut reader, writer) = stream.into_split();
         let me = self.clone();
         let write = tokio::spawn(async move {
-            let mut batch = BytesMut::new();
-            while let Some(first) = frames.recv().await {
-                batch.extend_from_slice(&first);
-                while batch.len() < (1 << 20) {
-                    match frames.try_recv() {
-                        Ok(more) => batch.extend_from_slice(&more),
-                        Err(_) => break,
-                    }
-                }
-                if let Err(e) = writer.write_all(&batch).await {
-                    return me.fail(&format!("write: {e}"));
-                }
-                batch.clear();
+            if let Err(e) = me.out.run(writer).await {
+                me.fail(&format!("write: {e}"));
             }
         });
         let mut buf = BytesMut::with_capacity(64 * 1024);

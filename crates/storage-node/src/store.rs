@@ -9,8 +9,9 @@
 //! * Fences go to one local ledger of their own ([`FENCE_LOG`]): `ledger, epoch` records,
 //!   read back whole at start. They are appended to the same journal as the entries, so a
 //!   fence becomes durable after every add staged before it.
-//! * Every record is staged at once and reported through the completion channel by the
-//!   journal's completion thread, in staging order.
+//! * Every record is staged at once and reported to the completion sink by the journal's
+//!   completion thread, in staging order (a record refused at once is reported at once, from
+//!   the staging call).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use magnetar_ledger::{LedgerError, LedgerStore};
@@ -19,7 +20,10 @@ use magnetar_replication::node::{LedgerSummary, Record, Token};
 use magnetar_replication::{EntryId, Epoch, LedgerId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use tokio::sync::mpsc::UnboundedSender;
+
+/// Where records' outcomes go: called on the journal's completion thread, or from
+/// [`NodeStorage::persist`] itself for a record refused or already stored. Must not block.
+pub type CompletionSink = Arc<dyn Fn(Completion) + Send + Sync>;
 
 /// The local ledger holding fence records. Cluster ledger ids are allocated from 0 upwards,
 /// so they never reach it.
@@ -58,7 +62,7 @@ struct Run {
 pub struct NodeStorage {
     store: Arc<LedgerStore>,
     runs: BTreeMap<LedgerId, Run>,
-    completions: UnboundedSender<Completion>,
+    completions: CompletionSink,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +80,7 @@ impl NodeStorage {
     /// (reads each ledger's header): call it off the async runtime.
     pub fn open(
         store: Arc<LedgerStore>,
-        completions: UnboundedSender<Completion>,
+        completions: CompletionSink,
     ) -> Result<(NodeStorage, BTreeMap<LedgerId, LedgerSummary>), StorageError> {
         let mut runs = BTreeMap::new();
         let mut summaries: BTreeMap<LedgerId, LedgerSummary> = BTreeMap::new();
@@ -125,7 +129,7 @@ impl NodeStorage {
         self.runs.len()
     }
 
-    /// Stages `record`; its outcome comes on the completion channel.
+    /// Stages `record`; its outcome goes to the completion sink.
     pub async fn persist(&mut self, token: Token, record: Record) {
         let outcome = match record {
             Record::Entry { ledger, entry, data, .. } => {
@@ -134,7 +138,7 @@ impl NodeStorage {
             Record::Fence { ledger, epoch } => self.stage_fence(token, ledger, epoch).await,
         };
         if let Err(code) = outcome {
-            let _ = self.completions.send(Completion::now(token, Err(code)));
+            (self.completions)(Completion::now(token, Err(code)));
         }
     }
 
@@ -155,7 +159,7 @@ impl NodeStorage {
         };
         if entry >= run.first && entry < run.next {
             // A resend of an entry staged before: answered once what precedes it is durable.
-            let _ = self.completions.send(Completion::now(token, Ok(())));
+            (self.completions)(Completion::now(token, Ok(())));
             return Ok(());
         }
         if entry != run.next {
@@ -171,7 +175,7 @@ impl NodeStorage {
         let local = entry - run.first + 1;
         let completions = self.completions.clone();
         let callback = Box::new(move |result: Result<u64, LedgerError>| {
-            let _ = completions.send(Completion::of(token, result));
+            completions(Completion::of(token, result));
         });
         self.store.append_at(ledger, local, data, callback).map_err(|e| {
             tracing::warn!(ledger, entry, error = %e, "add refused by the ledger store");
@@ -227,7 +231,7 @@ impl NodeStorage {
         record.put_u64(epoch);
         let completions = self.completions.clone();
         let callback = Box::new(move |result: Result<u64, LedgerError>| {
-            let _ = completions.send(Completion::of(token, result));
+            completions(Completion::of(token, result));
         });
         self.store.append_with(FENCE_LOG, record.freeze(), callback).map_err(|_| ErrorCode::Io)?;
         Ok(())
