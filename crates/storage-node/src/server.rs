@@ -122,13 +122,19 @@ pub async fn serve(
     if let Some(gc) = gc {
         tokio::spawn(collect_garbage(gc, store.clone(), inputs_tx.clone()));
     }
+    // On a worker, not in `serve`'s caller (`block_on` runs that on the process's main
+    // thread): a reader task's request then reaches the node task on the same worker instead
+    // of waking another thread (a profile showed that wake-up on every add).
+    let mut node_task = tokio::spawn(async move { task.run(inputs, deferred).await });
     let accept = accept_loop(listener, inputs_tx);
-    tokio::select! {
-        () = task.run(inputs, deferred) => Ok(()),
+    let result = tokio::select! {
+        _ = &mut node_task => Ok(()),
         Some(why) = failures.recv() => Err(ServeError::LogFailed(why)),
         result = accept => result.map_err(ServeError::Io),
         () = shutdown => Ok(()),
-    }
+    };
+    node_task.abort();
+    result
 }
 
 async fn collect_garbage(
