@@ -306,18 +306,34 @@ impl State {
         }
     }
 
-    /// Drops acknowledged entries from the dispatch state. Returns whether the dispatcher
-    /// should look again (Key_Shared: an ack may end a hash's draining and free parked entries).
-    fn forget_acked(&mut self) -> bool {
-        let acked: Vec<Position> =
-            self.pending.keys().copied().filter(|p| self.ack.is_acked(*p)).collect();
-        for position in acked {
-            self.take_pending(position);
+    /// Drops acknowledged entries from the dispatch state: the `touched` positions (what
+    /// individual and batch-index acks named: nothing else becomes acknowledged by them), or,
+    /// for `None` (a cumulative ack, expiry), everything, by a scan. Returns whether the
+    /// dispatcher should look again (Key_Shared: an ack may end a hash's draining and free
+    /// parked entries).
+    fn forget_acked(&mut self, touched: Option<&[Position]>) -> bool {
+        match touched {
+            Some(positions) => {
+                for &position in positions {
+                    if self.ack.is_acked(position) {
+                        self.take_pending(position);
+                        self.unqueue(position);
+                        self.redelivery_counts.remove(&position);
+                    }
+                }
+            }
+            None => {
+                let acked: Vec<Position> =
+                    self.pending.keys().copied().filter(|p| self.ack.is_acked(*p)).collect();
+                for position in acked {
+                    self.take_pending(position);
+                }
+                let State { ack, redeliver, redeliver_hash, redelivery_counts, .. } = self;
+                redeliver.retain(|p| !ack.is_acked(*p));
+                redeliver_hash.retain(|p, _| !ack.is_acked(*p));
+                redelivery_counts.retain(|p, _| !ack.is_acked(*p));
+            }
         }
-        let State { ack, redeliver, redeliver_hash, redelivery_counts, .. } = self;
-        redeliver.retain(|p| !ack.is_acked(*p));
-        redeliver_hash.retain(|p, _| !ack.is_acked(*p));
-        redelivery_counts.retain(|p, _| !ack.is_acked(*p));
         let unblocked = std::mem::take(&mut self.unblocked);
         unblocked || (self.key_shared.is_some() && !self.redeliver.is_empty())
     }
@@ -1034,6 +1050,8 @@ impl Subscription {
             ));
         }
         let mut acked_messages = 0u64;
+        // What the acks named, unless one was cumulative (then everything below is looked at).
+        let mut touched = Some(Vec::with_capacity(ids.len()));
         for id in ids {
             let position = Position::new(id.ledger_id, id.entry_id);
             let ack_set: Vec<u64> = id.ack_set.iter().map(|&w| w as u64).collect();
@@ -1058,7 +1076,15 @@ impl Subscription {
                     u64::from(size.saturating_sub(left)).max(1)
                 }
             };
-            let result = match translate_ack(ack_type, position, &ack_set, batch_size) {
+            let action = translate_ack(ack_type, position, &ack_set, batch_size);
+            match (&action, &mut touched) {
+                (AckAction::Entry(p) | AckAction::BatchIndexes { position: p, .. }, Some(t)) => {
+                    t.push(*p)
+                }
+                (AckAction::Ignore(_), _) => {}
+                _ => touched = None,
+            }
+            let result = match action {
                 AckAction::Entry(position) => state.ack.ack_individual(position, &ledgers),
                 AckAction::BatchIndexes { position, batch_size } => {
                     state.ack.ack_batch_ack_set(position, batch_size, &ack_set, &ledgers)
@@ -1080,7 +1106,7 @@ impl Subscription {
                 tracing::debug!(subscription = %self.name, %error, "ignored acknowledgement");
             }
         }
-        let wake = state.forget_acked();
+        let wake = state.forget_acked(touched.as_deref());
         // Counted under the state lock, so a cursor encoding that sees this count includes
         // these acknowledgements.
         let ticket = self.acks_made.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
@@ -1113,7 +1139,7 @@ impl Subscription {
         if state.last_read.is_none_or(|last| last < through) {
             state.last_read = Some(through);
         }
-        state.forget_acked();
+        state.forget_acked(None);
         self.acks_made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         drop(state);
         self.wake.notify_one();

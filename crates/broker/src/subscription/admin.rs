@@ -169,7 +169,7 @@ impl Subscription {
                     tracing::debug!(subscription = %self.name, %error, "skip: ack ignored");
                 }
             }
-            state.forget_acked();
+            state.forget_acked(Some(&chosen));
             chosen.len() as u64
         };
         self.acks_made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -190,7 +190,7 @@ impl Subscription {
             if let Err(error) = state.ack.ack_cumulative(last, &ledgers) {
                 tracing::debug!(subscription = %self.name, %error, "clear backlog: ack ignored");
             }
-            state.forget_acked();
+            state.forget_acked(None);
             if state.last_read.is_none_or(|read| read < last) {
                 state.last_read = Some(last);
             }

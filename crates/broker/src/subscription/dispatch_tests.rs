@@ -91,7 +91,7 @@ impl Model {
     fn ack(&mut self, position: Position) {
         let ledgers = self.ledgers();
         self.state.ack.ack_individual(position, &ledgers).expect("ack");
-        self.state.forget_acked();
+        self.state.forget_acked(Some(&[position]));
     }
 
     /// One dispatch round at time `now`: what went to whom.
@@ -502,4 +502,49 @@ fn exclusive_subscriptions_do_not_count_unacked_messages() {
         model.append(None, None);
     }
     assert_eq!(model.settle(0).len(), 10);
+}
+
+/// Individual acks forget just the entries they name (no scan of everything pending), and leave
+/// the dispatch state exactly as the full scan a cumulative ack does would.
+#[test]
+fn individual_acks_forget_what_they_name_as_a_full_scan_would() {
+    let mut targeted = Model::new(SubType::Shared);
+    let mut scanned = Model::new(SubType::Shared);
+    for model in [&mut targeted, &mut scanned] {
+        model.add(1, None).unwrap();
+        model.flow(1, 1_000);
+        for _ in 0..60 {
+            model.append(None, None);
+        }
+        assert_eq!(model.settle(0).len(), 60);
+        // Half of them taken back for redelivery (counted), then nobody has permits left.
+        let back: Vec<Position> = (0..60).step_by(2).map(|e| Position::new(1, e)).collect();
+        model.state.requeue(back, true);
+        model.state.consumers[0].permits = 0;
+    }
+    let named: Vec<Position> = (0..60).step_by(3).map(|e| Position::new(1, e)).collect();
+    let ledgers = targeted.ledgers();
+    for &position in &named {
+        targeted.state.ack.ack_individual(position, &ledgers).expect("ack");
+        scanned.state.ack.ack_individual(position, &ledgers).expect("ack");
+    }
+    targeted.state.forget_acked(Some(&named));
+    scanned.state.forget_acked(None);
+    for model in [&targeted, &scanned] {
+        for &position in &named {
+            assert!(!model.state.pending.contains_key(&position), "{position} still pending");
+            assert!(!model.state.redeliver.contains(&position), "{position} still queued");
+            assert!(!model.state.redelivery_counts.contains_key(&position));
+        }
+        // 60 - 20 acked = 40 left: 20 still pending (odd, not acked), 20 queued (even).
+        assert_eq!(model.state.pending.len() + model.state.redeliver.len(), 40);
+    }
+    let pending = |m: &Model| {
+        let mut p: Vec<Position> = m.state.pending.keys().copied().collect();
+        p.sort();
+        p
+    };
+    assert_eq!(pending(&targeted), pending(&scanned));
+    assert_eq!(targeted.state.redeliver, scanned.state.redeliver);
+    assert_eq!(targeted.state.redelivery_counts, scanned.state.redelivery_counts);
 }
