@@ -388,6 +388,11 @@ pub struct StorageArgs {
     /// Directory of this node's journal, ledgers and identity [default: ./data-storage].
     #[arg(long, default_value = "data-storage")]
     pub data_dir: PathBuf,
+    /// Configuration file (magnetar.example.toml's format): the node takes its journal and
+    /// ledger store settings from the `[storage]` section (the standalone's defaults without
+    /// one), validated before any data is opened.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// Address the storage protocol listens on (port 0: any free port, printed at start).
     #[arg(long, default_value = "127.0.0.1:3181")]
     pub listen: String,

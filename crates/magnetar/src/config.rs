@@ -414,6 +414,20 @@ fn valid_host(host: &str) -> bool {
         && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
 }
 
+/// A storage node's ledger store: the `[storage]` section of the file at `path` (the
+/// defaults without one), in `<data_dir>/ledgers` (checked by `LedgerStoreConfig::validate`).
+pub fn storage_node_ledger_config(
+    path: Option<&Path>,
+    data_dir: &Path,
+) -> Result<LedgerStoreConfig, ConfigError> {
+    let mut config = match path {
+        Some(path) => read_file(path)?,
+        None => ServerConfig::default(),
+    };
+    config.data_dir = data_dir.to_path_buf();
+    ledger_store_config(&config)
+}
+
 fn ledger_store_config(config: &ServerConfig) -> Result<LedgerStoreConfig, ConfigError> {
     let sync_mode: SyncMode = config.storage.sync_mode.parse().map_err(ConfigError::SyncMode)?;
     let journal = JournalConfig {

@@ -22,6 +22,7 @@ fn main() {
     let log = match &cli.command {
         Command::Standalone(args) => args.config.as_deref(),
         Command::Broker(args) => args.server.config.as_deref(),
+        Command::Storage(args) => args.config.as_deref(),
         _ => None,
     }
     .map(config::LogSection::peek)

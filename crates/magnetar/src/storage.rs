@@ -3,7 +3,7 @@
 //! serves until SIGINT/SIGTERM. Everything is checked before any file is opened.
 
 use anyhow::Context;
-use magnetar_ledger::{LedgerStore, LedgerStoreConfig};
+use magnetar_ledger::LedgerStore;
 use magnetar_metadata::{MetadataStore, SessionStore};
 use magnetar_metadata_etcd::{parse_metadata_url, EtcdStoreConfig};
 use magnetar_replication::NodeId;
@@ -38,12 +38,12 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let store_config =
+        crate::config::storage_node_ledger_config(args.config.as_deref(), &args.data_dir)?;
+    store_config.validate().context("ledger store configuration")?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("create data dir {}", args.data_dir.display()))?;
     let node = node_id(&args.data_dir, args.node_id)?;
-    let store_config =
-        LedgerStoreConfig { dir: args.data_dir.join("ledgers"), ..LedgerStoreConfig::default() };
-    store_config.validate().context("ledger store configuration")?;
 
     let runtime = match args.worker_threads {
         Some(1) => tokio::runtime::Builder::new_current_thread().enable_all().build()?,

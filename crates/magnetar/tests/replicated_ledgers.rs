@@ -346,3 +346,69 @@ async fn a_node_short_of_disk_is_read_only_and_gets_no_new_copies() {
         other => panic!("a fencing read is answered: {other:?}"),
     }
 }
+
+/// A node takes its journal settings from `--config`'s `[storage]` section (here a 16 MiB
+/// segment instead of 64 MiB, seen in the size of the segment files it writes), and a file it
+/// cannot use is refused with the setting named, before the data directory is created. Runs
+/// without etcd: an unregistered node, sent one add directly (so its journal segment is in use).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_node_takes_its_journal_settings_from_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("node.toml");
+    std::fs::write(&config, "[storage]\nsegment_size_bytes = 16777216\n").unwrap();
+    let data_dir = dir.path().join("node");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_magnetar"))
+        .env("NO_COLOR", "1")
+        .args(["storage", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(WAIT).expect("the node starts");
+    let address = line.rsplit(' ').next().unwrap_or_default().trim().to_string();
+    assert!(line.contains("listening"), "{line:?}");
+    let add =
+        Request::Add { ledger: 5, entry: 0, epoch: 0, lac: None, recovery: false, data: data(0) };
+    let answer = ask_node(&address, add).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(answer, Response::Added { ledger: 5, entry: 0 }, "stored durably");
+    let segments: Vec<u64> = std::fs::read_dir(data_dir.join("ledgers"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".journal"))
+        .map(|e| e.metadata().unwrap().len())
+        .collect();
+    assert!(segments.contains(&(16 << 20)), "a segment of the configured size: {segments:?}");
+    assert!(
+        segments.iter().all(|&len| len <= 16 << 20),
+        "segments of the configured size: {segments:?}"
+    );
+
+    std::fs::write(&config, "[storage]\nsync_mode = \"sometimes\"\n").unwrap();
+    let refused = dir.path().join("refused");
+    let output = Command::new(env!("CARGO_BIN_EXE_magnetar"))
+        .env("NO_COLOR", "1")
+        .args(["storage", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&refused)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "a bad config is refused");
+    assert!(stderr.contains("sync_mode"), "the error names the setting: {stderr}");
+    assert!(!refused.exists(), "nothing created before the config was checked");
+}
