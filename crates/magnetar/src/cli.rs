@@ -424,6 +424,10 @@ pub struct StorageArgs {
     /// twice this. 0: never read-only (a full disk then stops the node).
     #[arg(long, default_value_t = 1024)]
     pub min_free_mb: u64,
+    /// Address of an HTTP listener serving the node's Prometheus metrics at `/metrics`
+    /// (journal, ledger store, requests, disk): e.g. 127.0.0.1:8000. None by default.
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
     /// Threads serving the network (the node's decisions are one task; disk I/O has its own
     /// threads). Default: one per core. 1 runs every connection and that task on one thread.
     #[arg(long)]

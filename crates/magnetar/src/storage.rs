@@ -6,6 +6,7 @@ use anyhow::Context;
 use magnetar_ledger::LedgerStore;
 use magnetar_metadata::{MetadataStore, SessionStore};
 use magnetar_metadata_etcd::{parse_metadata_url, EtcdStoreConfig};
+use magnetar_metrics::{Exposition, Format};
 use magnetar_replication::NodeId;
 use std::path::Path;
 use std::sync::Arc;
@@ -94,6 +95,24 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
             }
             None => None,
         };
+        let stats = Arc::new(magnetar_storage_node::NodeStats::default());
+        let metrics = match &args.metrics_listen {
+            Some(at) => {
+                let listener = tokio::net::TcpListener::bind(at)
+                    .await
+                    .with_context(|| format!("metrics listener on {at}"))?;
+                tracing::info!(address = %listener.local_addr()?, "metrics at /metrics");
+                let scrape = Scrape {
+                    node,
+                    cluster: args.cluster.clone().unwrap_or_default(),
+                    store: store.clone(),
+                    space: space.clone(),
+                    stats: stats.clone(),
+                };
+                Some(tokio::spawn(serve_metrics(listener, Arc::new(scrape))))
+            }
+            None => None,
+        };
         // The line test harnesses and operators wait for.
         println!("storage node {} listening on {address}", node.0);
         let gc = metadata.as_ref().map(|etcd| magnetar_storage_node::GarbageCollection {
@@ -101,7 +120,7 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
             every: Duration::from_secs(args.gc_seconds),
         });
         let served =
-            magnetar_storage_node::serve(node, store.clone(), space, listener, gc, async {
+            magnetar_storage_node::serve(node, store.clone(), space, listener, gc, stats, async {
                 if let Err(e) = crate::shutdown_signal().await {
                     tracing::warn!(error = %e, "no signal handler; serving until killed");
                     std::future::pending::<()>().await;
@@ -109,6 +128,9 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
             })
             .await;
         watcher.abort();
+        if let Some(task) = metrics {
+            task.abort();
+        }
         if let Some(task) = registration {
             task.abort();
         }
@@ -128,6 +150,47 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
         tracing::info!("storage node stopped");
         anyhow::Ok(())
     })
+}
+
+/// What a scrape of the node's `/metrics` reads.
+struct Scrape {
+    node: NodeId,
+    cluster: String,
+    store: Arc<LedgerStore>,
+    space: Arc<magnetar_storage_node::DiskSpace>,
+    stats: Arc<magnetar_storage_node::NodeStats>,
+}
+
+impl Scrape {
+    fn render(&self, format: Format) -> String {
+        let node = self.node.0.to_string();
+        let both = [("cluster", self.cluster.as_str()), ("node", node.as_str())];
+        // An unregistered node (no --cluster) has no cluster to name.
+        let labels: &[(&str, &str)] = if self.cluster.is_empty() { &both[1..] } else { &both };
+        let mut out = Exposition::new(format);
+        self.stats.write_metrics(&self.space, &mut out, labels);
+        self.store.write_metrics(&mut out, labels);
+        out.finish()
+    }
+}
+
+async fn serve_metrics(listener: tokio::net::TcpListener, scrape: Arc<Scrape>) {
+    use axum::http::{header, HeaderMap};
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move |headers: HeaderMap| async move {
+            let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+            let format = Format::negotiate(accept);
+            // The disk-usage gauge walks the data directory: off the runtime's threads.
+            let body = tokio::task::spawn_blocking(move || scrape.render(format))
+                .await
+                .unwrap_or_default();
+            ([(header::CONTENT_TYPE, format.content_type())], body)
+        }),
+    );
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::warn!(error = %e, "metrics listener stopped");
+    }
 }
 
 /// The node's identity: kept in DATA_DIR/node-id, drawn at random on first start.

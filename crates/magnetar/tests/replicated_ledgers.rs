@@ -10,6 +10,8 @@
 //! * Deleted, the ledger is freed on the nodes that hold it (their garbage collection).
 //! * A node short of disk registers read-only: no new ledger is placed on it, and it refuses a
 //!   normal add sent to it directly while it still answers a fencing read.
+//! * A node takes its journal settings from `--config` (a bad file refused before anything is
+//!   created) and serves its metrics at `--metrics-listen`.
 //!
 //! Every wait is bounded; only processes this test started are signalled, by PID. Skipped with
 //! a notice without etcd, unless MAGNETAR_REQUIRE_ETCD=1.
@@ -349,18 +351,21 @@ async fn a_node_short_of_disk_is_read_only_and_gets_no_new_copies() {
 
 /// A node takes its journal settings from `--config`'s `[storage]` section (here a 16 MiB
 /// segment instead of 64 MiB, seen in the size of the segment files it writes), and a file it
-/// cannot use is refused with the setting named, before the data directory is created. Runs
-/// without etcd: an unregistered node, sent one add directly (so its journal segment is in use).
+/// cannot use is refused with the setting named, before the data directory is created. Its
+/// `/metrics` (`--metrics-listen`) counts what it did. Runs without etcd: an unregistered node,
+/// sent one add directly (so its journal segment is in use).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_storage_node_takes_its_journal_settings_from_the_config_file() {
+async fn a_storage_node_takes_its_settings_from_the_config_file_and_serves_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("node.toml");
     std::fs::write(&config, "[storage]\nsegment_size_bytes = 16777216\n").unwrap();
     let data_dir = dir.path().join("node");
+    let metrics_port = magnetar_test_support::free_port().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_magnetar"))
         .env("NO_COLOR", "1")
         .args(["storage", "--listen", "127.0.0.1:0", "--config"])
         .arg(&config)
+        .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
         .arg("--data-dir")
         .arg(&data_dir)
         .stdin(Stdio::null())
@@ -381,9 +386,22 @@ async fn a_storage_node_takes_its_journal_settings_from_the_config_file() {
     let add =
         Request::Add { ledger: 5, entry: 0, epoch: 0, lac: None, recovery: false, data: data(0) };
     let answer = ask_node(&address, add).await;
+    let metrics = scrape(metrics_port).await;
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(answer, Response::Added { ledger: 5, entry: 0 }, "stored durably");
+    let sample = |name: &str| -> f64 {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(sample("magnetar_storage_node_adds_total"), 1.0, "{metrics}");
+    assert_eq!(sample("magnetar_storage_node_add_bytes_total"), data(0).len() as f64);
+    assert_eq!(sample("magnetar_storage_node_read_only"), 0.0);
+    assert!(sample("magnetar_journal_groups_total") >= 1.0, "{metrics}");
+    assert!(metrics.contains("node=\""), "labelled with the node: {metrics}");
     let segments: Vec<u64> = std::fs::read_dir(data_dir.join("ledgers"))
         .unwrap()
         .filter_map(|e| e.ok())
@@ -411,4 +429,25 @@ async fn a_storage_node_takes_its_journal_settings_from_the_config_file() {
     assert!(!output.status.success(), "a bad config is refused");
     assert!(stderr.contains("sync_mode"), "the error names the setting: {stderr}");
     assert!(!refused.exists(), "nothing created before the config was checked");
+}
+
+/// The body of one `GET /metrics` from a node's metrics listener.
+async fn scrape(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream =
+        tokio::time::timeout(WAIT, tokio::net::TcpStream::connect(("127.0.0.1", port)))
+            .await
+            .expect("connect in time")
+            .expect("the metrics listener is up");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    tokio::time::timeout(WAIT, stream.read_to_string(&mut response))
+        .await
+        .expect("answered in time")
+        .unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
 }

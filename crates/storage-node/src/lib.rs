@@ -7,8 +7,10 @@
 pub mod registration;
 pub mod server;
 pub mod space;
+pub mod stats;
 pub mod store;
 
 pub use registration::register;
 pub use server::{serve, GarbageCollection, ServeError};
 pub use space::DiskSpace;
+pub use stats::NodeStats;

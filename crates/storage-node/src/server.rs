@@ -18,6 +18,7 @@
 //! failed accepts nothing more. A restart recovers what is durable.
 
 use crate::space::DiskSpace;
+use crate::stats::NodeStats;
 use crate::store::{read_local, Completion, CompletionSink, NodeStorage};
 use bytes::BytesMut;
 use magnetar_ledger::LedgerStore;
@@ -89,6 +90,7 @@ pub async fn serve(
     space: Arc<DiskSpace>,
     listener: TcpListener,
     gc: Option<GarbageCollection>,
+    stats: Arc<NodeStats>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let (failures_tx, mut failures) = mpsc::unbounded_channel();
@@ -118,7 +120,8 @@ pub async fn serve(
     tracing::info!(node = %node, ledgers = storage.ledgers(), "storage node serving");
     shared.state.lock().core = NodeCore::restore(summaries);
     let (inputs_tx, inputs) = mpsc::channel(INBOX);
-    let mut task = NodeTask { node, space, shared, storage, actions: Vec::new() };
+    let mut task =
+        NodeTask { node, space, shared, storage, stats: stats.clone(), actions: Vec::new() };
     if let Some(gc) = gc {
         tokio::spawn(collect_garbage(gc, store.clone(), inputs_tx.clone()));
     }
@@ -126,7 +129,7 @@ pub async fn serve(
     // thread): a reader task's request then reaches the node task on the same worker instead
     // of waking another thread (a profile showed that wake-up on every add).
     let mut node_task = tokio::spawn(async move { task.run(inputs, deferred).await });
-    let accept = accept_loop(listener, inputs_tx);
+    let accept = accept_loop(listener, inputs_tx, stats);
     let result = tokio::select! {
         _ = &mut node_task => Ok(()),
         Some(why) = failures.recv() => Err(ServeError::LogFailed(why)),
@@ -167,7 +170,11 @@ async fn collect_garbage(
     }
 }
 
-async fn accept_loop(listener: TcpListener, inputs: mpsc::Sender<Input>) -> std::io::Result<()> {
+async fn accept_loop(
+    listener: TcpListener,
+    inputs: mpsc::Sender<Input>,
+    stats: Arc<NodeStats>,
+) -> std::io::Result<()> {
     let mut next_peer: Peer = 0;
     loop {
         let (stream, address) = match listener.accept().await {
@@ -182,7 +189,13 @@ async fn accept_loop(listener: TcpListener, inputs: mpsc::Sender<Input>) -> std:
         let _ = stream.set_nodelay(true);
         next_peer += 1;
         tracing::debug!(%address, peer = next_peer, "client connected");
-        tokio::spawn(connection(stream, next_peer, inputs.clone()));
+        stats.connected();
+        let stats = stats.clone();
+        let inputs = inputs.clone();
+        tokio::spawn(async move {
+            connection(stream, next_peer, inputs).await;
+            stats.disconnected();
+        });
     }
 }
 
@@ -294,6 +307,7 @@ struct NodeTask {
     space: Arc<DiskSpace>,
     shared: Arc<Shared>,
     storage: NodeStorage,
+    stats: Arc<NodeStats>,
     actions: Vec<NodeAction>,
 }
 
@@ -340,10 +354,12 @@ impl NodeTask {
                 request,
                 message: Message::Request(Request::Add { ledger, recovery: false, .. }),
             } if self.space.is_read_only() => {
+                self.stats.refused_add();
                 let response = Response::Error { ledger, code: ErrorCode::Io };
                 self.shared.state.lock().send(peer, request, &Message::Response(response));
             }
             Input::Frame { peer, request, message: Message::Request(body) } => {
+                self.stats.request(&body);
                 let mut actions = std::mem::take(&mut self.actions);
                 self.shared.state.lock().core.handle(peer, request, body, &mut actions);
                 self.execute(&mut actions).await;
