@@ -42,6 +42,7 @@ const WAIT: Duration = Duration::from_secs(60);
 struct StorageNode {
     child: Child,
     id: u64,
+    address: String,
     log: std::path::PathBuf,
 }
 
@@ -51,11 +52,18 @@ impl StorageNode {
     }
 
     fn start_with(url: &str, cluster: &str, dir: &Path, extra: &[&str]) -> StorageNode {
+        let mut args = vec!["--metadata", url, "--cluster", cluster, "--gc-seconds", "1"];
+        args.extend_from_slice(extra);
+        StorageNode::spawn(&args, dir)
+    }
+
+    /// `magnetar storage ARGS` on a free port, its data in `dir` and its log beside it;
+    /// returns once it says it listens.
+    fn spawn(args: &[&str], dir: &Path) -> StorageNode {
         let mut child = Command::new(env!("CARGO_BIN_EXE_magnetar"))
             .env("NO_COLOR", "1")
-            .args(["storage", "--listen", "127.0.0.1:0", "--metadata", url, "--cluster", cluster])
-            .args(["--gc-seconds", "1"])
-            .args(extra)
+            .args(["storage", "--listen", "127.0.0.1:0"])
+            .args(args)
             .arg("--data-dir")
             .arg(dir)
             .stdin(Stdio::null())
@@ -75,14 +83,15 @@ impl StorageNode {
         let line = rx
             .recv_timeout(WAIT)
             .unwrap_or_else(|_| panic!("storage node in {dir:?} did not start"));
-        let id = line
+        // "storage node ID listening on ADDRESS"
+        let (id, address) = line
             .strip_prefix("storage node ")
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|id| id.parse().ok())
+            .and_then(|rest| rest.split_once(" listening on "))
+            .and_then(|(id, address)| Some((id.parse().ok()?, address.trim().to_string())))
             .unwrap_or_else(|| {
                 panic!("unexpected first line {line:?}; log in {:?}", dir.with_extension("log"))
             });
-        StorageNode { child, id, log: dir.with_extension("log") }
+        StorageNode { child, id, address, log: dir.with_extension("log") }
     }
 
     fn kill(&mut self) {
@@ -361,34 +370,15 @@ async fn a_storage_node_takes_its_settings_from_the_config_file_and_serves_metri
     std::fs::write(&config, "[storage]\nsegment_size_bytes = 16777216\n").unwrap();
     let data_dir = dir.path().join("node");
     let metrics_port = magnetar_test_support::free_port().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_magnetar"))
-        .env("NO_COLOR", "1")
-        .args(["storage", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
-        .arg("--data-dir")
-        .arg(&data_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(WAIT).expect("the node starts");
-    let address = line.rsplit(' ').next().unwrap_or_default().trim().to_string();
-    assert!(line.contains("listening"), "{line:?}");
+    let metrics_at = format!("127.0.0.1:{metrics_port}");
+    let config_arg = config.to_str().unwrap();
+    let mut node =
+        StorageNode::spawn(&["--config", config_arg, "--metrics-listen", &metrics_at], &data_dir);
     let add =
         Request::Add { ledger: 5, entry: 0, epoch: 0, lac: None, recovery: false, data: data(0) };
-    let answer = ask_node(&address, add).await;
+    let answer = ask_node(&node.address, add).await;
     let metrics = scrape(metrics_port).await;
-    let _ = child.kill();
-    let _ = child.wait();
+    node.kill();
     assert_eq!(answer, Response::Added { ledger: 5, entry: 0 }, "stored durably");
     let sample = |name: &str| -> f64 {
         let line = metrics
