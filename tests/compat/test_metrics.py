@@ -255,6 +255,16 @@ def test_consumer_and_producer_series_and_the_unacked_limit():
             consumer.acknowledge(msg)
         eventually("a non-zero acknowledgement rate",
                    lambda: value(scrape(srv)[1], "pulsar_subscription_msg_ack_rate", **sub) > 0)
+        # The consumer's own: its acknowledgements and when it last acked and was sent one.
+        eventually("the consumer's non-zero acknowledgement rate",
+                   lambda: value(scrape(srv)[1], "pulsar_consumer_msg_ack_rate", **mine) > 0)
+        status, body = http_request(
+            "GET", srv.web_url + topic.replace("persistent://", "/admin/v2/persistent/")
+            + "/stats")
+        (consumer_stats,) = json.loads(body)["subscriptions"]["s"]["consumers"]
+        now_ms = time.time() * 1000
+        for field in ("lastAckedTimestamp", "lastConsumedTimestamp"):
+            assert now_ms - 600_000 < consumer_stats[field] <= now_ms + 1000, consumer_stats
         client.close()
 
 

@@ -128,6 +128,13 @@ pub struct ClientInfo {
     pub client_version: String,
     pub connected_since_ms: u64,
     pub meter: Meter,
+    /// A consumer's acknowledged messages (`msgAckRate`) and the redeliveries it asked for
+    /// (`msgRateRedeliver`).
+    pub acks: Meter,
+    pub redeliveries: Meter,
+    /// Epoch ms of a consumer's last acknowledgement and of the last message sent to it.
+    pub last_acked_ms: std::sync::atomic::AtomicU64,
+    pub last_consumed_ms: std::sync::atomic::AtomicU64,
 }
 
 impl ClientInfo {
@@ -137,7 +144,7 @@ impl ClientInfo {
             address: format!("/{address}"),
             client_version: client_version.to_string(),
             connected_since_ms,
-            meter: Meter::new(),
+            ..ClientInfo::default()
         }
     }
 }

@@ -569,6 +569,7 @@ impl State {
             let command =
                 commands::message(consumer_id, message_id, redelivery_count, ack_set, None);
             slot.handle.info.meter.record(u64::from(shape.messages), data.len() as u64);
+            slot.handle.info.last_consumed_ms.store(now, std::sync::atomic::Ordering::Relaxed);
             let messages = shape.messages;
             out.push(Outgoing { outbox, consumer, position, command, data, messages });
             self.pending.insert(position, Pending { consumer, messages: shape.messages, hash });
@@ -1035,8 +1036,10 @@ impl Subscription {
     }
 
     /// Individual or cumulative acknowledgement of `ids`.
+    /// `by`: the consumer that sent them, if any (its own stats count them).
     pub fn ack(
         self: &Arc<Self>,
+        by: Option<u64>,
         ack_type: AckType,
         ids: &[MessageIdData],
     ) -> Result<AckTicket, BrokerError> {
@@ -1110,8 +1113,13 @@ impl Subscription {
         // Counted under the state lock, so a cursor encoding that sees this count includes
         // these acknowledgements.
         let ticket = self.acks_made.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        drop(state);
         let now_ms = self.managed_ledger.clock().now_ms();
+        if let Some(slot) = by.and_then(|key| state.consumers.iter().find(|s| s.handle.key == key))
+        {
+            slot.handle.info.acks.record(acked_messages, 0);
+            slot.handle.info.last_acked_ms.store(now_ms, std::sync::atomic::Ordering::Relaxed);
+        }
+        drop(state);
         self.last_acked_ms.store(now_ms, std::sync::atomic::Ordering::Relaxed);
         self.ack_meter.record(acked_messages, 0);
         if wake {
@@ -1189,6 +1197,9 @@ impl Subscription {
                 .collect()
         };
         self.redeliver_meter.record(chosen.len() as u64, 0);
+        if let Some(slot) = state.consumers.iter().find(|s| s.handle.key == key) {
+            slot.handle.info.redeliveries.record(chosen.len() as u64, 0);
+        }
         state.requeue(chosen, true);
         drop(state);
         self.wake.notify_one();

@@ -85,11 +85,11 @@ async fn acks_go_to_the_cursor_ledger_and_survive_a_restart_and_unsubscribe_remo
     // Steady state: 100 ack batches (every other entry: holes), each with a receipt.
     let writes = counting.writes();
     for position in positions.iter().step_by(2) {
-        let ticket = sub.ack(AckType::Individual, &[id(*position)]).unwrap();
+        let ticket = sub.ack(None, AckType::Individual, &[id(*position)]).unwrap();
         tokio::time::timeout(WAIT, sub.persisted(ticket)).await.unwrap().unwrap();
     }
     assert_eq!(counting.writes(), writes, "acks write no metadata");
-    let ticket = sub.ack(AckType::Individual, &[id(positions[1])]).unwrap();
+    let ticket = sub.ack(None, AckType::Individual, &[id(positions[1])]).unwrap();
     tokio::time::timeout(WAIT, sub.persisted(ticket)).await.unwrap().unwrap();
     assert_eq!(sub.mark_delete(), Some(positions[2]));
 
@@ -104,7 +104,7 @@ async fn acks_go_to_the_cursor_ledger_and_survive_a_restart_and_unsubscribe_remo
     assert_ne!(second_ledger, first_ledger);
     assert!(!exists(&storage, first_ledger), "the loaded ledger is deleted");
     // The first broker's next persist is refused: its topic is fenced.
-    let late = sub.ack(AckType::Individual, &[id(positions[3])]).unwrap();
+    let late = sub.ack(None, AckType::Individual, &[id(positions[3])]).unwrap();
     assert!(tokio::time::timeout(WAIT, sub.persisted(late)).await.unwrap().is_err());
     assert!(topic.is_fenced());
 

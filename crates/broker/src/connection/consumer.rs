@@ -123,7 +123,7 @@ impl Connection {
             }
             Some(consumer) => consumer
                 .subscription
-                .ack(ack_type, &ack.message_id)
+                .ack(Some(consumer.key), ack_type, &ack.message_id)
                 .map(|ticket| (consumer.subscription.clone(), ticket)),
             None => Err(BrokerError::InvalidRequest("unknown consumer".into())),
         };

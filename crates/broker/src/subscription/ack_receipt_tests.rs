@@ -96,7 +96,7 @@ async fn ack_receipt_waits_for_the_cursor_write() {
         entry_id: position.entry_id,
         ..Default::default()
     };
-    let ticket = subscription.ack(AckType::Individual, &[id]).unwrap();
+    let ticket = subscription.ack(None, AckType::Individual, &[id]).unwrap();
     let waiting = tokio::spawn({
         let subscription = subscription.clone();
         async move { subscription.persisted(ticket).await }
@@ -135,7 +135,7 @@ async fn ack_receipt_waits_for_the_cursor_write() {
         entry_id: second.entry_id,
         ..Default::default()
     };
-    let ticket = subscription.ack(AckType::Individual, &[id]).unwrap();
+    let ticket = subscription.ack(None, AckType::Individual, &[id]).unwrap();
     tokio::time::timeout(Duration::from_secs(10), subscription.persisted(ticket))
         .await
         .expect("no metadata write on the ack path")

@@ -44,11 +44,16 @@ impl Subscription {
             .map(|slot| {
                 let info = &slot.handle.info;
                 let reading = info.meter.read_at(now);
+                let timestamp = |ms: &std::sync::atomic::AtomicU64| ms.load(Ordering::Relaxed);
                 ConsumerStats {
                     msg_rate_out: reading.rate,
                     msg_throughput_out: reading.throughput,
                     bytes_out_counter: reading.bytes,
                     msg_out_counter: reading.messages,
+                    message_ack_rate: info.acks.read_at(now).rate,
+                    msg_rate_redeliver: info.redeliveries.read_at(now).rate,
+                    last_acked_timestamp: timestamp(&info.last_acked_ms),
+                    last_consumed_timestamp: timestamp(&info.last_consumed_ms),
                     consumer_name: slot.handle.name.clone(),
                     consumer_id: slot.handle.consumer_id,
                     available_permits: slot.permits,

@@ -89,7 +89,7 @@ async fn stats_count_the_backlog_from_the_mark_delete_and_the_acked_ranges() {
     assert_eq!(cursor.individually_deleted_messages, "[]");
 
     // Two holes: entries 2 and 4 acknowledged.
-    sub.ack(AckType::Individual, &[id(positions[2]), id(positions[4])]).unwrap();
+    sub.ack(None, AckType::Individual, &[id(positions[2]), id(positions[4])]).unwrap();
     let stats = sub.stats(&topic.managed_ledger.ledgers(), &topic.managed_ledger.ledger_stats());
     assert_eq!(stats.msg_backlog, 8);
     assert_eq!(stats.non_contiguous_deleted_messages_ranges, 2);
