@@ -15,7 +15,7 @@ data directory is on the same disk. `magnetar perf produce` (same client for all
             msg/s is that batch over one entry's round trip, a latency figure);
 alternating the order of the set-ups every round (this machine is shared and noisy). For each
 run it records the CPU seconds of every process (broker, nodes, client) from /proc, and at the
-end the journal groups (one fdatasync each) of every node and of the standalone.
+end the journal groups (one fdatasync each) of every node and of the standalone (/metrics).
 
 Usage: bench/replication.py [--secs 15] [--rounds 3] [--modes async128,...] [--node-dir DIR]
   [--local-dir DIR]
@@ -157,15 +157,17 @@ def main():
                 sys.exit(done.stderr)
             node_procs = []
             for i in range(nodes):
+                metrics_port = free_port()
                 node = procs.start("%s-node%d" % (name, i),
                                    [BIN, "storage", "--metadata", etcd_url, "--cluster", name,
                                     "--listen", "127.0.0.1:0", "--gc-seconds", "5", "--data-dir",
-                                    "%s/%s-node%d" % (node_dir, name, i)] + extra,
+                                    "%s/%s-node%d" % (node_dir, name, i),
+                                    "--metrics-listen", "127.0.0.1:%d" % metrics_port] + extra,
                                    stdout=subprocess.PIPE)
                 line = node.stdout.readline().decode()
                 if "listening" not in line:
                     sys.exit("storage node did not start: %r" % line)
-                node_procs.append(("node%d" % i, node))
+                node_procs.append(("node%d" % i, node, metrics_port))
             config = os.path.join(work, name + ".toml")
             with open(config, "w") as f:
                 f.write('[ledgers]\nstorage = "nodes"\nensemble_size = %d\nwrite_quorum = %d\n'
@@ -176,7 +178,7 @@ def main():
                                         "--web-port", str(web), "--data-dir", work + "/" + name])
             wait_http("http://127.0.0.1:%d/admin/v2/brokers/ready" % web, broker)
             pids = {"broker": broker.pid}
-            pids.update({n: p.pid for n, p in node_procs})
+            pids.update({n: p.pid for n, p, _ in node_procs})
             setups[name] = {"url": "pulsar://127.0.0.1:%d" % port, "web": web, "pids": pids,
                             "nodes": node_procs}
 
@@ -217,18 +219,17 @@ def main():
         with open(os.path.join(out, "runs.json"), "w") as f:
             json.dump(results, f, indent=1)
 
-        # Journal groups (one fdatasync each): the standalone's from /metrics, the nodes' from
-        # their shutdown line.
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % setups["local"]["web"]) as r:
-            text = r.read().decode()
-        groups = {"local": sum(float(m) for m in re.findall(
-            r"^magnetar_journal_groups(?:_total)?(?:\{[^}]*\})? (\S+)$", text, re.M))}
-        procs.stop()
+        # Journal groups (one fdatasync each), from every server's /metrics.
+        def journal_groups(port):
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port) as r:
+                text = r.read().decode()
+            return sum(float(m) for m in re.findall(
+                r"^magnetar_journal_groups(?:_total)?(?:\{[^}]*\})? (\S+)$", text, re.M))
+        groups = {"local": journal_groups(setups["local"]["web"])}
         for name in [n for n in setups if setups[n]["nodes"]]:
-            for node, _ in setups[name]["nodes"]:
-                with open(os.path.join(out, "%s-%s.log" % (name, node))) as f:
-                    found = re.findall(r"groups=(\d+)", f.read())
-                groups["%s-%s" % (name, node)] = int(found[-1]) if found else None
+            for node, _, metrics_port in setups[name]["nodes"]:
+                groups["%s-%s" % (name, node)] = journal_groups(metrics_port)
+        procs.stop()
         busy = args.rounds * len(modes) * args.secs
         lines = ["journal groups (fdatasyncs) over ~%d s of load per set-up: %s" % (busy, groups)]
         for mode in modes:
