@@ -176,6 +176,11 @@ struct State {
 }
 
 impl State {
+    /// The consumer `key`'s slot, if it is still attached.
+    fn slot(&self, key: u64) -> Option<&ConsumerSlot> {
+        self.consumers.iter().find(|s| s.handle.key == key)
+    }
+
     fn new(
         sub_type: SubType,
         ack: AckState,
@@ -1080,11 +1085,14 @@ impl Subscription {
                 }
             };
             let action = translate_ack(ack_type, position, &ack_set, batch_size);
-            match (&action, &mut touched) {
-                (AckAction::Entry(p) | AckAction::BatchIndexes { position: p, .. }, Some(t)) => {
-                    t.push(*p)
+            match &action {
+                AckAction::Entry(p) | AckAction::BatchIndexes { position: p, .. } => {
+                    if let Some(named) = touched.as_mut() {
+                        named.push(*p);
+                    }
                 }
-                (AckAction::Ignore(_), _) => {}
+                AckAction::Ignore(_) => {}
+                // Cumulative: anything below may have become acknowledged.
                 _ => touched = None,
             }
             let result = match action {
@@ -1114,8 +1122,7 @@ impl Subscription {
         // these acknowledgements.
         let ticket = self.acks_made.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         let now_ms = self.managed_ledger.clock().now_ms();
-        if let Some(slot) = by.and_then(|key| state.consumers.iter().find(|s| s.handle.key == key))
-        {
+        if let Some(slot) = by.and_then(|key| state.slot(key)) {
             slot.handle.info.acks.record(acked_messages, 0);
             slot.handle.info.last_acked_ms.store(now_ms, std::sync::atomic::Ordering::Relaxed);
         }
@@ -1197,7 +1204,7 @@ impl Subscription {
                 .collect()
         };
         self.redeliver_meter.record(chosen.len() as u64, 0);
-        if let Some(slot) = state.consumers.iter().find(|s| s.handle.key == key) {
+        if let Some(slot) = state.slot(key) {
             slot.handle.info.redeliveries.record(chosen.len() as u64, 0);
         }
         state.requeue(chosen, true);

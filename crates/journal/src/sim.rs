@@ -285,12 +285,14 @@ impl Storage for SimStorage {
         Ok(())
     }
 
-    fn remove_segment(&self, seq: u64) -> io::Result<()> {
+    fn remove_segments(&self, seqs: &[u64]) -> io::Result<()> {
         let mut state = self.state.lock();
         if state.frozen {
             return Err(eio());
         }
-        state.files.remove(&segment_name(seq));
+        for &seq in seqs {
+            state.files.remove(&segment_name(seq));
+        }
         Ok(())
     }
 

@@ -54,16 +54,10 @@ pub trait Storage: Send + Sync {
     /// Renames the unused segment `from` to `to`, durably. Its old records carry `from`'s tag,
     /// so they read as the end of the log in segment `to`.
     fn recycle_segment(&self, from: u64, to: u64) -> io::Result<()>;
-    fn remove_segment(&self, seq: u64) -> io::Result<()>;
     /// Removes unused segments, made durable together (on a file system: one directory sync
     /// for all of them; a sync per file made a ledger's deletion, dozens of segments at once,
     /// dozens of file-system commits that appends' fdatasyncs queued behind).
-    fn remove_segments(&self, seqs: &[u64]) -> io::Result<()> {
-        for &seq in seqs {
-            self.remove_segment(seq)?;
-        }
-        Ok(())
-    }
+    fn remove_segments(&self, seqs: &[u64]) -> io::Result<()>;
     /// Replaces the side file `name` with `data` atomically and durably.
     fn write_file_atomic(&self, name: &str, data: &[u8]) -> io::Result<()>;
     /// Reads the side file `name`, if it exists.
@@ -233,10 +227,6 @@ impl Storage for FsStorage {
     fn recycle_segment(&self, from: u64, to: u64) -> io::Result<()> {
         fs::rename(self.segment_path(from), self.segment_path(to))?;
         self.sync_dir()
-    }
-
-    fn remove_segment(&self, seq: u64) -> io::Result<()> {
-        self.remove_segments(&[seq])
     }
 
     fn remove_segments(&self, seqs: &[u64]) -> io::Result<()> {

@@ -70,9 +70,8 @@ impl Subscription {
                 }
             })
             .collect();
-        let active_consumer_name = state.active.and_then(|active| {
-            state.consumers.iter().find(|s| s.handle.key == active).map(|s| s.handle.name.clone())
-        });
+        let active_consumer_name =
+            state.active.and_then(|active| state.slot(active).map(|s| s.handle.name.clone()));
         let ranges = state.ack.acked_range_count(ledgers);
         SubscriptionStats {
             msg_rate_out: out.rate,
