@@ -142,7 +142,8 @@ func TestAdminTopicStatsSubscriptionsAndUnload(t *testing.T) {
 
 // The subscription's msgAckRate counts what the Go client acknowledges by batch index (an
 // ack_set without batch_size, which the Python client never sends); it was never measured (0)
-// before 2026-11-27.
+// before 2026-11-27. The consumer's own msgAckRate and lastAckedTimestamp count them too (0
+// until the fourth session of that day).
 func TestAdminStatsCountBatchIndexAcks(t *testing.T) {
 	topic := uniqueTopic("ack-rate")
 	name := topicName(t, topic)
@@ -170,11 +171,13 @@ func TestAdminStatsCountBatchIndexAcks(t *testing.T) {
 	for {
 		time.Sleep(1100 * time.Millisecond) // rates cover at least a second; no event to await
 		s := subStats()
-		if s.MessageAckRate > 0 {
+		consumerAcked := len(s.Consumers) == 1 && s.Consumers[0].MessageAckRate > 0 &&
+			s.Consumers[0].LastAckedTimestamp > 0
+		if s.MessageAckRate > 0 && consumerAcked {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("msgAckRate still 0 after 4 batch-index acks: %+v", s)
+			t.Fatalf("msgAckRate (subscription or consumer) still 0 after 4 batch-index acks: %+v", s)
 		}
 	}
 }
