@@ -18,12 +18,15 @@ run it records the CPU seconds of every process (broker, nodes, client) from /pr
 end the journal groups (one fdatasync each) of every node and of the standalone (/metrics).
 
 Usage: bench/replication.py [--secs 15] [--rounds 3] [--modes async128,...] [--node-dir DIR]
-  [--local-dir DIR]
+  [--local-dir DIR] [--variant ARGS] [--storage TOML] [--local-variant TOML]
   (needs target/release/magnetar, or MAGNETAR_BIN, and etcd). --node-dir puts the storage
   nodes' data there (e.g. /dev/shm: no disk under the nodes, to tell the software path's cost
   from the disk's; not a durable set-up); --local-dir does the same for the standalone.
   --variant "ARGS" adds a set-up qw2v: qw2 with ARGS given to its storage nodes (an A/B of a
-  node option in one run).
+  node option in one run). --storage "TOML" gives every server (the standalone, the nodes) a
+  [storage] section with TOML in it (e.g. 'sync_mode = "dsync"'); --local-variant "TOML" adds
+  a set-up localv: a standalone with that [storage] section instead (an A/B of a storage
+  option).
 Writes bench/results/replication-<date>/ (JSON per run, summary.txt)."""
 
 import argparse
@@ -115,6 +118,10 @@ def main():
                              "the software paths alone, side by side)")
     parser.add_argument("--variant", default=None,
                         help="extra storage node arguments for a fourth set-up, qw2v (qw2 with them)")
+    parser.add_argument("--storage", default="",
+                        help="[storage] settings (TOML) for every server")
+    parser.add_argument("--local-variant", default=None,
+                        help="[storage] settings (TOML) of a fifth set-up, localv (a standalone)")
     args = parser.parse_args()
     etcd_bin = shutil.which("etcd")
     if not etcd_bin or not os.access(BIN, os.X_OK):
@@ -137,13 +144,26 @@ def main():
         etcd_url = "etcd://127.0.0.1:%d" % etcd_port
         setups = {}  # name -> {url, pids: {component: pid}, nodes: [(name, proc)]}
 
-        # local: standalone.
-        port, web = free_port(), free_port()
-        local = procs.start("local", [BIN, "standalone", "--broker-port", str(port),
-                                      "--web-port", str(web), "--data-dir", local_dir])
-        wait_http("http://127.0.0.1:%d/admin/v2/brokers/ready" % web, local)
-        setups["local"] = {"url": "pulsar://127.0.0.1:%d" % port, "web": web,
-                           "pids": {"broker": local.pid}, "nodes": []}
+        def storage_config(name, toml):
+            path = os.path.join(work, name + "-storage.toml")
+            with open(path, "w") as f:
+                f.write("[storage]\n%s\n" % toml)
+            return path
+
+        # local: standalone (localv: with other [storage] settings).
+        local_setups = [("local", args.storage)]
+        if args.local_variant is not None:
+            local_setups.append(("localv", args.local_variant))
+        for name, toml in local_setups:
+            port, web = free_port(), free_port()
+            local = procs.start(name, [BIN, "standalone", "--broker-port", str(port),
+                                       "--web-port", str(web), "--config",
+                                       storage_config(name, toml),
+                                       "--data-dir", tempfile.mkdtemp(prefix=name, dir=local_dir)])
+            wait_http("http://127.0.0.1:%d/admin/v2/brokers/ready" % web, local)
+            setups[name] = {"url": "pulsar://127.0.0.1:%d" % port, "web": web,
+                            "pids": {"broker": local.pid}, "nodes": []}
+        node_config = storage_config("nodes", args.storage)
 
         node_setups = [("qw1", 1, []), ("qw2", 2, [])]
         if args.variant:
@@ -162,7 +182,8 @@ def main():
                                    [BIN, "storage", "--metadata", etcd_url, "--cluster", name,
                                     "--listen", "127.0.0.1:0", "--gc-seconds", "5", "--data-dir",
                                     "%s/%s-node%d" % (node_dir, name, i),
-                                    "--metrics-listen", "127.0.0.1:%d" % metrics_port] + extra,
+                                    "--metrics-listen", "127.0.0.1:%d" % metrics_port,
+                                    "--config", node_config] + extra,
                                    stdout=subprocess.PIPE)
                 line = node.stdout.readline().decode()
                 if "listening" not in line:
@@ -212,7 +233,7 @@ def main():
                                     "p50_ms": stream["latency"]["p50_us"] / 1000.0,
                                     "p99_ms": stream["latency"]["p99_us"] / 1000.0,
                                     "cpu_cores": usage})
-                    print("round %d %-8s %-5s %10.0f msg/s  p50 %.3f ms  p99 %.3f ms  cpu %s"
+                    print("round %d %-8s %-6s %10.0f msg/s  p50 %.3f ms  p99 %.3f ms  cpu %s"
                           % (rnd, mode, name, stream["msg_per_s"], results[-1]["p50_ms"],
                              results[-1]["p99_ms"],
                              " ".join("%s=%.2f" % kv for kv in usage.items())), flush=True)
@@ -225,7 +246,7 @@ def main():
                 text = r.read().decode()
             return sum(float(m) for m in re.findall(
                 r"^magnetar_journal_groups(?:_total)?(?:\{[^}]*\})? (\S+)$", text, re.M))
-        groups = {"local": journal_groups(setups["local"]["web"])}
+        groups = {n: journal_groups(setups[n]["web"]) for n in setups if not setups[n]["nodes"]}
         for name in [n for n in setups if setups[n]["nodes"]]:
             for node, _, metrics_port in setups[name]["nodes"]:
                 groups["%s-%s" % (name, node)] = journal_groups(metrics_port)
@@ -240,7 +261,7 @@ def main():
                 p99 = sorted(r["p99_ms"] for r in runs)
                 cpu = {c: sorted(r["cpu_cores"][c] for r in runs)[len(runs) // 2]
                        for c in runs[0]["cpu_cores"]}
-                lines.append("%-8s %-5s msg/s median %9.0f %s  p50 median %.3f ms  p99 median %.3f"
+                lines.append("%-8s %-6s msg/s median %9.0f %s  p50 median %.3f ms  p99 median %.3f"
                              " ms %s  cpu cores (median) %s"
                              % (mode, name, rates[len(rates) // 2], [round(x) for x in rates],
                                 p50[len(p50) // 2], p99[len(p99) // 2], [round(x, 3) for x in p99],

@@ -45,9 +45,10 @@ pub struct JournalConfig {
     /// (ARCHITECTURE.md, "Direct I/O"). Falls back to buffered writes where the file system
     /// refuses `O_DIRECT` (tmpfs).
     pub direct_io: bool,
-    /// With `direct_io`, groups smaller than this still go through the page cache: copying a
-    /// few KiB into it costs less than the extra device round trip of a direct write, which
-    /// matters for a lone appender's latency. Default 64 KiB.
+    /// With `direct_io` and `Fdatasync`, groups smaller than this still go through the page
+    /// cache: copying a few KiB into it costs less than the extra device round trip of a direct
+    /// write, which matters for a lone appender's latency. Default 64 KiB. (With `Dsync` every
+    /// group is written direct: there the durable direct write is the one round trip.)
     pub direct_io_min_group_bytes: usize,
     /// Freed segment files kept for reuse (rename instead of zero-filling a new one). Default 1.
     pub recycled_segments_kept: usize,

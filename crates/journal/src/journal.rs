@@ -6,6 +6,12 @@
 //! lone append pays one write and one flush and nothing else, while appends that arrive during a
 //! flush gather into the next group and share its flush.
 //!
+//! A caller that stages its own batches ([`Journal::stage`], then [`Journal::commit`]) may write a
+//! small group on its own thread when no write is in progress: the write then costs no wake-up of
+//! the writer thread (a storage node's one staging task does this; on a replicated add's round
+//! trip that wake-up was one of the hand-offs a local add does not pay twice). One write is in
+//! progress at a time, whoever does it (`Staging::writing`), so groups still go to disk in order.
+//!
 //! Invariants:
 //! - Every record's segment and offset are fixed when it is staged; groups are written in
 //!   staging order, each at a block-aligned offset right after the previous group.
@@ -107,6 +113,19 @@ struct Staging {
     next_offset: u64,
     state: State,
     spare_buffers: Vec<AlignedBuf>,
+    /// A group is being written (by the writer thread or by a caller in `commit`): nobody else
+    /// takes one until it is written and its outcome reported, which keeps groups and their
+    /// completions in order.
+    writing: bool,
+    /// The segment the writer has open: a caller writes only into it (opening the next one may
+    /// wait for the preparer).
+    active_seq: Option<u64>,
+    /// `stage` opened a group without waking the writer and no `commit` has seen it yet: an
+    /// `append` that joins it wakes the writer, so a plain appender never waits on a stager's
+    /// commit (a storage node awaits a ledger's creation between staging and committing).
+    unannounced: bool,
+    /// The writer thread has ended: every segment is sealed.
+    writer_stopped: bool,
 }
 
 #[derive(Default)]
@@ -159,6 +178,8 @@ struct Shared {
     prep_changed: Condvar,
     sealed_hook: Mutex<Option<SealedHook>>,
     stats: JournalStats,
+    /// The segment being written; locked by whoever holds `Staging::writing`.
+    active: Mutex<Option<Active>>,
 }
 
 /// Told about each segment the writer leaves for good (on the writer thread).
@@ -226,6 +247,10 @@ impl Journal {
                 next_offset: 0,
                 state: State::Open,
                 spare_buffers: Vec::new(),
+                writing: false,
+                active_seq: None,
+                unannounced: false,
+                writer_stopped: false,
             }),
             config,
             storage,
@@ -237,6 +262,7 @@ impl Journal {
             prep_changed: Condvar::new(),
             sealed_hook: Mutex::new(None),
             stats: JournalStats::default(),
+            active: Mutex::new(None),
         });
         let writer = {
             let shared = shared.clone();
@@ -284,6 +310,76 @@ impl Journal {
         payload: &[u8],
         completion: Completion,
     ) -> Result<RecordLocation, JournalError> {
+        let (location, wake) = self.stage_record(header, payload, completion, true)?;
+        if wake {
+            self.shared.data_ready.notify_one();
+        }
+        Ok(location)
+    }
+
+    /// As [`Journal::append`], without waking the writer: the caller calls [`Journal::commit`]
+    /// once it has staged its batch (records of others that join the group wait for it too).
+    pub fn stage(
+        &self,
+        header: RecordHeader,
+        payload: &[u8],
+        completion: Completion,
+    ) -> Result<RecordLocation, JournalError> {
+        self.stage_record(header, payload, completion, false).map(|(location, _)| location)
+    }
+
+    /// Gets what is staged written. When no write is in progress and only one small group is
+    /// waiting (a lone or a few records: latency, not throughput), this thread writes and
+    /// flushes it and runs its completions, blocking for as long as that takes; otherwise the
+    /// writer thread does, as for [`Journal::append`].
+    pub fn commit(&self) {
+        let shared = &*self.shared;
+        let mut staging = shared.staging.lock();
+        // Every way out below gets the staged groups taken: written here, by the writer woken
+        // here, or by whoever is writing now (the writer thread loops; a caller wakes it).
+        staging.unannounced = false;
+        if staging.writing {
+            // Whoever writes takes the next group after it (a caller wakes the writer).
+            return;
+        }
+        let Some(front) = staging.groups.front() else { return };
+        let here = matches!(staging.state, State::Open)
+            && shared.config.max_wait.is_none()
+            && staging.groups.len() == 1
+            && front.waiters.len() <= INLINE_MAX_WAITERS
+            && staging.active_seq == Some(front.seq);
+        if !here {
+            drop(staging);
+            shared.data_ready.notify_one();
+            return;
+        }
+        let front = staging.groups.front_mut().expect("checked above");
+        if !front.closed {
+            let (seq, end) = close_group(front);
+            (staging.next_seq, staging.next_offset) = (seq, end);
+        }
+        let group = staging.groups.pop_front().expect("checked above");
+        staging.writing = true;
+        drop(staging);
+        write_group(shared, group);
+        let mut staging = shared.staging.lock();
+        staging.writing = false;
+        // The writer thread waits while a caller writes: wake it if it has work (or must stop).
+        let wake = !staging.groups.is_empty() || !matches!(staging.state, State::Open);
+        drop(staging);
+        if wake {
+            shared.data_ready.notify_one();
+        }
+    }
+
+    /// Stages one record; also says whether the writer needs waking (`announce`: for `append`).
+    fn stage_record(
+        &self,
+        header: RecordHeader,
+        payload: &[u8],
+        completion: Completion,
+        announce: bool,
+    ) -> Result<(RecordLocation, bool), JournalError> {
         let config = &self.shared.config;
         if payload.len() > config.max_payload_bytes() {
             return Err(JournalError::RecordTooLarge {
@@ -304,7 +400,7 @@ impl Journal {
                 && end <= config.max_group_bytes
                 && group.offset + align_up(end) as u64 <= config.segment_size_bytes
         });
-        let mut wake_writer = false;
+        let mut opened_group = false;
         if !fits_in_back {
             if let Some(back) = staging.groups.back_mut().filter(|g| !g.closed) {
                 let (seq, end) = close_group(back);
@@ -328,7 +424,7 @@ impl Journal {
                 opened_at: self.shared.clock.now(),
             };
             staging.groups.push_back(group);
-            wake_writer = true;
+            opened_group = true;
         }
         let group = staging.groups.back_mut().expect("a group is open");
         let at = encode_record(&mut group.buf, segment_tag(group.seq), header, payload);
@@ -338,11 +434,13 @@ impl Journal {
             offset: group.offset + at as u64,
             len: payload.len() as u32,
         };
-        drop(staging);
-        if wake_writer {
-            self.shared.data_ready.notify_one();
-        }
-        Ok(location)
+        let wake = if announce {
+            std::mem::take(&mut staging.unannounced) || opened_group
+        } else {
+            staging.unannounced |= opened_group;
+            false
+        };
+        Ok((location, wake))
     }
 
     /// Reads back one record's payload, verifying its checksum and identity.
@@ -442,10 +540,14 @@ impl Journal {
     /// reuse or removed, so disk usage goes down; the removed files are made durable together
     /// (`Storage::remove_segments`).
     pub fn release_segments(&self, seqs: &[u64]) -> Result<(), JournalError> {
-        let current = self.shared.staging.lock().next_seq;
+        let (current, stopped) = {
+            let staging = self.shared.staging.lock();
+            (staging.next_seq, staging.writer_stopped)
+        };
         let mut removed = Vec::new();
         for &seq in seqs {
-            assert!(seq < current, "segment {seq} is not sealed (writer at {current})");
+            // Once the writer has ended (closing), its last segment is sealed too.
+            assert!(seq < current || stopped, "segment {seq} is not sealed (writer at {current})");
             if self.shared.readers.write().remove(&seq).is_none() {
                 continue;
             }
@@ -568,9 +670,15 @@ fn close_group(group: &mut Group) -> (u64, u64) {
 }
 
 /// Waits for the oldest group, closing it if it is still open. None when closing and drained.
+/// Marks the group taken as being written (`Staging::writing`).
 fn take_group(shared: &Shared) -> Option<Group> {
     let mut staging = shared.staging.lock();
     loop {
+        if staging.writing {
+            // A caller is writing a group (`Journal::commit`); it wakes this thread after.
+            shared.data_ready.wait(&mut staging);
+            continue;
+        }
         if let Some(front) = staging.groups.front() {
             if !front.closed {
                 if let Some(max_wait) = shared.config.max_wait {
@@ -585,6 +693,7 @@ fn take_group(shared: &Shared) -> Option<Group> {
                 let (seq, end) = close_group(front);
                 (staging.next_seq, staging.next_offset) = (seq, end);
             }
+            staging.writing = true;
             return staging.groups.pop_front();
         }
         if !matches!(staging.state, State::Open) {
@@ -608,73 +717,87 @@ struct Active {
 }
 
 fn writer_loop(shared: &Shared) {
-    let mut active: Option<Active> = None;
-    let mode = WriteMode {
-        direct_io: shared.config.direct_io,
-        dsync: shared.config.sync_mode == SyncMode::Dsync,
-    };
-    while let Some(mut group) = take_group(shared) {
-        if active.as_ref().map(|a| a.seq) != Some(group.seq) {
-            match switch_segment(shared, group.seq, mode) {
-                Ok((file, small_file)) => {
-                    if let Some(old) = active.take() {
-                        let sealed = SealedSegment { seq: old.seq, len: old.end };
-                        report(shared, Outcome::Sealed(sealed));
-                    }
-                    active = Some(Active { seq: group.seq, file, small_file, end: 0 });
-                }
-                Err(JournalError::DiskFull(why)) => {
-                    fail_queued_for_disk_full(shared, &mut group, why);
-                    continue;
-                }
-                Err(error) => {
-                    fail_everything(shared, group, error);
-                    break;
-                }
-            }
-        }
-        let segment = active.as_mut().expect("segment opened above");
-        assert_eq!(group.offset % crate::record::BLOCK_SIZE as u64, 0);
-        assert!(group.offset >= segment.end, "groups are written in order");
-        let file = if group.buf.len() < shared.config.direct_io_min_group_bytes {
-            &segment.small_file
-        } else {
-            &segment.file
-        };
-        let result = write_all_at(&**file, group.buf.as_slice(), group.offset)
-            .map_err(|e| format!("write to segment {}: {e}", group.seq))
-            .and_then(|()| match shared.config.sync_mode {
-                SyncMode::Fdatasync => {
-                    let started = shared.clock.now();
-                    let synced = file
-                        .sync_data()
-                        .map_err(|e| format!("fdatasync of segment {}: {e}", group.seq));
-                    let took = shared.clock.now().saturating_duration_since(started);
-                    shared.stats.fsync_us.record_duration_us(took);
-                    synced
-                }
-                SyncMode::Dsync | SyncMode::None => Ok(()),
-            });
-        if let Err(why) = result {
-            tracing::error!(%why, "journal write failed; refusing further appends");
-            fail_everything(shared, group, JournalError::Failed(why.into()));
+    while let Some(group) = take_group(shared) {
+        let go_on = write_group(shared, group);
+        shared.staging.lock().writing = false;
+        if !go_on {
             break;
         }
-        segment.end = group.offset + group.buf.len() as u64;
-        let stats = &shared.stats;
-        stats.groups.fetch_add(1, Ordering::Relaxed);
-        stats.records.fetch_add(group.waiters.len() as u64, Ordering::Relaxed);
-        stats.bytes.fetch_add(group.buf.len() as u64, Ordering::Relaxed);
-        let waiters = std::mem::take(&mut group.waiters);
-        let (seq, offset) = (group.seq, group.offset);
-        complete_or_report(shared, Outcome::Flushed { seq, offset, waiters });
-        recycle_buffer(shared, group.buf);
     }
-    if let Some(last) = active {
+    shared.staging.lock().writer_stopped = true;
+    if let Some(last) = shared.active.lock().take() {
         report(shared, Outcome::Sealed(SealedSegment { seq: last.seq, len: last.end }));
     }
     shared.completed.lock().writer_done = true;
     shared.completed_ready.notify_one();
+}
+
+/// Writes and flushes one group taken by `take_group` or `Journal::commit` (the caller holds
+/// `Staging::writing`), then completes or reports its waiters. False when the journal stopped
+/// (failed, or closed while waiting for a segment).
+fn write_group(shared: &Shared, mut group: Group) -> bool {
+    let mut active = shared.active.lock();
+    if active.as_ref().map(|a| a.seq) != Some(group.seq) {
+        let mode = WriteMode {
+            direct_io: shared.config.direct_io,
+            dsync: shared.config.sync_mode == SyncMode::Dsync,
+        };
+        match switch_segment(shared, group.seq, mode) {
+            Ok((file, small_file)) => {
+                if let Some(old) = active.take() {
+                    let sealed = SealedSegment { seq: old.seq, len: old.end };
+                    report(shared, Outcome::Sealed(sealed));
+                }
+                *active = Some(Active { seq: group.seq, file, small_file, end: 0 });
+                shared.staging.lock().active_seq = Some(group.seq);
+            }
+            Err(JournalError::DiskFull(why)) => {
+                fail_queued_for_disk_full(shared, &mut group, why);
+                return true;
+            }
+            Err(error) => {
+                fail_everything(shared, group, error);
+                return false;
+            }
+        }
+    }
+    let segment = active.as_mut().expect("segment opened above");
+    assert_eq!(group.offset % crate::record::BLOCK_SIZE as u64, 0);
+    assert!(group.offset >= segment.end, "groups are written in order");
+    let file = if group.buf.len() < shared.config.direct_io_min_group_bytes {
+        &segment.small_file
+    } else {
+        &segment.file
+    };
+    let result = write_all_at(&**file, group.buf.as_slice(), group.offset)
+        .map_err(|e| format!("write to segment {}: {e}", group.seq))
+        .and_then(|()| match shared.config.sync_mode {
+            SyncMode::Fdatasync => {
+                let started = shared.clock.now();
+                let synced = file
+                    .sync_data()
+                    .map_err(|e| format!("fdatasync of segment {}: {e}", group.seq));
+                let took = shared.clock.now().saturating_duration_since(started);
+                shared.stats.fsync_us.record_duration_us(took);
+                synced
+            }
+            SyncMode::Dsync | SyncMode::None => Ok(()),
+        });
+    if let Err(why) = result {
+        tracing::error!(%why, "journal write failed; refusing further appends");
+        fail_everything(shared, group, JournalError::Failed(why.into()));
+        return false;
+    }
+    segment.end = group.offset + group.buf.len() as u64;
+    let stats = &shared.stats;
+    stats.groups.fetch_add(1, Ordering::Relaxed);
+    stats.records.fetch_add(group.waiters.len() as u64, Ordering::Relaxed);
+    stats.bytes.fetch_add(group.buf.len() as u64, Ordering::Relaxed);
+    let waiters = std::mem::take(&mut group.waiters);
+    let (seq, offset) = (group.seq, group.offset);
+    complete_or_report(shared, Outcome::Flushed { seq, offset, waiters });
+    recycle_buffer(shared, group.buf);
+    true
 }
 
 /// Tells waiters of finished groups, in group order, so that the writer can start the next
@@ -718,12 +841,13 @@ fn completer_loop(shared: &Shared) {
 }
 
 /// Groups with at most this many waiters are completed on the writer thread when the
-/// completer is idle: a lone appender then pays one thread hop less.
-const INLINE_COMPLETION_MAX_WAITERS: usize = 4;
+/// completer is idle (a lone appender then pays one thread hop less), and are written by a
+/// caller of `Journal::commit` when no write is in progress.
+const INLINE_MAX_WAITERS: usize = 4;
 
 fn complete_or_report(shared: &Shared, outcome: Outcome) {
     if let Outcome::Flushed { seq, offset, waiters } = &outcome {
-        if waiters.len() <= INLINE_COMPLETION_MAX_WAITERS {
+        if waiters.len() <= INLINE_MAX_WAITERS {
             // Idle completer: nothing queued and nothing running (the queue is checked while
             // holding `completing`, so an outcome taken by the completer has finished).
             if let Some(running) = shared.completing.try_lock() {
@@ -799,8 +923,13 @@ fn switch_segment(
             .map_err(|e| JournalError::Failed(format!("open segment {seq}: {e}").into()))
     };
     let file = open(mode)?;
-    let small_file =
-        if mode.direct_io { open(WriteMode { direct_io: false, ..mode })? } else { file.clone() };
+    // With `O_DSYNC` a small group goes direct too: one direct durable write beat a page-cache
+    // write + fdatasync for a lone 4 KiB group on this disk (ARCHITECTURE, "Sync mode").
+    let small_file = if mode.direct_io && !mode.dsync {
+        open(WriteMode { direct_io: false, ..mode })?
+    } else {
+        file.clone()
+    };
     let reader = open_read(&**storage, seq, shared.config.direct_io)?;
     shared.readers.write().insert(seq, reader);
     Ok((file, small_file))

@@ -161,6 +161,14 @@ impl SegmentUsage {
     }
 }
 
+/// Who gets a staged entry written: the journal's writer thread, woken at once, or the caller's
+/// own `commit` after its batch.
+#[derive(Clone, Copy)]
+enum Commit {
+    Writer,
+    Caller,
+}
+
 enum Maintenance {
     Sealed(SealedSegment),
     LedgerDeleted,
@@ -341,7 +349,7 @@ impl LedgerStore {
         data: Bytes,
         callback: Callback<u64>,
     ) -> Result<u64, LedgerError> {
-        self.stage_entry(ledger_id, None, data, callback)
+        self.stage_entry(ledger_id, None, data, callback, Commit::Writer)
     }
 
     /// As [`Self::append_with`] with the entry id chosen by the writer: it must be the
@@ -353,7 +361,27 @@ impl LedgerStore {
         data: Bytes,
         callback: Callback<u64>,
     ) -> Result<(), LedgerError> {
-        self.stage_entry(ledger_id, Some(entry_id), data, callback).map(|_| ())
+        self.stage_entry(ledger_id, Some(entry_id), data, callback, Commit::Writer).map(|_| ())
+    }
+
+    /// As [`Self::append_at`], but the journal writes it once the caller calls
+    /// [`Self::commit`], after its batch: on the caller's thread when the journal is idle (see
+    /// `Journal::commit`). For a caller that stages everything from one task, like a storage
+    /// node.
+    pub fn stage_at(
+        &self,
+        ledger_id: u64,
+        entry_id: u64,
+        data: Bytes,
+        callback: Callback<u64>,
+    ) -> Result<(), LedgerError> {
+        self.stage_entry(ledger_id, Some(entry_id), data, callback, Commit::Caller).map(|_| ())
+    }
+
+    /// Gets what [`Self::stage_at`] staged written; may write and flush on this thread (and
+    /// run completions), so it blocks for up to a flush.
+    pub fn commit(&self) {
+        self.inner.journal.commit();
     }
 
     fn stage_entry(
@@ -362,6 +390,7 @@ impl LedgerStore {
         expected_entry: Option<u64>,
         data: Bytes,
         callback: Callback<u64>,
+        commit: Commit,
     ) -> Result<u64, LedgerError> {
         let ledger = self.ledger(ledger_id)?;
         let mut state = ledger.state.lock();
@@ -391,7 +420,10 @@ impl LedgerStore {
         let completion = Box::new(move |result: Result<RecordLocation, JournalError>| {
             callback(complete_entry(&owner, &index, entry, result));
         });
-        self.inner.journal.append(header, &data, completion)?;
+        match commit {
+            Commit::Writer => self.inner.journal.append(header, &data, completion)?,
+            Commit::Caller => self.inner.journal.stage(header, &data, completion)?,
+        };
         state.next_entry += 1;
         state.cache.push(&self.inner.cache, entry, data);
         Ok(entry)

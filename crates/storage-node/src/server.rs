@@ -2,7 +2,8 @@
 //! by the node task and the journal's completion thread:
 //! * the **node task** takes every request from the connections' readers, asks the core, and
 //!   stages the records it asks for (the staging, which may create a ledger, stays on this one
-//!   task so records reach the journal in token order);
+//!   task so records reach the journal in token order); after each batch of requests it
+//!   commits, which writes a small batch on this task when the journal is idle;
 //! * the **journal's completion thread** hands each durable record to the core in token order
 //!   and writes the answers straight to the connections ([`DirectWriter`]: from that thread
 //!   when the socket is idle), with no hop through the runtime: on a sync add's round trip
@@ -42,6 +43,8 @@ use tokio::sync::mpsc;
 const OUTBOX_BYTES: usize = 256 << 20;
 /// Requests from all connections waiting for the node task.
 const INBOX: usize = 16_384;
+/// Requests the node task stages before it commits them to the journal.
+const BATCH: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -331,6 +334,18 @@ impl NodeTask {
                     None => return,
                 },
             }
+            // The batch: what else is already waiting, staged before the journal is asked to
+            // write (so requests that arrived together share a flush).
+            for _ in 1..BATCH {
+                match inputs.try_recv() {
+                    Ok(input) => self.input(input).await,
+                    Err(_) => break,
+                }
+            }
+            // Blocks this worker for a write and a flush when the journal is idle and the
+            // batch small: a lone add is then answered from here, with no wake-up of the
+            // journal's writer thread (the other worker goes on reading connections).
+            self.storage.commit();
         }
     }
 

@@ -11,7 +11,9 @@
 //!   fence becomes durable after every add staged before it.
 //! * Every record is staged at once and reported to the completion sink by the journal's
 //!   completion thread, in staging order (a record refused at once is reported at once, from
-//!   the staging call).
+//!   the staging call). Entries are written once the node task commits its batch
+//!   ([`NodeStorage::commit`]), and a lone one is then written, flushed and reported from the
+//!   committing thread itself.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use magnetar_ledger::{LedgerError, LedgerStore};
@@ -177,7 +179,7 @@ impl NodeStorage {
         let callback = Box::new(move |result: Result<u64, LedgerError>| {
             completions(Completion::of(token, result));
         });
-        self.store.append_at(ledger, local, data, callback).map_err(|e| {
+        self.store.stage_at(ledger, local, data, callback).map_err(|e| {
             tracing::warn!(ledger, entry, error = %e, "add refused by the ledger store");
             ErrorCode::Io
         })?;
@@ -235,6 +237,14 @@ impl NodeStorage {
         });
         self.store.append_with(FENCE_LOG, record.freeze(), callback).map_err(|_| ErrorCode::Io)?;
         Ok(())
+    }
+
+    /// Gets the entries staged since the last call written: on this thread, blocking for a
+    /// write and a flush, when the journal is idle and they are few (a lone add's latency
+    /// then has no wake-up of the journal's writer thread in it); by the writer thread
+    /// otherwise. Call it after each batch of requests.
+    pub fn commit(&self) {
+        self.store.commit();
     }
 
     /// Frees a deleted ledger's entries (garbage collection).
