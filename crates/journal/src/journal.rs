@@ -703,8 +703,12 @@ fn take_group(shared: &Shared) -> Option<Group> {
     }
 }
 
-/// A segment's write handles: for large groups (O_DIRECT when configured) and small ones.
-type SegmentWriters = (Arc<dyn SegmentFile>, Arc<dyn SegmentFile>);
+/// A segment's write handles (see `Active`).
+struct SegmentWriters {
+    file: Arc<dyn SegmentFile>,
+    small_file: Arc<dyn SegmentFile>,
+    lone_file: Option<Arc<dyn SegmentFile>>,
+}
 
 struct Active {
     seq: u64,
@@ -713,6 +717,10 @@ struct Active {
     /// For smaller groups: through the page cache, one copy into a page is cheaper than a
     /// device round trip for the write itself.
     small_file: Arc<dyn SegmentFile>,
+    /// With `Fdatasync` and `direct_io`, for a group of at most `INLINE_MAX_WAITERS` records
+    /// (a lone appender's): `O_DIRECT | O_DSYNC`, durable when the write returns, with no
+    /// flush call of its own.
+    lone_file: Option<Arc<dyn SegmentFile>>,
     end: u64,
 }
 
@@ -743,12 +751,12 @@ fn write_group(shared: &Shared, mut group: Group) -> bool {
             dsync: shared.config.sync_mode == SyncMode::Dsync,
         };
         match switch_segment(shared, group.seq, mode) {
-            Ok((file, small_file)) => {
+            Ok(SegmentWriters { file, small_file, lone_file }) => {
                 if let Some(old) = active.take() {
                     let sealed = SealedSegment { seq: old.seq, len: old.end };
                     report(shared, Outcome::Sealed(sealed));
                 }
-                *active = Some(Active { seq: group.seq, file, small_file, end: 0 });
+                *active = Some(Active { seq: group.seq, file, small_file, lone_file, end: 0 });
                 shared.staging.lock().active_seq = Some(group.seq);
             }
             Err(JournalError::DiskFull(why)) => {
@@ -764,14 +772,22 @@ fn write_group(shared: &Shared, mut group: Group) -> bool {
     let segment = active.as_mut().expect("segment opened above");
     assert_eq!(group.offset % crate::record::BLOCK_SIZE as u64, 0);
     assert!(group.offset >= segment.end, "groups are written in order");
-    let file = if group.buf.len() < shared.config.direct_io_min_group_bytes {
-        &segment.small_file
-    } else {
-        &segment.file
+    let lone = segment.lone_file.as_ref().filter(|_| group.waiters.len() <= INLINE_MAX_WAITERS);
+    let file = match lone {
+        Some(file) => file,
+        None if group.buf.len() < shared.config.direct_io_min_group_bytes => &segment.small_file,
+        None => &segment.file,
     };
+    let started = shared.clock.now();
     let result = write_all_at(&**file, group.buf.as_slice(), group.offset)
         .map_err(|e| format!("write to segment {}: {e}", group.seq))
         .and_then(|()| match shared.config.sync_mode {
+            SyncMode::Fdatasync if lone.is_some() => {
+                // Durable already (O_DSYNC): the histogram gets the durable write's time.
+                let took = shared.clock.now().saturating_duration_since(started);
+                shared.stats.fsync_us.record_duration_us(took);
+                Ok(())
+            }
             SyncMode::Fdatasync => {
                 let started = shared.clock.now();
                 let synced = file
@@ -930,9 +946,19 @@ fn switch_segment(
     } else {
         file.clone()
     };
+    // Measured on this machine's disk (ARCHITECTURE, "Lone groups"): a 4 KiB O_DIRECT|O_DSYNC
+    // write p50 0.087 ms against 0.100 for a page-cache write + fdatasync, and 0.117 against
+    // 0.135-0.151 for two processes doing it at once (two storage nodes on one disk); groups of
+    // many small records stay on the page cache path, which had 20% more throughput.
+    let lone_file =
+        if mode.direct_io && !mode.dsync && shared.config.sync_mode == SyncMode::Fdatasync {
+            Some(open(WriteMode { direct_io: true, dsync: true })?)
+        } else {
+            None
+        };
     let reader = open_read(&**storage, seq, shared.config.direct_io)?;
     shared.readers.write().insert(seq, reader);
-    Ok((file, small_file))
+    Ok(SegmentWriters { file, small_file, lone_file })
 }
 
 fn preparer_loop(shared: &Shared) {

@@ -18,7 +18,7 @@ const SECTOR: usize = 512;
 /// Faults to inject; all off by default.
 #[derive(Debug, Default, Clone)]
 pub struct Faults {
-    /// Every `sync_data` fails with EIO.
+    /// Every `sync_data` fails with EIO, and so does every `O_DSYNC` write (its flush).
     pub fail_sync: bool,
     /// Every segment write fails with EIO.
     pub fail_write: bool,
@@ -183,17 +183,24 @@ impl SegmentFile for SimHandle {
             return Err(eio());
         }
         let len = if state.faults.short_writes { buf.len().div_ceil(2) } else { buf.len() };
+        let flush_fails = state.faults.fail_sync;
         let offset = offset as usize;
         let file = state.files.get_mut(&self.name).ok_or(io::ErrorKind::NotFound)?;
         if file.current.len() < offset + len {
             file.current.resize(offset + len, 0);
         }
         file.current[offset..offset + len].copy_from_slice(&buf[..len]);
+        if self.dsync && flush_fails {
+            // The write's own flush failed: the bytes may or may not survive a crash.
+            file.unsynced.push((offset, buf[..len].to_vec()));
+            return Err(eio());
+        }
         if self.dsync {
             if file.durable.len() < offset + len {
                 file.durable.resize(offset + len, 0);
             }
             file.durable[offset..offset + len].copy_from_slice(&buf[..len]);
+            state.syncs += 1; // an O_DSYNC write is a write and a flush
         } else {
             file.unsynced.push((offset, buf[..len].to_vec()));
         }
