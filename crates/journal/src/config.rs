@@ -7,7 +7,9 @@ use std::time::Duration;
 /// How a group is made durable before its appends are acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncMode {
-    /// One `fdatasync` per group (default): the cheapest durable flush measured on this disk.
+    /// One `fdatasync` per group (default), except that with `direct_io` a group of at most
+    /// four records is written `O_DIRECT | O_DSYNC` (durable in one call): each the cheapest
+    /// for its group size on this disk (ARCHITECTURE.md, "Lone groups").
     Fdatasync,
     /// Segments opened with `O_DSYNC`: the write itself returns once durable.
     Dsync,

@@ -80,7 +80,8 @@ pub struct StorageSection {
     pub max_group_bytes: usize,
     /// Optional wait for a group to fill, in microseconds (0: flush when idle).
     pub max_wait_micros: u64,
-    /// fdatasync (default), dsync, or none (tests only: acknowledged data may be lost).
+    /// fdatasync (default; lone groups are written O_DIRECT|O_DSYNC), dsync, or none (tests
+    /// only: acknowledged data may be lost).
     pub sync_mode: String,
     /// Write the journal with O_DIRECT.
     pub direct_io: bool,
