@@ -856,9 +856,10 @@ fn completer_loop(shared: &Shared) {
     }
 }
 
-/// Groups with at most this many waiters are completed on the writer thread when the
-/// completer is idle (a lone appender then pays one thread hop less), and are written by a
-/// caller of `Journal::commit` when no write is in progress.
+/// Groups with at most this many waiters (a lone appender's, or a few) are latency's case:
+/// completed on the writer thread when the completer is idle (one thread hop less), written by
+/// a caller of `Journal::commit` when no write is in progress, and written through the
+/// `O_DIRECT | O_DSYNC` handle (`Active::lone_file`).
 const INLINE_MAX_WAITERS: usize = 4;
 
 fn complete_or_report(shared: &Shared, outcome: Outcome) {
