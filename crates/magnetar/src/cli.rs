@@ -428,8 +428,9 @@ pub struct StorageArgs {
     /// (journal, ledger store, requests, disk): e.g. 127.0.0.1:8000. None by default.
     #[arg(long)]
     pub metrics_listen: Option<String>,
-    /// Threads serving the network (the node's decisions are one task; disk I/O has its own
-    /// threads). Default: one per core. 1 runs every connection and that task on one thread.
+    /// Threads serving the network (the node's decisions are one task, which also writes a
+    /// lone add to disk; larger batches go to the journal's own threads). Default: one per
+    /// core, at least 2. 1 runs every connection and that task on one thread.
     #[arg(long)]
     pub worker_threads: Option<usize>,
 }

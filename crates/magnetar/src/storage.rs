@@ -51,7 +51,15 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
         Some(n) => {
             tokio::runtime::Builder::new_multi_thread().worker_threads(n).enable_all().build()?
         }
-        None => tokio::runtime::Builder::new_multi_thread().enable_all().build()?,
+        // At least two: the node task writes a lone add's group itself, blocking its worker
+        // for the write (a disk that stalls must not stall reading, metrics and the etcd lease).
+        None => {
+            let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(cores.max(2))
+                .enable_all()
+                .build()?
+        }
     };
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
