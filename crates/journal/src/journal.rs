@@ -117,9 +117,6 @@ struct Staging {
     /// takes one until it is written and its outcome reported, which keeps groups and their
     /// completions in order.
     writing: bool,
-    /// The segment the writer has open: a caller writes only into it (opening the next one may
-    /// wait for the preparer).
-    active_seq: Option<u64>,
     /// `stage` opened a group without waking the writer and no `commit` has seen it yet: an
     /// `append` that joins it wakes the writer, so a plain appender never waits on a stager's
     /// commit (a storage node awaits a ledger's creation between staging and committing).
@@ -248,7 +245,6 @@ impl Journal {
                 state: State::Open,
                 spare_buffers: Vec::new(),
                 writing: false,
-                active_seq: None,
                 unannounced: false,
                 writer_stopped: false,
             }),
@@ -347,7 +343,9 @@ impl Journal {
             && shared.config.max_wait.is_none()
             && staging.groups.len() == 1
             && front.waiters.len() <= INLINE_MAX_WAITERS
-            && staging.active_seq == Some(front.seq);
+            // Only into the open segment: opening the next may wait for the preparer. Nobody
+            // holds `active` while nobody writes, so this never waits.
+            && shared.active.try_lock().is_some_and(|a| a.as_ref().map(|a| a.seq) == Some(front.seq));
         if !here {
             drop(staging);
             shared.data_ready.notify_one();
@@ -757,7 +755,6 @@ fn write_group(shared: &Shared, mut group: Group) -> bool {
                     report(shared, Outcome::Sealed(sealed));
                 }
                 *active = Some(Active { seq: group.seq, file, small_file, lone_file, end: 0 });
-                shared.staging.lock().active_seq = Some(group.seq);
             }
             Err(JournalError::DiskFull(why)) => {
                 fail_queued_for_disk_full(shared, &mut group, why);

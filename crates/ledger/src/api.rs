@@ -130,7 +130,7 @@ impl LedgerStorage for LedgerStore {
         data: Bytes,
         done: AppendCallback,
     ) -> Result<(), LedgerError> {
-        self.append_at(ledger, entry_id, data, done)
+        self.append_at(ledger, entry_id, data, done, crate::Commit::Writer)
     }
 
     fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {

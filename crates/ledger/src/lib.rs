@@ -15,4 +15,4 @@ pub mod store;
 pub use api::{AppendCallback, LedgerMetadata, LedgerStorage, MemoryLedgers};
 pub use config::LedgerStoreConfig;
 pub use error::LedgerError;
-pub use store::{LedgerInfo, LedgerStore, PendingAppend, StoreRecovery, StoreStats};
+pub use store::{Commit, LedgerInfo, LedgerStore, PendingAppend, StoreRecovery, StoreStats};

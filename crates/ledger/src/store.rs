@@ -161,10 +161,12 @@ impl SegmentUsage {
     }
 }
 
-/// Who gets a staged entry written: the journal's writer thread, woken at once, or the caller's
-/// own `commit` after its batch.
-#[derive(Clone, Copy)]
-enum Commit {
+/// Who gets an entry written ([`LedgerStore::append_at`]): the journal's writer thread, woken
+/// at once, or the caller's own [`LedgerStore::commit`] after its batch (on the caller's thread
+/// when the journal is idle, see `Journal::commit`: for a caller that stages everything from
+/// one task, like a storage node).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
     Writer,
     Caller,
 }
@@ -360,25 +362,12 @@ impl LedgerStore {
         entry_id: u64,
         data: Bytes,
         callback: Callback<u64>,
+        commit: Commit,
     ) -> Result<(), LedgerError> {
-        self.stage_entry(ledger_id, Some(entry_id), data, callback, Commit::Writer).map(|_| ())
+        self.stage_entry(ledger_id, Some(entry_id), data, callback, commit).map(|_| ())
     }
 
-    /// As [`Self::append_at`], but the journal writes it once the caller calls
-    /// [`Self::commit`], after its batch: on the caller's thread when the journal is idle (see
-    /// `Journal::commit`). For a caller that stages everything from one task, like a storage
-    /// node.
-    pub fn stage_at(
-        &self,
-        ledger_id: u64,
-        entry_id: u64,
-        data: Bytes,
-        callback: Callback<u64>,
-    ) -> Result<(), LedgerError> {
-        self.stage_entry(ledger_id, Some(entry_id), data, callback, Commit::Caller).map(|_| ())
-    }
-
-    /// Gets what [`Self::stage_at`] staged written; may write and flush on this thread (and
+    /// Gets what was appended with [`Commit::Caller`] written; may write and flush on this thread (and
     /// run completions), so it blocks for up to a flush.
     pub fn commit(&self) {
         self.inner.journal.commit();

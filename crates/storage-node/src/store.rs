@@ -16,7 +16,7 @@
 //!   committing thread itself.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use magnetar_ledger::{LedgerError, LedgerStore};
+use magnetar_ledger::{Commit, LedgerError, LedgerStore};
 use magnetar_replication::message::ErrorCode;
 use magnetar_replication::node::{LedgerSummary, Record, Token};
 use magnetar_replication::{EntryId, Epoch, LedgerId};
@@ -179,7 +179,7 @@ impl NodeStorage {
         let callback = Box::new(move |result: Result<u64, LedgerError>| {
             completions(Completion::of(token, result));
         });
-        self.store.stage_at(ledger, local, data, callback).map_err(|e| {
+        self.store.append_at(ledger, local, data, callback, Commit::Caller).map_err(|e| {
             tracing::warn!(ledger, entry, error = %e, "add refused by the ledger store");
             ErrorCode::Io
         })?;
@@ -213,7 +213,7 @@ impl NodeStorage {
         // The header needs no completion of its own: the first entry's, staged right after it
         // in the same journal, comes after it.
         self.store
-            .append_at(ledger, 0, header.freeze(), Box::new(|_| {}))
+            .append_at(ledger, 0, header.freeze(), Box::new(|_| {}), Commit::Writer)
             .map_err(|_| ErrorCode::Io)?;
         self.runs.insert(ledger, Run { first, next: first });
         Ok(())
