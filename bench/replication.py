@@ -15,7 +15,10 @@ data directory is on the same disk. `magnetar perf produce` (same client for all
             msg/s is that batch over one entry's round trip, a latency figure);
 alternating the order of the set-ups every round (this machine is shared and noisy). For each
 run it records the CPU seconds of every process (broker, nodes, client) from /proc, and at the
-end the journal groups (one fdatasync each) of every node and of the standalone (/metrics).
+end the journal groups (one fdatasync each) of every node and of the standalone (/metrics),
+and the disk's own share of a quorum write: `magnetar disk-probe --lockstep` (one durable 4 KiB
+write, and two at the same instant, in the nodes' directory), from which the sync 1 KiB floor
+of qw2 on this machine follows (qw1's p50 plus what a second simultaneous write adds).
 
 Usage: bench/replication.py [--secs 15] [--rounds 3] [--modes async128,...] [--node-dir DIR]
   [--local-dir DIR] [--variant ARGS] [--storage TOML] [--local-variant TOML]
@@ -253,6 +256,21 @@ def main():
         procs.stop()
         busy = args.rounds * len(modes) * args.secs
         lines = ["journal groups (fdatasyncs) over ~%d s of load per set-up: %s" % (busy, groups)]
+        # The disk's share of a quorum write, measured with nothing else running: one durable
+        # 4 KiB write, and two at the same instant (two nodes on this one disk).
+        probe = subprocess.run([BIN, "disk-probe", "--lockstep", "--threads", "1,2",
+                                "--block-size", "4", "--seconds", "3", "--json",
+                                "--dir", os.path.join(node_dir, "disk-probe")],
+                               capture_output=True, text=True, timeout=120)
+        disk = {}
+        if probe.returncode == 0:
+            rows = json.loads(probe.stdout[probe.stdout.index("["):])
+            disk = {r["threads"]: r["round"]["p50_us"] / 1000.0 for r in rows}
+            lines.append("disk (disk-probe --lockstep, 4 KiB O_DIRECT|O_DSYNC, nodes' dir): one "
+                         "write p50 %.3f ms, two at the same instant %.3f ms (+%.3f)"
+                         % (disk[1], disk[2], disk[2] - disk[1]))
+        else:
+            print("warning: disk-probe failed: %s" % probe.stderr[-500:], flush=True)
         for mode in modes:
             for name in names:
                 runs = [r for r in results if r["mode"] == mode and r["setup"] == name]
@@ -266,6 +284,15 @@ def main():
                              % (mode, name, rates[len(rates) // 2], [round(x) for x in rates],
                                 p50[len(p50) // 2], p99[len(p99) // 2], [round(x, 3) for x in p99],
                                 " ".join("%s=%.2f" % kv for kv in cpu.items())))
+        if "sync1k" in modes and disk and "qw1" in names:
+            p50 = {n: sorted(r["p50_ms"] for r in results
+                             if r["mode"] == "sync1k" and r["setup"] == n) for n in names}
+            median = {n: v[len(v) // 2] for n, v in p50.items()}
+            floor = median["qw1"] + disk[2] - disk[1]
+            lines.append("sync1k floor of qw2 on this disk: qw1 p50 + (two writes - one) = %.3f ms"
+                         " = %.2fx local (qw2 measured %.3f ms = %.2fx)"
+                         % (floor, floor / median["local"], median["qw2"],
+                            median["qw2"] / median["local"]))
         summary = "\n".join(lines)
         print(summary)
         with open(os.path.join(out, "summary.txt"), "w") as f:

@@ -378,6 +378,12 @@ pub struct DiskProbeArgs {
     /// Do not fdatasync after each block (measures buffered or O_DIRECT bandwidth).
     #[arg(long)]
     pub no_sync: bool,
+    /// Latency instead of bandwidth: every thread writes one block durably at the same instant
+    /// (O_DIRECT | O_DSYNC, as the journal writes a lone add), round after round; the table
+    /// shows the p50 ms until all of a round's writes are durable. With 2 threads: what a
+    /// write quorum of 2 waits for when both storage nodes share this disk.
+    #[arg(long, conflicts_with_all = ["direct", "no_sync"])]
+    pub lockstep: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -510,8 +516,10 @@ impl Cli {
                 if args.block_size.iter().any(|&k| k == 0 || k > 64 << 10) {
                     return Err("--block-size must be between 1 and 65536 KiB".into());
                 }
-                if args.direct && args.block_size.iter().any(|&k| k % 4 != 0) {
-                    return Err("--direct needs block sizes that are multiples of 4 KiB".into());
+                if (args.direct || args.lockstep) && args.block_size.iter().any(|&k| k % 4 != 0) {
+                    return Err("--direct and --lockstep need block sizes that are multiples of \
+                                4 KiB"
+                        .into());
                 }
                 if !(0.1..=3600.0).contains(&args.seconds) {
                     return Err("--seconds must be between 0.1 and 3600".into());

@@ -112,9 +112,43 @@ pub(crate) async fn shutdown_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `disk-probe --lockstep`: p50 until a round of simultaneous durable writes is all durable.
+fn disk_probe_lockstep(args: &DiskProbeArgs, duration: Duration) -> anyhow::Result<()> {
+    println!(
+        "disk-probe --lockstep: p50 ms until all of a round's writes are durable (each thread \
+         one O_DIRECT | O_DSYNC block per round), {:.1} s per cell, dir {}",
+        args.seconds,
+        args.dir.display()
+    );
+    print!("{:>8}", "threads");
+    for kib in &args.block_size {
+        print!("{:>12}", format!("{kib} KiB"));
+    }
+    println!();
+    let mut results = Vec::new();
+    for &threads in &args.threads {
+        print!("{threads:>8}");
+        for &kib in &args.block_size {
+            let result = magnetar_perf::disk::probe_lockstep(&args.dir, threads, kib, duration)?;
+            print!("{:>12.3}", result.round.p50_us as f64 / 1000.0);
+            use std::io::Write;
+            std::io::stdout().flush()?;
+            results.push(result);
+        }
+        println!();
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    }
+    Ok(())
+}
+
 fn disk_probe(args: DiskProbeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.dir)?;
     let duration = Duration::from_secs_f64(args.seconds);
+    if args.lockstep {
+        return disk_probe_lockstep(&args, duration);
+    }
     let mode = match (args.direct, args.no_sync) {
         (true, true) => "O_DIRECT, no fdatasync",
         (true, false) => "O_DIRECT + fdatasync per block",

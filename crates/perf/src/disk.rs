@@ -160,3 +160,123 @@ pub fn probe(
         writes_per_s: writes as f64 / seconds,
     })
 }
+
+/// One cell of the lock-step disk-probe table.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LockstepResult {
+    pub threads: usize,
+    pub block_kib: usize,
+    pub rounds: u64,
+    /// From the first write of a round starting to the last one being durable.
+    pub round: Latency,
+    /// Each write on its own.
+    pub each: Latency,
+}
+
+/// `threads` writers that each write one `block_kib` KiB block durably at the same instant,
+/// round after round, for `duration`: the time until all of a round's writes are durable is
+/// what a replicated add waits for when its storage nodes share this disk (their journals
+/// write a lone add as this does: `O_DIRECT | O_DSYNC`, into a file written before).
+pub fn probe_lockstep(
+    dir: &Path,
+    threads: usize,
+    block_kib: usize,
+    duration: Duration,
+) -> io::Result<LockstepResult> {
+    assert!(threads > 0 && block_kib > 0 && block_kib.is_multiple_of(4), "checked by the caller");
+    const SPAN: u64 = 64 << 20;
+    let block_bytes = (block_kib << 10) as u64;
+    let mut files = Vec::with_capacity(threads);
+    for t in 0..threads {
+        let path = dir.join(format!("lockstep-{t}.tmp"));
+        let file = open_fresh(&path, false)?;
+        let zeros = vec![0u8; 1 << 20];
+        for i in 0..SPAN / zeros.len() as u64 {
+            file.write_all_at(&zeros, i * zeros.len() as u64)?;
+        }
+        file.sync_all()?;
+        drop(file);
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
+            .open(&path)?;
+        files.push((path, file));
+    }
+    // Every round starts when all writers are at the barrier; a writer's (start, end) per round.
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads));
+    let deadline = Instant::now() + duration;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = files
+        .iter()
+        .map(|(_, file)| file.try_clone())
+        .collect::<io::Result<Vec<_>>>()?
+        .into_iter()
+        .enumerate()
+        .map(|(t, file)| {
+            let (barrier, stop) = (barrier.clone(), stop.clone());
+            std::thread::spawn(move || -> io::Result<Vec<(Instant, Instant)>> {
+                let mut block =
+                    magnetar_journal::aligned::AlignedBuf::with_capacity(block_bytes as usize);
+                magnetar_journal::record::Sink::extend_zeros(&mut block, block_bytes as usize);
+                let mut times = Vec::new();
+                let mut offset = 0u64;
+                loop {
+                    // The first writer decides, between two barriers, whether another round runs.
+                    barrier.wait();
+                    if t == 0 && Instant::now() >= deadline {
+                        stop.store(true, std::sync::atomic::Ordering::Release);
+                    }
+                    barrier.wait();
+                    if stop.load(std::sync::atomic::Ordering::Acquire) {
+                        return Ok(times);
+                    }
+                    let start = Instant::now();
+                    file.write_all_at(block.as_slice(), offset)?;
+                    times.push((start, Instant::now()));
+                    offset = (offset + block_bytes) % SPAN;
+                }
+            })
+        })
+        .collect();
+    let mut per_writer = Vec::with_capacity(threads);
+    for worker in workers {
+        per_writer.push(worker.join().map_err(|_| io::Error::other("probe thread panicked"))??);
+    }
+    for (path, file) in files {
+        drop(file);
+        std::fs::remove_file(path)?;
+    }
+    let (mut round, mut each) = (latency::histogram(), latency::histogram());
+    let rounds = per_writer.iter().map(Vec::len).min().unwrap_or(0);
+    for r in 0..rounds {
+        let first_start = per_writer.iter().map(|w| w[r].0).min().expect("a writer");
+        let last_end = per_writer.iter().map(|w| w[r].1).max().expect("a writer");
+        latency::record(&mut round, last_end - first_start);
+        for writer in &per_writer {
+            latency::record(&mut each, writer[r].1 - writer[r].0);
+        }
+    }
+    Ok(LockstepResult {
+        threads,
+        block_kib,
+        rounds: rounds as u64,
+        round: Latency::of(&round),
+        each: Latency::of(&each),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lockstep_round_lasts_at_least_as_long_as_each_of_its_writes() {
+        // O_DIRECT needs a disk file system (not the tmpfs /tmp may be): next to the sources.
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).expect("temp dir");
+        let result = probe_lockstep(dir.path(), 2, 4, Duration::from_millis(200)).expect("probe");
+        assert!(result.rounds > 0, "{result:?}");
+        assert!(result.round.p50_us >= result.each.p50_us, "{result:?}");
+        assert!(result.round.max_us >= result.each.max_us, "{result:?}");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0, "files removed");
+    }
+}
