@@ -236,6 +236,14 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
     let index = nodes.iter().position(|n| NodeId(n.id) == killed).unwrap();
     nodes[index] = StorageNode::start(&url, cluster, &dir.path().join(format!("node{index}")));
     assert_eq!(NodeId(nodes[index].id), killed, "a restarted node keeps its identity");
+    // It answers LAC reads with the LAC its last entry carried (at most 256 adds were
+    // unacknowledged), not with none: a recovery asking it reads forward from there.
+    match ask_node(&nodes[index].address, Request::ReadLac { ledger, fence: None }).await {
+        Response::Lac { lac: Some(lac), last_entry: Some(last), .. } => {
+            assert!(lac < last && last - lac <= 256, "LAC {lac}, last entry {last}")
+        }
+        other => panic!("a restarted node forgot its LAC: {other:?}"),
+    }
     let survivor = *first_ensemble.iter().find(|&&n| n != killed).unwrap();
     nodes.iter_mut().find(|n| NodeId(n.id) == survivor).unwrap().kill();
     other.nodes().refresh().await.unwrap();

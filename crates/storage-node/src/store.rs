@@ -6,6 +6,12 @@
 //!   that would leave a hole (below `first`, or above `next`) is refused with an I/O error:
 //!   the writer or recovery then places that entry on another node. An add of an entry the
 //!   node has is answered as stored (writers resend after reconnections).
+//! * Each entry is stored after the LAC its writer sent with it (8 bytes: LAC + 1, 0 for
+//!   none), as a bookie keeps it in the entry: a restarted node reads its last entry's and
+//!   answers LAC reads with it. Without it a restarted node knows no LAC, and a recovery that
+//!   asks it first (with Qw = Qa, one answer is enough) reads and writes back the whole last
+//!   fragment instead of its unacknowledged tail. Runs written before this (header magic
+//!   `MRUN`) hold bare entries and are still read.
 //! * Fences go to one local ledger of their own ([`FENCE_LOG`]): `ledger, epoch` records,
 //!   read back whole at start. They are appended to the same journal as the entries, so a
 //!   fence becomes durable after every add staged before it.
@@ -30,7 +36,12 @@ pub type CompletionSink = Arc<dyn Fn(Completion) + Send + Sync>;
 /// The local ledger holding fence records. Cluster ledger ids are allocated from 0 upwards,
 /// so they never reach it.
 pub const FENCE_LOG: LedgerId = u64::MAX - 1;
-const HEADER_MAGIC: &[u8; 4] = b"MRUN";
+/// A run's header: this magic and the run's first entry id (u64, big-endian).
+const HEADER_MAGIC: &[u8; 4] = b"MRU2";
+/// The header of a run written before entries carried their LAC.
+const HEADER_MAGIC_BARE: &[u8; 4] = b"MRUN";
+/// Bytes before each entry's data in a run with `HEADER_MAGIC`.
+const LAC_PREFIX: usize = 8;
 
 /// A record's outcome, sent by the journal's completion thread (or at once when refused).
 #[derive(Debug)]
@@ -59,6 +70,16 @@ struct Run {
     first: EntryId,
     /// One past the last entry staged.
     next: EntryId,
+    /// Entries are stored after their LAC (every run but those written before that).
+    lac_prefixed: bool,
+}
+
+/// Where a held entry is in the local store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Located {
+    entry: EntryId,
+    local: u64,
+    lac_prefixed: bool,
 }
 
 pub struct NodeStorage {
@@ -75,6 +96,8 @@ pub enum StorageError {
     BadHeader { ledger: LedgerId },
     #[error("corrupt fence record {entry} in the fence log")]
     BadFence { entry: u64 },
+    #[error("ledger {ledger}: entry {entry} is shorter than its LAC prefix")]
+    BadEntry { ledger: LedgerId, entry: EntryId },
 }
 
 impl NodeStorage {
@@ -107,17 +130,32 @@ impl NodeStorage {
                 continue;
             }
             let mut header = store.read_entry(ledger, 0)?;
-            if header.len() != 12 || &header[..4] != HEADER_MAGIC {
-                return Err(StorageError::BadHeader { ledger });
-            }
+            let lac_prefixed = match header.get(..4) {
+                Some(magic) if header.len() == 12 && magic == HEADER_MAGIC => true,
+                Some(magic) if header.len() == 12 && magic == HEADER_MAGIC_BARE => false,
+                _ => return Err(StorageError::BadHeader { ledger }),
+            };
             header.advance(4);
             let first = header.get_u64();
-            let run = Run { first, next: first + entries - 1 };
+            let run = Run { first, next: first + entries - 1, lac_prefixed };
             runs.insert(ledger, run);
             if run.next > run.first {
-                // The LAC the writer piggybacked is not kept: a restarted node reports none,
-                // which only makes a recovery read forward from lower down.
-                summaries.entry(ledger).or_default().last_entry = Some(run.next - 1);
+                let last = run.next - 1;
+                let summary = summaries.entry(ledger).or_default();
+                summary.last_entry = Some(last);
+                if lac_prefixed {
+                    // The writer's LAC only grows: its last entry carries the highest.
+                    let stored = store.read_entry(ledger, entries - 1)?;
+                    let (lac, _) =
+                        split_lac(stored).ok_or(StorageError::BadEntry { ledger, entry: last })?;
+                    summary.apply(&Record::Entry {
+                        ledger,
+                        entry: last,
+                        lac,
+                        recovery: false,
+                        data: Bytes::new(),
+                    });
+                }
             }
         }
         Ok((NodeStorage { store, runs, completions }, summaries))
@@ -134,8 +172,8 @@ impl NodeStorage {
     /// Stages `record`; its outcome goes to the completion sink.
     pub async fn persist(&mut self, token: Token, record: Record) {
         let outcome = match record {
-            Record::Entry { ledger, entry, data, .. } => {
-                self.stage_entry(token, ledger, entry, data).await
+            Record::Entry { ledger, entry, lac, data, .. } => {
+                self.stage_entry(token, ledger, entry, lac, data).await
             }
             Record::Fence { ledger, epoch } => self.stage_fence(token, ledger, epoch).await,
         };
@@ -150,6 +188,7 @@ impl NodeStorage {
         token: Token,
         ledger: LedgerId,
         entry: EntryId,
+        lac: Option<EntryId>,
         data: Bytes,
     ) -> Result<(), ErrorCode> {
         let run = match self.runs.get(&ledger).copied() {
@@ -175,11 +214,15 @@ impl NodeStorage {
             return Err(ErrorCode::Io);
         }
         let local = entry - run.first + 1;
+        let stored = match run.lac_prefixed {
+            true => with_lac(lac, &data),
+            false => data,
+        };
         let completions = self.completions.clone();
         let callback = Box::new(move |result: Result<u64, LedgerError>| {
             completions(Completion::of(token, result));
         });
-        self.store.append_at(ledger, local, data, callback, Commit::Caller).map_err(|e| {
+        self.store.append_at(ledger, local, stored, callback, Commit::Caller).map_err(|e| {
             tracing::warn!(ledger, entry, error = %e, "add refused by the ledger store");
             ErrorCode::Io
         })?;
@@ -215,7 +258,7 @@ impl NodeStorage {
         self.store
             .append_at(ledger, 0, header.freeze(), Box::new(|_| {}), Commit::Writer)
             .map_err(|_| ErrorCode::Io)?;
-        self.runs.insert(ledger, Run { first, next: first });
+        self.runs.insert(ledger, Run { first, next: first, lac_prefixed: true });
         Ok(())
     }
 
@@ -258,21 +301,115 @@ impl NodeStorage {
     }
 
     /// Where entry `entry` of `ledger` is in the local store, if this node holds it.
-    pub fn locate(&self, ledger: LedgerId, entry: EntryId) -> Option<u64> {
+    pub fn locate(&self, ledger: LedgerId, entry: EntryId) -> Option<Located> {
         let run = self.runs.get(&ledger)?;
-        (entry >= run.first && entry < run.next).then(|| entry - run.first + 1)
+        (entry >= run.first && entry < run.next).then(|| Located {
+            entry,
+            local: entry - run.first + 1,
+            lac_prefixed: run.lac_prefixed,
+        })
     }
 }
 
-/// Reads a located entry; `None` when it is not durable yet. Blocking.
+/// `data` stored after `lac` (a copy: the journal takes one contiguous payload).
+fn with_lac(lac: Option<EntryId>, data: &[u8]) -> Bytes {
+    let mut stored = BytesMut::with_capacity(LAC_PREFIX + data.len());
+    stored.put_u64(lac.map_or(0, |l| l + 1));
+    stored.put_slice(data);
+    stored.freeze()
+}
+
+/// A stored entry's LAC and data; `None` when it is too short to hold a LAC.
+fn split_lac(mut stored: Bytes) -> Option<(Option<EntryId>, Bytes)> {
+    if stored.len() < LAC_PREFIX {
+        return None;
+    }
+    let lac = stored.get_u64().checked_sub(1);
+    Some((lac, stored))
+}
+
+/// Reads a located entry's data; `None` when it is not durable yet. Blocking.
 pub fn read_local(
     store: &LedgerStore,
     ledger: LedgerId,
-    local: u64,
-) -> Result<Option<Bytes>, LedgerError> {
-    match store.read_entry(ledger, local) {
-        Ok(data) => Ok(Some(data)),
-        Err(LedgerError::NoSuchEntry { .. }) => Ok(None),
-        Err(e) => Err(e),
+    at: Located,
+) -> Result<Option<Bytes>, StorageError> {
+    let stored = match store.read_entry(ledger, at.local) {
+        Ok(stored) => stored,
+        Err(LedgerError::NoSuchEntry { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    if !at.lac_prefixed {
+        return Ok(Some(stored));
+    }
+    match split_lac(stored) {
+        Some((_, data)) => Ok(Some(data)),
+        None => Err(StorageError::BadEntry { ledger, entry: at.entry }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use magnetar_ledger::LedgerStoreConfig;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    fn open(dir: &std::path::Path) -> (NodeStorage, BTreeMap<LedgerId, LedgerSummary>) {
+        let config = LedgerStoreConfig { dir: dir.to_path_buf(), ..LedgerStoreConfig::default() };
+        let (store, _) = LedgerStore::open(config).expect("store opens");
+        NodeStorage::open(Arc::new(store), Arc::new(|_| {})).expect("node storage opens")
+    }
+
+    fn entry(ledger: LedgerId, entry: EntryId, lac: Option<EntryId>) -> Record {
+        Record::Entry {
+            ledger,
+            entry,
+            lac,
+            recovery: false,
+            data: Bytes::from(vec![entry as u8; 3]),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_restarted_node_knows_the_lac_its_last_entry_carried_and_reads_bare_data() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        {
+            let (done, durable) = mpsc::channel();
+            let config =
+                LedgerStoreConfig { dir: dir.path().to_path_buf(), ..LedgerStoreConfig::default() };
+            let (store, _) = LedgerStore::open(config).expect("store opens");
+            let sink: CompletionSink = Arc::new(move |c: Completion| {
+                let _ = done.send(c.result);
+            });
+            let (mut storage, _) = NodeStorage::open(Arc::new(store), sink).expect("opens");
+            // A replacement node's run: it joined the ledger at entry 10.
+            for (token, (e, lac)) in
+                [(10, None), (11, Some(10)), (12, Some(10))].into_iter().enumerate()
+            {
+                storage.persist(token as Token, entry(7, e, lac)).await;
+            }
+            storage.commit();
+            for _ in 0..3 {
+                let result = durable.recv_timeout(Duration::from_secs(10)).expect("completed");
+                assert_eq!(result, Ok(()));
+            }
+        }
+        let (storage, summaries) = open(dir.path());
+        assert_eq!(summaries[&7].lac, Some(10), "the LAC entry 12 carried");
+        assert_eq!(summaries[&7].last_entry, Some(12));
+        assert!(storage.locate(7, 9).is_none(), "below the run");
+        let at = storage.locate(7, 11).expect("held");
+        let data = read_local(storage.store(), 7, at).expect("read").expect("durable");
+        assert_eq!(&data[..], &[11, 11, 11], "the data as sent, without its LAC");
+    }
+
+    #[test]
+    fn a_stored_entry_too_short_for_its_lac_is_corrupt() {
+        assert_eq!(split_lac(Bytes::from_static(&[0, 0, 1])), None);
+        let (lac, data) = split_lac(with_lac(Some(4), b"x")).expect("long enough");
+        assert_eq!((lac, &data[..]), (Some(4), &b"x"[..]));
+        let (lac, data) = split_lac(with_lac(None, b"")).expect("long enough");
+        assert_eq!((lac, data.len()), (None, 0));
     }
 }
