@@ -91,6 +91,9 @@ struct State {
     /// when the current ledger is half full (or full, if that came first).
     spare: Option<u64>,
     preparing_spare: bool,
+    /// Attempts in a row that failed to prepare the next ledger (only the first is logged as
+    /// a warning: with the disk full, every resend of every producer tries again).
+    spare_failures: u64,
     /// Appends waiting for the next ledger (see the module invariants), oldest first.
     held: VecDeque<HeldAppend>,
     metadata_version: Option<u64>,
@@ -259,6 +262,7 @@ impl ManagedLedger {
             closing: 0,
             spare: None,
             preparing_spare: false,
+            spare_failures: 0,
             held: VecDeque::new(),
             metadata_version: version,
             closed,
@@ -393,7 +397,7 @@ impl ManagedLedger {
         let bytes = data.len() as u64;
         let me = self.clone();
         // Entry ids are the writer's: the next one of the current ledger.
-        self.backend.storage.append(
+        let staged = self.backend.storage.append(
             ledger,
             state.staged_in_current,
             data,
@@ -402,9 +406,21 @@ impl ManagedLedger {
                     me.confirm(ledger, entry);
                     done(Ok(Position::new(ledger, entry)));
                 }
-                Err(error) => done(Err(error.into())),
+                Err(error) => {
+                    if ledger_unusable(&error) {
+                        me.roll_after_failure(ledger, &error);
+                    }
+                    done(Err(error.into()))
+                }
             }),
-        )?;
+        );
+        if let Err(error) = staged {
+            if ledger_unusable(&error) && !state.roll_requested {
+                tracing::warn!(topic = %self.topic, ledger, %error, "ledger failed: rolling over");
+                state.roll_requested = true;
+            }
+            return Err(error.into());
+        }
         state.staged_in_current += 1;
         state.staged_bytes_in_current += bytes;
         Ok(())
@@ -487,6 +503,19 @@ impl ManagedLedger {
         tokio::spawn(async move { me.finish_rollover(old, size).await });
     }
 
+    /// The current ledger failed an append: the next append goes to a new ledger (created
+    /// then, on a runtime thread: this runs on the storage's completion thread). Until one
+    /// can be created (a full disk, no storage nodes), appends fail with the creation's error
+    /// and the clients resend; once it can, the topic writes again. Without this a topic
+    /// stayed on its failed ledger, refusing every append until it was unloaded.
+    fn roll_after_failure(&self, ledger: u64, error: &LedgerError) {
+        let mut state = self.state.lock();
+        if state.current == ledger && !state.roll_requested {
+            tracing::warn!(topic = %self.topic, ledger, %error, "ledger failed: rolling over");
+            state.roll_requested = true;
+        }
+    }
+
     fn confirm(&self, ledger: u64, entry: u64) {
         {
             let mut state = self.state.lock();
@@ -523,9 +552,24 @@ impl ManagedLedger {
             let mut state = self.state.lock();
             state.preparing_spare = false;
             match result {
-                Ok(()) => self.advance(&mut state),
+                Ok(()) => {
+                    if state.spare_failures > 0 {
+                        tracing::info!(
+                            topic = %self.topic,
+                            failed_attempts = state.spare_failures,
+                            "next ledger prepared again"
+                        );
+                        state.spare_failures = 0;
+                    }
+                    self.advance(&mut state)
+                }
                 Err(error) => {
-                    tracing::warn!(topic = %self.topic, %error, "next ledger not prepared");
+                    state.spare_failures += 1;
+                    if state.spare_failures == 1 {
+                        tracing::warn!(topic = %self.topic, %error, "next ledger not prepared");
+                    } else {
+                        tracing::debug!(topic = %self.topic, %error, "next ledger not prepared");
+                    }
                     state.held.drain(..).map(|held| (held.done, error.clone())).collect()
                 }
             }
@@ -890,6 +934,20 @@ impl ManagedLedger {
 
 /// See [`ManagedLedger::size_after`].
 /// Completes held appends that failed (outside the state lock).
+/// An append failure after which the ledger takes no more appends but a new one may: the
+/// local journal could not write (a full disk, an I/O error), the ledger failed or was closed
+/// underneath, or its replicas could not be replaced. Pulsar's managed ledger closes such a
+/// ledger and opens another. Not a fence (another broker owns the topic) nor a shutdown.
+fn ledger_unusable(error: &LedgerError) -> bool {
+    matches!(
+        error,
+        LedgerError::Journal(_)
+            | LedgerError::Failed { .. }
+            | LedgerError::Closed(_)
+            | LedgerError::Unavailable(_)
+    )
+}
+
 fn fail_held(failed: Vec<(AppendDone, BrokerError)>) {
     for (done, error) in failed {
         done(Err(error));
@@ -917,7 +975,7 @@ pub fn estimate_size_after(ledgers: &[LedgerStat], after: Option<Position>) -> u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use magnetar_journal::sim::SimStorage;
+    use magnetar_journal::sim::{Faults, SimStorage};
     use magnetar_journal::JournalConfig;
     use magnetar_ledger::{LedgerStore, LedgerStoreConfig};
     use magnetar_metadata::MemoryStore;
@@ -996,6 +1054,60 @@ mod tests {
         assert!(closed.iter().all(|(id, c)| reloaded.get(id) == Some(c)), "{reloaded:?}");
         let next = append(&reopened, b"after restart").await;
         assert!(next > *positions.last().unwrap(), "a reopened topic appends after its last entry");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn after_a_full_disk_fails_the_current_ledger_the_topic_writes_to_a_new_one() {
+        let storage = SimStorage::new(23);
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let backend = LedgerBackend::new(store(&storage), metadata.clone());
+        // No spare ledger is prepared ahead (that happens at half of max_entries).
+        let ml =
+            ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(1 << 40))
+                .await
+                .unwrap();
+        let first_ledger = append(&ml, b"before").await.ledger_id;
+        // The disk fills: the journal's next segment cannot be created.
+        storage.set_faults(Faults {
+            capacity_bytes: Some(storage.used_bytes() + 4096),
+            ..Faults::default()
+        });
+        let payload = Bytes::from(vec![7u8; 4096]);
+        let try_append = |ml: &Arc<ManagedLedger>| {
+            let (sender, receiver) = tokio::sync::oneshot::channel();
+            let staged = ml.append(payload.clone(), move |result| {
+                let _ = sender.send(result);
+            });
+            async move {
+                staged?;
+                tokio::time::timeout(Duration::from_secs(10), receiver)
+                    .await
+                    .expect("every append is answered")
+                    .expect("answered once")
+            }
+        };
+        let mut failed = None;
+        for _ in 0..1_000 {
+            if let Err(error) = try_append(&ml).await {
+                failed = Some(error);
+                break;
+            }
+        }
+        let failed = failed.expect("the disk filled up");
+        assert!(failed.to_string().contains("disk full"), "{failed}");
+        // Space comes back: within a few resends (as clients do) the topic writes again, to a
+        // new ledger.
+        storage.set_faults(Faults::default());
+        let mut written = None;
+        for _ in 0..5 {
+            if let Ok(position) = try_append(&ml).await {
+                written = Some(position);
+                break;
+            }
+        }
+        let position = written.expect("the topic writes again once space is back");
+        assert!(position.ledger_id > first_ledger, "{position:?}: a new ledger");
+        assert_eq!(ml.last_confirmed(), Some(position));
     }
 
     /// A ledger storage whose ledger creation waits while `open` is false (a slow metadata

@@ -960,6 +960,9 @@ fn switch_segment(
 }
 
 fn preparer_loop(shared: &Shared) {
+    // Attempts in a row that found no space: with the disk full every append retries, so only
+    // the first is a warning.
+    let mut out_of_space = 0u64;
     loop {
         let (seq, recycled) = {
             let mut prep = shared.prep.lock();
@@ -984,9 +987,20 @@ fn preparer_loop(shared: &Shared) {
         let mut prep = shared.prep.lock();
         prep.requested = None;
         match result {
-            Ok(()) => prep.ready = Some(seq),
+            Ok(()) => {
+                if out_of_space > 0 {
+                    tracing::info!(segment = seq, failed_attempts = out_of_space, "space again");
+                    out_of_space = 0;
+                }
+                prep.ready = Some(seq);
+            }
             Err(e) if is_out_of_space(&e) => {
-                tracing::warn!(segment = seq, "no space for a new journal segment");
+                out_of_space += 1;
+                if out_of_space == 1 {
+                    tracing::warn!(segment = seq, "no space for a new journal segment");
+                } else {
+                    tracing::debug!(segment = seq, "still no space for a new journal segment");
+                }
                 prep.failed = Some((seq, JournalError::DiskFull(e.to_string().into())));
             }
             Err(e) => {
