@@ -932,8 +932,6 @@ impl ManagedLedger {
     }
 }
 
-/// See [`ManagedLedger::size_after`].
-/// Completes held appends that failed (outside the state lock).
 /// An append failure after which the ledger takes no more appends but a new one may: the
 /// local journal could not write (a full disk, an I/O error), the ledger failed or was closed
 /// underneath, or its replicas could not be replaced. Pulsar's managed ledger closes such a
@@ -948,12 +946,14 @@ fn ledger_unusable(error: &LedgerError) -> bool {
     )
 }
 
+/// Completes held appends that failed (outside the state lock).
 fn fail_held(failed: Vec<(AppendDone, BrokerError)>) {
     for (done, error) in failed {
         done(Err(error));
     }
 }
 
+/// See [`ManagedLedger::size_after`].
 pub fn estimate_size_after(ledgers: &[LedgerStat], after: Option<Position>) -> u64 {
     ledgers
         .iter()

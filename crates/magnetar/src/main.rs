@@ -15,6 +15,17 @@ use std::time::Duration;
 
 fn main() {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::DiskProbe(_) | Command::Tokens(_)) {
+        // A tool without sockets whose output goes to a pipe that closes (`| head`) ends
+        // quietly, as Unix tools do, instead of panicking in `println!`. The rest keep Rust's
+        // default (SIGPIPE ignored): a closed log pipe must not kill a server, and a vectored
+        // write to a socket the peer closed (no MSG_NOSIGNAL there) must be an error, not a
+        // silent death.
+        // SAFETY: no other thread exists yet; SIG_DFL is a valid disposition for SIGPIPE.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     if let Err(why) = cli.validate() {
         eprintln!("error: {why}");
         std::process::exit(2);
@@ -112,42 +123,21 @@ pub(crate) async fn shutdown_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `disk-probe --lockstep`: p50 until a round of simultaneous durable writes is all durable.
-fn disk_probe_lockstep(args: &DiskProbeArgs, duration: Duration) -> anyhow::Result<()> {
-    println!(
-        "disk-probe --lockstep: p50 ms until all of a round's writes are durable (each thread \
-         one O_DIRECT | O_DSYNC block per round), {:.1} s per cell, dir {}",
-        args.seconds,
-        args.dir.display()
-    );
-    print!("{:>8}", "threads");
-    for kib in &args.block_size {
-        print!("{:>12}", format!("{kib} KiB"));
-    }
-    println!();
-    let mut results = Vec::new();
-    for &threads in &args.threads {
-        print!("{threads:>8}");
-        for &kib in &args.block_size {
-            let result = magnetar_perf::disk::probe_lockstep(&args.dir, threads, kib, duration)?;
-            print!("{:>12.3}", result.round.p50_us as f64 / 1000.0);
-            use std::io::Write;
-            std::io::stdout().flush()?;
-            results.push(result);
-        }
-        println!();
-    }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
-    }
-    Ok(())
-}
-
 fn disk_probe(args: DiskProbeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.dir)?;
     let duration = Duration::from_secs_f64(args.seconds);
     if args.lockstep {
-        return disk_probe_lockstep(&args, duration);
+        let title = format!(
+            "disk-probe --lockstep: p50 ms until all of a round's writes are durable (each \
+             thread one O_DIRECT | O_DSYNC block per round), {:.1} s per cell, dir {}",
+            args.seconds,
+            args.dir.display()
+        );
+        return probe_table(&args, &title, |threads, kib| {
+            let result = magnetar_perf::disk::probe_lockstep(&args.dir, threads, kib, duration)?;
+            let shown = format!("{:.3}", result.round.p50_us as f64 / 1000.0);
+            Ok((serde_json::to_value(result)?, shown))
+        });
     }
     let mode = match (args.direct, args.no_sync) {
         (true, true) => "O_DIRECT, no fdatasync",
@@ -155,11 +145,34 @@ fn disk_probe(args: DiskProbeArgs) -> anyhow::Result<()> {
         (false, true) => "buffered, no fdatasync",
         (false, false) => "buffered + fdatasync per block",
     };
-    println!(
+    let title = format!(
         "disk-probe: MB/s ({mode}), {:.1} s per cell, dir {}",
         args.seconds,
         args.dir.display()
     );
+    probe_table(&args, &title, |threads, kib| {
+        let result = magnetar_perf::disk::probe(
+            &args.dir,
+            threads,
+            kib,
+            duration,
+            args.direct,
+            !args.no_sync,
+        )?;
+        let shown = format!("{:.1}", result.mb_per_s);
+        Ok((serde_json::to_value(result)?, shown))
+    })
+}
+
+/// Prints a disk-probe table, a row per thread count and a column per block size, of what
+/// `cell` measured (as JSON) and shows (its cell's text); then the JSON if asked.
+fn probe_table(
+    args: &DiskProbeArgs,
+    title: &str,
+    mut cell: impl FnMut(usize, usize) -> anyhow::Result<(serde_json::Value, String)>,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    println!("{title}");
     print!("{:>8}", "threads");
     for kib in &args.block_size {
         print!("{:>12}", format!("{kib} KiB"));
@@ -169,16 +182,8 @@ fn disk_probe(args: DiskProbeArgs) -> anyhow::Result<()> {
     for &threads in &args.threads {
         print!("{threads:>8}");
         for &kib in &args.block_size {
-            let result = magnetar_perf::disk::probe(
-                &args.dir,
-                threads,
-                kib,
-                duration,
-                args.direct,
-                !args.no_sync,
-            )?;
-            print!("{:>12.1}", result.mb_per_s);
-            use std::io::Write;
+            let (result, shown) = cell(threads, kib)?;
+            print!("{shown:>12}");
             std::io::stdout().flush()?;
             results.push(result);
         }

@@ -355,10 +355,13 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    fn open(dir: &std::path::Path) -> (NodeStorage, BTreeMap<LedgerId, LedgerSummary>) {
+    fn open(
+        dir: &std::path::Path,
+        sink: CompletionSink,
+    ) -> (NodeStorage, BTreeMap<LedgerId, LedgerSummary>) {
         let config = LedgerStoreConfig { dir: dir.to_path_buf(), ..LedgerStoreConfig::default() };
         let (store, _) = LedgerStore::open(config).expect("store opens");
-        NodeStorage::open(Arc::new(store), Arc::new(|_| {})).expect("node storage opens")
+        NodeStorage::open(Arc::new(store), sink).expect("node storage opens")
     }
 
     fn entry(ledger: LedgerId, entry: EntryId, lac: Option<EntryId>) -> Record {
@@ -376,13 +379,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         {
             let (done, durable) = mpsc::channel();
-            let config =
-                LedgerStoreConfig { dir: dir.path().to_path_buf(), ..LedgerStoreConfig::default() };
-            let (store, _) = LedgerStore::open(config).expect("store opens");
             let sink: CompletionSink = Arc::new(move |c: Completion| {
                 let _ = done.send(c.result);
             });
-            let (mut storage, _) = NodeStorage::open(Arc::new(store), sink).expect("opens");
+            let (mut storage, _) = open(dir.path(), sink);
             // A replacement node's run: it joined the ledger at entry 10.
             for (token, (e, lac)) in
                 [(10, None), (11, Some(10)), (12, Some(10))].into_iter().enumerate()
@@ -395,7 +395,7 @@ mod tests {
                 assert_eq!(result, Ok(()));
             }
         }
-        let (storage, summaries) = open(dir.path());
+        let (storage, summaries) = open(dir.path(), Arc::new(|_| {}));
         assert_eq!(summaries[&7].lac, Some(10), "the LAC entry 12 carried");
         assert_eq!(summaries[&7].last_entry, Some(12));
         assert!(storage.locate(7, 9).is_none(), "below the run");
