@@ -94,6 +94,11 @@ struct State {
     /// Attempts in a row that failed to prepare the next ledger (only the first is logged as
     /// a warning: with the disk full, every resend of every producer tries again).
     spare_failures: u64,
+    /// The current ledger failed an append: it takes no more, empty or not.
+    current_failed: bool,
+    /// Rollovers in a row forced by a failed ledger, none of whose successors took an entry
+    /// yet: the next ledger's creation waits `failure_backoff` of them first.
+    failure_rolls: u32,
     /// Appends waiting for the next ledger (see the module invariants), oldest first.
     held: VecDeque<HeldAppend>,
     metadata_version: Option<u64>,
@@ -263,6 +268,8 @@ impl ManagedLedger {
             spare: None,
             preparing_spare: false,
             spare_failures: 0,
+            current_failed: false,
+            failure_rolls: 0,
             held: VecDeque::new(),
             metadata_version: version,
             closed,
@@ -376,14 +383,15 @@ impl ManagedLedger {
         Ok(())
     }
 
-    /// Whether the current ledger takes no more appends (an empty ledger is never full).
+    /// Whether the current ledger takes no more appends (an empty ledger is never full, but
+    /// a failed one is done).
     fn is_full(&self, state: &State, now_ms: u64) -> bool {
-        state.staged_in_current > 0
-            && (state.roll_requested
-                || state.staged_in_current >= self.rollover.max_entries
-                || state.staged_bytes_in_current >= self.rollover.max_bytes
-                || now_ms.saturating_sub(state.current_opened_ms)
-                    >= self.rollover.max_age.as_millis() as u64)
+        let done_by_policy = state.roll_requested
+            || state.staged_in_current >= self.rollover.max_entries
+            || state.staged_bytes_in_current >= self.rollover.max_bytes
+            || now_ms.saturating_sub(state.current_opened_ms)
+                >= self.rollover.max_age.as_millis() as u64;
+        state.current_failed || (state.staged_in_current > 0 && done_by_policy)
     }
 
     /// Stages `data` as the current ledger's next entry.
@@ -415,9 +423,8 @@ impl ManagedLedger {
             }),
         );
         if let Err(error) = staged {
-            if ledger_unusable(&error) && !state.roll_requested {
-                tracing::warn!(topic = %self.topic, ledger, %error, "ledger failed: rolling over");
-                state.roll_requested = true;
+            if ledger_unusable(&error) {
+                self.roll_after_failure_locked(state, ledger, &error);
             }
             return Err(error.into());
         }
@@ -498,6 +505,7 @@ impl ManagedLedger {
         state.staged_bytes_in_current = 0;
         state.current_opened_ms = self.backend.clock.now_ms();
         state.roll_requested = false;
+        state.current_failed = false;
         state.closing += 1;
         let me = self.clone();
         tokio::spawn(async move { me.finish_rollover(old, size).await });
@@ -509,10 +517,20 @@ impl ManagedLedger {
     /// and the clients resend; once it can, the topic writes again. Without this a topic
     /// stayed on its failed ledger, refusing every append until it was unloaded.
     fn roll_after_failure(&self, ledger: u64, error: &LedgerError) {
-        let mut state = self.state.lock();
-        if state.current == ledger && !state.roll_requested {
-            tracing::warn!(topic = %self.topic, ledger, %error, "ledger failed: rolling over");
-            state.roll_requested = true;
+        self.roll_after_failure_locked(&mut self.state.lock(), ledger, error);
+    }
+
+    fn roll_after_failure_locked(&self, state: &mut State, ledger: u64, error: &LedgerError) {
+        if state.current == ledger && !state.current_failed {
+            state.failure_rolls = state.failure_rolls.saturating_add(1);
+            tracing::warn!(
+                topic = %self.topic,
+                ledger,
+                %error,
+                in_a_row = state.failure_rolls,
+                "ledger failed: rolling over"
+            );
+            state.current_failed = true;
         }
     }
 
@@ -523,6 +541,7 @@ impl ManagedLedger {
             if entry + 1 > known {
                 state.ledgers.set_entry_count(ledger, entry + 1);
             }
+            state.failure_rolls = 0;
         }
         self.entries_added.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         for listener in self.listeners.lock().iter() {
@@ -535,6 +554,12 @@ impl ManagedLedger {
     /// time, so ledger ids grow along the list. If it fails, the appends held for it fail
     /// (the clients see an error and resend); the next append tries again.
     async fn prepare_spare(self: Arc<Self>) {
+        let backoff = failure_backoff(self.state.lock().failure_rolls);
+        if !backoff.is_zero() {
+            // The ledgers before failed one after the other (storage nodes that are down but
+            // still registered, a full disk): do not create one per resend of every producer.
+            tokio::time::sleep(backoff).await;
+        }
         let result: Result<(), BrokerError> = async {
             let last = self.state.lock().ids.last().copied();
             let spare = self.backend.create_ledger(last).await?;
@@ -946,6 +971,16 @@ fn ledger_unusable(error: &LedgerError) -> bool {
     )
 }
 
+/// How long the next ledger's creation waits after `failure_rolls` failed ledgers in a row:
+/// none after none, then 100 ms doubling up to 3 s (about 8 ledgers over a 12 s outage of
+/// every storage node, against ~100 without).
+fn failure_backoff(failure_rolls: u32) -> Duration {
+    match failure_rolls {
+        0 => Duration::ZERO,
+        n => Duration::from_millis(100u64 << (n - 1).min(5)).min(Duration::from_secs(3)),
+    }
+}
+
 /// Completes held appends that failed (outside the state lock).
 fn fail_held(failed: Vec<(AppendDone, BrokerError)>) {
     for (done, error) in failed {
@@ -1108,6 +1143,85 @@ mod tests {
         let position = written.expect("the topic writes again once space is back");
         assert!(position.ledger_id > first_ledger, "{position:?}: a new ledger");
         assert_eq!(ml.last_confirmed(), Some(position));
+    }
+
+    /// A ledger storage on which every ledger is created and then refuses its first append
+    /// (storage nodes that died but are still registered).
+    struct DeadOnArrival {
+        inner: Arc<LedgerStore>,
+        creates: std::sync::atomic::AtomicU64,
+    }
+
+    #[async_trait::async_trait]
+    impl LedgerStorage for DeadOnArrival {
+        async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError> {
+            self.creates.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.create(id, metadata).await
+        }
+        fn append(
+            &self,
+            ledger: u64,
+            _entry_id: u64,
+            _data: Bytes,
+            _done: magnetar_ledger::AppendCallback,
+        ) -> Result<(), LedgerError> {
+            Err(LedgerError::Unavailable(format!("ledger {ledger}: no live node")))
+        }
+        fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
+            LedgerStorage::read(&*self.inner, ledger, first, last)
+        }
+        fn read_cached(&self, ledger: u64, first: u64, last: u64) -> Option<Vec<Bytes>> {
+            LedgerStorage::read_cached(&*self.inner, ledger, first, last)
+        }
+        fn last_add_confirmed(&self, ledger: u64) -> Result<Option<u64>, LedgerError> {
+            LedgerStorage::last_add_confirmed(&*self.inner, ledger)
+        }
+        async fn fence(&self, ledger: u64) -> Result<u64, LedgerError> {
+            LedgerStorage::fence(&*self.inner, ledger).await
+        }
+        async fn close(&self, ledger: u64) -> Result<u64, LedgerError> {
+            LedgerStorage::close(&*self.inner, ledger).await
+        }
+        async fn delete(&self, ledger: u64) -> Result<(), LedgerError> {
+            LedgerStorage::delete(&*self.inner, ledger).await
+        }
+        fn info(&self, ledger: u64) -> Result<magnetar_ledger::LedgerInfo, LedgerError> {
+            LedgerStorage::info(&*self.inner, ledger)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ledgers_that_fail_one_after_another_are_replaced_with_a_growing_delay() {
+        let storage = SimStorage::new(29);
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let dead = Arc::new(DeadOnArrival { inner: store(&storage), creates: Default::default() });
+        let backend = LedgerBackend::new(dead.clone(), metadata.clone());
+        let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(1000))
+            .await
+            .unwrap();
+        // A producer resending every 5 ms for a second, every send refused.
+        let started = tokio::time::Instant::now();
+        let mut refused = 0;
+        while started.elapsed() < Duration::from_secs(1) {
+            let (sender, receiver) = tokio::sync::oneshot::channel();
+            let staged = ml.append(Bytes::from_static(b"x"), move |result| {
+                let _ = sender.send(result);
+            });
+            let outcome = match staged {
+                Err(error) => Err(error),
+                Ok(()) => tokio::time::timeout(Duration::from_secs(10), receiver)
+                    .await
+                    .expect("answered")
+                    .expect("answered once"),
+            };
+            assert!(outcome.is_err(), "no ledger takes an entry");
+            refused += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // 100 + 200 + 400 ms of back-off fit in the second: the first ledger and at most four
+        // more, not one per resend.
+        let creates = dead.creates.load(std::sync::atomic::Ordering::Relaxed);
+        assert!((2..=5).contains(&creates), "{creates} ledgers created for {refused} sends");
     }
 
     /// A ledger storage whose ledger creation waits while `open` is false (a slow metadata
