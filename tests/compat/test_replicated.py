@@ -5,6 +5,8 @@ driven by the official Python client.
 - A storage node of the topic's ledger is SIGKILLed mid-stream: publishing goes on after the
   ensemble change (recorded in etcd before any later entry is acknowledged), and every
   acknowledged message is consumed afterwards, in order.
+- Both nodes of the topic's ledger are SIGKILLed (one of three left): sends wait; a new node
+  joins and every one is acknowledged and consumed, in order, from a new ledger.
 - A namespace's `persistence` policy (as `pulsar-admin namespaces set-persistence` sets it)
   picks the quorums of the ledgers of the topics it loads afterwards.
 - The broker is frozen (SIGSTOP) and another broker opens the topic: it recovers the frozen
@@ -221,6 +223,58 @@ def test_publishing_survives_a_storage_node_killed_mid_stream(cluster):
 
         got = receive_n(consumer, n)
         assert [int(m.data()) for m in got] == list(range(n)), "every message, in order, once"
+    finally:
+        client.close()
+
+
+def test_publishing_resumes_once_a_write_quorum_of_nodes_is_live_again(cluster):
+    """Both nodes of the topic's ledger die, leaving one of three: no ledger can have its two
+    copies, so sends wait (the client resends them) while the broker replaces failed ledgers
+    with a growing back-off. A new node joins: every message sent meanwhile is acknowledged,
+    then consumed in order."""
+    etcd, nodes, start_broker = cluster
+    srv = start_broker("a")
+    topic = unique_topic("resume")
+    n, before_kill = 300, 100
+    client = srv.client()
+    try:
+        consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
+        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=120000,
+                                          max_pending_messages=256, block_if_queue_full=True)
+        for i in range(before_kill):
+            producer.send(str(i).encode())
+        # Consumed now: their ledger's two copies are about to go.
+        for m in receive_n(consumer, before_kill):
+            consumer.acknowledge(m)
+        data_ledger = min(_open_ledger(etcd))
+        ensemble = _ledgers(etcd)[data_ledger]["fragments"][-1]["ensemble"]
+        for node in nodes:
+            if node.id in ensemble:
+                node.kill()
+        results = {}
+
+        def sent(i):
+            return lambda result, _msg_id: results.__setitem__(i, result)
+
+        for i in range(before_kill, n):
+            producer.send_async(str(i).encode(), sent(i))
+        # The broker finds its ledger failed and rolls over (to ledgers that fail in turn).
+        deadline = time.monotonic() + COMMAND_TIMEOUT_S
+        while "ledger failed: rolling over" not in srv.log_tail():
+            assert time.monotonic() < deadline, "the ledger never failed\n" + srv.log_tail()
+            time.sleep(0.1)  # another process's log: no event to wait on
+        assert not any(r == pulsar.Result.Ok for r in results.values()), \
+            "acknowledged with one live node: %s" % results
+        nodes.append(StorageNode(etcd))
+        deadline = time.monotonic() + 2 * COMMAND_TIMEOUT_S
+        while len(results) < n - before_kill and time.monotonic() < deadline:
+            time.sleep(0.05)  # the client's callbacks run on its own thread: nothing to await
+        failed = {i: r for i, r in results.items() if r != pulsar.Result.Ok}
+        assert len(results) == n - before_kill and not failed, \
+            "every send acknowledged once a quorum is back: %d of %d answered, failed %s\n%s" % (
+                len(results), n - before_kill, dict(list(failed.items())[:5]), srv.log_tail())
+        got = receive_n(consumer, n - before_kill)
+        assert [int(m.data()) for m in got] == list(range(before_kill, n)), "in order, once"
     finally:
         client.close()
 
