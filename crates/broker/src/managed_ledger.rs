@@ -1145,27 +1145,43 @@ mod tests {
         assert_eq!(ml.last_confirmed(), Some(position));
     }
 
-    /// A ledger storage on which every ledger is created and then refuses its first append
-    /// (storage nodes that died but are still registered).
-    struct DeadOnArrival {
+    /// A ledger storage over a real store, scripted by tests: ledger creation waits while
+    /// `open` is false (a slow metadata or storage round trip at rollover, made
+    /// deterministic), and with `refuse_appends` every ledger refuses its first append
+    /// (storage nodes that died but are still registered). Counts creations.
+    struct Scripted {
         inner: Arc<LedgerStore>,
+        open: tokio::sync::watch::Sender<bool>,
+        refuse_appends: bool,
         creates: std::sync::atomic::AtomicU64,
     }
 
+    impl Scripted {
+        fn new(inner: Arc<LedgerStore>, refuse_appends: bool) -> Arc<Scripted> {
+            let (open, _) = tokio::sync::watch::channel(true);
+            Arc::new(Scripted { inner, open, refuse_appends, creates: Default::default() })
+        }
+    }
+
     #[async_trait::async_trait]
-    impl LedgerStorage for DeadOnArrival {
+    impl LedgerStorage for Scripted {
         async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError> {
+            let mut open = self.open.subscribe();
+            let _ = open.wait_for(|open| *open).await;
             self.creates.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.inner.create(id, metadata).await
         }
         fn append(
             &self,
             ledger: u64,
-            _entry_id: u64,
-            _data: Bytes,
-            _done: magnetar_ledger::AppendCallback,
+            entry_id: u64,
+            data: Bytes,
+            done: magnetar_ledger::AppendCallback,
         ) -> Result<(), LedgerError> {
-            Err(LedgerError::Unavailable(format!("ledger {ledger}: no live node")))
+            if self.refuse_appends {
+                return Err(LedgerError::Unavailable(format!("ledger {ledger}: no live node")));
+            }
+            LedgerStorage::append(&*self.inner, ledger, entry_id, data, done)
         }
         fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
             LedgerStorage::read(&*self.inner, ledger, first, last)
@@ -1194,7 +1210,7 @@ mod tests {
     async fn ledgers_that_fail_one_after_another_are_replaced_with_a_growing_delay() {
         let storage = SimStorage::new(29);
         let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-        let dead = Arc::new(DeadOnArrival { inner: store(&storage), creates: Default::default() });
+        let dead = Scripted::new(store(&storage), true);
         let backend = LedgerBackend::new(dead.clone(), metadata.clone());
         let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(1000))
             .await
@@ -1224,58 +1240,11 @@ mod tests {
         assert!((2..=5).contains(&creates), "{creates} ledgers created for {refused} sends");
     }
 
-    /// A ledger storage whose ledger creation waits while `open` is false (a slow metadata
-    /// or storage round trip at rollover, made deterministic).
-    struct GatedCreates {
-        inner: Arc<LedgerStore>,
-        open: tokio::sync::watch::Sender<bool>,
-    }
-
-    #[async_trait::async_trait]
-    impl LedgerStorage for GatedCreates {
-        async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError> {
-            let mut open = self.open.subscribe();
-            let _ = open.wait_for(|open| *open).await;
-            self.inner.create(id, metadata).await
-        }
-        fn append(
-            &self,
-            ledger: u64,
-            entry_id: u64,
-            data: Bytes,
-            done: magnetar_ledger::AppendCallback,
-        ) -> Result<(), LedgerError> {
-            LedgerStorage::append(&*self.inner, ledger, entry_id, data, done)
-        }
-        fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
-            LedgerStorage::read(&*self.inner, ledger, first, last)
-        }
-        fn read_cached(&self, ledger: u64, first: u64, last: u64) -> Option<Vec<Bytes>> {
-            LedgerStorage::read_cached(&*self.inner, ledger, first, last)
-        }
-        fn last_add_confirmed(&self, ledger: u64) -> Result<Option<u64>, LedgerError> {
-            LedgerStorage::last_add_confirmed(&*self.inner, ledger)
-        }
-        async fn fence(&self, ledger: u64) -> Result<u64, LedgerError> {
-            LedgerStorage::fence(&*self.inner, ledger).await
-        }
-        async fn close(&self, ledger: u64) -> Result<u64, LedgerError> {
-            LedgerStorage::close(&*self.inner, ledger).await
-        }
-        async fn delete(&self, ledger: u64) -> Result<(), LedgerError> {
-            LedgerStorage::delete(&*self.inner, ledger).await
-        }
-        fn info(&self, ledger: u64) -> Result<magnetar_ledger::LedgerInfo, LedgerError> {
-            LedgerStorage::info(&*self.inner, ledger)
-        }
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_full_ledger_takes_no_more_while_the_next_is_created_appends_wait_in_order() {
         let storage = SimStorage::new(17);
         let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-        let (open, _) = tokio::sync::watch::channel(true);
-        let gated = Arc::new(GatedCreates { inner: store(&storage), open });
+        let gated = Scripted::new(store(&storage), false);
         let backend = LedgerBackend::new(gated.clone(), metadata.clone());
         let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(10))
             .await
