@@ -178,6 +178,17 @@ def _open_ledger(etcd):
     return open_
 
 
+def _data_ledger_ensemble(etcd):
+    """The open data ledger of the (only) topic and its last fragment's nodes: cursor ledgers
+    are open too; the data ledger is the one holding entries, so the first one created."""
+    before = _open_ledger(etcd)
+    assert before, "the topic's ledgers are in etcd"
+    data_ledger = min(before)
+    ensemble = before[data_ledger]["fragments"][-1]["ensemble"]
+    assert len(ensemble) == 2, before[data_ledger]
+    return data_ledger, ensemble
+
+
 def test_publishing_survives_a_storage_node_killed_mid_stream(cluster):
     etcd, nodes, start_broker = cluster
     srv = start_broker("a")
@@ -190,13 +201,7 @@ def test_publishing_survives_a_storage_node_killed_mid_stream(cluster):
                                           max_pending_messages=256, block_if_queue_full=True)
         for i in range(kill_at):
             producer.send(str(i).encode())
-        # The topic's ledgers: pick a node of the open data ledger's ensemble (cursor ledgers
-        # are open too; the data ledger is the one holding entries, so the first one created).
-        before = _open_ledger(etcd)
-        assert before, "the topic's ledgers are in etcd"
-        data_ledger = min(before)
-        ensemble = before[data_ledger]["fragments"][-1]["ensemble"]
-        assert len(ensemble) == 2
+        data_ledger, ensemble = _data_ledger_ensemble(etcd)
         victim = next(node for node in nodes if node.id in ensemble)
         results = {}
 
@@ -246,8 +251,7 @@ def test_publishing_resumes_once_a_write_quorum_of_nodes_is_live_again(cluster):
         # Consumed now: their ledger's two copies are about to go.
         for m in receive_n(consumer, before_kill):
             consumer.acknowledge(m)
-        data_ledger = min(_open_ledger(etcd))
-        ensemble = _ledgers(etcd)[data_ledger]["fragments"][-1]["ensemble"]
+        _, ensemble = _data_ledger_ensemble(etcd)
         for node in nodes:
             if node.id in ensemble:
                 node.kill()
