@@ -9,6 +9,9 @@ driven by the official Python client.
   joins and every one is acknowledged and consumed, in order, from a new ledger.
 - A namespace's `persistence` policy (as `pulsar-admin namespaces set-persistence` sets it)
   picks the quorums of the ledgers of the topics it loads afterwards.
+- Each node's `/metrics` (`--metrics-listen`) reads as a bookie's: after the official client's
+  sends, the two nodes of the topic's ledger count at least that many successful adds and
+  bytes under BookKeeper's names, with latency quantiles, and pass `promtool check metrics`.
 - The broker is frozen (SIGSTOP) and another broker opens the topic: it recovers the frozen
   broker's ledger (closed in etcd at or above every acknowledged entry) and serves every
   message. The frozen broker, resumed (SIGCONT), cannot lose what is acknowledged: whatever it
@@ -32,7 +35,7 @@ import pytest
 import conftest
 import pulsar_wire as wire
 import raw_frames
-from compat_util import http_request, receive_n, unique_topic
+from compat_util import free_port, http_request, receive_n, unique_topic
 from etcd_util import Etcd, scratch_dir
 
 pytestmark = pytest.mark.restarts_server
@@ -53,9 +56,11 @@ class StorageNode:
     def __init__(self, etcd):
         self.dir = scratch_dir("magnetar-storage-")
         self.log_path = os.path.join(self.dir, "node.log")
+        self.metrics_url = "http://127.0.0.1:%d/metrics" % free_port()
         cmd = [conftest.magnetar_binary(), "storage", "--listen", "127.0.0.1:0",
                "--metadata", etcd.url, "--cluster", CLUSTER,
-               "--data-dir", os.path.join(self.dir, "data")]
+               "--data-dir", os.path.join(self.dir, "data"),
+               "--metrics-listen", self.metrics_url.split("/")[2], "--stats-interval-seconds", "1"]
         if shutil.which("setpriv"):
             cmd = ["setpriv", "--pdeathsig", "KILL", "--"] + cmd
         with open(self.log_path, "wb") as log:
@@ -230,6 +235,57 @@ def test_publishing_survives_a_storage_node_killed_mid_stream(cluster):
         assert [int(m.data()) for m in got] == list(range(n)), "every message, in order, once"
     finally:
         client.close()
+
+
+def _samples(body, name):
+    """{labels text: value} of the samples of `name` (exactly that name) in an exposition."""
+    out = {}
+    for line in body.splitlines():
+        if line.startswith(name + "{"):
+            labels, value = line[len(name) + 1:].rsplit("} ", 1)
+            out[labels] = float(value)
+    return out
+
+
+def test_a_storage_node_s_metrics_read_as_a_bookie_s(cluster):
+    etcd, nodes, start_broker = cluster
+    srv = start_broker("a")
+    topic = unique_topic("replicated")
+    n, payload = 200, b"x" * 100
+    for node in nodes:  # a node's first scrape starts its first stats interval
+        assert http_request("GET", node.metrics_url)[0] == 200
+    client = srv.client()
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for _ in range(n):
+            producer.send(payload)
+    finally:
+        client.close()
+    _data_ledger, ensemble = _data_ledger_ensemble(etcd)
+    for node in (node for node in nodes if node.id in ensemble):
+        # Quantiles cover the last completed 1 s interval: scrape until one holds the sends.
+        deadline = time.monotonic() + COMMAND_TIMEOUT_S
+        while True:
+            status, body = http_request("GET", node.metrics_url)
+            assert status == 200, (status, body[:300])
+            body = body.decode()
+            p50 = [v for labels, v in _samples(body, "bookkeeper_server_ADD_ENTRY").items()
+                   if 'success="true",quantile="0.5"' in labels]
+            if (p50 and p50[0] > 0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)  # the stats interval passes on the node's clock: nothing to await
+        assert p50 and 0 < p50[0] < 1000, "add p50 in ms over the last interval:\n%s" % body
+        added = [v for labels, v in _samples(body, "bookkeeper_server_ADD_ENTRY_count").items()
+                 if 'success="true"' in labels]
+        assert added and added[0] >= n, "every send is an add on each node of the ensemble: %s" % added
+        assert list(_samples(body, "bookie_SERVER_STATUS").values()) == [1.0]
+        assert list(_samples(body, "bookie_WRITE_BYTES").values())[0] >= n * len(payload)
+        assert list(_samples(body, "bookkeeper_server_ADD_ENTRY_IN_PROGRESS").values()) == [0.0]
+        promtool = shutil.which("promtool")
+        if promtool:
+            r = subprocess.run([promtool, "check", "metrics"], input=body.encode(),
+                               capture_output=True, timeout=COMMAND_TIMEOUT_S)
+            assert r.returncode == 0, (r.stdout + r.stderr).decode()
 
 
 def test_publishing_resumes_once_a_write_quorum_of_nodes_is_live_again(cluster):

@@ -434,6 +434,10 @@ pub struct StorageArgs {
     /// (journal, ledger store, requests, disk): e.g. 127.0.0.1:8000. None by default.
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// Seconds of the window the latency quantiles of the metrics are taken over (a bookie's
+    /// `prometheusStatsLatencyRolloverSeconds`); `_count` and `_sum` count since start.
+    #[arg(long, default_value_t = 60)]
+    pub stats_interval_seconds: u64,
     /// Threads serving the network (the node's decisions are one task, which also writes a
     /// lone add to disk; larger batches go to the journal's own threads). Default: one per
     /// core, at least 2. 1 runs every connection and that task on one thread.
@@ -491,6 +495,9 @@ impl Cli {
                 }
                 if args.gc_seconds == 0 || args.gc_seconds > 86_400 {
                     return Err("--gc-seconds must be between 1 and 86400".into());
+                }
+                if args.stats_interval_seconds == 0 || args.stats_interval_seconds > 3600 {
+                    return Err("--stats-interval-seconds must be between 1 and 3600".into());
                 }
                 if args.min_free_mb > 1 << 40 {
                     return Err("--min-free-mb must be at most 1099511627776 (1 EiB)".into());

@@ -103,7 +103,9 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
             }
             None => None,
         };
-        let stats = Arc::new(magnetar_storage_node::NodeStats::default());
+        let stats = Arc::new(magnetar_storage_node::NodeStats::new(Duration::from_secs(
+            args.stats_interval_seconds,
+        )));
         let metrics = match &args.metrics_listen {
             Some(at) => {
                 let listener = tokio::net::TcpListener::bind(at)
@@ -178,6 +180,7 @@ impl Scrape {
         let mut out = Exposition::new(format);
         self.stats.write_metrics(&self.space, &mut out, labels);
         self.store.write_metrics(&mut out, labels);
+        self.stats.write_bookkeeper_metrics(&self.store, &self.space, &mut out, labels);
         out.finish()
     }
 }

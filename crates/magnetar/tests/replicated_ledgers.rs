@@ -369,8 +369,9 @@ async fn a_node_short_of_disk_is_read_only_and_gets_no_new_copies() {
 /// A node takes its journal settings from `--config`'s `[storage]` section (here a 16 MiB
 /// segment instead of 64 MiB, seen in the size of the segment files it writes), and a file it
 /// cannot use is refused with the setting named, before the data directory is created. Its
-/// `/metrics` (`--metrics-listen`) counts what it did. Runs without etcd: an unregistered node,
-/// sent one add directly (so its journal segment is in use).
+/// `/metrics` (`--metrics-listen`) counts what it did, under our names and a bookie's (with
+/// latency quantiles over the last `--stats-interval-seconds`). Runs without etcd: an
+/// unregistered node, sent adds and reads directly (so its journal segment is in use).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storage_node_takes_its_settings_from_the_config_file_and_serves_metrics() {
     let dir = tempfile::tempdir().unwrap();
@@ -380,26 +381,76 @@ async fn a_storage_node_takes_its_settings_from_the_config_file_and_serves_metri
     let metrics_port = magnetar_test_support::free_port().unwrap();
     let metrics_at = format!("127.0.0.1:{metrics_port}");
     let config_arg = config.to_str().unwrap();
-    let mut node =
-        StorageNode::spawn(&["--config", config_arg, "--metrics-listen", &metrics_at], &data_dir);
+    let args =
+        ["--config", config_arg, "--metrics-listen", &metrics_at, "--stats-interval-seconds", "1"];
+    let mut node = StorageNode::spawn(&args, &data_dir);
+    // The first scrape starts the first stats interval (quantiles cover completed ones).
+    let before = scrape(metrics_port).await;
     let add =
         Request::Add { ledger: 5, entry: 0, epoch: 0, lac: None, recovery: false, data: data(0) };
     let answer = ask_node(&node.address, add).await;
+    let read = ask_node(&node.address, Request::Read { ledger: 5, entry: 0, fence: None }).await;
+    let absent = ask_node(&node.address, Request::Read { ledger: 5, entry: 9, fence: None }).await;
     let metrics = scrape(metrics_port).await;
+    // Then scrape until an interval holding the add has completed (bounded).
+    let deadline = std::time::Instant::now() + WAIT;
+    let add_p50 = r#"bookkeeper_server_ADD_ENTRY_REQUEST{node=""#;
+    let later = loop {
+        let later = scrape(metrics_port).await;
+        let p50 = later
+            .lines()
+            .find(|l| l.starts_with(add_p50) && l.contains(r#"success="true",quantile="0.5"}"#))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap());
+        if p50.is_some_and(|ms| ms > 0.0) || std::time::Instant::now() > deadline {
+            break later;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     node.kill();
     assert_eq!(answer, Response::Added { ledger: 5, entry: 0 }, "stored durably");
-    let sample = |name: &str| -> f64 {
+    assert!(matches!(read, Response::Entry { .. }), "{read:?}");
+    assert!(matches!(absent, Response::NoEntry { .. }), "{absent:?}");
+    let sample_in = |metrics: &str, name: &str, labels: &str| -> f64 {
         let line = metrics
             .lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
-            .unwrap_or_else(|| panic!("no {name} in {metrics}"));
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(labels))
+            .unwrap_or_else(|| panic!("no {name} with {labels} in {metrics}"));
         line.rsplit(' ').next().unwrap().parse().unwrap()
     };
+    let sample = |name: &str| sample_in(&metrics, name, "");
     assert_eq!(sample("magnetar_storage_node_adds_total"), 1.0, "{metrics}");
     assert_eq!(sample("magnetar_storage_node_add_bytes_total"), data(0).len() as f64);
     assert_eq!(sample("magnetar_storage_node_read_only"), 0.0);
     assert!(sample("magnetar_journal_groups_total") >= 1.0, "{metrics}");
     assert!(metrics.contains("node=\""), "labelled with the node: {metrics}");
+
+    // A bookie's names for the same facts.
+    let ok = r#"success="true"}"#;
+    let failed = r#"success="false"}"#;
+    assert_eq!(sample("bookie_SERVER_STATUS"), 1.0, "writable");
+    assert_eq!(sample("bookie_WRITE_BYTES"), data(0).len() as f64);
+    assert_eq!(sample("bookie_READ_BYTES"), data(0).len() as f64, "one entry read");
+    assert_eq!(sample_in(&before, "bookkeeper_server_ADD_ENTRY_count", ok), 0.0);
+    for name in ["bookkeeper_server_ADD_ENTRY_count", "bookkeeper_server_ADD_ENTRY_REQUEST_count"] {
+        assert_eq!(sample_in(&metrics, name, ok), 1.0, "{name}: {metrics}");
+        assert_eq!(sample_in(&metrics, name, failed), 0.0, "{name}");
+    }
+    assert_eq!(sample_in(&metrics, "bookkeeper_server_READ_ENTRY_count", ok), 1.0);
+    assert_eq!(
+        sample_in(&metrics, "bookkeeper_server_READ_ENTRY_count", failed),
+        1.0,
+        "a read of an absent entry counts as failed, as on a bookie"
+    );
+    assert_eq!(sample("bookkeeper_server_ADD_ENTRY_IN_PROGRESS"), 0.0, "all answered");
+    assert!(sample_in(&metrics, "bookie_journal_JOURNAL_SYNC_count", ok) >= 1.0);
+    let quantile = |q: &str| {
+        let labels = format!(r#"success="true",quantile="{q}"}}"#);
+        sample_in(&later, "bookkeeper_server_ADD_ENTRY_REQUEST", &labels)
+    };
+    let (p50, max) = (quantile("0.5"), quantile("1.0"));
+    assert!(p50 > 0.0 && p50 <= max, "add latency in ms over the last interval: {later}");
+    assert!(max < WAIT.as_millis() as f64, "{later}");
+
     let segments: Vec<u64> = std::fs::read_dir(data_dir.join("ledgers"))
         .unwrap()
         .filter_map(|e| e.ok())

@@ -189,6 +189,26 @@ impl Exposition {
         write_sample(&mut family.samples, name, "_sum", labels, None, sum);
     }
 
+    /// A summary with quantiles (BookKeeper's latency series): one `quantile` sample per
+    /// `(quantile, value)`, then the cumulative `name_count` and `name_sum`.
+    pub fn summary_quantiles(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: &(impl SampleLabels + ?Sized),
+        quantiles: &[(&str, f64)],
+        count: u64,
+        sum: f64,
+    ) {
+        let family = self.family(name, Kind::Summary, help);
+        for (quantile, value) in quantiles {
+            let extra = Some(("quantile", *quantile));
+            write_sample(&mut family.samples, name, "", labels, extra, *value);
+        }
+        write_sample(&mut family.samples, name, "_count", labels, None, count as f64);
+        write_sample(&mut family.samples, name, "_sum", labels, None, sum);
+    }
+
     /// A histogram from cumulative counts per bound (the last entry is the total count);
     /// bounds and sum are divided by `divisor` (microseconds to seconds: 1e6; dividing keeps
     /// `le="0.00005"` exact where multiplying by 1e-6 would not).
@@ -207,10 +227,12 @@ impl Exposition {
         let family = self.family(name, Kind::Histogram, help);
         for (bound, count) in bounds.iter().zip(cumulative) {
             let le = format_value(*bound as f64 / divisor);
-            write_sample(&mut family.samples, name, "_bucket", labels, Some(&le), *count as f64);
+            let le = Some(("le", le.as_str()));
+            write_sample(&mut family.samples, name, "_bucket", labels, le, *count as f64);
         }
         let total = cumulative[bounds.len()] as f64;
-        write_sample(&mut family.samples, name, "_bucket", labels, Some("+Inf"), total);
+        let inf = Some(("le", "+Inf"));
+        write_sample(&mut family.samples, name, "_bucket", labels, inf, total);
         write_sample(&mut family.samples, name, "_count", labels, None, total);
         write_sample(&mut family.samples, name, "_sum", labels, None, sum as f64 / divisor);
     }
@@ -254,7 +276,7 @@ fn write_sample(
     name: &str,
     suffix: &str,
     labels: &(impl SampleLabels + ?Sized),
-    le: Option<&str>,
+    extra: Option<(&str, &str)>,
     value: f64,
 ) {
     out.push_str(name);
@@ -262,13 +284,14 @@ fn write_sample(
     let open = out.len();
     out.push('{');
     let any = labels.write_to(out);
-    match le {
-        Some(le) => {
+    match extra {
+        Some((label, value)) => {
             if any {
                 out.push(',');
             }
-            out.push_str("le=\"");
-            out.push_str(le);
+            out.push_str(label);
+            out.push_str("=\"");
+            out.push_str(value);
             out.push_str("\"}");
         }
         None if any => out.push('}'),
@@ -460,6 +483,22 @@ mod tests {
         );
         assert_eq!(Format::negotiate(Some("text/plain")), Format::Prometheus);
         assert_eq!(Format::negotiate(None), Format::Prometheus);
+    }
+
+    #[test]
+    fn summary_quantiles_follow_the_labels_then_count_and_sum() {
+        let mut e = Exposition::new(Format::Prometheus);
+        let quantiles = [("0.5", 0.25), ("1.0", 2.0)];
+        e.summary_quantiles("lat", "L.", &[("success", "true")], &quantiles, 7, 3.5);
+        e.summary_quantiles("bare", "B.", &[] as &[(&str, &str)], &[("0.5", 1.0)], 1, 1.0);
+        assert_eq!(
+            e.finish(),
+            "# HELP lat L.\n# TYPE lat summary\n\
+             lat{success=\"true\",quantile=\"0.5\"} 0.25\n\
+             lat{success=\"true\",quantile=\"1.0\"} 2\n\
+             lat_count{success=\"true\"} 7\nlat_sum{success=\"true\"} 3.5\n\
+             # HELP bare B.\n# TYPE bare summary\nbare{quantile=\"0.5\"} 1\nbare_count 1\nbare_sum 1\n"
+        );
     }
 
     #[test]

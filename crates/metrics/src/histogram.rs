@@ -42,6 +42,12 @@ impl Histogram {
         self.bounds
     }
 
+    /// Per-bucket (not cumulative) counts, the overflow bucket last, and the sum.
+    pub fn snapshot(&self) -> (Vec<u64>, u64) {
+        let counts = self.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        (counts, self.sum.load(Ordering::Relaxed))
+    }
+
     /// Cumulative counts per bound (`le`), then the total count; and the sum.
     pub fn cumulative(&self) -> (Vec<u64>, u64) {
         let mut running = 0;
@@ -66,30 +72,90 @@ pub struct WindowReading {
     pub sum: u64,
 }
 
-/// Pulsar's `StatsBuckets`: each bucket counts the values in its own range (not
-/// cumulative), and what is reported is the last completed stats interval, so a dashboard
-/// plots the values directly. Recording is one relaxed add per bucket and one for the sum;
-/// reading rolls the window when the interval has passed (no background task).
-#[derive(Debug)]
-pub struct WindowedBuckets {
-    total: Histogram,
-    window: Mutex<Window>,
+impl WindowReading {
+    /// The value below which a fraction `q` (0..=1) of the interval's values fall, estimated
+    /// by linear interpolation inside the bucket that holds that rank (from 0 for the first
+    /// bucket); a rank in the overflow bucket reads as the last bound. 0 for an empty interval.
+    pub fn quantile(&self, bounds: &[u64], q: f64) -> f64 {
+        assert_eq!(self.buckets.len(), bounds.len() + 1, "one count per bound and overflow");
+        if self.count == 0 {
+            return 0.0;
+        }
+        let rank = (q.clamp(0.0, 1.0) * self.count as f64).max(1.0);
+        let mut below = 0u64;
+        for (i, &in_bucket) in self.buckets.iter().enumerate() {
+            if in_bucket > 0 && (below + in_bucket) as f64 >= rank {
+                let Some(&upper) = bounds.get(i) else { break };
+                let lower = if i == 0 { 0 } else { bounds[i - 1] };
+                let into = (rank - below as f64) / in_bucket as f64;
+                return lower as f64 + into * (upper - lower) as f64;
+            }
+            below += in_bucket;
+        }
+        bounds.last().copied().unwrap_or(0) as f64
+    }
 }
 
+/// The last completed stats interval of a histogram that only counts up: each reading after
+/// the interval has passed takes the difference from the snapshot at its start. Reading rolls
+/// the window (no background task).
 #[derive(Debug)]
-struct Window {
+pub struct RollingWindow {
+    interval: Duration,
     started: Option<Instant>,
-    /// The cumulative counts and sum when the current interval started.
+    /// Per-bucket counts and the sum when the current interval started.
     base: (Vec<u64>, u64),
     last: WindowReading,
 }
 
+impl RollingWindow {
+    pub fn new(buckets: usize, interval: Duration) -> Self {
+        let last = WindowReading { buckets: vec![0; buckets], count: 0, sum: 0 };
+        RollingWindow { interval, started: None, base: (vec![0; buckets], 0), last }
+    }
+
+    /// The last completed interval as of `now`, given the histogram's per-bucket counts and
+    /// sum now (all zero until one has completed; the first reading starts the first one).
+    pub fn read(&mut self, now: Instant, current: (Vec<u64>, u64)) -> WindowReading {
+        let due = match self.started {
+            None => {
+                self.started = Some(now);
+                self.base = current;
+                return self.last.clone();
+            }
+            Some(started) => now.saturating_duration_since(started) >= self.interval,
+        };
+        if due {
+            let buckets: Vec<u64> = current
+                .0
+                .iter()
+                .zip(&self.base.0)
+                .map(|(now, then)| now.saturating_sub(*then))
+                .collect();
+            let count = buckets.iter().sum();
+            let sum = current.1.saturating_sub(self.base.1);
+            self.last = WindowReading { buckets, count, sum };
+            self.base = current;
+            self.started = Some(now);
+        }
+        self.last.clone()
+    }
+}
+
+/// Pulsar's `StatsBuckets`: each bucket counts the values in its own range (not
+/// cumulative), and what is reported is the last completed stats interval, so a dashboard
+/// plots the values directly. Recording is one relaxed add per bucket and one for the sum.
+#[derive(Debug)]
+pub struct WindowedBuckets {
+    total: Histogram,
+    window: Mutex<RollingWindow>,
+}
+
 impl WindowedBuckets {
     pub fn new(bounds: &'static [u64]) -> Self {
-        let total = Histogram::new(bounds);
-        let zero = (vec![0; bounds.len() + 1], 0);
-        let last = WindowReading { buckets: vec![0; bounds.len() + 1], count: 0, sum: 0 };
-        WindowedBuckets { total, window: Mutex::new(Window { started: None, base: zero, last }) }
+        // The interval is given at each reading (a broker's can change); see `read`.
+        let window = RollingWindow::new(bounds.len() + 1, Duration::ZERO);
+        WindowedBuckets { total: Histogram::new(bounds), window: Mutex::new(window) }
     }
 
     pub fn record(&self, value: u64) {
@@ -100,39 +166,17 @@ impl WindowedBuckets {
         self.total.record_duration_us(elapsed);
     }
 
+    /// Everything recorded since creation (a Prometheus histogram's or summary's totals).
+    pub fn total(&self) -> &Histogram {
+        &self.total
+    }
+
     /// The last completed interval of length `interval` as of `now` (all zero until one
     /// has completed; the first reading starts the first interval).
     pub fn read(&self, now: Instant, interval: Duration) -> WindowReading {
         let mut window = self.window.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let due = match window.started {
-            None => {
-                window.started = Some(now);
-                window.base = self.snapshot();
-                false
-            }
-            Some(started) => now.saturating_duration_since(started) >= interval,
-        };
-        if due {
-            let current = self.snapshot();
-            let buckets: Vec<u64> = current
-                .0
-                .iter()
-                .zip(&window.base.0)
-                .map(|(now, then)| now.saturating_sub(*then))
-                .collect();
-            let count = buckets.iter().sum();
-            let sum = current.1.saturating_sub(window.base.1);
-            window.last = WindowReading { buckets, count, sum };
-            window.base = current;
-            window.started = Some(now);
-        }
-        window.last.clone()
-    }
-
-    /// Per-bucket (not cumulative) counts since creation, and the sum.
-    fn snapshot(&self) -> (Vec<u64>, u64) {
-        let counts = self.total.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-        (counts, self.total.sum.load(Ordering::Relaxed))
+        window.interval = interval;
+        window.read(now, self.total.snapshot())
     }
 }
 
@@ -171,5 +215,41 @@ mod tests {
         let second_window = w.read(t0 + second * 2, second);
         assert_eq!(second_window.buckets, vec![1, 0, 0, 0]);
         assert_eq!(w.read(t0 + second * 3, second).count, 0, "an idle interval reads zero");
+    }
+
+    #[test]
+    fn quantiles_interpolate_inside_the_bucket_that_holds_the_rank() {
+        let reading = |buckets: Vec<u64>| {
+            let count = buckets.iter().sum();
+            WindowReading { buckets, count, sum: 0 }
+        };
+        let empty = reading(vec![0, 0, 0, 0]);
+        assert_eq!(empty.quantile(BOUNDS, 0.5), 0.0, "nothing recorded reads zero");
+        // 10 values in (10, 100]: the median is half-way through that bucket.
+        let middle = reading(vec![0, 10, 0, 0]);
+        assert_eq!(middle.quantile(BOUNDS, 0.5), 55.0);
+        assert_eq!(middle.quantile(BOUNDS, 1.0), 100.0, "the maximum is the bucket's bound");
+        // 90 values up to 10, 10 in (100, 1000]: p50 in the first bucket, p99 in the third.
+        let split = reading(vec![90, 0, 10, 0]);
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(near(split.quantile(BOUNDS, 0.5), 50.0 / 90.0 * 10.0));
+        assert!(near(split.quantile(BOUNDS, 0.99), 100.0 + 0.9 * 900.0));
+        let over = reading(vec![1, 0, 0, 1]);
+        assert_eq!(over.quantile(BOUNDS, 1.0), 1000.0, "overflow reads as the last bound");
+        assert_eq!(over.quantile(BOUNDS, 0.0), 10.0, "the lowest rank is the first value");
+    }
+
+    #[test]
+    fn a_rolling_window_over_a_cumulative_histogram_reads_what_came_in_the_last_interval() {
+        let h = Histogram::new(BOUNDS);
+        let second = Duration::from_secs(1);
+        let mut window = RollingWindow::new(BOUNDS.len() + 1, second);
+        let t0 = Instant::now();
+        h.record(5000);
+        assert_eq!(window.read(t0, h.snapshot()).count, 0, "the first reading starts it");
+        h.record(50);
+        let first = window.read(t0 + second, h.snapshot());
+        assert_eq!(first.buckets, vec![0, 1, 0, 0], "the value before the start is not in it");
+        assert_eq!(window.read(t0 + second * 2, h.snapshot()).count, 0, "idle: zero");
     }
 }

@@ -19,7 +19,7 @@
 //! failed accepts nothing more. A restart recovers what is durable.
 
 use crate::space::DiskSpace;
-use crate::stats::NodeStats;
+use crate::stats::{NodeStats, Op};
 use crate::store::{read_local, Completion, CompletionSink, NodeStorage};
 use bytes::BytesMut;
 use magnetar_ledger::LedgerStore;
@@ -30,10 +30,10 @@ use magnetar_replication::node::{NodeAction, NodeCore, Peer, Token};
 use magnetar_replication::wire::{self, Message, NodeStatus};
 use magnetar_replication::{LedgerId, NodeId};
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -72,6 +72,8 @@ enum Input {
         peer: Peer,
         request: RequestId,
         message: Message,
+        /// When the reader decoded it (request latency counts the wait for the node task).
+        received_at: Instant,
     },
 }
 
@@ -102,6 +104,8 @@ pub async fn serve(
         state: Mutex::new(State {
             core: NodeCore::new(),
             peers: BTreeMap::new(),
+            unanswered: HashMap::new(),
+            stats: stats.clone(),
             done: BTreeMap::new(),
             next_release: 0,
             failed: false,
@@ -221,7 +225,9 @@ async fn connection(stream: TcpStream, peer: Peer, inputs: mpsc::Sender<Input>) 
         loop {
             match wire::decode(&mut buf) {
                 Ok(Some((request, message))) => {
-                    if inputs.send(Input::Frame { peer, request, message }).await.is_err() {
+                    let received_at = Instant::now();
+                    let frame = Input::Frame { peer, request, message, received_at };
+                    if inputs.send(frame).await.is_err() {
                         break 'read;
                     }
                 }
@@ -250,6 +256,9 @@ struct Shared {
 struct State {
     core: NodeCore,
     peers: BTreeMap<Peer, Arc<DirectWriter>>,
+    /// Adds and reads not yet answered, for their latency.
+    unanswered: HashMap<(Peer, RequestId), (Op, Instant)>,
+    stats: Arc<NodeStats>,
     /// Completions that arrived ahead of an earlier token's.
     done: BTreeMap<Token, Result<(), ErrorCode>>,
     next_release: Token,
@@ -258,7 +267,36 @@ struct State {
 }
 
 impl State {
+    /// `request` is an add or a read whose latency is measured from `received_at`.
+    fn received(&mut self, peer: Peer, request: RequestId, op: Op, received_at: Instant) {
+        self.stats.started(op);
+        if let Some((op, _)) = self.unanswered.insert((peer, request), (op, received_at)) {
+            self.stats.abandoned(op); // a request id reused while in flight: time the new one
+        }
+    }
+
+    /// `response` answers `request`: its latency, if measured, ends now.
+    fn answered(&mut self, peer: Peer, request: RequestId, response: &Response) {
+        if let Some((op, received_at)) = self.unanswered.remove(&(peer, request)) {
+            self.stats.finished(op, received_at, response);
+        }
+    }
+
+    fn disconnected(&mut self, peer: Peer) {
+        self.peers.remove(&peer);
+        let stats = &self.stats;
+        self.unanswered.retain(|&(of, _), &mut (op, _)| {
+            if of == peer {
+                stats.abandoned(op);
+            }
+            of != peer
+        });
+    }
+
     fn send(&mut self, peer: Peer, request: RequestId, message: &Message) {
+        if let Message::Response(response) = message {
+            self.answered(peer, request, response);
+        }
         let Some(writer) = self.peers.get(&peer) else { return };
         let mut frame = BytesMut::new();
         wire::encode(request, message, &mut frame);
@@ -355,6 +393,7 @@ impl NodeTask {
                 if let Err(e) = self.storage.delete(ledger).await {
                     tracing::warn!(ledger, error = %e, "deleted ledger not freed");
                 } else {
+                    self.stats.ledger_deleted();
                     tracing::info!(ledger, "deleted ledger freed");
                 }
             }
@@ -362,25 +401,34 @@ impl NodeTask {
                 self.shared.state.lock().peers.insert(peer, writer);
             }
             Input::Disconnected { peer } => {
-                self.shared.state.lock().peers.remove(&peer);
+                self.shared.state.lock().disconnected(peer);
             }
             Input::Frame {
                 peer,
                 request,
                 message: Message::Request(Request::Add { ledger, recovery: false, .. }),
+                received_at,
             } if self.space.is_read_only() => {
                 self.stats.refused_add();
                 let response = Response::Error { ledger, code: ErrorCode::Io };
-                self.shared.state.lock().send(peer, request, &Message::Response(response));
+                let mut state = self.shared.state.lock();
+                state.received(peer, request, Op::Add, received_at);
+                state.send(peer, request, &Message::Response(response));
             }
-            Input::Frame { peer, request, message: Message::Request(body) } => {
+            Input::Frame { peer, request, message: Message::Request(body), received_at } => {
                 self.stats.request(&body);
                 let mut actions = std::mem::take(&mut self.actions);
-                self.shared.state.lock().core.handle(peer, request, body, &mut actions);
+                {
+                    let mut state = self.shared.state.lock();
+                    if let Some(op) = Op::of(&body) {
+                        state.received(peer, request, op, received_at);
+                    }
+                    state.core.handle(peer, request, body, &mut actions);
+                }
                 self.execute(&mut actions).await;
                 self.actions = actions;
             }
-            Input::Frame { peer, request, message: Message::StatusRequest } => {
+            Input::Frame { peer, request, message: Message::StatusRequest, .. } => {
                 let status = NodeStatus {
                     node: self.node,
                     free_bytes: self.space.free(),
@@ -415,10 +463,19 @@ impl NodeTask {
                         self.shared.state.lock().send(peer, request, &Message::Response(response));
                         continue;
                     };
-                    let Some(writer) = self.shared.state.lock().peers.get(&peer).cloned() else {
+                    let (writer, timed) = {
+                        let mut state = self.shared.state.lock();
+                        let timed = state.unanswered.remove(&(peer, request));
+                        (state.peers.get(&peer).cloned(), timed)
+                    };
+                    let Some(writer) = writer else {
+                        if let Some((op, _)) = timed {
+                            self.stats.abandoned(op);
+                        }
                         continue;
                     };
                     let store = self.storage.store().clone();
+                    let stats = self.stats.clone();
                     tokio::task::spawn_blocking(move || {
                         let response = match read_local(&store, ledger, local) {
                             Ok(Some(data)) => Response::Entry { ledger, entry, lac, data },
@@ -428,9 +485,15 @@ impl NodeTask {
                                 Response::Error { ledger, code: ErrorCode::Io }
                             }
                         };
+                        let message = Message::Response(response);
                         let mut frame = BytesMut::new();
-                        wire::encode(request, &Message::Response(response), &mut frame);
+                        wire::encode(request, &message, &mut frame);
                         let _ = writer.send(&frame);
+                        if let (Some((op, received_at)), Message::Response(response)) =
+                            (timed, &message)
+                        {
+                            stats.finished(op, received_at, response);
+                        }
                     });
                 }
             }
