@@ -17,8 +17,11 @@ pub struct Stream {
     messages: AtomicU64,
     bytes: AtomicU64,
     errors: AtomicU64,
+    /// Messages recorded during warm-up (not in the figures; told when a run failed, which
+    /// may have been after them).
+    warmup_messages: AtomicU64,
     histograms: Mutex<Histograms>,
-    /// Off during warm-up: nothing is counted.
+    /// Off during warm-up: nothing is counted but `warmup_messages`.
     measuring: AtomicBool,
 }
 
@@ -35,7 +38,10 @@ pub struct StreamSummary {
     pub name: &'static str,
     pub messages: u64,
     pub bytes: u64,
+    /// Failures since the start, warm-up included.
     pub errors: u64,
+    /// Messages done during warm-up, before `messages` were counted.
+    pub warmup_messages: u64,
     pub seconds: f64,
     pub msg_per_s: f64,
     pub mb_per_s: f64,
@@ -50,6 +56,7 @@ impl Stream {
             messages: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            warmup_messages: AtomicU64::new(0),
             histograms: Mutex::new(Histograms {
                 interval: latency::histogram(),
                 total: latency::histogram(),
@@ -61,6 +68,7 @@ impl Stream {
     /// Counts one message of `bytes` and, if known, its latency.
     pub fn record(&self, bytes: usize, elapsed: Option<Duration>) {
         if !self.measuring.load(Ordering::Relaxed) {
+            self.warmup_messages.fetch_add(1, Ordering::Relaxed);
             return;
         }
         self.messages.fetch_add(1, Ordering::Relaxed);
@@ -72,10 +80,11 @@ impl Stream {
 
     /// Counts messages of `bytes` each, one per latency, under one lock.
     pub fn record_all(&self, bytes: usize, latencies: impl ExactSizeIterator<Item = Duration>) {
+        let n = latencies.len() as u64;
         if !self.measuring.load(Ordering::Relaxed) {
+            self.warmup_messages.fetch_add(n, Ordering::Relaxed);
             return;
         }
-        let n = latencies.len() as u64;
         self.messages.fetch_add(n, Ordering::Relaxed);
         self.bytes.fetch_add(n * bytes as u64, Ordering::Relaxed);
         let mut histograms = self.lock();
@@ -135,6 +144,7 @@ impl Stream {
             messages,
             bytes,
             errors: self.errors.load(Ordering::Relaxed),
+            warmup_messages: self.warmup_messages.load(Ordering::Relaxed),
             seconds,
             msg_per_s: per_s(messages),
             mb_per_s: per_s(bytes) / 1e6,
@@ -226,6 +236,13 @@ pub fn print_summary(summaries: &[StreamSummary]) {
         if let Some(latency) = &s.latency {
             println!("  latency: {latency}");
         }
+        if s.errors > 0 && s.warmup_messages > 0 {
+            // Errors count from the start; a run that failed early is not a run that did nothing.
+            println!(
+                "  warm-up: {} messages before measuring began (not counted above)",
+                s.warmup_messages
+            );
+        }
     }
 }
 
@@ -258,6 +275,7 @@ mod tests {
     fn nothing_counts_before_start_and_summary_has_rates() {
         let s = Stream::new("publish");
         s.record(100, Some(Duration::from_millis(1)));
+        s.record_all(100, [Duration::from_millis(1); 2].into_iter());
         assert_eq!(s.messages(), 0, "warm-up messages must not count");
         let mut r = Reporter::new(vec![&s], true);
         r.start();
@@ -271,6 +289,7 @@ mod tests {
         let summary = &r.summaries()[0];
         assert_eq!(summary.messages, 12);
         assert_eq!(summary.bytes, 1200);
+        assert_eq!(summary.warmup_messages, 3, "told apart, for a run that failed after them");
         let latency = summary.latency.expect("latencies were recorded");
         assert!((1900..=2100).contains(&latency.p50_us), "{latency:?}");
         assert!((49_000..=51_000).contains(&latency.max_us), "{latency:?}");
