@@ -60,6 +60,12 @@ pub struct ClientOptions {
     pub tls_trust_certs_file: Option<std::path::PathBuf>,
     /// A token sent at CONNECT (`auth_method_name` `token`).
     pub auth_token: Option<String>,
+    /// How long creating a producer or subscribing retries errors that may pass (a broker not
+    /// ready, storage unavailable, a dropped connection) before failing with the last one
+    /// (the official clients' `operationTimeout`) [`DEFAULT_OPERATION_TIMEOUT`: 30 s].
+    ///
+    /// [`DEFAULT_OPERATION_TIMEOUT`]: crate::DEFAULT_OPERATION_TIMEOUT
+    pub operation_timeout: Option<std::time::Duration>,
 }
 
 #[derive(Debug)]
@@ -71,6 +77,7 @@ pub(crate) struct ClientInner {
     /// How `pulsar+ssl://` brokers are verified (None: plain `pulsar://` only).
     tls: Option<Arc<rustls::ClientConfig>>,
     next_id: AtomicU64,
+    operation_timeout: std::time::Duration,
 }
 
 /// Where a topic is served.
@@ -143,6 +150,8 @@ impl Client {
             None => None,
         };
         let auth_token = options.auth_token;
+        let operation_timeout =
+            options.operation_timeout.unwrap_or(crate::error::DEFAULT_OPERATION_TIMEOUT);
         socket_address(&service_url)?;
         let client = Client {
             inner: Arc::new(ClientInner {
@@ -151,10 +160,16 @@ impl Client {
                 pool: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
                 tls,
+                operation_timeout,
             }),
         };
         client.connection(&client.inner.service_url.clone()).await?;
         Ok(client)
+    }
+
+    /// How long creating a producer or subscribing retries ([`ClientOptions::operation_timeout`]).
+    pub(crate) fn operation_timeout(&self) -> std::time::Duration {
+        self.inner.operation_timeout
     }
 
     /// The service URL given to [`Client::connect`].

@@ -262,7 +262,13 @@ impl Consumer {
         };
         for (part_topic, _) in client.topic_partitions(topic).await? {
             let consumer_id = client.next_id();
-            let conn = consumer.attach(consumer_id, &part_topic, consumer.options.start).await?;
+            let mut retry = crate::error::Retry::new(client.operation_timeout());
+            let conn = loop {
+                match consumer.attach(consumer_id, &part_topic, consumer.options.start).await {
+                    Ok(conn) => break conn,
+                    Err(error) => retry.after(error).await?,
+                }
+            };
             consumer
                 .parts
                 .insert(consumer_id, Part { topic: part_topic, conn, used: 0, last: None });

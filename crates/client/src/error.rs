@@ -55,6 +55,33 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether creating a producer or consumer again may succeed: what the official clients
+    /// retry until their operation timeout (a broker not ready, storage unavailable, a lost
+    /// connection), as against what will not change by asking again (bad credentials, no such
+    /// topic, a busy producer name, a refused schema, quotas, a terminated topic).
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Error::Io(_) | Error::Disconnected | Error::Timeout(_) => true,
+            Error::Server { code: None, .. } => true,
+            Error::Server { code: Some(code), .. } => matches!(
+                code,
+                ServerError::UnknownError
+                    | ServerError::MetadataError
+                    | ServerError::PersistenceError
+                    | ServerError::ServiceNotReady
+                    | ServerError::TooManyRequests
+            ),
+            Error::InvalidUrl(_)
+            | Error::Config(_)
+            | Error::Protocol(_)
+            | Error::Compression(_)
+            | Error::Encode(_)
+            | Error::Closed
+            | Error::MessageTooLarge { .. }
+            | Error::TooManyRedirects(_) => false,
+        }
+    }
+
     pub(crate) fn server(code: i32, message: impl Into<String>) -> Self {
         Error::Server { code: ServerError::try_from(code).ok(), message: message.into() }
     }
@@ -80,6 +107,40 @@ impl Error {
             }
             Error::TooManyRedirects(s) => Error::TooManyRedirects(s.clone()),
         }
+    }
+}
+
+/// How long the official clients keep retrying the creation of a producer or consumer (their
+/// `operationTimeout`), unless [`ClientOptions::operation_timeout`](crate::ClientOptions) says.
+pub const DEFAULT_OPERATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Retries of a first attach (PRODUCER or SUBSCRIBE): after a retriable error, wait (100 ms
+/// doubling to 2 s) and go on until the operation timeout; any other error, or one past the
+/// timeout, is the answer.
+pub(crate) struct Retry {
+    deadline: tokio::time::Instant,
+    backoff: std::time::Duration,
+}
+
+impl Retry {
+    pub(crate) fn new(timeout: std::time::Duration) -> Self {
+        Retry {
+            deadline: tokio::time::Instant::now() + timeout,
+            backoff: std::time::Duration::from_millis(100),
+        }
+    }
+
+    /// Waits before the next attempt after `error`, or hands `error` back as final.
+    pub(crate) async fn after(&mut self, error: Error) -> Result<()> {
+        let next = tokio::time::Instant::now() + self.backoff;
+        if !error.is_retriable() || next > self.deadline {
+            return Err(error);
+        }
+        tracing::debug!(%error, "retrying after a retriable error");
+        // Backoff between attempts, not synchronisation.
+        tokio::time::sleep_until(next).await;
+        self.backoff = (self.backoff * 2).min(std::time::Duration::from_secs(2));
+        Ok(())
     }
 }
 

@@ -14,6 +14,10 @@
 //! * [`Reader`]: reads a topic from a [`MessageId`] without a durable
 //!   subscription.
 //!
+//! Creating a producer or subscribing retries what may pass (a broker not ready, storage
+//! unavailable, a dropped connection: [`Error::is_retriable`]) for up to
+//! [`ClientOptions::operation_timeout`] (30 s), as the official clients do.
+//!
 //! ```no_run
 //! # async fn demo() -> magnetar_client::Result<()> {
 //! use magnetar_client::{Client, MessageId, ProducerMessage};
@@ -43,7 +47,7 @@ pub use client::{full_topic_name, partition_topic_name, Client, ClientOptions, L
 pub use compression::{Compression, MAX_UNCOMPRESSED_SIZE};
 pub use connection::PROTOCOL_VERSION;
 pub use consumer::{Consumer, ConsumerBuilder, InitialPosition, Reader, ReaderBuilder, SubType};
-pub use error::{Error, Result};
+pub use error::{Error, Result, DEFAULT_OPERATION_TIMEOUT};
 pub use hash::{murmur3_32, partition_for_key};
 pub use message::{Message, MessageId, ProducerMessage};
 pub use producer::{

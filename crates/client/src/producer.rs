@@ -224,7 +224,10 @@ impl ProducerBuilder {
                 pending.clone(),
                 intake.clone(),
             );
-            actor.connect().await?;
+            let mut retry = crate::error::Retry::new(self.client.operation_timeout());
+            while let Err(error) = actor.connect().await {
+                retry.after(error).await?;
+            }
             tokio::spawn(actor.run());
             handles.push(Handle { topic, intake });
         }

@@ -354,10 +354,15 @@ async fn a_broker_cut_off_from_etcd_is_not_ready_until_it_registers_again() {
     let first = observer.get(&key).await.unwrap().unwrap();
     broker.wait_status("/admin/v2/brokers/ready", 200).await;
 
+    // Creating a producer retries ServiceNotReady until the operation timeout (as the
+    // official clients do): short here, so the refusal below is seen.
+    let options = magnetar_client::ClientOptions {
+        operation_timeout: Some(Duration::from_secs(1)),
+        ..Default::default()
+    };
+    let url = format!("pulsar://127.0.0.1:{}", broker.broker_port);
     let client =
-        magnetar_client::Client::connect(&format!("pulsar://127.0.0.1:{}", broker.broker_port))
-            .await
-            .expect("connect");
+        magnetar_client::Client::connect_with_options(url, options).await.expect("connect");
     let loaded =
         within("producer", WAIT, client.producer("loaded").create()).await.expect("producer");
     within("send", WAIT, loaded.send("before")).await.expect("send before");

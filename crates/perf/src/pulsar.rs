@@ -350,6 +350,7 @@ async fn connect(target: &Target) -> anyhow::Result<Client> {
     let options = magnetar_client::ClientOptions {
         tls_trust_certs_file: target.tls_trust_certs_file.clone(),
         auth_token: target.auth_token.clone(),
+        ..Default::default()
     };
     Client::connect_with_options(target.service_url.clone(), options)
         .await
