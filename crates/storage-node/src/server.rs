@@ -16,7 +16,9 @@
 //!
 //! A journal write or flush that fails ends the node: it answers nothing more (every add
 //! still waiting fails with its connection) and `serve` returns the error, as a journal that
-//! failed accepts nothing more. A restart recovers what is durable.
+//! failed accepts nothing more. A restart recovers what is durable. A journal out of disk is
+//! not a failure: the adds it could not write are answered with an error and the node turns
+//! read-only at once (`store.rs` keeps the runs they belonged to from taking more).
 
 use crate::space::DiskSpace;
 use crate::stats::{NodeStats, Op};
@@ -112,6 +114,7 @@ pub async fn serve(
         }),
         deferred: deferred_tx,
         failures: failures_tx,
+        space: space.clone(),
     });
     let sink: CompletionSink = {
         let shared = shared.clone();
@@ -251,6 +254,8 @@ struct Shared {
     deferred: mpsc::UnboundedSender<NodeAction>,
     /// The journal failed: why (`serve` returns it).
     failures: mpsc::UnboundedSender<String>,
+    /// Told when the journal runs out of disk before a measurement sees it.
+    space: Arc<DiskSpace>,
 }
 
 struct State {
@@ -320,6 +325,10 @@ impl Shared {
             state.failed = true;
             let _ = self.failures.send(why);
             return;
+        }
+        if completion.disk_full && !self.space.is_read_only() {
+            tracing::warn!("the journal is out of disk: adds fail here until space is freed");
+            self.space.journal_full();
         }
         state.done.insert(completion.token, completion.result);
         let mut actions = Vec::new();

@@ -73,6 +73,14 @@ impl DiskSpace {
         self.changed.notify_one();
     }
 
+    /// The journal could not get space before a measurement saw it short: read-only at once
+    /// (unless read-only mode is off), until measurements show twice the threshold free.
+    pub fn journal_full(&self) {
+        if self.min_free > 0 {
+            self.observe(0);
+        }
+    }
+
     /// Resolves at the next change of mode (or at once, if one came since the last call). One
     /// waiter: the registration task.
     pub async fn changed(&self) {

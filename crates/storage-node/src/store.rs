@@ -15,6 +15,12 @@
 //! * Fences go to one local ledger of their own ([`FENCE_LOG`]): `ledger, epoch` records,
 //!   read back whole at start. They are appended to the same journal as the entries, so a
 //!   fence becomes durable after every add staged before it.
+//! * A journal out of disk (ENOSPC preparing its next segment) fails what it had queued and
+//!   goes on: those adds are answered with an I/O error (the writers move on to other
+//!   nodes), the node turns read-only, and a ledger with a failed add takes no more adds
+//!   here (its run would have a hole). A resend of an add still in flight is answered with
+//!   that add's outcome, never "stored" on its own: after a failure that would claim an
+//!   entry the node does not have. Any other journal error ends the node.
 //! * Every record is staged at once and reported to the completion sink by the journal's
 //!   completion thread, in staging order (a record refused at once is reported at once, from
 //!   the staging call). Entries are written once the node task commits its batch
@@ -22,11 +28,13 @@
 //!   committing thread itself.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use magnetar_journal::JournalError;
 use magnetar_ledger::{Commit, LedgerError, LedgerStore};
 use magnetar_replication::message::ErrorCode;
 use magnetar_replication::node::{LedgerSummary, Record, Token};
 use magnetar_replication::{EntryId, Epoch, LedgerId};
-use std::collections::BTreeMap;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Where records' outcomes go: called on the journal's completion thread, or from
@@ -50,19 +58,37 @@ pub struct Completion {
     pub result: Result<(), ErrorCode>,
     /// The log itself failed: the node must stop.
     pub fatal: Option<String>,
+    /// The journal ran out of disk (not fatal: the node turns read-only).
+    pub disk_full: bool,
 }
 
 impl Completion {
     fn now(token: Token, result: Result<(), ErrorCode>) -> Completion {
-        Completion { token, result, fatal: None }
+        Completion { token, result, fatal: None, disk_full: false }
     }
 
-    fn of(token: Token, result: Result<u64, LedgerError>) -> Completion {
+    fn of(token: Token, result: &Result<u64, LedgerError>) -> Completion {
         match result {
             Ok(_) => Completion::now(token, Ok(())),
-            Err(e) => Completion { token, result: Err(ErrorCode::Io), fatal: Some(e.to_string()) },
+            Err(LedgerError::Journal(JournalError::DiskFull(_))) => {
+                Completion { disk_full: true, ..Completion::now(token, Err(ErrorCode::Io)) }
+            }
+            // An add after one that failed for want of disk (the ledger stopped at it).
+            Err(LedgerError::Failed { .. }) => Completion::now(token, Err(ErrorCode::Io)),
+            Err(e) => Completion {
+                fatal: Some(e.to_string()),
+                ..Completion::now(token, Err(ErrorCode::Io))
+            },
         }
     }
+}
+
+/// Adds staged and not yet settled, with the tokens of resends waiting on each; and where
+/// each ledger's run failed. Shared with the journal's completion thread.
+#[derive(Default)]
+struct Unsettled {
+    adds: HashMap<(LedgerId, EntryId), Vec<Token>>,
+    failed_from: HashMap<LedgerId, EntryId>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +112,7 @@ pub struct NodeStorage {
     store: Arc<LedgerStore>,
     runs: BTreeMap<LedgerId, Run>,
     completions: CompletionSink,
+    unsettled: Arc<Mutex<Unsettled>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -158,7 +185,8 @@ impl NodeStorage {
                 }
             }
         }
-        Ok((NodeStorage { store, runs, completions }, summaries))
+        let unsettled = Arc::default();
+        Ok((NodeStorage { store, runs, completions, unsettled }, summaries))
     }
 
     pub fn store(&self) -> &Arc<LedgerStore> {
@@ -199,9 +227,20 @@ impl NodeStorage {
             }
         };
         if entry >= run.first && entry < run.next {
-            // A resend of an entry staged before: answered once what precedes it is durable.
-            (self.completions)(Completion::now(token, Ok(())));
+            // A resend of an entry staged before: answered with that add's outcome (tokens
+            // are released in order, so after what precedes it).
+            let mut unsettled = self.unsettled.lock();
+            if unsettled.failed_from.get(&ledger).is_some_and(|&failed| failed <= entry) {
+                return Err(ErrorCode::Io);
+            }
+            match unsettled.adds.get_mut(&(ledger, entry)) {
+                Some(waiting) => waiting.push(token),
+                None => (self.completions)(Completion::now(token, Ok(()))), // durable
+            }
             return Ok(());
+        }
+        if self.unsettled.lock().failed_from.contains_key(&ledger) {
+            return Err(ErrorCode::Io); // the run stopped at a failed add: no hole after it
         }
         if entry != run.next {
             tracing::warn!(
@@ -219,13 +258,30 @@ impl NodeStorage {
             false => data,
         };
         let completions = self.completions.clone();
+        let unsettled = self.unsettled.clone();
         let callback = Box::new(move |result: Result<u64, LedgerError>| {
-            completions(Completion::of(token, result));
+            // The store has recorded the outcome before this runs, so a resend that finds the
+            // add unsettled (under this lock) is answered here.
+            let resends = {
+                let mut unsettled = unsettled.lock();
+                if result.is_err() {
+                    let failed = unsettled.failed_from.entry(ledger).or_insert(entry);
+                    *failed = (*failed).min(entry);
+                }
+                unsettled.adds.remove(&(ledger, entry)).unwrap_or_default()
+            };
+            completions(Completion::of(token, &result));
+            for resend in resends {
+                completions(Completion { fatal: None, ..Completion::of(resend, &result) });
+            }
         });
-        self.store.append_at(ledger, local, stored, callback, Commit::Caller).map_err(|e| {
+        self.unsettled.lock().adds.insert((ledger, entry), Vec::new());
+        let staged = self.store.append_at(ledger, local, stored, callback, Commit::Caller);
+        if let Err(e) = staged {
+            self.unsettled.lock().adds.remove(&(ledger, entry));
             tracing::warn!(ledger, entry, error = %e, "add refused by the ledger store");
-            ErrorCode::Io
-        })?;
+            return Err(ErrorCode::Io);
+        }
         self.runs.get_mut(&ledger).expect("present").next = entry + 1;
         Ok(())
     }
@@ -276,7 +332,7 @@ impl NodeStorage {
         record.put_u64(epoch);
         let completions = self.completions.clone();
         let callback = Box::new(move |result: Result<u64, LedgerError>| {
-            completions(Completion::of(token, result));
+            completions(Completion::of(token, &result));
         });
         self.store.append_with(FENCE_LOG, record.freeze(), callback).map_err(|_| ErrorCode::Io)?;
         Ok(())
@@ -294,6 +350,7 @@ impl NodeStorage {
     pub async fn delete(&mut self, ledger: LedgerId) -> Result<(), LedgerError> {
         assert_ne!(ledger, FENCE_LOG, "the fence log is never collected");
         self.runs.remove(&ledger);
+        self.unsettled.lock().failed_from.remove(&ledger);
         match self.store.delete_ledger(ledger).await {
             Ok(()) | Err(LedgerError::NoSuchLedger(_)) => Ok(()),
             Err(e) => Err(e),
@@ -402,6 +459,94 @@ mod tests {
         let at = storage.locate(7, 11).expect("held");
         let data = read_local(storage.store(), 7, at).expect("read").expect("durable");
         assert_eq!(&data[..], &[11, 11, 11], "the data as sent, without its LAC");
+    }
+
+    /// What the completion sink saw of one record.
+    type Seen = (Token, Result<(), ErrorCode>, bool, bool);
+
+    fn recorder() -> (CompletionSink, mpsc::Receiver<Seen>) {
+        let (done, seen) = mpsc::channel();
+        let sink: CompletionSink = Arc::new(move |c: Completion| {
+            let _ = done.send((c.token, c.result, c.fatal.is_some(), c.disk_full));
+        });
+        (sink, seen)
+    }
+
+    fn next(seen: &mpsc::Receiver<Seen>) -> Seen {
+        seen.recv_timeout(Duration::from_secs(10)).expect("every record is reported")
+    }
+
+    fn page(ledger: LedgerId, entry: EntryId) -> Record {
+        let data = Bytes::from(vec![entry as u8; 4096]);
+        Record::Entry { ledger, entry, lac: None, recovery: false, data }
+    }
+
+    #[tokio::test]
+    async fn a_full_disk_fails_adds_without_stopping_the_node_and_their_run_takes_no_more() {
+        use magnetar_journal::sim::{Faults, SimStorage};
+        use magnetar_journal::JournalConfig;
+        let storage = SimStorage::new(11);
+        let config = LedgerStoreConfig {
+            journal: JournalConfig {
+                segment_size_bytes: 256 << 10,
+                max_group_bytes: 64 << 10,
+                ..JournalConfig::default()
+            },
+            ..LedgerStoreConfig::default()
+        };
+        let store = LedgerStore::open_with_storage(config, Arc::new(storage.clone())).unwrap().0;
+        let (sink, seen) = recorder();
+        let (mut node, _) = NodeStorage::open(Arc::new(store), sink).expect("opens");
+        node.persist(0, page(7, 0)).await;
+        node.commit();
+        assert_eq!(next(&seen), (0, Ok(()), false, false), "the run and a segment exist");
+        // The disk fills: the journal's next segment cannot be created.
+        storage.set_faults(Faults {
+            capacity_bytes: Some(storage.used_bytes() + 4096),
+            ..Faults::default()
+        });
+        // Each add is sent twice before it is written (a writer resending after reconnecting):
+        // the resend is answered with the add's outcome.
+        let mut token = 1;
+        let mut failed = None;
+        for entry in 1..1_000 {
+            node.persist(token, page(7, entry)).await;
+            node.persist(token + 1, page(7, entry)).await;
+            node.commit();
+            let (first, resend) = (next(&seen), next(&seen));
+            assert_eq!((first.0, resend.0), (token, token + 1), "in token order");
+            token += 2;
+            match first.1 {
+                Ok(()) => assert_eq!(resend.1, Ok(()), "entry {entry}: durable, so is its resend"),
+                Err(code) => {
+                    assert_eq!(code, ErrorCode::Io);
+                    assert!(!first.2 && first.3, "entry {entry}: disk full, not fatal: {first:?}");
+                    assert_eq!(resend.1, Err(ErrorCode::Io), "a resend is not stored on its own");
+                    failed = Some(entry);
+                    break;
+                }
+            }
+        }
+        let failed = failed.expect("the disk filled up");
+        assert!(failed > 0, "entries were written before the disk filled");
+        // Space comes back. The failed ledger takes nothing more here (no hole after the
+        // failure), neither the failed entry again nor the next; what was durable reads back.
+        storage.set_faults(Faults::default());
+        for (t, entry) in [(token, failed), (token + 1, failed + 1)] {
+            node.persist(t, page(7, entry)).await;
+            node.commit();
+            assert_eq!(next(&seen).1, Err(ErrorCode::Io), "entry {entry} refused");
+        }
+        let before = node.locate(7, failed - 1).expect("held");
+        let data = read_local(node.store(), 7, before).unwrap().expect("durable");
+        assert_eq!(data[0], (failed - 1) as u8);
+        if let Some(at) = node.locate(7, failed) {
+            assert_eq!(read_local(node.store(), 7, at).unwrap(), None, "not durable");
+        }
+        // Another ledger is written: the node goes on.
+        node.persist(token + 2, page(8, 0)).await;
+        node.commit();
+        assert_eq!(next(&seen), (token + 2, Ok(()), false, false));
     }
 
     #[test]
