@@ -10,7 +10,7 @@
 //! task: no writer-task hop on an add's way out.
 
 use bytes::BytesMut;
-use magnetar_metadata::MetadataStore;
+use magnetar_metadata::{Event, EventKind, MetadataStore, WatchEvent, WatchStream};
 use magnetar_net::DirectWriter;
 use magnetar_replication::message::{Request, Response};
 use magnetar_replication::placement::{NodeInfo, Registration};
@@ -56,28 +56,74 @@ impl Nodes {
             else {
                 continue; // gone since the listing
             };
-            match serde_json::from_slice::<Registration>(&value.value) {
-                Ok(registration) => {
-                    live.insert(NodeId(id), registration);
-                }
-                Err(e) => {
-                    tracing::warn!(node = id, error = %e, "unreadable storage node registration")
-                }
+            if let Some(registration) = parse_registration(id, &value.value) {
+                live.insert(NodeId(id), registration);
             }
         }
         *self.live.write() = live;
         Ok(())
     }
 
-    /// Refreshes the registrations every `period` until the returned task is aborted.
+    /// Applies one change of a registration (a node registered, re-registered with new free
+    /// space or read-only, or its key went with its lease).
+    async fn apply(&self, event: &Event) -> Result<(), magnetar_metadata::MetadataError> {
+        let id = event
+            .key
+            .strip_prefix(magnetar_model::keys::STORAGE_NODES_ROOT)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .and_then(|id| id.parse::<u64>().ok());
+        let Some(id) = id else { return Ok(()) };
+        let registration = match event.kind {
+            EventKind::Delete => None,
+            EventKind::Put { .. } => match self.metadata.get(&event.key).await? {
+                Some(value) => parse_registration(id, &value.value),
+                None => None, // deleted since
+            },
+        };
+        let mut live = self.live.write();
+        match registration {
+            Some(registration) => live.insert(NodeId(id), registration),
+            None => live.remove(&NodeId(id)),
+        };
+        Ok(())
+    }
+
+    /// Keeps the registrations current until the returned task is aborted: a change is
+    /// applied as soon as a watch reports it (a node registering to replace a failed or full
+    /// one is placed at once, not at the next period: writers that need a replacement then
+    /// find it), and everything is re-read every `period` anyway and after a lagging or lost
+    /// watch.
     pub fn refresh_every(self: &Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
         let nodes = Arc::downgrade(self);
+        let metadata = self.metadata.clone();
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(period);
+            let mut watch: Option<WatchStream> = None;
             loop {
-                ticks.tick().await;
+                if watch.is_none() {
+                    let prefix = format!("{}/", magnetar_model::keys::STORAGE_NODES_ROOT);
+                    match metadata.watch(&prefix).await {
+                        Ok(stream) => watch = Some(stream),
+                        Err(e) => tracing::warn!(error = %e, "no watch on storage nodes; polling"),
+                    }
+                }
+                let change = tokio::select! {
+                    _ = ticks.tick() => None,
+                    event = next_event(&mut watch) => match event {
+                        Some(WatchEvent::Changed(event)) => Some(event),
+                        Some(WatchEvent::Lagged) => None, // re-read everything
+                        None => {
+                            watch = None; // the stream ended: set up another, re-read now
+                            None
+                        }
+                    },
+                };
                 let Some(nodes) = nodes.upgrade() else { return };
-                if let Err(e) = nodes.refresh().await {
+                let refreshed = match &change {
+                    Some(event) => nodes.apply(event).await,
+                    None => nodes.refresh().await,
+                };
+                if let Err(e) = refreshed {
                     tracing::warn!(error = %e, "storage node registrations not refreshed");
                 }
             }
@@ -193,5 +239,24 @@ impl Connection {
         };
         write.abort();
         self.fail(&why);
+    }
+}
+
+/// A registration's value, or None (warned) when unreadable.
+fn parse_registration(id: u64, value: &[u8]) -> Option<Registration> {
+    match serde_json::from_slice::<Registration>(value) {
+        Ok(registration) => Some(registration),
+        Err(e) => {
+            tracing::warn!(node = id, error = %e, "unreadable storage node registration");
+            None
+        }
+    }
+}
+
+/// The next item of `watch`; never, without one (the period's tick drives the loop then).
+async fn next_event(watch: &mut Option<WatchStream>) -> Option<WatchEvent> {
+    match watch {
+        Some(stream) => stream.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -304,6 +304,33 @@ async fn ask_node(address: &str, request: Request) -> Response {
     }
 }
 
+/// A node that registers while a client runs is known to it at once (a watch on the
+/// registrations), not at the client's next periodic re-read, here a minute away: a writer that
+/// needs a replacement for a failed or full node finds the one just started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_registers_is_seen_by_a_running_client_at_once() {
+    let Some(etcd_binary) = etcd_or_skip("storage node registration watch") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = EtcdCluster::start(&etcd_binary, 1).await.unwrap();
+    etcd.wait_ready(WAIT).await.unwrap();
+    let url = format!("etcd://{}", etcd.endpoint(0).trim_start_matches("http://"));
+    let cluster = "watched";
+    let store = Arc::new(
+        EtcdStore::connect(EtcdStoreConfig::new(etcd.endpoints(), cluster)).await.unwrap(),
+    );
+    let config = ReplicatedConfig { refresh: Duration::from_secs(60), ..Default::default() };
+    let ledgers = ReplicatedLedgers::start(store.clone(), config).await.unwrap();
+    assert!(ledgers.nodes().live().is_empty(), "no node yet");
+    let node = StorageNode::start(&url, cluster, &dir.path().join("node"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ledgers.nodes().live().iter().any(|n| n.id.0 == node.id) {
+        assert!(std::time::Instant::now() < deadline, "not seen within 10 s (the period is 60)");
+        // The watch's update lands on the client's task: nothing here to await but the state.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(node);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_short_of_disk_is_read_only_and_gets_no_new_copies() {
     let Some(etcd_binary) = etcd_or_skip("read-only storage node") else { return };
