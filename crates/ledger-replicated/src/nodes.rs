@@ -10,7 +10,7 @@
 //! task: no writer-task hop on an add's way out.
 
 use bytes::BytesMut;
-use magnetar_metadata::{Event, EventKind, MetadataStore, WatchEvent, WatchStream};
+use magnetar_metadata::{Event, EventKind, MetadataError, MetadataStore, WatchEvent, WatchStream};
 use magnetar_net::DirectWriter;
 use magnetar_replication::message::{Request, Response};
 use magnetar_replication::placement::{NodeInfo, Registration};
@@ -99,12 +99,21 @@ impl Nodes {
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(period);
             let mut watch: Option<WatchStream> = None;
+            let mut polling = false; // warned that the watch is down: once per streak
             loop {
                 if watch.is_none() {
                     let prefix = format!("{}/", magnetar_model::keys::STORAGE_NODES_ROOT);
                     match metadata.watch(&prefix).await {
-                        Ok(stream) => watch = Some(stream),
-                        Err(e) => tracing::warn!(error = %e, "no watch on storage nodes; polling"),
+                        Ok(stream) => {
+                            watch = Some(stream);
+                            polling = false;
+                        }
+                        Err(MetadataError::Closed) => return, // shutting down
+                        Err(e) if !polling => {
+                            polling = true;
+                            tracing::warn!(error = %e, "no watch on storage nodes; polling");
+                        }
+                        Err(_) => {}
                     }
                 }
                 let change = tokio::select! {
@@ -123,8 +132,11 @@ impl Nodes {
                     Some(event) => nodes.apply(event).await,
                     None => nodes.refresh().await,
                 };
-                if let Err(e) = refreshed {
-                    tracing::warn!(error = %e, "storage node registrations not refreshed");
+                match refreshed {
+                    Ok(()) | Err(MetadataError::Closed) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "storage node registrations not refreshed")
+                    }
                 }
             }
         })
