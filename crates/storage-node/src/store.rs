@@ -83,13 +83,10 @@ impl Completion {
     }
 }
 
-/// Adds staged and not yet settled, with the tokens of resends waiting on each; and where
-/// each ledger's run failed. Shared with the journal's completion thread.
-#[derive(Default)]
-struct Unsettled {
-    adds: HashMap<(LedgerId, EntryId), Vec<Token>>,
-    failed_from: HashMap<LedgerId, EntryId>,
-}
+/// Adds staged and not yet settled, with the tokens of resends waiting on each. Shared with
+/// the journal's completion thread. (Where a run failed is the store's to know: it refuses
+/// appends after a failed one, and counts only durable entries.)
+type Unsettled = Mutex<HashMap<(LedgerId, EntryId), Vec<Token>>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Run {
@@ -112,7 +109,7 @@ pub struct NodeStorage {
     store: Arc<LedgerStore>,
     runs: BTreeMap<LedgerId, Run>,
     completions: CompletionSink,
-    unsettled: Arc<Mutex<Unsettled>>,
+    unsettled: Arc<Unsettled>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -228,19 +225,20 @@ impl NodeStorage {
         };
         if entry >= run.first && entry < run.next {
             // A resend of an entry staged before: answered with that add's outcome (tokens
-            // are released in order, so after what precedes it).
+            // are released in order, so after what precedes it). Settled, the store says
+            // which: it counts only durable entries, and records an outcome before the add's
+            // callback takes it out of `unsettled`.
             let mut unsettled = self.unsettled.lock();
-            if unsettled.failed_from.get(&ledger).is_some_and(|&failed| failed <= entry) {
-                return Err(ErrorCode::Io);
+            if let Some(waiting) = unsettled.get_mut(&(ledger, entry)) {
+                waiting.push(token);
+                return Ok(());
             }
-            match unsettled.adds.get_mut(&(ledger, entry)) {
-                Some(waiting) => waiting.push(token),
-                None => (self.completions)(Completion::now(token, Ok(()))), // durable
+            let durable = self.store.ledger_info(ledger).map_or(0, |info| info.entries);
+            if entry - run.first + 1 >= durable {
+                return Err(ErrorCode::Io); // it failed (a full disk)
             }
+            (self.completions)(Completion::now(token, Ok(())));
             return Ok(());
-        }
-        if self.unsettled.lock().failed_from.contains_key(&ledger) {
-            return Err(ErrorCode::Io); // the run stopped at a failed add: no hole after it
         }
         if entry != run.next {
             tracing::warn!(
@@ -262,23 +260,17 @@ impl NodeStorage {
         let callback = Box::new(move |result: Result<u64, LedgerError>| {
             // The store has recorded the outcome before this runs, so a resend that finds the
             // add unsettled (under this lock) is answered here.
-            let resends = {
-                let mut unsettled = unsettled.lock();
-                if result.is_err() {
-                    let failed = unsettled.failed_from.entry(ledger).or_insert(entry);
-                    *failed = (*failed).min(entry);
-                }
-                unsettled.adds.remove(&(ledger, entry)).unwrap_or_default()
-            };
+            let resends = unsettled.lock().remove(&(ledger, entry)).unwrap_or_default();
             completions(Completion::of(token, &result));
             for resend in resends {
                 completions(Completion { fatal: None, ..Completion::of(resend, &result) });
             }
         });
-        self.unsettled.lock().adds.insert((ledger, entry), Vec::new());
+        self.unsettled.lock().insert((ledger, entry), Vec::new());
+        // After a failed add the store refuses the ledger's next ones: no hole after it.
         let staged = self.store.append_at(ledger, local, stored, callback, Commit::Caller);
         if let Err(e) = staged {
-            self.unsettled.lock().adds.remove(&(ledger, entry));
+            self.unsettled.lock().remove(&(ledger, entry));
             tracing::warn!(ledger, entry, error = %e, "add refused by the ledger store");
             return Err(ErrorCode::Io);
         }
@@ -350,7 +342,6 @@ impl NodeStorage {
     pub async fn delete(&mut self, ledger: LedgerId) -> Result<(), LedgerError> {
         assert_ne!(ledger, FENCE_LOG, "the fence log is never collected");
         self.runs.remove(&ledger);
-        self.unsettled.lock().failed_from.remove(&ledger);
         match self.store.delete_ledger(ledger).await {
             Ok(()) | Err(LedgerError::NoSuchLedger(_)) => Ok(()),
             Err(e) => Err(e),
