@@ -12,6 +12,10 @@ driven by the official Python client.
 - Each node's `/metrics` (`--metrics-listen`) reads as a bookie's: after the official client's
   sends, the two nodes of the topic's ledger count at least that many successful adds and
   bytes under BookKeeper's names, with latency quantiles, and pass `promtool check metrics`.
+- A producer with thousands of sends in flight crosses dozens of ledger rollovers: every
+  receipt comes in send order (the next ledger's first entries, durable before the full
+  ledger's last ones, wait for them), so the client never reconnects and resends, and the topic
+  holds each message once, in order.
 - The broker is frozen (SIGSTOP) and another broker opens the topic: it recovers the frozen
   broker's ledger (closed in etcd at or above every acknowledged entry) and serves every
   message. The frozen broker, resumed (SIGCONT), cannot lose what is acknowledged: whatever it
@@ -97,11 +101,11 @@ def _run(args):
                           timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
 
 
-def _broker(etcd, tmp_path, name):
+def _broker(etcd, tmp_path, name, extra_toml=""):
     """A conftest.Server running `magnetar broker` with its ledgers on the storage nodes."""
     config = tmp_path / ("%s.toml" % name)
     config.write_text('[ledgers]\nstorage = "nodes"\nensemble_size = 2\nwrite_quorum = 2\n'
-                      'ack_quorum = 2\nadd_timeout_millis = 1000\n')
+                      'ack_quorum = 2\nadd_timeout_millis = 1000\n' + extra_toml)
     srv = conftest.Server()
     assert srv.cmd[1] == "standalone", srv.cmd
     srv.cmd[1:2] = ["broker", "--metadata", etcd.url, "--cluster", CLUSTER, "--config", str(config)]
@@ -135,8 +139,8 @@ def cluster(tmp_path):
         assert done.returncode == 0, done.stdout + done.stderr
         nodes.extend(StorageNode(etcd) for _ in range(3))
 
-        def broker(name):
-            srv = _broker(etcd, tmp_path, name)
+        def broker(name, extra_toml=""):
+            srv = _broker(etcd, tmp_path, name, extra_toml)
             brokers.append(srv)
             srv.start()
             return srv
@@ -337,6 +341,45 @@ def test_publishing_resumes_once_a_write_quorum_of_nodes_is_live_again(cluster):
         assert [int(m.data()) for m in got] == list(range(before_kill, n)), "in order, once"
     finally:
         client.close()
+
+
+def test_receipts_come_in_send_order_across_rollovers_and_nothing_is_stored_twice(cluster):
+    etcd, _nodes, start_broker = cluster
+    per_ledger = 100
+    srv = start_broker("a", "[broker]\nmax_entries_per_ledger = %d\n" % per_ledger)
+    ledgers_before = set(_ledgers(etcd))
+    topic = unique_topic("rollovers")
+    n = 5000
+    client = srv.client()
+    try:
+        producer = client.create_producer(topic, batching_enabled=False,
+                                          max_pending_messages=2000, block_if_queue_full=True)
+        answers = []
+        for i in range(n):
+            producer.send_async(str(i).encode(),
+                                lambda result, msg_id, i=i: answers.append((i, result, msg_id)))
+        producer.flush()
+        deadline = time.monotonic() + COMMAND_TIMEOUT_S
+        while len(answers) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(answers) == n, "every send answered in time: %d of %d" % (len(answers), n)
+        assert all(result == pulsar.Result.Ok for _, result, _ in answers), \
+            [a for a in answers if a[1] != pulsar.Result.Ok][:5]
+        assert [i for i, _, _ in answers] == list(range(n)), "answered in send order"
+        positions = [(m.ledger_id(), m.entry_id()) for _, _, m in answers]
+        assert all(a < b for a, b in zip(positions, positions[1:])), \
+            "stored in send order: %s" % [(a, b) for a, b in zip(positions, positions[1:])
+                                          if a >= b][:5]
+        consumer = client.subscribe(topic, "all", initial_position=pulsar.InitialPosition.Earliest)
+        got = [int(m.data()) for m in receive_n(consumer, n)]
+        assert got == list(range(n)), "every message once, in order"
+        with pytest.raises(pulsar.Timeout):
+            consumer.receive(timeout_millis=1000)  # and nothing more: no resent duplicates
+    finally:
+        client.close()
+    rolled = len({p[0] for p in positions})
+    assert rolled >= n // per_ledger, "the sends crossed %d ledgers" % rolled
+    assert len(set(_ledgers(etcd)) - ledgers_before) >= rolled
 
 
 def test_a_frozen_broker_s_ledger_is_recovered_by_another_and_nothing_acked_is_lost(cluster):

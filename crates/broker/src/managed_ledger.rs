@@ -13,6 +13,7 @@
 //!   ledger when it is (Pulsar queues adds the same way while it creates a ledger). Retention
 //!   and offload work ledger by ledger, so a bounded ledger is what bounds what they keep.
 
+use crate::append_order::AppendOrder;
 use crate::clock::{Clock, SystemClock};
 use crate::cursor::{LedgerList, Position};
 use crate::error::BrokerError;
@@ -67,6 +68,13 @@ pub struct ClosedLedger {
 /// What runs once an append is durable or has failed.
 type AppendDone = Box<dyn FnOnce(Result<Position, BrokerError>) + Send>;
 
+/// An append the storage completed, waiting for its turn (see `append_order.rs`).
+struct Completed {
+    ledger: u64,
+    result: Result<u64, LedgerError>,
+    done: AppendDone,
+}
+
 /// An append that came while the current ledger was full and the next one was not ready.
 struct HeldAppend {
     data: Bytes,
@@ -108,6 +116,8 @@ struct State {
     deleting: Vec<u64>,
     /// Sealed by `terminate`: appends fail with `TopicTerminated`.
     terminated: bool,
+    /// Completions wait here for the appends staged before them (on older ledgers).
+    order: AppendOrder<Completed>,
 }
 
 /// A ledger of the managed ledger as the stats report it.
@@ -275,6 +285,7 @@ impl ManagedLedger {
             closed,
             deleting: Vec::new(),
             terminated: persisted.terminated,
+            order: AppendOrder::default(),
         };
         let managed = Arc::new(ManagedLedger {
             fence: Fence::new(topic.clone()),
@@ -351,9 +362,9 @@ impl ManagedLedger {
         Ok(())
     }
 
-    /// Stages an append; `done` runs once it is durable (on the storage completion thread:
-    /// keep it short). Completions of one managed ledger come in append order. An error here
-    /// means nothing was staged and `done` will not run.
+    /// Stages an append; `done` runs once it is durable (on a storage completion thread: keep
+    /// it short). Completions of one managed ledger come in append order, across ledgers too.
+    /// An error here means nothing was staged and `done` will not run.
     pub fn append(
         self: &Arc<Self>,
         data: Bytes,
@@ -409,18 +420,7 @@ impl ManagedLedger {
             ledger,
             state.staged_in_current,
             data,
-            Box::new(move |result| match result {
-                Ok(entry) => {
-                    me.confirm(ledger, entry);
-                    done(Ok(Position::new(ledger, entry)));
-                }
-                Err(error) => {
-                    if ledger_unusable(&error) {
-                        me.roll_after_failure(ledger, &error);
-                    }
-                    done(Err(error.into()))
-                }
-            }),
+            Box::new(move |result| me.completed(ledger, result, Box::new(done))),
         );
         if let Err(error) = staged {
             if ledger_unusable(&error) {
@@ -428,6 +428,8 @@ impl ManagedLedger {
             }
             return Err(error.into());
         }
+        // The completion cannot come before this: it takes the state lock, held here.
+        state.order.staged(ledger);
         state.staged_in_current += 1;
         state.staged_bytes_in_current += bytes;
         Ok(())
@@ -516,10 +518,6 @@ impl ManagedLedger {
     /// can be created (a full disk, no storage nodes), appends fail with the creation's error
     /// and the clients resend; once it can, the topic writes again. Without this a topic
     /// stayed on its failed ledger, refusing every append until it was unloaded.
-    fn roll_after_failure(&self, ledger: u64, error: &LedgerError) {
-        self.roll_after_failure_locked(&mut self.state.lock(), ledger, error);
-    }
-
     fn roll_after_failure_locked(&self, state: &mut State, ledger: u64, error: &LedgerError) {
         if state.current == ledger && !state.current_failed {
             state.failure_rolls = state.failure_rolls.saturating_add(1);
@@ -534,18 +532,40 @@ impl ManagedLedger {
         }
     }
 
-    fn confirm(&self, ledger: u64, entry: u64) {
-        {
+    /// The storage completed an append of `ledger`: it is confirmed and its `done` runs once
+    /// every append staged before it was (see `append_order.rs`).
+    fn completed(&self, ledger: u64, result: Result<u64, LedgerError>, done: AppendDone) {
+        let mut batch = {
             let mut state = self.state.lock();
-            let known = crate::cursor::entry_count(&state.ledgers, ledger).unwrap_or(0);
-            if entry + 1 > known {
-                state.ledgers.set_entry_count(ledger, entry + 1);
+            if let Err(error) = &result {
+                if ledger_unusable(error) {
+                    // At once, not in turn: no more appends go to a failed ledger.
+                    self.roll_after_failure_locked(&mut state, ledger, error);
+                }
             }
-            state.failure_rolls = 0;
+            let batch = state.order.completed(ledger, Completed { ledger, result, done });
+            confirm_locked(&mut state, &batch);
+            batch
+        };
+        while !batch.is_empty() {
+            self.deliver(&mut batch);
+            let mut state = self.state.lock();
+            batch = state.order.next_batch(batch);
+            confirm_locked(&mut state, &batch);
         }
-        self.entries_added.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        for listener in self.listeners.lock().iter() {
-            listener.notify_one();
+    }
+
+    /// Wakes the readers and tells the appenders (outside the state lock).
+    fn deliver(&self, batch: &mut Vec<Completed>) {
+        let confirmed = batch.iter().filter(|c| c.result.is_ok()).count() as u64;
+        if confirmed > 0 {
+            self.entries_added.fetch_add(confirmed, std::sync::atomic::Ordering::Relaxed);
+            for listener in self.listeners.lock().iter() {
+                listener.notify_one();
+            }
+        }
+        for Completed { ledger, result, done } in batch.drain(..) {
+            done(result.map(|entry| Position::new(ledger, entry)).map_err(BrokerError::from));
         }
     }
 
@@ -981,6 +1001,19 @@ fn failure_backoff(failure_rolls: u32) -> Duration {
     }
 }
 
+/// Raises the entry counts readers go by to what `batch` (delivered next, in order) confirms.
+fn confirm_locked(state: &mut State, batch: &[Completed]) {
+    for completed in batch {
+        if let Ok(entry) = completed.result {
+            let known = crate::cursor::entry_count(&state.ledgers, completed.ledger).unwrap_or(0);
+            if entry + 1 > known {
+                state.ledgers.set_entry_count(completed.ledger, entry + 1);
+            }
+            state.failure_rolls = 0;
+        }
+    }
+}
+
 /// Completes held appends that failed (outside the state lock).
 fn fail_held(failed: Vec<(AppendDone, BrokerError)>) {
     for (done, error) in failed {
@@ -1283,6 +1316,125 @@ mod tests {
         let read = ml.read_from(positions[0], 100).unwrap();
         let bodies: Vec<u8> = read.iter().map(|(_, data)| data[0]).collect();
         assert_eq!(bodies, (0..35u8).collect::<Vec<_>>());
+    }
+
+    /// Append completions held back: each callback with the outcome it will get.
+    type HeldCompletions =
+        Arc<Mutex<Vec<(magnetar_ledger::AppendCallback, Result<u64, LedgerError>)>>>;
+
+    /// Holds back the completions of one ledger's appends (the entries are durable, only the
+    /// answers wait) until released: a full ledger whose replicas answer late.
+    struct SlowLedger {
+        inner: Arc<LedgerStore>,
+        slow: Mutex<Option<u64>>,
+        held: HeldCompletions,
+    }
+
+    #[async_trait::async_trait]
+    impl LedgerStorage for SlowLedger {
+        async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError> {
+            self.inner.create(id, metadata).await
+        }
+        fn append(
+            &self,
+            ledger: u64,
+            entry_id: u64,
+            data: Bytes,
+            done: magnetar_ledger::AppendCallback,
+        ) -> Result<(), LedgerError> {
+            if *self.slow.lock() != Some(ledger) {
+                return LedgerStorage::append(&*self.inner, ledger, entry_id, data, done);
+            }
+            let held = self.held.clone();
+            let late = Box::new(move |result| held.lock().push((done, result)));
+            LedgerStorage::append(&*self.inner, ledger, entry_id, data, late)
+        }
+        fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
+            LedgerStorage::read(&*self.inner, ledger, first, last)
+        }
+        fn read_cached(&self, ledger: u64, first: u64, last: u64) -> Option<Vec<Bytes>> {
+            LedgerStorage::read_cached(&*self.inner, ledger, first, last)
+        }
+        fn last_add_confirmed(&self, ledger: u64) -> Result<Option<u64>, LedgerError> {
+            LedgerStorage::last_add_confirmed(&*self.inner, ledger)
+        }
+        async fn fence(&self, ledger: u64) -> Result<u64, LedgerError> {
+            LedgerStorage::fence(&*self.inner, ledger).await
+        }
+        async fn close(&self, ledger: u64) -> Result<u64, LedgerError> {
+            // A replicated ledger closes once its appends are answered: not before release.
+            if *self.slow.lock() == Some(ledger) {
+                std::future::pending::<()>().await;
+            }
+            LedgerStorage::close(&*self.inner, ledger).await
+        }
+        async fn delete(&self, ledger: u64) -> Result<(), LedgerError> {
+            LedgerStorage::delete(&*self.inner, ledger).await
+        }
+        fn info(&self, ledger: u64) -> Result<magnetar_ledger::LedgerInfo, LedgerError> {
+            LedgerStorage::info(&*self.inner, ledger)
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn appends_on_the_next_ledger_are_confirmed_only_after_the_full_one_s_last() {
+        let storage = SimStorage::new(23);
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let slow = Arc::new(SlowLedger {
+            inner: store(&storage),
+            slow: Mutex::new(None),
+            held: Default::default(),
+        });
+        let backend = LedgerBackend::new(slow.clone(), metadata.clone());
+        let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(4))
+            .await
+            .unwrap();
+        let full = ml.current_ledger();
+        *slow.slow.lock() = Some(full);
+        let answered = Arc::new(Mutex::new(Vec::new()));
+        let append_recorded = |i: u8| {
+            let answered = answered.clone();
+            ml.append(Bytes::from(vec![i]), move |result| answered.lock().push(result.unwrap()))
+                .unwrap();
+        };
+        for i in 0..2 {
+            append_recorded(i); // half full: the next ledger is prepared
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while ml.is_rolling() {
+            assert!(tokio::time::Instant::now() < deadline, "the next ledger is prepared");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        for i in 2..7 {
+            append_recorded(i); // two more fill it, three go to the next ledger
+        }
+        let next = ml.current_ledger();
+        assert_ne!(next, full, "rolled over");
+        // The next ledger's three are durable, the full ledger's four are not answered yet.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while slow.held.lock().len() < 4 || slow.inner.last_add_confirmed(next).unwrap() != Some(2)
+        {
+            assert!(tokio::time::Instant::now() < deadline, "the storage wrote all seven");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(answered.lock().is_empty(), "nobody is answered before the first append");
+        assert_eq!(ml.last_confirmed(), None, "readers see nothing past an unconfirmed entry");
+        assert_eq!(crate::cursor::next_position(&ml.ledgers(), None), None);
+
+        for (done, result) in std::mem::take(&mut *slow.held.lock()) {
+            done(result);
+        }
+        let expected: Vec<Position> = (0..4)
+            .map(|e| Position::new(full, e))
+            .chain((0..3).map(|e| Position::new(next, e)))
+            .collect();
+        assert_eq!(*answered.lock(), expected, "answered in append order, across the rollover");
+        assert_eq!(ml.last_confirmed(), Some(Position::new(next, 2)));
+        let read = ml.read_from(Position::new(full, 0), 10).unwrap();
+        assert_eq!(
+            read.iter().map(|(_, data)| data[0]).collect::<Vec<_>>(),
+            (0..7).collect::<Vec<u8>>()
+        );
     }
 
     /// Appends `n` entries, letting each rollover finish (a deterministic layout).
