@@ -174,6 +174,7 @@ struct Shared {
     prep: Mutex<Prep>,
     prep_changed: Condvar,
     sealed_hook: Mutex<Option<SealedHook>>,
+    completions_hook: std::sync::OnceLock<CompletionsHook>,
     stats: JournalStats,
     /// The segment being written; locked by whoever holds `Staging::writing`.
     active: Mutex<Option<Active>>,
@@ -181,6 +182,11 @@ struct Shared {
 
 /// Told about each segment the writer leaves for good (on the writer thread).
 pub type SealedHook = Box<dyn FnMut(SealedSegment) + Send>;
+
+/// Called after each run of completions (a group's, or whatever the completion thread took in
+/// one go), on the thread that ran them: completions that each queue a little work (a reply
+/// to a peer) can leave it to this and do it once per run (one socket write for many).
+pub type CompletionsHook = Box<dyn Fn() + Send + Sync>;
 
 pub struct Journal {
     shared: Arc<Shared>,
@@ -257,6 +263,7 @@ impl Journal {
             prep: Mutex::new(prep),
             prep_changed: Condvar::new(),
             sealed_hook: Mutex::new(None),
+            completions_hook: std::sync::OnceLock::new(),
             stats: JournalStats::default(),
             active: Mutex::new(None),
         });
@@ -296,6 +303,11 @@ impl Journal {
     /// Sets the hook told about sealed segments (including the last one, on close).
     pub fn set_sealed_hook(&self, hook: SealedHook) {
         *self.shared.sealed_hook.lock() = Some(hook);
+    }
+
+    /// Sets the hook called after each run of completions (once; later calls are ignored).
+    pub fn set_completions_hook(&self, hook: CompletionsHook) {
+        let _ = self.shared.completions_hook.set(hook);
     }
 
     /// Stages one record. Returns where it will live; `completion` runs once it is durable.
@@ -850,6 +862,13 @@ fn completer_loop(shared: &Shared) {
                 Outcome::Sealed(sealed) => notify_sealed(shared, sealed),
             }
         }
+        completions_done(shared);
+    }
+}
+
+fn completions_done(shared: &Shared) {
+    if let Some(hook) = shared.completions_hook.get() {
+        hook();
     }
 }
 
@@ -872,6 +891,7 @@ fn complete_or_report(shared: &Shared, outcome: Outcome) {
                         let offset = offset + u64::from(at);
                         waiter(Ok(RecordLocation { segment: seq, offset, len }));
                     }
+                    completions_done(shared);
                     drop(running);
                     return;
                 }

@@ -20,6 +20,8 @@ pub mod storage;
 
 pub use config::{JournalConfig, SyncMode};
 pub use error::JournalError;
-pub use journal::{Completion, Journal, RecoveryReport, SealedHook, SealedSegment};
+pub use journal::{
+    Completion, CompletionsHook, Journal, RecoveryReport, SealedHook, SealedSegment,
+};
 pub use record::RecordHeader;
 pub use scan::RecordLocation;

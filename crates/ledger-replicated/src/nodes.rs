@@ -6,8 +6,9 @@
 //! connection that failed is dropped; the next request to that node opens a new one.
 //!
 //! Requests are written from the sender's thread when the connection is idle
-//! ([`DirectWriter`]), and answers are handed to their callbacks on the connection's reader
-//! task: no writer-task hop on an add's way out.
+//! ([`DirectWriter`]), the requests a writer gathered in one go in one write per node, and
+//! answers are handed to their callbacks on the connection's reader task: no writer-task hop
+//! on an add's way out.
 
 use bytes::BytesMut;
 use magnetar_metadata::{Event, EventKind, MetadataError, MetadataStore, WatchEvent, WatchStream};
@@ -149,8 +150,33 @@ impl Nodes {
     /// Sends `request` to `node`; `reply` gets the answer or `None`.
     pub fn send(&self, node: NodeId, request: &Request, reply: Reply) {
         match self.connection(node) {
-            Some(connection) => connection.send(request, reply),
+            Some(connection) => {
+                connection.queue(request, reply);
+                connection.out.flush();
+            }
             None => reply(None),
+        }
+    }
+
+    /// Sends every request of `sends` (drained), in order per node, with one write per node.
+    pub fn send_all(&self, sends: &mut Vec<(NodeId, Request, Reply)>) {
+        let mut touched: Vec<(NodeId, Option<Arc<Connection>>)> = Vec::new();
+        for (node, request, reply) in sends.drain(..) {
+            let connection = match touched.iter().find(|(n, _)| *n == node) {
+                Some((_, connection)) => connection.clone(),
+                None => {
+                    let connection = self.connection(node);
+                    touched.push((node, connection.clone()));
+                    connection
+                }
+            };
+            match connection {
+                Some(connection) => connection.queue(&request, reply),
+                None => reply(None),
+            }
+        }
+        for connection in touched.into_iter().filter_map(|(_, c)| c) {
+            connection.out.flush();
         }
     }
 
@@ -189,12 +215,13 @@ impl Connection {
         connection
     }
 
-    fn send(&self, request: &Request, reply: Reply) {
+    /// Queues `request`, written at the next flush of `out`.
+    fn queue(&self, request: &Request, reply: Reply) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.pending.lock().insert(id, reply);
         let mut frame = BytesMut::new();
         wire::encode(id, &Message::Request(request.clone()), &mut frame);
-        if self.dead.load(Ordering::Acquire) || self.out.send(&frame).is_err() {
+        if self.dead.load(Ordering::Acquire) || self.out.queue(&frame).is_err() {
             if let Some(reply) = self.pending.lock().remove(&id) {
                 reply(None);
             }

@@ -27,6 +27,10 @@ pub(crate) enum Input {
 
 const NO_ENTRY: u64 = u64::MAX;
 
+/// Inputs a writer takes in one go when more are waiting (adds that came together leave in
+/// one write per node, answers that came together are acknowledged together).
+const BATCH: usize = 256;
+
 /// What the rest of the process sees of an open ledger.
 pub(crate) struct OpenLedger {
     pub id: LedgerId,
@@ -92,6 +96,8 @@ pub(crate) struct WriterTask {
     started: Instant,
     cache_bytes: usize,
     on_done: Box<dyn Fn(LedgerId) + Send>,
+    /// Requests of the batch being carried out, sent together at its end.
+    outgoing: Vec<(NodeId, magnetar_replication::message::Request, crate::nodes::Reply)>,
 }
 
 impl WriterTask {
@@ -126,6 +132,7 @@ impl WriterTask {
             started: Instant::now(),
             cache_bytes,
             on_done,
+            outgoing: Vec::new(),
         };
         tokio::spawn(task.run(receiver, tick));
         ledger
@@ -141,7 +148,15 @@ impl WriterTask {
         loop {
             tokio::select! {
                 input = receiver.recv() => match input {
-                    Some(input) => self.input(input, &mut out),
+                    Some(input) => {
+                        self.input(input, &mut out);
+                        for _ in 1..BATCH {
+                            match receiver.try_recv() {
+                                Ok(input) => self.input(input, &mut out),
+                                Err(_) => break,
+                            }
+                        }
+                    }
                     None => return,
                 },
                 _ = ticks.tick() => {
@@ -208,13 +223,13 @@ impl WriterTask {
             match action {
                 WriterAction::Send { to, request, body } => {
                     let inputs = self.inputs.clone();
-                    self.nodes.send(
+                    self.outgoing.push((
                         to,
-                        &body,
+                        body,
                         Box::new(move |response| {
                             let _ = inputs.send(Input::Reply { node: to, request, response });
                         }),
-                    );
+                    ));
                 }
                 WriterAction::WriteMeta { meta, expected_version } => {
                     let inputs = self.inputs.clone();
@@ -251,6 +266,9 @@ impl WriterTask {
                     self.closed_count = Some(last_entry.map_or(0, |l| l + 1));
                 }
             }
+        }
+        if !self.outgoing.is_empty() {
+            self.nodes.send_all(&mut self.outgoing);
         }
     }
 

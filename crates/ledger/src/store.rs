@@ -367,6 +367,12 @@ impl LedgerStore {
         self.stage_entry(ledger_id, Some(entry_id), data, callback, commit).map(|_| ())
     }
 
+    /// Sets the journal's hook called after each run of append completions (see
+    /// [`magnetar_journal::CompletionsHook`]).
+    pub fn set_completions_hook(&self, hook: magnetar_journal::CompletionsHook) {
+        self.inner.journal.set_completions_hook(hook);
+    }
+
     /// Gets what was appended with [`Commit::Caller`] written; may write and flush on this thread (and
     /// run completions), so it blocks for up to a flush.
     pub fn commit(&self) {

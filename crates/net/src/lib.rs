@@ -7,8 +7,12 @@
 //! on this machine's VM, each hand-off between threads is several microseconds. So a frame is
 //! written at once, from the thread that produced it (a journal completion thread, a writer
 //! task), when nothing is queued ahead of it and the socket takes it whole; otherwise it is
-//! queued and the writer task ([`DirectWriter::run`]) writes it. Bytes leave in the order
-//! [`DirectWriter::send`] was called.
+//! queued and the writer task ([`DirectWriter::run`]) writes it. A producer of many frames at
+//! once (a run of a journal group's answers, a writer's batch of adds) queues them
+//! ([`DirectWriter::queue`]) and flushes once: one write for the run instead of one per frame
+//! (unbatched 128 B publishing over two nodes went from 51 k to 163 k msg/s with that, the
+//! syscalls and the peer's wake-ups per frame being most of both ends' CPU). Bytes leave in
+//! the order `send` and `queue` were called.
 
 use bytes::BytesMut;
 use parking_lot::Mutex;
@@ -53,22 +57,83 @@ impl DirectWriter {
         if state.closed {
             return Err(Closed);
         }
-        let mut rest = frame;
-        if !state.writing && state.queued.is_empty() {
-            if let Some(socket) = &state.socket {
-                match socket.try_write(frame) {
-                    Ok(n) if n == frame.len() => return Ok(()),
-                    Ok(n) => rest = &frame[n..],
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(_) => {
-                        state.closed = true;
-                        drop(state);
-                        self.wake.notify_one();
-                        return Err(Closed);
+        let rest = match self.try_write_now(&mut state, frame) {
+            Ok(rest) => rest,
+            Err(Closed) => {
+                drop(state);
+                self.wake.notify_one();
+                return Err(Closed);
+            }
+        };
+        if rest.is_empty() {
+            return Ok(());
+        }
+        self.enqueue(state, rest)
+    }
+
+    /// Queues `frame` behind what is queued, written at the next [`DirectWriter::flush`] (or
+    /// [`DirectWriter::send`]): a burst of frames then leaves in one write.
+    pub fn queue(&self, frame: &[u8]) -> Result<(), Closed> {
+        let mut state = self.state.lock();
+        if state.closed {
+            return Err(Closed);
+        }
+        if state.queued.len() + frame.len() > self.limit {
+            state.closed = true;
+            drop(state);
+            self.wake.notify_one();
+            return Err(Closed);
+        }
+        state.queued.extend_from_slice(frame);
+        Ok(())
+    }
+
+    /// Writes what [`DirectWriter::queue`] left now if the writer task is not writing, and
+    /// leaves the rest to the task.
+    pub fn flush(&self) {
+        let mut state = self.state.lock();
+        if state.closed || state.queued.is_empty() {
+            return;
+        }
+        if !state.writing {
+            if let Some(socket) = state.socket.clone() {
+                match socket.try_write(&state.queued) {
+                    Ok(n) if n == state.queued.len() => {
+                        state.queued.clear(); // keeps the buffer for the next run
+                        return;
                     }
+                    Ok(n) => bytes::Buf::advance(&mut state.queued, n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => state.closed = true,
                 }
             }
         }
+        drop(state);
+        self.wake.notify_one();
+    }
+
+    /// Writes as much of `frame` as the socket takes now when nothing is queued or being
+    /// written ahead of it; what is left to queue.
+    fn try_write_now<'f>(&self, state: &mut State, frame: &'f [u8]) -> Result<&'f [u8], Closed> {
+        if state.writing || !state.queued.is_empty() {
+            return Ok(frame);
+        }
+        let Some(socket) = &state.socket else { return Ok(frame) };
+        match socket.try_write(frame) {
+            Ok(n) => Ok(&frame[n..]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(frame),
+            Err(_) => {
+                state.closed = true;
+                Err(Closed)
+            }
+        }
+    }
+
+    fn enqueue(
+        &self,
+        mut state: parking_lot::MutexGuard<'_, State>,
+        rest: &[u8],
+    ) -> Result<(), Closed> {
         if state.queued.len() + rest.len() > self.limit {
             state.closed = true;
             drop(state);
@@ -225,6 +290,48 @@ mod tests {
         };
         assert_eq!(outcome, Closed);
         assert!(writer.is_closed());
+        runner.abort();
+    }
+
+    /// Queued frames wait for a flush (nothing reaches the peer before it), then leave in
+    /// one go, in order with frames sent around them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_frames_leave_at_the_flush_in_order() {
+        let (client, mut server) = pair().await;
+        let writer = Arc::new(DirectWriter::new(1 << 20));
+        let (_read, write) = client.into_split();
+        let runner = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.run(write).await }
+        });
+        // The writer task has the socket once `send` writes directly.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while writer.state.lock().socket.is_none() {
+            assert!(tokio::time::Instant::now() < deadline, "the writer task starts");
+            tokio::task::yield_now().await;
+        }
+        writer.send(b"first.").expect("open");
+        let mut first = [0u8; 6];
+        tokio::time::timeout(Duration::from_secs(10), server.read_exact(&mut first))
+            .await
+            .expect("a sent frame arrives at once")
+            .expect("read");
+        assert_eq!(&first, b"first.");
+        for frame in [&b"one."[..], b"two.", b"three."] {
+            writer.queue(frame).expect("open");
+        }
+        let mut early = [0u8; 1];
+        let nothing = tokio::time::timeout(Duration::from_millis(200), server.read(&mut early));
+        assert!(nothing.await.is_err(), "queued frames wait for the flush");
+        writer.flush();
+        writer.send(b"last.").expect("open");
+        let mut rest = [0u8; 19];
+        tokio::time::timeout(Duration::from_secs(10), server.read_exact(&mut rest))
+            .await
+            .expect("flushed frames arrive")
+            .expect("read");
+        assert_eq!(&rest, b"one.two.three.last.");
+        writer.close();
         runner.abort();
     }
 }

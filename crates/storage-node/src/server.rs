@@ -26,7 +26,7 @@ use crate::store::{read_local, Completion, CompletionSink, NodeStorage};
 use bytes::BytesMut;
 use magnetar_ledger::LedgerStore;
 use magnetar_metadata::MetadataStore;
-use magnetar_net::DirectWriter;
+use magnetar_net::{Closed, DirectWriter};
 use magnetar_replication::message::{ErrorCode, Request, RequestId, Response};
 use magnetar_replication::node::{NodeAction, NodeCore, Peer, Token};
 use magnetar_replication::wire::{self, Message, NodeStatus};
@@ -115,7 +115,13 @@ pub async fn serve(
         deferred: deferred_tx,
         failures: failures_tx,
         space: space.clone(),
+        unflushed: Mutex::new(Vec::new()),
     });
+    {
+        // Answers to a run of adds leave in one write per peer (see `Shared::complete`).
+        let shared = shared.clone();
+        store.set_completions_hook(Box::new(move || shared.flush_replies()));
+    }
     let sink: CompletionSink = {
         let shared = shared.clone();
         Arc::new(move |completion| shared.complete(completion))
@@ -256,6 +262,8 @@ struct Shared {
     failures: mpsc::UnboundedSender<String>,
     /// Told when the journal runs out of disk before a measurement sees it.
     space: Arc<DiskSpace>,
+    /// Peers with answers queued by completions and not written yet.
+    unflushed: Mutex<Vec<Arc<DirectWriter>>>,
 }
 
 struct State {
@@ -298,17 +306,41 @@ impl State {
         });
     }
 
+    /// Writes `message` to `peer` now.
     fn send(&mut self, peer: Peer, request: RequestId, message: &Message) {
+        let _ = self.frame(peer, request, message, DirectWriter::send);
+    }
+
+    /// Queues `message` to `peer`; returns the peer's writer, to flush once the run of answers
+    /// is over.
+    fn queue(
+        &mut self,
+        peer: Peer,
+        request: RequestId,
+        message: &Message,
+    ) -> Option<Arc<DirectWriter>> {
+        self.frame(peer, request, message, DirectWriter::queue)
+    }
+
+    fn frame(
+        &mut self,
+        peer: Peer,
+        request: RequestId,
+        message: &Message,
+        write: fn(&DirectWriter, &[u8]) -> Result<(), Closed>,
+    ) -> Option<Arc<DirectWriter>> {
         if let Message::Response(response) = message {
             self.answered(peer, request, response);
         }
-        let Some(writer) = self.peers.get(&peer) else { return };
+        let writer = self.peers.get(&peer)?;
         let mut frame = BytesMut::new();
         wire::encode(request, message, &mut frame);
-        if writer.send(&frame).is_err() {
+        if write(writer, &frame).is_err() {
             tracing::warn!(peer, "cutting off a client that does not read its replies");
             self.peers.remove(&peer);
+            return None;
         }
+        Some(writer.clone())
     }
 }
 
@@ -340,14 +372,30 @@ impl Shared {
         }
         for action in actions {
             match action {
+                // Queued: the journal completes adds in runs (a group's), and the run's end
+                // (`flush_replies`) writes each peer's answers at once, one write for many.
                 NodeAction::Reply { peer, request, response } => {
-                    state.send(peer, request, &Message::Response(response))
+                    if let Some(writer) = state.queue(peer, request, &Message::Response(response)) {
+                        let mut unflushed = self.unflushed.lock();
+                        if !unflushed.iter().any(|queued| Arc::ptr_eq(queued, &writer)) {
+                            unflushed.push(writer);
+                        }
+                    }
                 }
                 // A fencing read (recovery: rare): the node task knows where entries are.
                 other => {
                     let _ = self.deferred.send(other);
                 }
             }
+        }
+    }
+
+    /// Writes the answers completions queued (at the end of each run of completions, and of
+    /// each batch of the node task, which may complete records itself).
+    fn flush_replies(&self) {
+        // Under the lock (kept short: a few peers' writes), so the list keeps its buffer.
+        for writer in self.unflushed.lock().drain(..) {
+            writer.flush();
         }
     }
 }
@@ -393,6 +441,7 @@ impl NodeTask {
             // batch small: a lone add is then answered from here, with no wake-up of the
             // journal's writer thread (the other worker goes on reading connections).
             self.storage.commit();
+            self.shared.flush_replies();
         }
     }
 
