@@ -124,7 +124,10 @@ impl ReplicatedLedgers {
     }
 
     fn recovery_config(&self) -> RecoveryConfig {
-        RecoveryConfig { retry_ms: self.config.recovery_retry.as_millis() as u64 }
+        RecoveryConfig {
+            retry_ms: self.config.recovery_retry.as_millis() as u64,
+            ..RecoveryConfig::default()
+        }
     }
 
     /// Runs `future` to its end from synchronous code: a blocking thread or a worker of the

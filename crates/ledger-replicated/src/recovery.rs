@@ -68,7 +68,13 @@ pub(crate) async fn recover(
                     });
                 }
                 RecoveryAction::Done { meta, .. } => {
-                    tracing::info!(ledger = id, last_entry = ?meta.last_entry_id, "ledger recovered and closed");
+                    tracing::info!(
+                        ledger = id,
+                        last_entry = ?meta.last_entry_id,
+                        written_back = core.written_back(),
+                        took_ms = started.elapsed().as_millis() as u64,
+                        "ledger recovered and closed"
+                    );
                     return Ok(meta);
                 }
                 RecoveryAction::Superseded => {

@@ -9,9 +9,14 @@
 //!    answered, and at least the last fragment's start - 1.
 //! 3. From LAC + 1, fencing reads of each entry: found on any node, it is written back with
 //!    recovery adds to the ensemble (Qa answers); absent only once `Qw - Qa + 1` nodes say
-//!    they lack it. A node that fails during the write-back is replaced by a fragment starting
-//!    at that entry (recorded at close).
-//! 4. Compare-and-set CLOSED with the last entry found and the new fragments.
+//!    they lack it, and the first absent entry ends the ledger. Up to `window` entries are in
+//!    progress at once (read, or written back once every entry before it was found: nothing
+//!    past an entry that may turn out absent is written); one at a time, a writer's pipeline of
+//!    thousands of unconfirmed entries took seconds to recover (a round trip and a durable
+//!    write each). A node that fails during the write-backs is replaced by a fragment starting
+//!    at the first entry not yet written back (recorded at close), and every write-back from
+//!    there is sent to the replacement: only the new ensemble's answers count for them.
+//! 4. Compare-and-set CLOSED with the last entry written back and the new fragments.
 //!
 //! A `Fenced` answer means a newer recovery (higher epoch) took over: this one stops.
 
@@ -26,11 +31,13 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct RecoveryConfig {
     /// A request unanswered for this long is sent again (reads) or its node replaced (writes).
     pub retry_ms: u64,
+    /// Entries read or written back at once (at least 1: one at a time).
+    pub window: usize,
 }
 
 impl Default for RecoveryConfig {
     fn default() -> Self {
-        RecoveryConfig { retry_ms: 2_000 }
+        RecoveryConfig { retry_ms: 2_000, window: 64 }
     }
 }
 
@@ -58,17 +65,39 @@ pub enum RecoveryAction {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Phase {
     MarkInRecovery(LedgerMeta),
-    FenceLac { answers: BTreeMap<NodeId, Option<EntryId>> },
-    Read { entry: EntryId, lacking: BTreeSet<NodeId> },
-    WriteBack { entry: EntryId, data: Bytes, acked: BTreeSet<NodeId> },
+    FenceLac {
+        answers: BTreeMap<NodeId, Option<EntryId>>,
+    },
+    /// Reads and write-backs of the entries in `Recovery::slots`.
+    Recover,
     Close(LedgerMeta),
     Done,
     Superseded,
 }
 
+/// An entry in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Slot {
+    Reading {
+        lacking: BTreeSet<NodeId>,
+    },
+    /// Found; written back once every entry before it was found.
+    Found {
+        data: Bytes,
+    },
+    /// Written back; done once Qa nodes of the write ensemble answered.
+    Writing {
+        data: Bytes,
+        acked: BTreeSet<NodeId>,
+    },
+}
+
 #[derive(Debug, Clone, Copy)]
 struct InFlight {
     node: NodeId,
+    /// The entry read or written back (`None`: a fencing LAC read).
+    entry: Option<EntryId>,
+    write: bool,
     sent_ms: u64,
 }
 
@@ -88,7 +117,14 @@ pub struct Recovery {
     failed: BTreeSet<NodeId>,
     in_flight: BTreeMap<RequestId, InFlight>,
     next_request: RequestId,
+    /// Entries in progress, from the first not yet written back; at most `config.window`.
+    slots: BTreeMap<EntryId, Slot>,
+    /// The next entry to read.
+    next_read: EntryId,
+    /// The first entry found absent: the ledger ends before it.
+    first_absent: Option<EntryId>,
     last_found: Option<EntryId>,
+    written_back: u64,
     /// The LAC the fencing reads established: entries up to it were acknowledged by the writer
     /// on ensembles the stored metadata names. Recovery adds carry this one, never a later
     /// entry they write back: those sit on ensembles recorded only at close, and a node's LAC
@@ -105,6 +141,7 @@ impl Recovery {
         config: RecoveryConfig,
         out: &mut Vec<RecoveryAction>,
     ) -> Recovery {
+        assert!(config.window >= 1, "at least one entry in progress");
         let mut recovery = Recovery {
             ledger,
             config,
@@ -118,7 +155,11 @@ impl Recovery {
             failed: BTreeSet::new(),
             in_flight: BTreeMap::new(),
             next_request: 0,
+            slots: BTreeMap::new(),
+            next_read: 0,
+            first_absent: None,
             last_found: None,
+            written_back: 0,
             fenced_lac: None,
         };
         recovery.mark_in_recovery(out);
@@ -135,6 +176,11 @@ impl Recovery {
 
     pub fn epoch(&self) -> Epoch {
         self.meta.epoch
+    }
+
+    /// Entries found above the fenced LAC and written back so far.
+    pub fn written_back(&self) -> u64 {
+        self.written_back
     }
 
     fn mark_in_recovery(&mut self, out: &mut Vec<RecoveryAction>) {
@@ -207,12 +253,9 @@ impl Recovery {
                 self.write_ensemble = self.read_ensemble.clone();
                 self.phase = Phase::FenceLac { answers: BTreeMap::new() };
                 for node in self.read_ensemble.clone() {
-                    self.send(
-                        node,
-                        Request::ReadLac { ledger: self.ledger, fence: Some(self.meta.epoch) },
-                        now_ms,
-                        out,
-                    );
+                    let fence = Some(self.meta.epoch);
+                    let body = Request::ReadLac { ledger: self.ledger, fence };
+                    self.send(node, None, body, now_ms, out);
                 }
             }
             LedgerState::Closed => {
@@ -246,42 +289,40 @@ impl Recovery {
         out.push(RecoveryAction::Superseded);
     }
 
-    fn send(&mut self, to: NodeId, body: Request, now_ms: u64, out: &mut Vec<RecoveryAction>) {
+    fn send(
+        &mut self,
+        to: NodeId,
+        entry: Option<EntryId>,
+        body: Request,
+        now_ms: u64,
+        out: &mut Vec<RecoveryAction>,
+    ) {
         let request = self.next_request;
         self.next_request += 1;
-        self.in_flight.insert(request, InFlight { node: to, sent_ms: now_ms });
+        let write = matches!(body, Request::Add { .. });
+        self.in_flight.insert(request, InFlight { node: to, entry, write, sent_ms: now_ms });
         out.push(RecoveryAction::Send { to, request, body });
     }
 
-    fn phase_request(&self, node: NodeId) -> Option<Request> {
-        let ledger = self.ledger;
-        let fence = Some(self.meta.epoch);
-        match &self.phase {
-            Phase::FenceLac { answers } => {
-                (!answers.contains_key(&node)).then_some(Request::ReadLac { ledger, fence })
-            }
-            Phase::Read { entry, lacking } => {
-                (!lacking.contains(&node)).then_some(Request::Read { ledger, entry: *entry, fence })
-            }
-            Phase::WriteBack { entry, data, acked } => {
-                (!acked.contains(&node)).then(|| Request::Add {
-                    ledger,
-                    entry: *entry,
-                    epoch: self.meta.epoch,
-                    lac: self.fenced_lac,
-                    recovery: true,
-                    data: data.clone(),
-                })
-            }
-            _ => None,
+    fn read_request(&self, entry: EntryId) -> Request {
+        Request::Read { ledger: self.ledger, entry, fence: Some(self.meta.epoch) }
+    }
+
+    fn write_back_request(&self, entry: EntryId, data: &Bytes) -> Request {
+        Request::Add {
+            ledger: self.ledger,
+            entry,
+            epoch: self.meta.epoch,
+            lac: self.fenced_lac,
+            recovery: true,
+            data: data.clone(),
         }
     }
 
-    fn phase_nodes(&self) -> Vec<NodeId> {
-        match self.phase {
-            Phase::WriteBack { .. } => self.write_ensemble.clone(),
-            _ => self.read_ensemble.clone(),
-        }
+    /// Forgets the requests still out for `entry` (`write`: its write-backs, else its reads):
+    /// their answers no longer matter, and they must not count as a node's time-out.
+    fn settled(&mut self, entry: EntryId, write: bool) {
+        self.in_flight.retain(|_, f| !(f.entry == Some(entry) && f.write == write));
     }
 
     pub fn on_response(
@@ -299,8 +340,8 @@ impl Recovery {
         if let Response::Error { code: ErrorCode::Fenced, .. } = response {
             return self.supersede(out);
         }
-        match (&mut self.phase, response) {
-            (Phase::FenceLac { answers }, Response::Lac { lac, .. }) => {
+        if let Phase::FenceLac { answers } = &mut self.phase {
+            if let Response::Lac { lac, .. } = response {
                 answers.insert(from, lac);
                 if answers.len() >= self.meta.absent_quorum() {
                     let start = self.meta.last_fragment().first_entry;
@@ -308,50 +349,107 @@ impl Recovery {
                     let lac = answered.max(start.checked_sub(1));
                     self.last_found = lac;
                     self.fenced_lac = lac;
-                    self.read(lac.map_or(0, |l| l + 1), now_ms, out);
+                    self.in_flight.clear();
+                    self.phase = Phase::Recover;
+                    self.next_read = lac.map_or(0, |l| l + 1);
+                    self.advance(now_ms, out);
+                }
+            } else if let Response::Error { .. } = response {
+                self.on_node_failed(from, now_ms, out);
+            }
+            return;
+        }
+        if self.phase != Phase::Recover {
+            return; // an answer to an earlier phase's request
+        }
+        match response {
+            Response::Entry { entry, data, .. } => {
+                if let Some(slot @ Slot::Reading { .. }) = self.slots.get_mut(&entry) {
+                    *slot = Slot::Found { data };
+                    self.settled(entry, false);
                 }
             }
-            (Phase::Read { entry, .. }, Response::Entry { entry: got, data, .. })
-                if got == *entry =>
-            {
-                let entry = *entry;
-                self.phase = Phase::WriteBack { entry, data, acked: BTreeSet::new() };
-                self.in_flight.clear();
-                for node in self.write_ensemble.clone() {
-                    let body = self.phase_request(node).expect("nothing acked yet");
-                    self.send(node, body, now_ms, out);
-                }
-            }
-            (Phase::Read { entry, lacking }, Response::NoEntry { entry: got, .. })
-                if got == *entry =>
-            {
+            Response::NoEntry { entry, .. } => {
+                let Some(Slot::Reading { lacking }) = self.slots.get_mut(&entry) else {
+                    return;
+                };
                 lacking.insert(from);
                 if lacking.len() >= self.meta.absent_quorum() {
-                    self.close(out);
+                    // The ledger ends before it: nothing after it was acknowledged (acks come
+                    // in entry order), and nothing after it is written back.
+                    // (An entry before it may still turn out absent too, and end it earlier.)
+                    assert!(self.first_absent.is_none_or(|a| entry < a), "slots past it went");
+                    self.first_absent = Some(entry);
+                    self.slots.split_off(&entry);
+                    self.in_flight.retain(|_, f| f.entry.is_none_or(|e| e < entry));
                 }
             }
-            (Phase::WriteBack { entry, acked, .. }, Response::Added { entry: got, .. })
-                if got == *entry =>
-            {
+            Response::Added { entry, .. } => {
+                let Some(Slot::Writing { acked, .. }) = self.slots.get_mut(&entry) else {
+                    return;
+                };
                 acked.insert(from);
-                let entry = *entry;
-                let count = self.write_ensemble.iter().filter(|n| acked.contains(n)).count();
-                if count >= self.meta.ack_quorum as usize {
-                    self.last_found = Some(entry);
-                    self.read(entry + 1, now_ms, out);
-                }
             }
-            (_, Response::Error { .. }) => self.on_node_failed(from, now_ms, out),
-            _ => {} // an answer to an earlier phase's request
+            Response::Error { .. } => return self.on_node_failed(from, now_ms, out),
+            _ => return,
         }
+        self.advance(now_ms, out);
     }
 
-    fn read(&mut self, entry: EntryId, now_ms: u64, out: &mut Vec<RecoveryAction>) {
-        self.in_flight.clear();
-        self.phase = Phase::Read { entry, lacking: BTreeSet::new() };
-        for node in self.read_ensemble.clone() {
-            let body = self.phase_request(node).expect("nobody answered yet");
-            self.send(node, body, now_ms, out);
+    /// Whether the write-back of a `Writing` slot has its Qa answers from the write ensemble.
+    fn written(&self, acked: &BTreeSet<NodeId>) -> bool {
+        let count = self.write_ensemble.iter().filter(|n| acked.contains(n)).count();
+        count >= self.meta.ack_quorum as usize
+    }
+
+    /// Moves the window along: retires the entries written back (in order), writes back what
+    /// was found after them, reads further, and closes once the first absent entry is known and
+    /// everything before it is written back.
+    fn advance(&mut self, now_ms: u64, out: &mut Vec<RecoveryAction>) {
+        loop {
+            while let Some((&entry, slot)) = self.slots.first_key_value() {
+                let done = matches!(slot, Slot::Writing { acked, .. } if self.written(acked));
+                if !done {
+                    break;
+                }
+                self.slots.remove(&entry);
+                self.settled(entry, true);
+                self.last_found = Some(entry);
+                self.written_back += 1;
+            }
+            let found: Vec<(EntryId, Bytes)> = self
+                .slots
+                .iter()
+                .take_while(|(_, slot)| !matches!(slot, Slot::Reading { .. }))
+                .filter_map(|(&entry, slot)| match slot {
+                    Slot::Found { data } => Some((entry, data.clone())),
+                    _ => None,
+                })
+                .collect();
+            for (entry, data) in found {
+                self.slots
+                    .insert(entry, Slot::Writing { data: data.clone(), acked: BTreeSet::new() });
+                for node in self.write_ensemble.clone() {
+                    let body = self.write_back_request(entry, &data);
+                    self.send(node, Some(entry), body, now_ms, out);
+                }
+            }
+            if self.first_absent.is_some() {
+                if self.slots.is_empty() {
+                    self.close(out);
+                }
+                return;
+            }
+            if self.slots.len() >= self.config.window {
+                return;
+            }
+            let entry = self.next_read;
+            self.next_read += 1;
+            self.slots.insert(entry, Slot::Reading { lacking: BTreeSet::new() });
+            for node in self.read_ensemble.clone() {
+                let body = self.read_request(entry);
+                self.send(node, Some(entry), body, now_ms, out);
+            }
         }
     }
 
@@ -373,14 +471,19 @@ impl Recovery {
         out.push(RecoveryAction::WriteMeta { meta: proposed, expected_version: self.version });
     }
 
-    /// `node` failed. Reads are simply asked again later; during a write-back the node is
-    /// replaced (a new fragment from this entry on) when a live node can take its place.
+    /// `node` failed. Reads are simply asked again later; while a write-back waits for it,
+    /// the node is replaced (a new fragment from the first entry not yet written back) when a
+    /// live node can take its place.
     pub fn on_node_failed(&mut self, node: NodeId, now_ms: u64, out: &mut Vec<RecoveryAction>) {
         self.in_flight.retain(|_, s| s.node != node);
-        let Phase::WriteBack { entry, .. } = self.phase else {
+        if self.phase != Phase::Recover || !self.write_ensemble.contains(&node) {
             return;
-        };
-        if !self.write_ensemble.contains(&node) {
+        }
+        let waits_for_it = self
+            .slots
+            .values()
+            .any(|slot| matches!(slot, Slot::Writing { acked, .. } if !acked.contains(&node)));
+        if !waits_for_it {
             return;
         }
         self.failed.insert(node);
@@ -389,20 +492,36 @@ impl Recovery {
         else {
             return; // asked again on a later tick
         };
-        let slot = self.write_ensemble.iter().position(|&n| n == node).expect("checked");
-        self.write_ensemble[slot] = replacement;
+        // Everything before the window is written back where the metadata will say; the window
+        // (its first entry is not written back yet) goes to the new ensemble.
+        let start = *self.slots.keys().next().expect("a write-back waits");
+        let position = self.write_ensemble.iter().position(|&n| n == node).expect("checked");
+        self.write_ensemble[position] = replacement;
         let ensemble = self.write_ensemble.clone();
         match self.new_fragments.last_mut() {
-            Some(last) if last.first_entry == entry => last.ensemble = ensemble,
-            _ => self.new_fragments.push(Fragment { first_entry: entry, ensemble }),
+            Some(last) if last.first_entry == start => last.ensemble = ensemble,
+            last => {
+                assert!(last.is_none_or(|l| l.first_entry < start), "fragments only move on");
+                self.new_fragments.push(Fragment { first_entry: start, ensemble });
+            }
         }
-        let body = self.phase_request(replacement).expect("a replacement has nothing yet");
-        self.send(replacement, body, now_ms, out);
+        let writing: Vec<(EntryId, Bytes)> = self
+            .slots
+            .iter()
+            .filter_map(|(&entry, slot)| match slot {
+                Slot::Writing { data, .. } => Some((entry, data.clone())),
+                _ => None,
+            })
+            .collect();
+        for (entry, data) in writing {
+            let body = self.write_back_request(entry, &data);
+            self.send(replacement, Some(entry), body, now_ms, out);
+        }
     }
 
-    /// Asks again what has gone unanswered for `retry_ms`.
+    /// Asks again what has gone unanswered for `retry_ms`, and what a failed node left unasked.
     pub fn tick(&mut self, now_ms: u64, out: &mut Vec<RecoveryAction>) {
-        let stale: Vec<NodeId> = self
+        let stale: BTreeSet<NodeId> = self
             .in_flight
             .values()
             .filter(|s| now_ms.saturating_sub(s.sent_ms) >= self.config.retry_ms)
@@ -411,13 +530,52 @@ impl Recovery {
         for node in stale {
             self.on_node_failed(node, now_ms, out);
         }
-        for node in self.phase_nodes() {
-            let asked = self.in_flight.values().any(|s| s.node == node);
-            if !asked {
-                if let Some(body) = self.phase_request(node) {
-                    self.send(node, body, now_ms, out);
+        let asked: BTreeSet<(NodeId, Option<EntryId>, bool)> =
+            self.in_flight.values().map(|f| (f.node, f.entry, f.write)).collect();
+        let mut requests = Vec::new();
+        match &self.phase {
+            Phase::FenceLac { answers } => {
+                for &node in &self.read_ensemble {
+                    if !answers.contains_key(&node) && !asked.contains(&(node, None, false)) {
+                        let fence = Some(self.meta.epoch);
+                        requests.push((
+                            node,
+                            None,
+                            Request::ReadLac { ledger: self.ledger, fence },
+                        ));
+                    }
                 }
             }
+            Phase::Recover => {
+                for (&entry, slot) in &self.slots {
+                    match slot {
+                        Slot::Reading { lacking } => {
+                            for &node in &self.read_ensemble {
+                                if !lacking.contains(&node)
+                                    && !asked.contains(&(node, Some(entry), false))
+                                {
+                                    requests.push((node, Some(entry), self.read_request(entry)));
+                                }
+                            }
+                        }
+                        Slot::Writing { data, acked } => {
+                            for &node in &self.write_ensemble {
+                                if !acked.contains(&node)
+                                    && !asked.contains(&(node, Some(entry), true))
+                                {
+                                    let body = self.write_back_request(entry, data);
+                                    requests.push((node, Some(entry), body));
+                                }
+                            }
+                        }
+                        Slot::Found { .. } => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+        for (node, entry, body) in requests {
+            self.send(node, entry, body, now_ms, out);
         }
     }
 }

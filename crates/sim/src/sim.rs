@@ -96,7 +96,7 @@ impl Knobs {
             recoveries_at_ms: Vec::new(),
             racks: Vec::new(),
             writer: WriterConfig { add_timeout_ms: 200, explicit_lac_after_ms: 100 },
-            recovery: RecoveryConfig { retry_ms: 200 },
+            recovery: RecoveryConfig { retry_ms: 200, window: 64 },
         }
     }
 
@@ -130,6 +130,7 @@ impl Knobs {
         knobs.writer.add_timeout_ms = rng.range(20, 500);
         knobs.writer.explicit_lac_after_ms = rng.range(10, 300);
         knobs.recovery.retry_ms = rng.range(20, 500);
+        knobs.recovery.window = if rng.chance(300) { 1 } else { rng.range(2, 64) as usize };
         knobs
     }
 }
