@@ -13,6 +13,8 @@ data directory is on the same disk. `magnetar perf produce` (same client for all
   deep128:  128 B, batching on, 10,000 messages in flight instead of 1,000 (capacity: with the
             default window a producer has about one 1,000-message batch in flight, so async
             msg/s is that batch over one entry's round trip, a latency figure);
+  unbatched128: 128 B, batching off, 1,000 in flight (one entry per message: the per-entry
+            cost of every hop, as for producers that cannot batch);
 alternating the order of the set-ups every round (this machine is shared and noisy). For each
 run it records the CPU seconds of every process (broker, nodes, client) from /proc, and at the
 end the journal groups (one fdatasync each) of every node and of the standalone (/metrics),
@@ -114,7 +116,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--secs", type=int, default=15)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--modes", default="async128,async1k,sync1k,deep128")
+    parser.add_argument("--modes", default="async128,async1k,sync1k,deep128,unbatched128")
     parser.add_argument("--node-dir", default=None)
     parser.add_argument("--local-dir", default=None,
                         help="where the standalone keeps its data (with --node-dir /dev/shm: "
@@ -207,7 +209,8 @@ def main():
                             "nodes": node_procs}
 
         all_modes = {"async128": ["-s", "128"], "async1k": ["-s", "1024"],
-                     "sync1k": ["-s", "1024", "--sync"], "deep128": ["-s", "128", "-o", "10000"]}
+                     "sync1k": ["-s", "1024", "--sync"], "deep128": ["-s", "128", "-o", "10000"],
+                     "unbatched128": ["-s", "128", "--disable-batching"]}
         modes = {m: all_modes[m] for m in args.modes.split(",")}
         names = list(setups)
         results = []
@@ -236,7 +239,7 @@ def main():
                                     "p50_ms": stream["latency"]["p50_us"] / 1000.0,
                                     "p99_ms": stream["latency"]["p99_us"] / 1000.0,
                                     "cpu_cores": usage})
-                    print("round %d %-8s %-6s %10.0f msg/s  p50 %.3f ms  p99 %.3f ms  cpu %s"
+                    print("round %d %-12s %-6s %10.0f msg/s  p50 %.3f ms  p99 %.3f ms  cpu %s"
                           % (rnd, mode, name, stream["msg_per_s"], results[-1]["p50_ms"],
                              results[-1]["p99_ms"],
                              " ".join("%s=%.2f" % kv for kv in usage.items())), flush=True)
@@ -279,7 +282,7 @@ def main():
                 p99 = sorted(r["p99_ms"] for r in runs)
                 cpu = {c: sorted(r["cpu_cores"][c] for r in runs)[len(runs) // 2]
                        for c in runs[0]["cpu_cores"]}
-                lines.append("%-8s %-6s msg/s median %9.0f %s  p50 median %.3f ms  p99 median %.3f"
+                lines.append("%-12s %-6s msg/s median %9.0f %s  p50 median %.3f ms  p99 median %.3f"
                              " ms %s  cpu cores (median) %s"
                              % (mode, name, rates[len(rates) // 2], [round(x) for x in rates],
                                 p50[len(p50) // 2], p99[len(p99) // 2], [round(x, 3) for x in p99],
