@@ -43,7 +43,8 @@ use writer::{Input, OpenLedger, WriterTask};
 /// How this client replicates (defaults in brackets).
 #[derive(Debug, Clone)]
 pub struct ReplicatedConfig {
-    /// A node that has not answered an add for this long is replaced [5 s].
+    /// A node that has not answered an add for this long is replaced [5 s]; a failed node that
+    /// no live node can replace is waited for this long too before the ledger's adds fail.
     pub add_timeout: Duration,
     /// A read unanswered for this long is also asked of the next replica [200 ms].
     pub speculative_read: Duration,
@@ -117,9 +118,12 @@ impl ReplicatedLedgers {
     }
 
     fn writer_config(&self) -> WriterConfig {
+        let add_timeout_ms = self.config.add_timeout.as_millis() as u64;
         WriterConfig {
-            add_timeout_ms: self.config.add_timeout.as_millis() as u64,
+            add_timeout_ms,
             explicit_lac_after_ms: 1_000,
+            // As long as for a node's answer: a failed node's replacement may register late.
+            replacement_wait_ms: add_timeout_ms,
         }
     }
 

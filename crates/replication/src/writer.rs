@@ -6,7 +6,8 @@
 //!   replacement that the stored metadata does not name would be lost to a recovery).
 //! * A node that fails (error answer, time-out, lost connection) is replaced: a new fragment
 //!   starting at LAC + 1 is written by compare-and-set first, then every pending entry goes to
-//!   the replacement, whose acks are the only new ones that count.
+//!   the replacement, whose acks are the only new ones that count. With no live node to take
+//!   its place, the writer waits `replacement_wait_ms` for one to register before it fails.
 //! * A conflicting metadata write or a `Fenced` answer means a recovery took the ledger: the
 //!   writer stops and fails what it had not acknowledged.
 
@@ -24,11 +25,19 @@ pub struct WriterConfig {
     /// With no add for this long, the writer sends its LAC on its own (explicit LAC), so
     /// readers see the last entries.
     pub explicit_lac_after_ms: u64,
+    /// A failed node with no live node to replace it: the writer waits this long for one to
+    /// register (adds go on to the others meanwhile, acknowledged if they make Qa) before it
+    /// fails its pending adds.
+    pub replacement_wait_ms: u64,
 }
 
 impl Default for WriterConfig {
     fn default() -> Self {
-        WriterConfig { add_timeout_ms: 5_000, explicit_lac_after_ms: 1_000 }
+        WriterConfig {
+            add_timeout_ms: 5_000,
+            explicit_lac_after_ms: 1_000,
+            replacement_wait_ms: 5_000,
+        }
     }
 }
 
@@ -116,6 +125,8 @@ pub struct Writer {
     terminal: Option<Terminal>,
     last_add_ms: u64,
     lac_sent: Option<EntryId>,
+    /// Since when a failed node has had no replacement (see `replacement_wait_ms`).
+    no_replacement_since_ms: Option<u64>,
 }
 
 impl Writer {
@@ -141,6 +152,7 @@ impl Writer {
             terminal: None,
             last_add_ms: 0,
             lac_sent: None,
+            no_replacement_since_ms: None,
         }
     }
 
@@ -264,7 +276,7 @@ impl Writer {
 
     /// `node` failed (error, time-out, lost connection): its requests are abandoned and it is
     /// replaced if the current ensemble holds it.
-    pub fn on_node_failed(&mut self, node: NodeId, _now_ms: u64, out: &mut Vec<WriterAction>) {
+    pub fn on_node_failed(&mut self, node: NodeId, now_ms: u64, out: &mut Vec<WriterAction>) {
         self.in_flight.retain(|_, sent| sent.node != node);
         for pending in &mut self.pending {
             pending.asked.remove(&node);
@@ -274,7 +286,7 @@ impl Writer {
         }
         self.failed.insert(node);
         if self.meta_op.is_none() {
-            self.start_ensemble_change(out);
+            self.start_ensemble_change(now_ms, out);
         }
     }
 
@@ -287,6 +299,13 @@ impl Writer {
             .collect();
         for node in timed_out {
             self.on_node_failed(node, now_ms, out);
+        }
+        if self.no_replacement_since_ms.is_some()
+            && self.meta_op.is_none()
+            && self.terminal.is_none()
+        {
+            // Still waiting for a node to take a failed one's place: one may have registered.
+            self.start_ensemble_change(now_ms, out);
         }
         let idle = now_ms.saturating_sub(self.last_add_ms) >= self.config.explicit_lac_after_ms;
         if idle && self.terminal.is_none() && self.lac > self.lac_sent {
@@ -330,7 +349,7 @@ impl Writer {
         self.maybe_close(out);
     }
 
-    fn start_ensemble_change(&mut self, out: &mut Vec<WriterAction>) {
+    fn start_ensemble_change(&mut self, now_ms: u64, out: &mut Vec<WriterAction>) {
         assert!(self.meta_op.is_none());
         let last = self.meta.last_fragment().clone();
         let mut ensemble = last.ensemble.clone();
@@ -340,11 +359,18 @@ impl Writer {
                 match choose_replacement(&self.live, &ensemble, &excluded) {
                     Some(replacement) => ensemble[slot] = replacement,
                     None => {
-                        return self.fail_all(Terminal::Failed(WriteError::NotEnoughNodes), out)
+                        let since = *self.no_replacement_since_ms.get_or_insert(now_ms);
+                        if now_ms.saturating_sub(since) >= self.config.replacement_wait_ms {
+                            self.no_replacement_since_ms = None;
+                            return self
+                                .fail_all(Terminal::Failed(WriteError::NotEnoughNodes), out);
+                        }
+                        return; // tried again at each tick
                     }
                 }
             }
         }
+        self.no_replacement_since_ms = None;
         let first_entry = self.lac.map_or(0, |l| l + 1);
         assert!(first_entry >= last.first_entry, "LAC never goes below the last fragment");
         let mut proposed = self.meta.clone();
@@ -441,7 +467,7 @@ impl Writer {
                     }
                 }
                 if !self.failed.is_empty() {
-                    self.start_ensemble_change(out);
+                    self.start_ensemble_change(now_ms, out);
                 } else {
                     self.try_ack(out);
                 }

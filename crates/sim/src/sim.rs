@@ -95,7 +95,11 @@ impl Knobs {
             writer_crash_at_ms: None,
             recoveries_at_ms: Vec::new(),
             racks: Vec::new(),
-            writer: WriterConfig { add_timeout_ms: 200, explicit_lac_after_ms: 100 },
+            writer: WriterConfig {
+                add_timeout_ms: 200,
+                explicit_lac_after_ms: 100,
+                replacement_wait_ms: 0,
+            },
             recovery: RecoveryConfig { retry_ms: 200, window: 64 },
         }
     }
@@ -131,6 +135,7 @@ impl Knobs {
         knobs.writer.explicit_lac_after_ms = rng.range(10, 300);
         knobs.recovery.retry_ms = rng.range(20, 500);
         knobs.recovery.window = if rng.chance(300) { 1 } else { rng.range(2, 64) as usize };
+        knobs.writer.replacement_wait_ms = if rng.chance(500) { 0 } else { rng.range(1, 1_000) };
         knobs
     }
 }
