@@ -176,7 +176,7 @@ async fn collect_garbage(
         let listed: std::collections::BTreeSet<LedgerId> =
             listed.iter().filter_map(|child| child.parse().ok()).collect();
         for ledger in local {
-            if ledger == crate::store::FENCE_LOG || listed.contains(&ledger) {
+            if crate::store::is_fence_log(ledger) || listed.contains(&ledger) {
                 continue;
             }
             if inputs.send(Input::Collect { ledger }).await.is_err() {

@@ -12,9 +12,11 @@
 //!   asks it first (with Qw = Qa, one answer is enough) reads and writes back the whole last
 //!   fragment instead of its unacknowledged tail. Runs written before this (header magic
 //!   `MRUN`) hold bare entries and are still read.
-//! * Fences go to one local ledger of their own ([`FENCE_LOG`]): `ledger, epoch` records,
-//!   read back whole at start. They are appended to the same journal as the entries, so a
-//!   fence becomes durable after every add staged before it.
+//! * Fences go to a local ledger of their own ([`FENCE_LOG`]): `ledger, epoch` records, read
+//!   back whole at start. They are appended to the same journal as the entries, so a fence
+//!   becomes durable after every add staged before it. A fence log whose append failed (a
+//!   full disk) takes no more, like any ledger: the next fence starts a new log, one id
+//!   lower (every log is read at start), so fences work again once space is back.
 //! * A journal out of disk (ENOSPC preparing its next segment) fails what it had queued and
 //!   goes on: those adds are answered with an I/O error (the writers move on to other
 //!   nodes), the node turns read-only, and a ledger with a failed add takes no more adds
@@ -41,9 +43,16 @@ use std::sync::Arc;
 /// [`NodeStorage::persist`] itself for a record refused or already stored. Must not block.
 pub type CompletionSink = Arc<dyn Fn(Completion) + Send + Sync>;
 
-/// The local ledger holding fence records. Cluster ledger ids are allocated from 0 upwards,
-/// so they never reach it.
+/// The first local ledger holding fence records; later ones (after a failed append) count
+/// down from it. Cluster ledger ids are allocated from 0 upwards, so they never reach them.
 pub const FENCE_LOG: LedgerId = u64::MAX - 1;
+/// The lowest id a fence log may have (a million failed fence logs: never reached).
+const LOWEST_FENCE_LOG: LedgerId = FENCE_LOG - (1 << 20);
+
+/// Whether local ledger `ledger` is a fence log.
+pub fn is_fence_log(ledger: LedgerId) -> bool {
+    (LOWEST_FENCE_LOG..=FENCE_LOG).contains(&ledger)
+}
 /// A run's header: this magic and the run's first entry id (u64, big-endian).
 const HEADER_MAGIC: &[u8; 4] = b"MRU2";
 /// The header of a run written before entries carried their LAC.
@@ -108,6 +117,8 @@ pub struct Located {
 pub struct NodeStorage {
     store: Arc<LedgerStore>,
     runs: BTreeMap<LedgerId, Run>,
+    /// The fence log fences go to: the lowest that exists, or [`FENCE_LOG`].
+    fence_log: LedgerId,
     completions: CompletionSink,
     unsettled: Arc<Unsettled>,
 }
@@ -133,9 +144,11 @@ impl NodeStorage {
     ) -> Result<(NodeStorage, BTreeMap<LedgerId, LedgerSummary>), StorageError> {
         let mut runs = BTreeMap::new();
         let mut summaries: BTreeMap<LedgerId, LedgerSummary> = BTreeMap::new();
+        let mut fence_log = FENCE_LOG;
         for ledger in store.ledgers() {
             let entries = store.ledger_info(ledger)?.entries;
-            if ledger == FENCE_LOG {
+            if is_fence_log(ledger) {
+                fence_log = fence_log.min(ledger);
                 for entry in 0..entries {
                     let mut record = store.read_entry(ledger, entry)?;
                     if record.len() != 16 {
@@ -183,7 +196,7 @@ impl NodeStorage {
             }
         }
         let unsettled = Arc::default();
-        Ok((NodeStorage { store, runs, completions, unsettled }, summaries))
+        Ok((NodeStorage { store, runs, fence_log, completions, unsettled }, summaries))
     }
 
     pub fn store(&self) -> &Arc<LedgerStore> {
@@ -279,7 +292,7 @@ impl NodeStorage {
     }
 
     async fn create_run(&mut self, ledger: LedgerId, first: EntryId) -> Result<(), ErrorCode> {
-        if ledger == FENCE_LOG {
+        if is_fence_log(ledger) {
             return Err(ErrorCode::Io);
         }
         match self.store.create_ledger_with_id(ledger).await {
@@ -316,17 +329,34 @@ impl NodeStorage {
         ledger: LedgerId,
         epoch: Epoch,
     ) -> Result<(), ErrorCode> {
-        if !self.store.ledgers().contains(&FENCE_LOG) {
-            self.store.create_ledger_with_id(FENCE_LOG).await.map_err(|_| ErrorCode::Io)?;
+        if !self.store.ledgers().contains(&self.fence_log) {
+            self.store.create_ledger_with_id(self.fence_log).await.map_err(|_| ErrorCode::Io)?;
         }
         let mut record = BytesMut::with_capacity(16);
         record.put_u64(ledger);
         record.put_u64(epoch);
+        let record = record.freeze();
         let completions = self.completions.clone();
         let callback = Box::new(move |result: Result<u64, LedgerError>| {
             completions(Completion::of(token, &result));
         });
-        self.store.append_with(FENCE_LOG, record.freeze(), callback).map_err(|_| ErrorCode::Io)?;
+        match self.store.append_with(self.fence_log, record.clone(), callback) {
+            Ok(_) => {}
+            Err(LedgerError::Failed { .. }) if self.fence_log > LOWEST_FENCE_LOG => {
+                // An earlier fence failed to be written there (the disk was full): that log
+                // takes nothing more. A new one does; both are read at start.
+                let next = self.fence_log - 1;
+                tracing::warn!(failed = self.fence_log, next, "fence log failed: starting another");
+                self.store.create_ledger_with_id(next).await.map_err(|_| ErrorCode::Io)?;
+                self.fence_log = next;
+                let completions = self.completions.clone();
+                let callback = Box::new(move |result: Result<u64, LedgerError>| {
+                    completions(Completion::of(token, &result));
+                });
+                self.store.append_with(next, record, callback).map_err(|_| ErrorCode::Io)?;
+            }
+            Err(_) => return Err(ErrorCode::Io),
+        }
         Ok(())
     }
 
@@ -340,7 +370,7 @@ impl NodeStorage {
 
     /// Frees a deleted ledger's entries (garbage collection).
     pub async fn delete(&mut self, ledger: LedgerId) -> Result<(), LedgerError> {
-        assert_ne!(ledger, FENCE_LOG, "the fence log is never collected");
+        assert!(!is_fence_log(ledger), "fence logs are never collected");
         self.runs.remove(&ledger);
         match self.store.delete_ledger(ledger).await {
             Ok(()) | Err(LedgerError::NoSuchLedger(_)) => Ok(()),
@@ -472,25 +502,31 @@ mod tests {
         Record::Entry { ledger, entry, lac: None, recovery: false, data }
     }
 
+    /// Small segments, so that a simulated disk fills after a few.
+    fn small_segments() -> LedgerStoreConfig {
+        LedgerStoreConfig {
+            journal: magnetar_journal::JournalConfig {
+                segment_size_bytes: 256 << 10,
+                max_group_bytes: 64 << 10,
+                ..Default::default()
+            },
+            ..LedgerStoreConfig::default()
+        }
+    }
+
     #[tokio::test]
     async fn a_full_disk_fails_adds_without_stopping_the_node_and_their_run_takes_no_more() {
         use magnetar_journal::sim::{Faults, SimStorage};
-        use magnetar_journal::JournalConfig;
         let storage = SimStorage::new(11);
-        let config = LedgerStoreConfig {
-            journal: JournalConfig {
-                segment_size_bytes: 256 << 10,
-                max_group_bytes: 64 << 10,
-                ..JournalConfig::default()
-            },
-            ..LedgerStoreConfig::default()
-        };
-        let store = LedgerStore::open_with_storage(config, Arc::new(storage.clone())).unwrap().0;
+        let store = LedgerStore::open_with_storage(small_segments(), Arc::new(storage.clone()));
+        let store = store.unwrap().0;
         let (sink, seen) = recorder();
         let (mut node, _) = NodeStorage::open(Arc::new(store), sink).expect("opens");
         node.persist(0, page(7, 0)).await;
+        node.persist(1, Record::Fence { ledger: 6, epoch: 1 }).await;
         node.commit();
         assert_eq!(next(&seen), (0, Ok(()), false, false), "the run and a segment exist");
+        assert_eq!(next(&seen), (1, Ok(()), false, false), "and the fence log");
         // The disk fills: the journal's next segment cannot be created.
         storage.set_faults(Faults {
             capacity_bytes: Some(storage.used_bytes() + 4096),
@@ -498,7 +534,7 @@ mod tests {
         });
         // Each add is sent twice before it is written (a writer resending after reconnecting):
         // the resend is answered with the add's outcome.
-        let mut token = 1;
+        let mut token = 2;
         let mut failed = None;
         for entry in 1..1_000 {
             node.persist(token, page(7, entry)).await;
@@ -520,6 +556,12 @@ mod tests {
         }
         let failed = failed.expect("the disk filled up");
         assert!(failed > 0, "entries were written before the disk filled");
+        // A fence while the disk is full fails to be written, and its log takes no more.
+        node.persist(token, Record::Fence { ledger: 9, epoch: 1 }).await;
+        node.commit();
+        let fence = next(&seen);
+        assert_eq!((fence.0, fence.1), (token, Err(ErrorCode::Io)), "{fence:?}");
+        token += 1;
         // Space comes back. The failed ledger takes nothing more here (no hole after the
         // failure), neither the failed entry again nor the next; what was durable reads back.
         storage.set_faults(Faults::default());
@@ -538,6 +580,16 @@ mod tests {
         node.persist(token + 2, page(8, 0)).await;
         node.commit();
         assert_eq!(next(&seen), (token + 2, Ok(()), false, false));
+        // So do fences, in a new fence log; a restart reads it.
+        node.persist(token + 3, Record::Fence { ledger: 8, epoch: 2 }).await;
+        node.commit();
+        assert_eq!(next(&seen), (token + 3, Ok(()), false, false), "fenced without a restart");
+        drop(node);
+        let store = LedgerStore::open_with_storage(small_segments(), Arc::new(storage.clone()));
+        let store = store.unwrap().0;
+        let (_, summaries) = NodeStorage::open(Arc::new(store), Arc::new(|_| {})).expect("opens");
+        assert_eq!(summaries[&8].fence_epoch, Some(2), "the new fence log is read at start");
+        assert_eq!(summaries[&6].fence_epoch, Some(1), "and the first");
     }
 
     #[test]
