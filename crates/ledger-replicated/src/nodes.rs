@@ -151,32 +151,36 @@ impl Nodes {
     pub fn send(&self, node: NodeId, request: &Request, reply: Reply) {
         match self.connection(node) {
             Some(connection) => {
-                connection.queue(request, reply);
-                connection.out.flush();
+                let mut frames = Frames::default();
+                connection.encode(request, reply, &mut frames);
+                connection.write(frames);
             }
             None => reply(None),
         }
     }
 
-    /// Sends every request of `sends` (drained), in order per node, with one write per node.
+    /// Sends every request of `sends` (drained), in order per node, with one write per node:
+    /// each node's requests are encoded into one buffer, written from it when the connection
+    /// is idle (no copy beyond the encoding, as for a lone request).
     pub fn send_all(&self, sends: &mut Vec<(NodeId, Request, Reply)>) {
-        let mut touched: Vec<(NodeId, Option<Arc<Connection>>)> = Vec::new();
+        let mut batches: Vec<(NodeId, Option<Arc<Connection>>, Frames)> = Vec::new();
         for (node, request, reply) in sends.drain(..) {
-            let connection = match touched.iter().find(|(n, _)| *n == node) {
-                Some((_, connection)) => connection.clone(),
+            let index = match batches.iter().position(|(n, _, _)| *n == node) {
+                Some(index) => index,
                 None => {
-                    let connection = self.connection(node);
-                    touched.push((node, connection.clone()));
-                    connection
+                    batches.push((node, self.connection(node), Frames::default()));
+                    batches.len() - 1
                 }
             };
-            match connection {
-                Some(connection) => connection.queue(&request, reply),
-                None => reply(None),
+            match &mut batches[index] {
+                (_, Some(connection), frames) => connection.encode(&request, reply, frames),
+                (_, None, _) => reply(None),
             }
         }
-        for connection in touched.into_iter().filter_map(|(_, c)| c) {
-            connection.out.flush();
+        for (_, connection, frames) in batches {
+            if let Some(connection) = connection {
+                connection.write(frames);
+            }
         }
     }
 
@@ -192,6 +196,13 @@ impl Nodes {
         connections.insert(node, connection.clone());
         Some(connection)
     }
+}
+
+/// Requests encoded for one connection, written together.
+#[derive(Default)]
+struct Frames {
+    bytes: BytesMut,
+    ids: Vec<u64>,
 }
 
 struct Connection {
@@ -215,15 +226,21 @@ impl Connection {
         connection
     }
 
-    /// Queues `request`, written at the next flush of `out`.
-    fn queue(&self, request: &Request, reply: Reply) {
+    /// Registers `request`'s reply and encodes it into `frames`.
+    fn encode(&self, request: &Request, reply: Reply, frames: &mut Frames) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.pending.lock().insert(id, reply);
-        let mut frame = BytesMut::new();
-        wire::encode(id, &Message::Request(request.clone()), &mut frame);
-        if self.dead.load(Ordering::Acquire) || self.out.queue(&frame).is_err() {
-            if let Some(reply) = self.pending.lock().remove(&id) {
-                reply(None);
+        wire::encode(id, &Message::Request(request.clone()), &mut frames.bytes);
+        frames.ids.push(id);
+    }
+
+    /// Writes `frames`; if the connection is gone, their replies get `None`.
+    fn write(&self, frames: Frames) {
+        if self.dead.load(Ordering::Acquire) || self.out.send(&frames.bytes).is_err() {
+            for id in frames.ids {
+                if let Some(reply) = self.pending.lock().remove(&id) {
+                    reply(None);
+                }
             }
         }
     }
