@@ -1181,18 +1181,33 @@ mod tests {
     /// A ledger storage over a real store, scripted by tests: ledger creation waits while
     /// `open` is false (a slow metadata or storage round trip at rollover, made
     /// deterministic), and with `refuse_appends` every ledger refuses its first append
-    /// (storage nodes that died but are still registered). Counts creations.
+    /// (storage nodes that died but are still registered). Counts creations. The appends of
+    /// the `slow` ledger are stored but their completions held back (in `held`) until the test
+    /// runs them, and its close waits for ever: a full ledger whose replicas answer late.
     struct Scripted {
         inner: Arc<LedgerStore>,
         open: tokio::sync::watch::Sender<bool>,
         refuse_appends: bool,
         creates: std::sync::atomic::AtomicU64,
+        slow: Mutex<Option<u64>>,
+        held: HeldCompletions,
     }
+
+    /// Append completions held back: each callback with the outcome it will get.
+    type HeldCompletions =
+        Arc<Mutex<Vec<(magnetar_ledger::AppendCallback, Result<u64, LedgerError>)>>>;
 
     impl Scripted {
         fn new(inner: Arc<LedgerStore>, refuse_appends: bool) -> Arc<Scripted> {
             let (open, _) = tokio::sync::watch::channel(true);
-            Arc::new(Scripted { inner, open, refuse_appends, creates: Default::default() })
+            Arc::new(Scripted {
+                inner,
+                open,
+                refuse_appends,
+                creates: Default::default(),
+                slow: Mutex::new(None),
+                held: Default::default(),
+            })
         }
     }
 
@@ -1214,6 +1229,11 @@ mod tests {
             if self.refuse_appends {
                 return Err(LedgerError::Unavailable(format!("ledger {ledger}: no live node")));
             }
+            if *self.slow.lock() == Some(ledger) {
+                let held = self.held.clone();
+                let late = Box::new(move |result| held.lock().push((done, result)));
+                return LedgerStorage::append(&*self.inner, ledger, entry_id, data, late);
+            }
             LedgerStorage::append(&*self.inner, ledger, entry_id, data, done)
         }
         fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
@@ -1229,6 +1249,9 @@ mod tests {
             LedgerStorage::fence(&*self.inner, ledger).await
         }
         async fn close(&self, ledger: u64) -> Result<u64, LedgerError> {
+            if *self.slow.lock() == Some(ledger) {
+                std::future::pending::<()>().await;
+            }
             LedgerStorage::close(&*self.inner, ledger).await
         }
         async fn delete(&self, ledger: u64) -> Result<(), LedgerError> {
@@ -1318,73 +1341,11 @@ mod tests {
         assert_eq!(bodies, (0..35u8).collect::<Vec<_>>());
     }
 
-    /// Append completions held back: each callback with the outcome it will get.
-    type HeldCompletions =
-        Arc<Mutex<Vec<(magnetar_ledger::AppendCallback, Result<u64, LedgerError>)>>>;
-
-    /// Holds back the completions of one ledger's appends (the entries are durable, only the
-    /// answers wait) until released: a full ledger whose replicas answer late.
-    struct SlowLedger {
-        inner: Arc<LedgerStore>,
-        slow: Mutex<Option<u64>>,
-        held: HeldCompletions,
-    }
-
-    #[async_trait::async_trait]
-    impl LedgerStorage for SlowLedger {
-        async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError> {
-            self.inner.create(id, metadata).await
-        }
-        fn append(
-            &self,
-            ledger: u64,
-            entry_id: u64,
-            data: Bytes,
-            done: magnetar_ledger::AppendCallback,
-        ) -> Result<(), LedgerError> {
-            if *self.slow.lock() != Some(ledger) {
-                return LedgerStorage::append(&*self.inner, ledger, entry_id, data, done);
-            }
-            let held = self.held.clone();
-            let late = Box::new(move |result| held.lock().push((done, result)));
-            LedgerStorage::append(&*self.inner, ledger, entry_id, data, late)
-        }
-        fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
-            LedgerStorage::read(&*self.inner, ledger, first, last)
-        }
-        fn read_cached(&self, ledger: u64, first: u64, last: u64) -> Option<Vec<Bytes>> {
-            LedgerStorage::read_cached(&*self.inner, ledger, first, last)
-        }
-        fn last_add_confirmed(&self, ledger: u64) -> Result<Option<u64>, LedgerError> {
-            LedgerStorage::last_add_confirmed(&*self.inner, ledger)
-        }
-        async fn fence(&self, ledger: u64) -> Result<u64, LedgerError> {
-            LedgerStorage::fence(&*self.inner, ledger).await
-        }
-        async fn close(&self, ledger: u64) -> Result<u64, LedgerError> {
-            // A replicated ledger closes once its appends are answered: not before release.
-            if *self.slow.lock() == Some(ledger) {
-                std::future::pending::<()>().await;
-            }
-            LedgerStorage::close(&*self.inner, ledger).await
-        }
-        async fn delete(&self, ledger: u64) -> Result<(), LedgerError> {
-            LedgerStorage::delete(&*self.inner, ledger).await
-        }
-        fn info(&self, ledger: u64) -> Result<magnetar_ledger::LedgerInfo, LedgerError> {
-            LedgerStorage::info(&*self.inner, ledger)
-        }
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn appends_on_the_next_ledger_are_confirmed_only_after_the_full_one_s_last() {
         let storage = SimStorage::new(23);
         let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-        let slow = Arc::new(SlowLedger {
-            inner: store(&storage),
-            slow: Mutex::new(None),
-            held: Default::default(),
-        });
+        let slow = Scripted::new(store(&storage), false);
         let backend = LedgerBackend::new(slow.clone(), metadata.clone());
         let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(4))
             .await

@@ -68,24 +68,17 @@ impl DirectWriter {
         if rest.is_empty() {
             return Ok(());
         }
-        self.enqueue(state, rest)
+        self.enqueue(state, rest, true)
     }
 
     /// Queues `frame` behind what is queued, written at the next [`DirectWriter::flush`] (or
     /// [`DirectWriter::send`]): a burst of frames then leaves in one write.
     pub fn queue(&self, frame: &[u8]) -> Result<(), Closed> {
-        let mut state = self.state.lock();
+        let state = self.state.lock();
         if state.closed {
             return Err(Closed);
         }
-        if state.queued.len() + frame.len() > self.limit {
-            state.closed = true;
-            drop(state);
-            self.wake.notify_one();
-            return Err(Closed);
-        }
-        state.queued.extend_from_slice(frame);
-        Ok(())
+        self.enqueue(state, frame, false)
     }
 
     /// Writes what [`DirectWriter::queue`] left now if the writer task is not writing, and
@@ -129,21 +122,29 @@ impl DirectWriter {
         }
     }
 
+    /// Appends `bytes` to the queue (waking the writer task if `wake`), or closes the
+    /// connection if that would put it past its limit.
     fn enqueue(
         &self,
         mut state: parking_lot::MutexGuard<'_, State>,
-        rest: &[u8],
+        bytes: &[u8],
+        wake: bool,
     ) -> Result<(), Closed> {
-        if state.queued.len() + rest.len() > self.limit {
+        let fits = state.queued.len() + bytes.len() <= self.limit;
+        if fits {
+            state.queued.extend_from_slice(bytes);
+        } else {
             state.closed = true;
-            drop(state);
-            self.wake.notify_one();
-            return Err(Closed);
         }
-        state.queued.extend_from_slice(rest);
         drop(state);
-        self.wake.notify_one();
-        Ok(())
+        if wake || !fits {
+            self.wake.notify_one();
+        }
+        if fits {
+            Ok(())
+        } else {
+            Err(Closed)
+        }
     }
 
     /// Closes the connection's sending side: later sends fail, [`DirectWriter::run`] returns.
