@@ -27,6 +27,9 @@ use tokio::io::AsyncReadExt;
 /// Bytes of requests queued for one node before its connection is given up on.
 const QUEUED_BYTES: usize = 256 << 20;
 
+/// A node's requests gathered by `send_all` are written once they reach this many bytes.
+const BATCH_BYTES: usize = 64 << 10;
+
 /// Where an answer goes: `None` when the node failed before answering.
 pub type Reply = Box<dyn FnOnce(Option<Response>) + Send>;
 
@@ -173,7 +176,13 @@ impl Nodes {
                 }
             };
             match &mut batches[index] {
-                (_, Some(connection), frames) => connection.encode(&request, reply, frames),
+                (_, Some(connection), frames) => {
+                    connection.encode(&request, reply, frames);
+                    if frames.bytes.len() >= BATCH_BYTES {
+                        // Large entries leave at once, one write each (no growing buffer).
+                        connection.write(std::mem::take(frames));
+                    }
+                }
                 (_, None, _) => reply(None),
             }
         }
@@ -236,6 +245,9 @@ impl Connection {
 
     /// Writes `frames`; if the connection is gone, their replies get `None`.
     fn write(&self, frames: Frames) {
+        if frames.ids.is_empty() {
+            return;
+        }
         if self.dead.load(Ordering::Acquire) || self.out.send(&frames.bytes).is_err() {
             for id in frames.ids {
                 if let Some(reply) = self.pending.lock().remove(&id) {
