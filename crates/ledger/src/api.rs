@@ -66,7 +66,9 @@ pub trait LedgerStorage: Send + Sync + 'static {
     async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError>;
 
     /// Stages entry `entry_id` of `ledger` (it must be the ledger's next); `done` runs once the
-    /// entry is durable or has failed. An error here means nothing was staged.
+    /// entry is durable or has failed, exactly once, and a ledger's in entry order (a managed
+    /// ledger delivers its appends' outcomes in order across ledgers: one never answered would
+    /// hold back the topic's later ones). An error here means nothing was staged.
     fn append(
         &self,
         ledger: u64,
