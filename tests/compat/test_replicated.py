@@ -15,8 +15,8 @@ driven by the official Python client.
 - A producer with thousands of sends in flight crosses dozens of ledger rollovers: every
   receipt comes in send order (the next ledger's first entries, durable before the full
   ledger's last ones, wait for them), so the client never reconnects and resends, and the topic
-  holds each message once, in order. The official Go client too (tests/go, build tag
-  `replicated`).
+  holds each message once, in order. The official Go and Java clients too (tests/go, build
+  tag `replicated`; tests/java, ReplicatedRolloverTest).
 - The broker is frozen (SIGSTOP) and another broker opens the topic: it recovers the frozen
   broker's ledger (closed in etcd at or above every acknowledged entry) and serves every
   message. The frozen broker, resumed (SIGCONT), cannot lose what is acknowledged: whatever it
@@ -43,6 +43,8 @@ import raw_frames
 from compat_util import free_port, http_request, receive_n, unique_topic
 from etcd_util import Etcd, scratch_dir
 from go_runner import BUILD_AND_RUN_TIMEOUT_S, needs_go, run_go_test
+from java_runner import BUILD_AND_RUN_TIMEOUT_S as JAVA_BUILD_AND_RUN_TIMEOUT_S
+from java_runner import needs_java, run_java_tests
 
 pytestmark = pytest.mark.restarts_server
 
@@ -399,6 +401,23 @@ def test_go_client_receipts_come_in_send_order_across_rollovers(cluster):
         "MAGNETAR_TEST_ENTRIES_PER_LEDGER": str(per_ledger),
     })
     assert "answered and stored in order, each once" in out, out[-3000:]
+    assert len(set(_ledgers(etcd)) - ledgers_before) >= 5000 // per_ledger, \
+        "the sends crossed ledgers replicated on the nodes"
+
+
+@needs_java
+@pytest.mark.timeout(JAVA_BUILD_AND_RUN_TIMEOUT_S + 120)
+def test_java_client_receipts_come_in_send_order_across_rollovers(cluster):
+    """The same with the official Java client (tests/java, ReplicatedRolloverTest)."""
+    etcd, _nodes, start_broker = cluster
+    per_ledger = 100
+    srv = start_broker("a", "[broker]\nmax_entries_per_ledger = %d\n" % per_ledger)
+    ledgers_before = set(_ledgers(etcd))
+    passed = run_java_tests({"MAGNETAR_TEST_SERVICE_URL": srv.service_url,
+                             "MAGNETAR_TEST_WEB_URL": srv.web_url,
+                             "MAGNETAR_TEST_ENTRIES_PER_LEDGER": str(per_ledger)},
+                            "ReplicatedRolloverTest")
+    assert passed == ["ReplicatedRolloverTest.receiptsComeInSendOrderAcrossRolloversAndNothingIsStoredTwice"], passed
     assert len(set(_ledgers(etcd)) - ledgers_before) >= 5000 // per_ledger, \
         "the sends crossed ledgers replicated on the nodes"
 
