@@ -17,6 +17,9 @@ driven by the official Python client.
   ledger's last ones, wait for them), so the client never reconnects and resends, and the topic
   holds each message once, in order. The official Go and Java clients too (tests/go, build
   tag `replicated`; tests/java, ReplicatedRolloverTest).
+- `topics unload` again and again while thousands of sends are in flight: every message is
+  stored once, in order (the sends taken before an unload are answered before the producer
+  is closed; later ones are left for the client to resend).
 - The broker is frozen (SIGSTOP) and another broker opens the topic: it recovers the frozen
   broker's ledger (closed in etcd at or above every acknowledged entry) and serves every
   message. The frozen broker, resumed (SIGCONT), cannot lose what is acknowledged: whatever it
@@ -32,6 +35,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import pulsar
@@ -384,6 +388,63 @@ def test_receipts_come_in_send_order_across_rollovers_and_nothing_is_stored_twic
     rolled = len({p[0] for p in positions})
     assert rolled >= n // per_ledger, "the sends crossed %d ledgers" % rolled
     assert len(set(_ledgers(etcd)) - ledgers_before) >= rolled
+
+
+def test_unloads_under_load_store_every_message_once(cluster):
+    """`topics unload` while thousands of sends are in flight: the sends the broker took before
+    the unload get their receipts ahead of CLOSE_PRODUCER, and the ones it did not take are
+    left unanswered for the client to resend on its new producer. Before, the producer heard
+    CLOSE_PRODUCER (or a send error, on which the client drops the connection) first, resent
+    what was being stored, and the topic held hundreds of messages twice."""
+    _etcd, _nodes, start_broker = cluster
+    srv = start_broker("a")
+    topic = unique_topic("unload-under-load")
+    unload_url = "%s/admin/v2/persistent/public/default/%s/unload" % (
+        srv.web_url, topic.rsplit("/", 1)[1])
+    n = 20000
+    client = srv.client()
+    try:
+        producer = client.create_producer(topic, batching_enabled=False,
+                                          max_pending_messages=1000, block_if_queue_full=True,
+                                          send_timeout_millis=60000)
+        answers = []
+        unloads = []
+        sending = threading.Event()
+        sending.set()
+
+        def unloader():
+            while sending.is_set():
+                status, _body = http_request("PUT", unload_url, timeout=COMMAND_TIMEOUT_S)
+                unloads.append(status)
+                time.sleep(0.1)  # pacing, not synchronisation: sends go through in between
+
+        thread = threading.Thread(target=unloader, daemon=True)
+        thread.start()
+        try:
+            for i in range(n):
+                producer.send_async(str(i).encode(),
+                                    lambda result, msg_id, i=i: answers.append((i, result)))
+            producer.flush()
+        finally:
+            sending.clear()
+            thread.join(timeout=COMMAND_TIMEOUT_S)
+        assert not thread.is_alive()
+        deadline = time.monotonic() + COMMAND_TIMEOUT_S
+        while len(answers) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(answers) == n, "every send answered in time: %d of %d" % (len(answers), n)
+        assert all(result == pulsar.Result.Ok for _, result in answers), \
+            [a for a in answers if a[1] != pulsar.Result.Ok][:5]
+        assert len(unloads) >= 3 and set(unloads) <= {200, 204}, unloads
+        consumer = client.subscribe(topic, "all", initial_position=pulsar.InitialPosition.Earliest)
+        got = [int(m.data()) for m in receive_n(consumer, n)]
+        twice = sorted(i for i in set(got) if got.count(i) > 1) if len(set(got)) < n else []
+        assert got == list(range(n)), "every message once, in order (%d unloads); twice: %s" % (
+            len(unloads), twice[:10])
+        with pytest.raises(pulsar.Timeout):
+            consumer.receive(timeout_millis=1000)  # and nothing more: no resent duplicates
+    finally:
+        client.close()
 
 
 @needs_go

@@ -19,7 +19,7 @@ use magnetar_protocol::commands;
 use magnetar_protocol::proto::{command_subscribe::SubType, MessageIdData, ProducerAccessMode};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use tokio::sync::Notify;
 
@@ -28,6 +28,10 @@ use tokio::sync::Notify;
 const DEDUP_SNAPSHOT_INTERVAL: u64 = 1000;
 /// Entries read per round while replaying the tail for deduplication state.
 const DEDUP_REPLAY_BATCH: usize = 256;
+/// How long an unload waits for the sends taken before it to be answered. They always are
+/// (storage answers every append, failing it at the latest on its time-out); this only
+/// bounds an admin request against a storage that broke that promise.
+const UNLOAD_DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where a new subscription starts.
 #[derive(Debug, Clone)]
@@ -374,6 +378,10 @@ pub struct Topic {
     last_active_ms: AtomicU64,
     /// Set once an unload starts: the broker loads the topic afresh on next use.
     unloaded: AtomicBool,
+    /// Sends taken for storing whose answer (receipt or error) is not queued yet: an unload
+    /// closes the producers only once this is back to zero (see `unload`).
+    publishes_in_flight: AtomicUsize,
+    publishes_drained: Notify,
     /// What producers published (stats).
     pub in_meter: Meter,
     /// Time from staging an entry to its durability, in microseconds (Pulsar's
@@ -383,6 +391,21 @@ pub struct Topic {
     pub entry_size: magnetar_metrics::WindowedBuckets,
     /// The policy limits the publish and dispatch paths read without a lock (`limits`).
     limits: Arc<crate::limits::TopicLimits>,
+}
+
+/// A send counted in flight on its topic (`Topic::begin_publish`), counted out when dropped.
+pub struct PublishTicket(Arc<Topic>);
+
+impl PublishTicket {
+    pub fn topic(&self) -> &Arc<Topic> {
+        &self.0
+    }
+}
+
+impl Drop for PublishTicket {
+    fn drop(&mut self) {
+        self.0.end_publish();
+    }
 }
 
 /// The topic's and its namespace's policies layered over the broker defaults (Pulsar's order).
@@ -490,6 +513,8 @@ impl Topic {
             deleted: AtomicBool::new(false),
             last_active_ms: AtomicU64::new(ledgers.clock.now_ms()),
             unloaded: AtomicBool::new(false),
+            publishes_in_flight: AtomicUsize::new(0),
+            publishes_drained: Notify::new(),
             in_meter: Meter::new(),
             write_latency: magnetar_metrics::WindowedBuckets::new(
                 crate::prometheus::WRITE_LATENCY_BUCKETS_US,
@@ -909,11 +934,21 @@ impl Topic {
     }
 
     /// Unloads the topic (admin `unload`): new producers and subscriptions are refused (clients
-    /// retry), every producer and consumer is closed (clients reconnect), and each subscription
-    /// persists its acknowledgements and stops. The caller then drops the topic from the
-    /// broker's map, so the next use loads it afresh from what is stored.
+    /// retry), sends are no longer taken, every producer and consumer is closed (clients
+    /// reconnect), and each subscription persists its acknowledgements and stops. The caller
+    /// then drops the topic from the broker's map, so the next use loads it afresh from what is
+    /// stored.
     pub async fn unload(&self) {
-        self.unloaded.store(true, Ordering::Release);
+        // SeqCst with `begin_publish`: a send either sees the flag or is counted here.
+        self.unloaded.store(true, Ordering::SeqCst);
+        // The sends taken before get their receipts ahead of CLOSE_PRODUCER (one queue per
+        // connection). A client resends whatever is unanswered when its producer is closed, so
+        // a receipt queued after the close would have that message stored twice. Pulsar's
+        // producer close waits for its pending publish acknowledgements the same way.
+        if !self.publishes_drained(UNLOAD_DRAIN_LIMIT).await {
+            tracing::warn!(topic = %self.full_name, in_flight = self.publishes_in_flight.load(Ordering::SeqCst),
+                "unload: sends still being stored after {UNLOAD_DRAIN_LIMIT:?}; closing the producers anyway (their clients may store those twice)");
+        }
         self.producers.close_all();
         let subscriptions: Vec<Arc<Subscription>> =
             self.subscriptions.lock().drain().map(|(_, s)| s).collect();
@@ -923,6 +958,42 @@ impl Topic {
                 tracing::warn!(topic = %self.full_name, subscription = %subscription.name, %error, "cursor not persisted on unload");
             }
             let _ = subscription.close(false).await;
+        }
+    }
+
+    /// Counts a send in before anything is decided about it; `None` when the topic is
+    /// unloading (the send is not taken). The ticket counts it out when dropped: keep it until
+    /// the send's answer is queued.
+    pub fn begin_publish(self: &Arc<Self>) -> Option<PublishTicket> {
+        self.publishes_in_flight.fetch_add(1, Ordering::SeqCst);
+        if self.unloaded.load(Ordering::SeqCst) {
+            self.end_publish();
+            return None;
+        }
+        Some(PublishTicket(self.clone()))
+    }
+
+    fn end_publish(&self) {
+        let before = self.publishes_in_flight.fetch_sub(1, Ordering::SeqCst);
+        assert!(before > 0, "end_publish without begin_publish on {}", self.full_name);
+        if before == 1 {
+            self.publishes_drained.notify_waiters();
+        }
+    }
+
+    /// Waits until no send is in flight (true) or `limit` passes (false).
+    async fn publishes_drained(&self, limit: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let drained = self.publishes_drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.publishes_in_flight.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, drained).await.is_err() {
+                return self.publishes_in_flight.load(Ordering::SeqCst) == 0;
+            }
         }
     }
 

@@ -144,11 +144,18 @@ impl Connection {
                 "unknown producer",
             );
         };
-        if producer.topic.is_closed() {
-            // Unloaded or deleted since the client heard CLOSE_PRODUCER: stored here, the entry
-            // would be stored again when the client resends it on its new producer (the Go
-            // client's duplicate after `unload`). A retriable error: the client reconnects and
-            // resends, as Pulsar answers sends to a fenced topic.
+        let Some(ticket) = producer.topic.begin_publish() else {
+            // Unloading: not stored and not answered. The unload closes this producer once the
+            // sends taken before have their receipts, and the client resends whatever is
+            // unanswered on its new producer. An error would overtake those receipts: clients
+            // close the connection on a send error and resend everything pending, so the
+            // accepted sends would be stored twice.
+            return Ok(());
+        };
+        if producer.topic.is_deleted() {
+            // Stored here, the entry would be stored again when the client resends it on its
+            // new producer (the Go client's duplicate). A retriable error: the client
+            // reconnects and resends, as Pulsar answers sends to a fenced topic.
             return self.refuse_send(
                 producer_id,
                 sequence_id,
@@ -219,11 +226,11 @@ impl Connection {
         producer.topic.entry_size.record(entry.len() as u64);
         let staged_at = producer.topic.managed_ledger.clock().now();
         let outbox = self.outbox.clone();
-        let topic = producer.topic.clone();
         let producer_name = producer.name.clone();
         let staged = producer.topic.managed_ledger.append(
             entry,
             move |result: Result<Position, BrokerError>| {
+                let topic = ticket.topic();
                 let reply = match result {
                     Ok(position) => {
                         let now = topic.managed_ledger.clock().now();
@@ -248,6 +255,7 @@ impl Connection {
                     }
                 };
                 outbox.send_command(&reply);
+                drop(ticket); // answered: no longer in flight (an unload may go on)
             },
         );
         if let Err(error) = staged {

@@ -1,0 +1,242 @@
+//! An unload under load stores nothing twice: the sends taken before it get their receipts
+//! ahead of CLOSE_PRODUCER, and a send that comes while it waits is neither stored nor
+//! answered. (Clients resend whatever is unanswered when their producer is closed, and close the
+//! whole connection on a send error, resending everything pending: either way, a receipt that
+//! came after the close had its message stored a second time.)
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use magnetar_broker::connection::run_listener;
+use magnetar_broker::{BrokerConfig, BrokerService};
+use magnetar_journal::sim::SimStorage;
+use magnetar_ledger::{
+    AppendCallback, LedgerError, LedgerInfo, LedgerMetadata, LedgerStorage, LedgerStore,
+    LedgerStoreConfig,
+};
+use magnetar_metadata::{MemoryStore, MetadataStore};
+use magnetar_model::names::TopicName;
+use magnetar_protocol::proto::base_command::Type;
+use magnetar_protocol::proto::{BaseCommand, CommandProducer, MessageMetadata};
+use magnetar_protocol::{commands, encode_command, encode_payload_command, metadata_and_payload};
+use magnetar_protocol::{Frame, FrameDecoder};
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const TOPIC: &str = "persistent://public/default/unload-under-load";
+/// Bounds every wait for a frame that must come.
+const FRAME_WAIT: Duration = Duration::from_secs(10);
+/// How long we listen for a frame that must not come.
+const QUIET: Duration = Duration::from_millis(300);
+
+/// An append's answer, held back.
+type HeldAnswer = (AppendCallback, Result<u64, LedgerError>);
+
+/// A local ledger store whose appends' answers wait, while the gate is shut, until `open`.
+struct GatedStorage {
+    inner: LedgerStore,
+    /// `Some`: shut, with the answers held back so far (in completion order).
+    held: Arc<Mutex<Option<Vec<HeldAnswer>>>>,
+}
+
+impl GatedStorage {
+    fn shut(&self) {
+        *self.held.lock() = Some(Vec::new());
+    }
+
+    /// Opens the gate and delivers the held answers, in order (under the lock: a later append's
+    /// answer cannot overtake them).
+    fn open(&self) -> usize {
+        let mut held = self.held.lock();
+        let answers = held.take().unwrap_or_default();
+        let count = answers.len();
+        for (done, result) in answers {
+            done(result);
+        }
+        count
+    }
+
+    fn held_count(&self) -> usize {
+        self.held.lock().as_ref().map_or(0, Vec::len)
+    }
+}
+
+#[async_trait]
+impl LedgerStorage for GatedStorage {
+    async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError> {
+        self.inner.create(id, metadata).await
+    }
+    fn append(
+        &self,
+        ledger: u64,
+        entry_id: u64,
+        data: Bytes,
+        done: AppendCallback,
+    ) -> Result<(), LedgerError> {
+        let held = self.held.clone();
+        let gated: AppendCallback = Box::new(move |result| {
+            let mut gate = held.lock();
+            if let Some(answers) = gate.as_mut() {
+                answers.push((done, result));
+                return;
+            }
+            drop(gate);
+            done(result);
+        });
+        LedgerStorage::append(&self.inner, ledger, entry_id, data, gated)
+    }
+    fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
+        LedgerStorage::read(&self.inner, ledger, first, last)
+    }
+    fn read_cached(&self, ledger: u64, first: u64, last: u64) -> Option<Vec<Bytes>> {
+        LedgerStorage::read_cached(&self.inner, ledger, first, last)
+    }
+    fn last_add_confirmed(&self, ledger: u64) -> Result<Option<u64>, LedgerError> {
+        LedgerStorage::last_add_confirmed(&self.inner, ledger)
+    }
+    async fn fence(&self, ledger: u64) -> Result<u64, LedgerError> {
+        LedgerStorage::fence(&self.inner, ledger).await
+    }
+    async fn close(&self, ledger: u64) -> Result<u64, LedgerError> {
+        LedgerStorage::close(&self.inner, ledger).await
+    }
+    async fn delete(&self, ledger: u64) -> Result<(), LedgerError> {
+        LedgerStorage::delete(&self.inner, ledger).await
+    }
+    fn info(&self, ledger: u64) -> Result<LedgerInfo, LedgerError> {
+        LedgerStorage::info(&self.inner, ledger)
+    }
+}
+
+struct Client {
+    socket: TcpStream,
+    buf: BytesMut,
+    decoder: FrameDecoder,
+}
+
+impl Client {
+    async fn write(&mut self, command: &BaseCommand) {
+        let mut out = BytesMut::new();
+        encode_command(command, &mut out).unwrap();
+        self.socket.write_all(&out).await.unwrap();
+    }
+
+    async fn send_message(&mut self, producer_name: &str, sequence_id: u64) {
+        let metadata = MessageMetadata {
+            producer_name: producer_name.into(),
+            sequence_id,
+            publish_time: 1,
+            ..Default::default()
+        };
+        let body = metadata_and_payload(&metadata, b"m").unwrap();
+        let mut out = BytesMut::new();
+        encode_payload_command(&commands::send(1, sequence_id, 1), None, &body, &mut out).unwrap();
+        self.socket.write_all(&out).await.unwrap();
+    }
+
+    /// The next frame, or `None` if none comes within `wait`.
+    async fn next_frame(&mut self, wait: Duration) -> Option<Frame> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(frame) = self.decoder.decode_buf(&mut self.buf).unwrap() {
+                if frame.command_type() == Some(Type::Ping) {
+                    self.write(&commands::pong()).await;
+                    continue;
+                }
+                return Some(frame);
+            }
+            match tokio::time::timeout_at(deadline, self.socket.read_buf(&mut self.buf)).await {
+                Err(_) => return None,
+                Ok(read) => assert!(read.unwrap() > 0, "the broker closed the connection"),
+            }
+        }
+    }
+
+    async fn expect_frame(&mut self, what: &str) -> Frame {
+        match self.next_frame(FRAME_WAIT).await {
+            Some(frame) => frame,
+            None => panic!("no {what} within {FRAME_WAIT:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unload_answers_the_sends_it_took_before_closing_their_producer() {
+    let inner =
+        LedgerStore::open_with_storage(LedgerStoreConfig::default(), Arc::new(SimStorage::new(5)))
+            .unwrap()
+            .0;
+    let storage = Arc::new(GatedStorage { inner, held: Arc::default() });
+    let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+    let service = BrokerService::new(BrokerConfig::default(), storage.clone(), metadata);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(run_listener(service.clone(), listener, stopped));
+
+    let mut client = Client {
+        socket: TcpStream::connect(address).await.unwrap(),
+        buf: BytesMut::new(),
+        decoder: FrameDecoder::default(),
+    };
+    client.write(&commands::connect("test", 19)).await;
+    assert!(client.expect_frame("CONNECTED").await.command.connected.is_some());
+    let create = CommandProducer {
+        topic: TOPIC.into(),
+        producer_id: 1,
+        request_id: 1,
+        ..Default::default()
+    };
+    client
+        .write(&BaseCommand { producer: Some(Box::new(create)), ..commands::base(Type::Producer) })
+        .await;
+    let created = client.expect_frame("PRODUCER_SUCCESS").await;
+    let name = created.command.producer_success.expect("PRODUCER_SUCCESS").producer_name;
+
+    // Message 0 is taken and its answer held in storage; then the unload starts.
+    storage.shut();
+    client.send_message(&name, 0).await;
+    let deadline = tokio::time::Instant::now() + FRAME_WAIT;
+    while storage.held_count() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "message 0 never reached storage");
+        tokio::task::yield_now().await;
+    }
+    let topic = TopicName::parse(TOPIC).unwrap();
+    let unload = tokio::spawn({
+        let service = service.clone();
+        async move { service.unload_topic(&topic).await }
+    });
+
+    // While message 0 waits, its producer stays open, and a send that comes now (message 1) is
+    // neither stored nor answered: the client resends it on its new producer.
+    client.send_message(&name, 1).await;
+    if let Some(frame) = client.next_frame(QUIET).await {
+        panic!("while a taken send waits, the unload sent {:?}", frame.command_type());
+    }
+    assert!(!unload.is_finished(), "the unload finished with a send of the topic unanswered");
+
+    // Storage answers: the receipt of message 0 comes first, then CLOSE_PRODUCER, nothing else.
+    assert_eq!(storage.open(), 1, "only message 0 was handed to storage");
+    let first = client.expect_frame("SEND_RECEIPT").await;
+    let kind = first.command_type();
+    let receipt = first
+        .command
+        .send_receipt
+        .unwrap_or_else(|| panic!("expected the receipt of message 0 first, got {kind:?}"));
+    assert_eq!(receipt.sequence_id, 0);
+    let closed = client.expect_frame("CLOSE_PRODUCER").await;
+    assert_eq!(closed.command_type(), Some(Type::CloseProducer), "{:?}", closed.command);
+    assert!(tokio::time::timeout(FRAME_WAIT, unload).await.expect("unload done").unwrap().unwrap());
+    if let Some(frame) = client.next_frame(QUIET).await {
+        panic!("after CLOSE_PRODUCER: {:?} (message 1 must not be answered)", frame.command);
+    }
+
+    // The topic, loaded afresh, holds message 0 once and not message 1.
+    let topic = TopicName::parse(TOPIC).unwrap();
+    let loaded = service.topic(&topic, false).await.expect("the topic loads again");
+    let ledgers = loaded.managed_ledger.closed_ledgers();
+    let stored: u64 = ledgers.values().map(|ledger| ledger.entries).sum();
+    assert_eq!(stored, 1, "message 0 stored once, message 1 not at all: {ledgers:?}");
+}
