@@ -17,6 +17,8 @@ driven by the official Python client.
   ledger's last ones, wait for them), so the client never reconnects and resends, and the topic
   holds each message once, in order. The official Go and Java clients too (tests/go, build
   tag `replicated`; tests/java, ReplicatedRolloverTest).
+- Chaos (seeded): nodes SIGKILLed and restarted on their data, or frozen, one after another
+  for 12 s under load: nothing fails, every message is read back once, in order.
 - `topics unload` again and again while thousands of sends are in flight: every message is
   stored once, in order (the sends taken before an unload are answered before the producer
   is closed; later ones are left for the client to resend).
@@ -30,6 +32,7 @@ unless MAGNETAR_REQUIRE_ETCD=1; skipped on an external broker or another server 
 
 import json
 import os
+import random
 import select
 import shutil
 import signal
@@ -69,13 +72,25 @@ class StorageNode:
         self.dir = scratch_dir("magnetar-storage-")
         self.log_path = os.path.join(self.dir, "node.log")
         self.metrics_url = "http://127.0.0.1:%d/metrics" % free_port()
-        cmd = [conftest.magnetar_binary(), "storage", "--listen", "127.0.0.1:0",
+        self.etcd = etcd
+        self._start("127.0.0.1:0")
+
+    def restart(self):
+        """Starts the node again on its data and address (after `kill`)."""
+        assert self.proc.poll() is not None, "still running"
+        known = self.id
+        self._start(self.address)
+        assert self.id == known, "the node came back as %d, not %d" % (self.id, known)
+
+    def _start(self, listen):
+        etcd = self.etcd
+        cmd = [conftest.magnetar_binary(), "storage", "--listen", listen,
                "--metadata", etcd.url, "--cluster", CLUSTER,
                "--data-dir", os.path.join(self.dir, "data"),
                "--metrics-listen", self.metrics_url.split("/")[2], "--stats-interval-seconds", "1"]
         if shutil.which("setpriv"):
             cmd = ["setpriv", "--pdeathsig", "KILL", "--"] + cmd
-        with open(self.log_path, "wb") as log:
+        with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log,
                                          stdin=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"))
         # Its first line, printed once registered and listening: "storage node ID listening on A".
@@ -85,6 +100,7 @@ class StorageNode:
             self.close()
             pytest.fail("storage node did not start: %r\n%s" % (line, self.log_tail()))
         self.id = int(line.split()[2])
+        self.address = line.split()[-1]
 
     def log_tail(self, chars=3000):
         try:
@@ -388,6 +404,85 @@ def test_receipts_come_in_send_order_across_rollovers_and_nothing_is_stored_twic
     rolled = len({p[0] for p in positions})
     assert rolled >= n // per_ledger, "the sends crossed %d ledgers" % rolled
     assert len(set(_ledgers(etcd)) - ledgers_before) >= rolled
+
+
+def test_nodes_killed_and_frozen_over_and_over_lose_nothing_acknowledged(cluster):
+    """Chaos, seeded (printed; MAGNETAR_CHAOS_SEED replays one): while a producer keeps up to
+    500 sends in flight for 12 s, every 0.4-1.2 s one of the three nodes is SIGKILLed and
+    started again on its data 0.2-0.8 s later, or frozen (SIGSTOP) for 0.2-0.8 s. Two nodes are
+    always live or back soon, so no send fails: every one is acknowledged, and every message
+    is read back in order, once. The ledgers in etcd show the ensemble changes."""
+    etcd, nodes, start_broker = cluster
+    seed = int(os.environ.get("MAGNETAR_CHAOS_SEED") or time.time_ns() % 1000000)
+    print("chaos seed", seed)
+    rnd = random.Random(seed)
+    srv = start_broker("a", "[broker]\nmax_entries_per_ledger = 5000\n")
+    topic = unique_topic("chaos")
+    client = srv.client()
+    chaos_over, faults_done, test_over = threading.Event(), threading.Event(), threading.Event()
+    try:
+        client.subscribe(topic, "all", initial_position=pulsar.InitialPosition.Earliest).close()
+        producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=500,
+                                          block_if_queue_full=True, send_timeout_millis=120000)
+        answers = []
+        actions = []
+
+        def chaos():
+            # Lives until the test is over: the nodes it restarts die with the thread that
+            # started them (setpriv's parent-death signal is a thread's, not the process's).
+            try:
+                faults()
+            finally:
+                faults_done.set()
+                test_over.wait(timeout=10 * COMMAND_TIMEOUT_S)
+
+        def faults():
+            while not chaos_over.wait(rnd.uniform(0.4, 1.2)):
+                node = rnd.choice(nodes)
+                pause = rnd.uniform(0.2, 0.8)
+                if rnd.random() < 0.6:
+                    node.kill()
+                    time.sleep(pause)  # the node stays down this long: the fault itself
+                    node.restart()
+                    actions.append(("kill", node.id))
+                else:
+                    os.kill(node.proc.pid, signal.SIGSTOP)
+                    time.sleep(pause)  # frozen this long: the fault itself
+                    os.kill(node.proc.pid, signal.SIGCONT)
+                    actions.append(("freeze", node.id))
+
+        thread = threading.Thread(target=chaos, daemon=True)
+        thread.start()
+        n = 0
+        try:
+            started = time.monotonic()
+            while time.monotonic() - started < 12:
+                producer.send_async(str(n).encode(),
+                                    lambda result, _id, i=n: answers.append((i, result)))
+                n += 1
+        finally:
+            chaos_over.set()
+        assert faults_done.wait(timeout=COMMAND_TIMEOUT_S), "the last fault did not end"
+        producer.flush()
+        deadline = time.monotonic() + COMMAND_TIMEOUT_S
+        while len(answers) < n and time.monotonic() < deadline:
+            time.sleep(0.05)  # the client's callbacks run on its own thread: nothing to await
+        failed = [a for a in answers if a[1] != pulsar.Result.Ok]
+        assert len(answers) == n and not failed, "seed %d: %d of %d answered, failed %s\n%s" % (
+            seed, len(answers), n, failed[:5], srv.log_tail())
+        assert len(actions) >= 5, "seed %d: only %s" % (seed, actions)
+        consumer = client.subscribe(topic, "all", receiver_queue_size=2000)
+        got = [int(m.data()) for m in receive_n(consumer, n)]
+        assert got == list(range(n)), "seed %d: every message once, in order" % seed
+        with pytest.raises(pulsar.Timeout):
+            consumer.receive(timeout_millis=1000)
+    finally:
+        client.close()
+        test_over.set()
+    changed = [meta for meta in _ledgers(etcd).values() if len(meta["fragments"]) > 1]
+    assert changed, "seed %d: no ensemble change recorded after %s" % (seed, actions)
+    print("seed %d: %d messages, %d faults %s, %d ledgers changed ensemble"
+          % (seed, n, len(actions), actions, len(changed)))
 
 
 def test_unloads_under_load_store_every_message_once(cluster):
