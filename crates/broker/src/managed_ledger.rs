@@ -116,6 +116,8 @@ struct State {
     deleting: Vec<u64>,
     /// Sealed by `terminate`: appends fail with `TopicTerminated`.
     terminated: bool,
+    /// Closed by `close` (its topic unloaded): appends fail with `ServiceNotReady`.
+    closed_for_unload: bool,
     /// Completions wait here for the appends staged before them (on older ledgers).
     order: AppendOrder<Completed>,
 }
@@ -285,6 +287,7 @@ impl ManagedLedger {
             closed,
             deleting: Vec::new(),
             terminated: persisted.terminated,
+            closed_for_unload: false,
             order: AppendOrder::default(),
         };
         let managed = Arc::new(ManagedLedger {
@@ -378,6 +381,12 @@ impl ManagedLedger {
             if state.terminated {
                 return Err(BrokerError::TopicTerminated(format!(
                     "Topic {} was already terminated",
+                    self.topic
+                )));
+            }
+            if state.closed_for_unload {
+                return Err(BrokerError::ServiceNotReady(format!(
+                    "topic {} was unloaded",
                     self.topic
                 )));
             }
@@ -650,7 +659,23 @@ impl ManagedLedger {
             let mut state = self.state.lock();
             !std::mem::replace(&mut state.terminated, true)
         };
-        // Appends accepted before the seal complete (or fail) on their own; wait for them.
+        let error = BrokerError::TopicTerminated(format!("Topic {} was terminated", self.topic));
+        self.settle(error).await;
+        if newly {
+            if let Err(error) = self.persist_ledger_list().await {
+                self.state.lock().terminated = false;
+                return Err(error);
+            }
+        }
+        for listener in self.listeners.lock().iter() {
+            listener.notify_one();
+        }
+        Ok(self.last_confirmed())
+    }
+
+    /// Waits (up to 10 s) for the appends accepted so far to complete or fail on their own;
+    /// those still waiting for a next ledger after that fail with `error` (never dropped).
+    async fn settle(&self, error: BrokerError) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let settled = {
@@ -665,20 +690,39 @@ impl ManagedLedger {
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        // Still waiting for a next ledger after all that time: they fail (never dropped).
         let stuck: Vec<_> = self.state.lock().held.drain(..).collect();
-        let error = BrokerError::TopicTerminated(format!("Topic {} was terminated", self.topic));
         fail_held(stuck.into_iter().map(|held| (held.done, error.clone())).collect());
-        if newly {
-            if let Err(error) = self.persist_ledger_list().await {
-                self.state.lock().terminated = false;
-                return Err(error);
-            }
+    }
+
+    /// Closes the managed ledger as its topic unloads (Pulsar's `ManagedLedger.close`):
+    /// appends fail from now on (the topic takes none by then), those staged before complete,
+    /// and the current ledger is closed in storage and recorded as closed in the ledger list.
+    /// The topic's next load, here or on another broker, then reads the ledger's length
+    /// instead of recovering it (on storage nodes: fencing reads and writes). On an error the
+    /// ledger stays open for that recovery.
+    pub async fn close(&self) -> Result<(), BrokerError> {
+        self.state.lock().closed_for_unload = true;
+        let error = BrokerError::ServiceNotReady(format!("topic {} was unloaded", self.topic));
+        self.settle(error).await;
+        if self.fence.is_fenced() {
+            return Ok(()); // another broker owns the topic: its ledgers are its business
         }
-        for listener in self.listeners.lock().iter() {
-            listener.notify_one();
+        let (current, size, spare) = {
+            let mut state = self.state.lock();
+            (state.current, state.staged_bytes_in_current, state.spare.take())
+        };
+        if let Some(spare) = spare {
+            // Empty: closed, the next load deletes it instead of recovering it.
+            self.backend.storage.close(spare).await?;
         }
-        Ok(self.last_confirmed())
+        let entries = self.backend.storage.close(current).await?;
+        {
+            let mut state = self.state.lock();
+            state.ledgers.set_entry_count(current, entries);
+            let closed_at_ms = self.backend.clock.now_ms();
+            state.closed.insert(current, ClosedLedger { entries, size, closed_at_ms });
+        }
+        self.persist_ledger_list().await
     }
 
     pub fn is_terminated(&self) -> bool {
@@ -1122,6 +1166,49 @@ mod tests {
         assert!(closed.iter().all(|(id, c)| reloaded.get(id) == Some(c)), "{reloaded:?}");
         let next = append(&reopened, b"after restart").await;
         assert!(next > *positions.last().unwrap(), "a reopened topic appends after its last entry");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_managed_ledger_closed_on_unload_leaves_no_ledger_open_for_the_next_load() {
+        let storage = SimStorage::new(31);
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let key = "/managed-ledgers/t".to_string();
+        let store = store(&storage);
+        let backend = LedgerBackend::new(store.clone(), metadata.clone());
+        let ml =
+            ManagedLedger::open("t".into(), key.clone(), &backend, metadata.clone(), policy(4))
+                .await
+                .unwrap();
+        let mut positions = Vec::new();
+        for _ in 0..3 {
+            positions.push(append(&ml, b"entry").await);
+        }
+        // Half full: the spare (the next ledger, empty and open) is being prepared.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while ml.is_rolling() || ml.ledger_stats().len() < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "a spare ledger is prepared");
+            tokio::task::yield_now().await;
+        }
+        let current = ml.current_ledger();
+
+        ml.close().await.unwrap();
+        let refused = ml.append(Bytes::from_static(b"late"), |_| panic!("not staged"));
+        assert!(matches!(refused, Err(BrokerError::ServiceNotReady(_))), "{refused:?}");
+        // Every ledger is closed in storage, the current one at its length and recorded so.
+        for stat in ml.ledger_stats() {
+            let info = store.info(stat.ledger_id).unwrap();
+            assert!(info.closed, "ledger {} left open: {info:?}", stat.ledger_id);
+        }
+        assert_eq!(store.info(current).unwrap().entries, 3);
+        assert_eq!(ml.closed_ledgers()[&current].entries, 3);
+
+        // The next load reads the lengths (no recovery), drops the empty spare, appends after.
+        let reopened =
+            ManagedLedger::open("t".into(), key, &backend, metadata, policy(4)).await.unwrap();
+        assert_eq!(reopened.last_confirmed(), positions.last().copied());
+        assert_eq!(reopened.closed_ledgers()[&current].entries, 3);
+        let next = append(&reopened, b"after the unload").await;
+        assert!(next > *positions.last().unwrap() && next.ledger_id != current);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

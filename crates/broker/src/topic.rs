@@ -959,6 +959,9 @@ impl Topic {
             }
             let _ = subscription.close(false).await;
         }
+        if let Err(error) = self.managed_ledger.close().await {
+            tracing::warn!(topic = %self.full_name, %error, "ledger not closed on unload: the next load recovers it");
+        }
     }
 
     /// Counts a send in before anything is decided about it; `None` when the topic is

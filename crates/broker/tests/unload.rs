@@ -233,10 +233,43 @@ async fn an_unload_answers_the_sends_it_took_before_closing_their_producer() {
         panic!("after CLOSE_PRODUCER: {:?} (message 1 must not be answered)", frame.command);
     }
 
-    // The topic, loaded afresh, holds message 0 once and not message 1.
+    // The client re-creates producer 1 and, before it hears PRODUCER_SUCCESS, a send under
+    // that id still arrives (the Go client writes sends and commands through separate queues):
+    // dropped unanswered like the ones during the unload, not refused (a send error makes
+    // clients drop the whole connection).
+    let again = CommandProducer {
+        topic: TOPIC.into(),
+        producer_id: 1,
+        request_id: 2,
+        ..Default::default()
+    };
+    let mut both = BytesMut::new();
+    encode_command(
+        &BaseCommand { producer: Some(Box::new(again)), ..commands::base(Type::Producer) },
+        &mut both,
+    )
+    .unwrap();
+    let metadata = MessageMetadata {
+        producer_name: name.clone(),
+        sequence_id: 1,
+        publish_time: 1,
+        ..Default::default()
+    };
+    let body = metadata_and_payload(&metadata, b"m").unwrap();
+    encode_payload_command(&commands::send(1, 1, 1), None, &body, &mut both).unwrap();
+    client.socket.write_all(&both).await.unwrap();
+    let created = client.expect_frame("PRODUCER_SUCCESS").await;
+    assert!(created.command.producer_success.is_some(), "{:?}", created.command);
+    if let Some(frame) = client.next_frame(QUIET).await {
+        panic!("the send written before PRODUCER_SUCCESS was answered: {:?}", frame.command);
+    }
+
+    // The topic, loaded afresh, holds message 0 once and not message 1; its ledger from before
+    // the unload was closed by it (not left for the load to recover).
     let topic = TopicName::parse(TOPIC).unwrap();
-    let loaded = service.topic(&topic, false).await.expect("the topic loads again");
+    let loaded = service.topic(&topic, false).await.expect("the topic is loaded");
     let ledgers = loaded.managed_ledger.closed_ledgers();
     let stored: u64 = ledgers.values().map(|ledger| ledger.entries).sum();
     assert_eq!(stored, 1, "message 0 stored once, message 1 not at all: {ledgers:?}");
+    assert_eq!(loaded.managed_ledger.last_confirmed().map(|p| p.entry_id), Some(0));
 }

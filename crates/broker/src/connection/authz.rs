@@ -245,6 +245,7 @@ mod tests {
             np_consumers: HashMap::new(),
             pending_producers: HashMap::new(),
             pending_consumers: HashMap::new(),
+            closed_by_broker: Default::default(),
             completions,
             peer: "test".into(),
             client_version: "test".into(),

@@ -42,7 +42,7 @@ use magnetar_protocol::{
 };
 use magnetar_security::authorization::{NamespaceOperation, TopicOperation};
 use magnetar_security::{Principal, TransportIdentity};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -222,6 +222,9 @@ struct Connection {
     /// id; a CLOSE meanwhile aborts the task.
     pending_producers: HashMap<u64, JoinHandle<()>>,
     pending_consumers: HashMap<u64, JoinHandle<()>>,
+    /// Producer ids the broker closed (an unload, a deletion) that the client has not opened
+    /// again yet: sends still under such an id are dropped unanswered (see `on_send`).
+    closed_by_broker: HashSet<u64>,
     /// Where those tasks send what they must finish on the connection.
     completions: mpsc::UnboundedSender<Completion>,
     peer: String,
@@ -310,6 +313,7 @@ async fn serve_stream<R, W>(
         np_consumers: HashMap::new(),
         pending_producers: HashMap::new(),
         pending_consumers: HashMap::new(),
+        closed_by_broker: HashSet::new(),
         completions,
         peer,
         client_version: String::new(),

@@ -17,6 +17,7 @@ impl Connection {
             // Closed by the broker (topic deleted or unloaded, backlog quota): the client
             // re-creates it under its id, and meets the checks of a new producer.
             self.producers.remove(&producer_id);
+            self.closed_by_broker.insert(producer_id);
         }
         if let Some(existing) = self.producers.get(&producer_id) {
             // A client retrying a create it already got: answer the same.
@@ -94,6 +95,7 @@ impl Connection {
             producer = %name, producer_id = request.producer_id, ?mode, "producer opened");
         let mut reply = match created {
             CreatedProducer::Persistent(context, _) => {
+                self.closed_by_broker.remove(&request.producer_id);
                 let version_bytes = context.schema_version.map(commands::schema_version_bytes);
                 // A reconnecting producer resumes after its last stored sequence id.
                 let last_sequence_id = context.topic.last_sequence_id(&context.name);
@@ -101,6 +103,7 @@ impl Connection {
                 commands::producer_success(request_id, name, last_sequence_id, version_bytes)
             }
             CreatedProducer::NonPersistent(context, _) => {
+                self.closed_by_broker.remove(&request.producer_id);
                 // No deduplication on non-persistent topics: last_sequence_id is -1.
                 let version = request.schema.as_ref().map(|_| Bytes::from_static(&[0; 8]));
                 self.np_producers.insert(request.producer_id, context);
@@ -137,6 +140,15 @@ impl Connection {
             return Ok(());
         }
         let Some(producer) = self.producers.get(&producer_id) else {
+            if self.closed_by_broker.contains(&producer_id) {
+                // Written by the client before it heard that its producer is back (the Go
+                // client goes on sending while it re-creates one the broker closed): not
+                // stored, not answered, resent by the client once the producer is back. An
+                // error would make the client drop the connection and resend everything
+                // pending, the new producer's sends being stored included (Pulsar ignores
+                // sends of recently closed producers the same way).
+                return Ok(());
+            }
             return self.refuse_send(
                 producer_id,
                 sequence_id,
@@ -284,6 +296,7 @@ impl Connection {
 
     pub(super) fn on_close_producer(&mut self, command: &BaseCommand) -> Handled {
         let request = command.close_producer.as_ref().ok_or("CLOSE_PRODUCER without body")?;
+        self.closed_by_broker.remove(&request.producer_id);
         if let Some(task) = self.pending_producers.remove(&request.producer_id) {
             // Still being created (a WaitForExclusive producer in line, say): stop it; if it
             // had already finished, its completion finds it unwanted and gives the topic back.
