@@ -4,7 +4,7 @@ with the fixture's broker URLs. Covers paths the Python client does not: retry t
 time, inclusive readers, GetLastMessageIDs / HasNext, batch-index acks, producer access modes
 (Exclusive, WaitForExclusive), admin topic create / delete, namespace and topic policies
 through the pulsaradmin package, the Failover EventListener, lookups
-over an HTTP service URL (see tests/go/*_test.go). Tests behind the `restartphases` build tag are
+over an HTTP service URL, unloads under load (see tests/go/*_test.go). Tests behind the `restartphases` build tag are
 left out here: test_go_restart_phases.py runs them around a broker restart.
 
 MAGNETAR_EXPECT_DELAYED=1 is passed through: it makes the retry test assert the delay too."""

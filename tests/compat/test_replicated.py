@@ -208,6 +208,18 @@ def _send_through(service_url, topic, payload, timeout_s=20):
         return False
 
 
+def _all_answered_ok(answers, n, srv, context=""):
+    """Waits (bounded) until all n sends are answered (the client's callbacks append (index,
+    result, ...) to `answers` on its own thread: nothing to await) and asserts each was
+    acknowledged."""
+    deadline = time.monotonic() + COMMAND_TIMEOUT_S
+    while len(answers) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    failed = [a for a in answers if a[1] != pulsar.Result.Ok]
+    assert len(answers) == n and not failed, "%s%d of %d answered, failed %s\n%s" % (
+        context, len(answers), n, failed[:5], srv.log_tail())
+
+
 def _open_ledger(etcd):
     open_ = {lid: meta for lid, meta in _ledgers(etcd).items() if meta["state"] == "OPEN"}
     return open_
@@ -385,12 +397,7 @@ def test_receipts_come_in_send_order_across_rollovers_and_nothing_is_stored_twic
             producer.send_async(str(i).encode(),
                                 lambda result, msg_id, i=i: answers.append((i, result, msg_id)))
         producer.flush()
-        deadline = time.monotonic() + COMMAND_TIMEOUT_S
-        while len(answers) < n and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(answers) == n, "every send answered in time: %d of %d" % (len(answers), n)
-        assert all(result == pulsar.Result.Ok for _, result, _ in answers), \
-            [a for a in answers if a[1] != pulsar.Result.Ok][:5]
+        _all_answered_ok(answers, n, srv)
         assert [i for i, _, _ in answers] == list(range(n)), "answered in send order"
         positions = [(m.ledger_id(), m.entry_id()) for _, _, m in answers]
         assert all(a < b for a, b in zip(positions, positions[1:])), \
@@ -466,12 +473,7 @@ def test_nodes_killed_and_frozen_over_and_over_lose_nothing_acknowledged(cluster
             chaos_over.set()
         assert faults_done.wait(timeout=COMMAND_TIMEOUT_S), "the last fault did not end"
         producer.flush()
-        deadline = time.monotonic() + COMMAND_TIMEOUT_S
-        while len(answers) < n and time.monotonic() < deadline:
-            time.sleep(0.05)  # the client's callbacks run on its own thread: nothing to await
-        failed = [a for a in answers if a[1] != pulsar.Result.Ok]
-        assert len(answers) == n and not failed, "seed %d: %d of %d answered, failed %s\n%s" % (
-            seed, len(answers), n, failed[:5], srv.log_tail())
+        _all_answered_ok(answers, n, srv, "seed %d: " % seed)
         assert len(actions) >= 5, "seed %d: only %s" % (seed, actions)
         consumer = client.subscribe(topic, "all", receiver_queue_size=2000)
         got = [int(m.data()) for m in receive_n(consumer, n)]
@@ -528,12 +530,7 @@ def test_a_broker_killed_again_and_again_loses_nothing_acknowledged(cluster):
             producer.send_async(str(n).encode(), lambda result, _id, i=n: answers.append((i, result)))
             n += 1
         producer.flush()
-        deadline = time.monotonic() + COMMAND_TIMEOUT_S
-        while len(answers) < n and time.monotonic() < deadline:
-            time.sleep(0.05)  # the client's callbacks run on its own thread: nothing to await
-        failed = [a for a in answers if a[1] != pulsar.Result.Ok]
-        assert len(answers) == n and not failed, "%d of %d answered, failed %s\n%s" % (
-            len(answers), n, failed[:5], srv.log_tail())
+        _all_answered_ok(answers, n, srv)
         assert len(kills) == 3, kills
         consumer = client.subscribe(topic, "all", receiver_queue_size=2000)
         got = []
@@ -594,12 +591,7 @@ def test_unloads_under_load_store_every_message_once(cluster):
             sending.clear()
             thread.join(timeout=COMMAND_TIMEOUT_S)
         assert not thread.is_alive()
-        deadline = time.monotonic() + COMMAND_TIMEOUT_S
-        while len(answers) < n and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(answers) == n, "every send answered in time: %d of %d" % (len(answers), n)
-        assert all(result == pulsar.Result.Ok for _, result in answers), \
-            [a for a in answers if a[1] != pulsar.Result.Ok][:5]
+        _all_answered_ok(answers, n, srv)
         assert len(unloads) >= 3 and set(unloads) <= {200, 204}, unloads
         consumer = client.subscribe(topic, "all", initial_position=pulsar.InitialPosition.Earliest)
         got = [int(m.data()) for m in receive_n(consumer, n)]
