@@ -204,10 +204,15 @@ async fn an_unload_answers_the_sends_it_took_before_closing_their_producer() {
         tokio::task::yield_now().await;
     }
     let topic = TopicName::parse(TOPIC).unwrap();
+    let loaded = service.topic(&topic, false).await.expect("the topic is loaded");
     let unload = tokio::spawn({
         let service = service.clone();
         async move { service.unload_topic(&topic).await }
     });
+    while !loaded.is_closed() {
+        assert!(tokio::time::Instant::now() < deadline, "the unload never started");
+        tokio::task::yield_now().await;
+    }
 
     // While message 0 waits, its producer stays open, and a send that comes now (message 1) is
     // neither stored nor answered: the client resends it on its new producer.
