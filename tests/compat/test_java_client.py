@@ -4,7 +4,8 @@ Covers batching with every codec, the four subscription types (failover events t
 cumulative and batch-index acks, negative acks, ack timeout, DLQ and retry topics, delayed
 delivery, readers and seek, partitioned topics and pattern consumers, chunking, JSON / Avro /
 Protobuf-native schemas and AUTO_CONSUME, Exclusive and WaitForExclusive producers,
-deduplication, TableView, admin topic create / delete and HTTP lookup (see tests/java).
+deduplication, TableView, admin topic create / delete, HTTP lookup and unloads under load (see
+tests/java).
 
 Maven's artifacts go to tests/java/.m2 (git-ignored), from Maven's default central repository.
 MAGNETAR_JAVA_TESTS=... selects tests (surefire's -Dtest syntax, e.g. `AcksTest#batchIndex*`)."""
