@@ -220,6 +220,23 @@ def _all_answered_ok(answers, n, srv, context=""):
         context, len(answers), n, failed[:5], srv.log_tail())
 
 
+def _run_faults(faults, test_over):
+    """Runs `faults()` on a thread that then lives until `test_over` is set: the processes it
+    restarts die with the thread that started them (setpriv's parent-death signal is a
+    thread's, not the process's). Returns an Event set once `faults()` has returned."""
+    done = threading.Event()
+
+    def run():
+        try:
+            faults()
+        finally:
+            done.set()
+            test_over.wait(timeout=10 * COMMAND_TIMEOUT_S)
+
+    threading.Thread(target=run, daemon=True).start()
+    return done
+
+
 def _open_ledger(etcd):
     open_ = {lid: meta for lid, meta in _ledgers(etcd).items() if meta["state"] == "OPEN"}
     return open_
@@ -428,22 +445,13 @@ def test_nodes_killed_and_frozen_over_and_over_lose_nothing_acknowledged(cluster
     srv = start_broker("a", "[broker]\nmax_entries_per_ledger = 5000\n")
     topic = unique_topic("chaos")
     client = srv.client()
-    chaos_over, faults_done, test_over = threading.Event(), threading.Event(), threading.Event()
+    chaos_over, test_over = threading.Event(), threading.Event()
     try:
         client.subscribe(topic, "all", initial_position=pulsar.InitialPosition.Earliest).close()
         producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=500,
                                           block_if_queue_full=True, send_timeout_millis=120000)
         answers = []
         actions = []
-
-        def chaos():
-            # Lives until the test is over: the nodes it restarts die with the thread that
-            # started them (setpriv's parent-death signal is a thread's, not the process's).
-            try:
-                faults()
-            finally:
-                faults_done.set()
-                test_over.wait(timeout=10 * COMMAND_TIMEOUT_S)
 
         def faults():
             while not chaos_over.wait(rnd.uniform(0.4, 1.2)):
@@ -460,8 +468,7 @@ def test_nodes_killed_and_frozen_over_and_over_lose_nothing_acknowledged(cluster
                     os.kill(node.proc.pid, signal.SIGCONT)
                     actions.append(("freeze", node.id))
 
-        thread = threading.Thread(target=chaos, daemon=True)
-        thread.start()
+        faults_done = _run_faults(faults, test_over)
         n = 0
         try:
             started = time.monotonic()
@@ -500,7 +507,7 @@ def test_a_broker_killed_again_and_again_loses_nothing_acknowledged(cluster):
     srv = start_broker("a", "[broker]\nmax_entries_per_ledger = 5000\n")
     topic = unique_topic("broker-kills")
     client = srv.client()
-    kills_done, test_over = threading.Event(), threading.Event()
+    test_over = threading.Event()
     try:
         client.subscribe(topic, "all", initial_position=pulsar.InitialPosition.Earliest).close()
         producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=500,
@@ -508,20 +515,14 @@ def test_a_broker_killed_again_and_again_loses_nothing_acknowledged(cluster):
         answers = []
         kills = []
 
-        def killer():
-            # Lives until the test is over: the broker it restarts dies with the thread that
-            # started it (setpriv's parent-death signal is a thread's).
-            try:
-                for _ in range(3):
-                    time.sleep(2)  # pacing between faults, not synchronisation
-                    started = time.monotonic()
-                    srv.restart(graceful=False)
-                    kills.append(round(time.monotonic() - started, 2))
-            finally:
-                kills_done.set()
-                test_over.wait(timeout=10 * COMMAND_TIMEOUT_S)
+        def kill_three_times():
+            for _ in range(3):
+                time.sleep(2)  # pacing between faults, not synchronisation
+                started = time.monotonic()
+                srv.restart(graceful=False)
+                kills.append(round(time.monotonic() - started, 2))
 
-        threading.Thread(target=killer, daemon=True).start()
+        kills_done = _run_faults(kill_three_times, test_over)
         n = 0
         while not kills_done.is_set():
             producer.send_async(str(n).encode(), lambda result, _id, i=n: answers.append((i, result)))
