@@ -220,6 +220,72 @@ def test_backlog_quota_producer_request_hold_holds_sends_until_the_backlog_shrin
             client.close()
 
 
+def test_backlog_quota_hold_under_load_stores_every_message_once():
+    """producer_request_hold while a thousand sends are in flight, the consumer pausing so the
+    backlog goes over the quota again and again: each disconnect answers the sends the broker
+    took before CLOSE_PRODUCER and takes none after it. Before, receipts came after the close
+    (the client ignores those and resends) and sends written after it were stored: the topic held
+    hundreds of messages twice."""
+    sending_s = 8
+    with private_server("backlog_quota_default_limit_bytes = 100000\n"
+                        "backlog_quota_default_retention_policy = \"producer_request_hold\"\n"
+                        "backlog_quota_check_interval_seconds = 1\n") as srv:
+        topic = unique_topic("quota-hold-load")
+        client = srv.client()
+        try:
+            consumer = client.subscribe(topic, "slow")
+            producer = client.create_producer(topic, batching_enabled=False,
+                                              max_pending_messages=1000,
+                                              block_if_queue_full=True, send_timeout_millis=0)
+            answers = []
+            ids_by_payload = {}
+            sending = threading.Event()
+            sending.set()
+            sent = [0]
+
+            def consume():
+                # Pauses (pacing, not synchronisation): the backlog grows over the quota while
+                # the consumer rests, and shrinks under it when it reads again.
+                while sending.is_set() or len(ids_by_payload) < sent[0]:
+                    resume_at = time.monotonic() + 0.6
+                    while time.monotonic() < resume_at:
+                        try:
+                            msg = consumer.receive(timeout_millis=100)
+                        except pulsar.Timeout:
+                            continue
+                        ids_by_payload.setdefault(int(msg.data()), set()).add(str(msg.message_id()))
+                        consumer.acknowledge(msg)
+                    if sending.is_set():
+                        time.sleep(1.5)
+
+            reader = threading.Thread(target=consume, daemon=True)
+            reader.start()
+            stop_at = time.monotonic() + sending_s
+            try:
+                while time.monotonic() < stop_at:
+                    i = sent[0]
+                    producer.send_async(str(i).encode(),
+                                        lambda result, msg_id, i=i: answers.append((i, result)))
+                    sent[0] += 1
+                producer.flush()
+            finally:
+                sending.clear()
+            n = sent[0]
+            reader.join(timeout=60)
+            assert not reader.is_alive(), "not every message read within 60 s: %d of %d" % (
+                len(ids_by_payload), n)
+            assert len(answers) == n and all(r == pulsar.Result.Ok for _, r in answers)
+            with open(srv.log_path) as log:
+                disconnects = log.read().count("backlog quota exceeded: disconnecting producers")
+            assert disconnects >= 3, "the quota disconnected the producer %d times" % disconnects
+            twice = sorted(i for i, ids in ids_by_payload.items() if len(ids) > 1)
+            assert not twice, "%d stored twice over %d disconnects: %s" % (
+                len(twice), disconnects, twice[:10])
+            assert sorted(ids_by_payload) == list(range(n))
+        finally:
+            client.close()
+
+
 def test_backlog_quota_consumer_backlog_eviction_drops_the_oldest_backlog():
     with _quota_server("consumer_backlog_eviction") as srv:
         topic = unique_topic("quota-evict")

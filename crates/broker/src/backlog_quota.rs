@@ -196,7 +196,7 @@ pub async fn enforce(topic: &Topic) -> Result<Option<BacklogQuotaType>, BrokerEr
             if topic.producer_count() > 0 {
                 tracing::info!(topic = %topic.full_name, ?kind, policy = ?quota.policy,
                     "backlog quota exceeded: disconnecting producers");
-                topic.disconnect_producers();
+                topic.disconnect_producers().await;
             }
         }
         BacklogQuotaPolicy::ConsumerBacklogEviction => match kind {

@@ -28,10 +28,11 @@ use tokio::sync::Notify;
 const DEDUP_SNAPSHOT_INTERVAL: u64 = 1000;
 /// Entries read per round while replaying the tail for deduplication state.
 const DEDUP_REPLAY_BATCH: usize = 256;
-/// How long an unload waits for the sends taken before it to be answered. They always are
+/// How long closing the producers (an unload, a backlog quota) waits for the sends taken
+/// before to be answered. They always are
 /// (storage answers every append, failing it at the latest on its time-out); this only
 /// bounds an admin request against a storage that broke that promise.
-const UNLOAD_DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+const PRODUCER_CLOSE_DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where a new subscription starts.
 #[derive(Debug, Clone)]
@@ -56,6 +57,15 @@ pub struct ProducerClient {
     pub outbox: crate::connection::Outbox,
     /// Address, version, connection time and the meter of what it published (stats).
     pub info: Arc<ClientInfo>,
+    /// Set when the broker closes the producer, before CLOSE_PRODUCER is queued: its
+    /// connection stops taking sends under it from then on (SeqCst with `begin_publish`).
+    pub closed: Arc<AtomicBool>,
+}
+
+impl ProducerClient {
+    pub fn new(producer_id: u64, outbox: crate::connection::Outbox, info: Arc<ClientInfo>) -> Self {
+        Self { producer_id, outbox, info, closed: Arc::default() }
+    }
 }
 
 #[derive(Default)]
@@ -325,13 +335,26 @@ impl ProducerRegistry {
 
     /// Closes every producer: each client hears CLOSE_PRODUCER (and reconnects, as clients do).
     pub fn close_all(&self) {
-        let closed: Vec<ProducerEntry> =
+        Self::tell_closed(self.detach_all());
+    }
+
+    /// Takes every producer off the topic and marks it closed (its connection takes no more
+    /// sends under it); `tell_closed` then tells the clients.
+    fn detach_all(&self) -> Vec<ProducerEntry> {
+        let detached: Vec<ProducerEntry> =
             self.producers.lock().by_name.drain().map(|(_, entry)| entry).collect();
-        for entry in closed {
+        for entry in &detached {
+            entry.client.closed.store(true, Ordering::SeqCst);
+        }
+        self.released.notify_waiters();
+        detached
+    }
+
+    fn tell_closed(detached: Vec<ProducerEntry>) {
+        for entry in detached {
             let command = commands::close_producer(entry.client.producer_id, u64::MAX);
             entry.client.outbox.send_command(&command);
         }
-        self.released.notify_waiters();
     }
 
     pub fn remove(&self, name: &str, key: u64) {
@@ -906,9 +929,17 @@ impl Topic {
     }
 
     /// Closes every producer (they reconnect, and meet the backlog quota check), as Pulsar's
-    /// `BacklogQuotaManager.disconnectProducers`.
-    pub fn disconnect_producers(&self) {
-        self.producers.close_all();
+    /// `BacklogQuotaManager.disconnectProducers`. As an unload does, it first waits (bounded)
+    /// for the sends taken before, so that their receipts precede CLOSE_PRODUCER: a client
+    /// resends whatever is unanswered when its producer is closed (a receipt after the close
+    /// would have that message stored twice). Sends under a closed producer are not taken.
+    pub async fn disconnect_producers(&self) {
+        let detached = self.producers.detach_all();
+        if !self.publishes_drained(PRODUCER_CLOSE_DRAIN_LIMIT).await {
+            tracing::warn!(topic = %self.full_name, in_flight = self.publishes_in_flight.load(Ordering::SeqCst),
+                "backlog quota: sends still being stored after {PRODUCER_CLOSE_DRAIN_LIMIT:?}; closing the producers anyway (their clients may store those twice)");
+        }
+        ProducerRegistry::tell_closed(detached);
     }
 
     /// Whether producer `name` (registered under `key`) is still attached.
@@ -945,9 +976,9 @@ impl Topic {
         // connection). A client resends whatever is unanswered when its producer is closed, so
         // a receipt queued after the close would have that message stored twice. Pulsar's
         // producer close waits for its pending publish acknowledgements the same way.
-        if !self.publishes_drained(UNLOAD_DRAIN_LIMIT).await {
+        if !self.publishes_drained(PRODUCER_CLOSE_DRAIN_LIMIT).await {
             tracing::warn!(topic = %self.full_name, in_flight = self.publishes_in_flight.load(Ordering::SeqCst),
-                "unload: sends still being stored after {UNLOAD_DRAIN_LIMIT:?}; closing the producers anyway (their clients may store those twice)");
+                "unload: sends still being stored after {PRODUCER_CLOSE_DRAIN_LIMIT:?}; closing the producers anyway (their clients may store those twice)");
         }
         self.producers.close_all();
         let subscriptions: Vec<Arc<Subscription>> =
@@ -1111,11 +1142,7 @@ mod producer_access_tests {
     }
 
     fn client(producer_id: u64) -> ProducerClient {
-        ProducerClient {
-            producer_id,
-            outbox: crate::connection::Outbox::channel().0,
-            info: Default::default(),
-        }
+        ProducerClient::new(producer_id, crate::connection::Outbox::channel().0, Default::default())
     }
 
     /// Polls once: these registrations never wait.

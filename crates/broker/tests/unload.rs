@@ -2,7 +2,8 @@
 //! ahead of CLOSE_PRODUCER, and a send that comes while it waits is neither stored nor
 //! answered. (Clients resend whatever is unanswered when their producer is closed, and close the
 //! whole connection on a send error, resending everything pending: either way, a receipt that
-//! came after the close had its message stored a second time.)
+//! came after the close had its message stored a second time.) A backlog quota's disconnect of
+//! the producers keeps the same order.
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
@@ -162,8 +163,17 @@ impl Client {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unload_answers_the_sends_it_took_before_closing_their_producer() {
+/// A broker on gated local storage, and a client connected to it with producer 1 created.
+struct Setup {
+    service: Arc<BrokerService>,
+    storage: Arc<GatedStorage>,
+    client: Client,
+    /// Producer 1's name.
+    name: String,
+    _stop: tokio::sync::watch::Sender<bool>,
+}
+
+async fn broker_with_a_producer() -> Setup {
     let inner =
         LedgerStore::open_with_storage(LedgerStoreConfig::default(), Arc::new(SimStorage::new(5)))
             .unwrap()
@@ -173,7 +183,7 @@ async fn an_unload_answers_the_sends_it_took_before_closing_their_producer() {
     let service = BrokerService::new(BrokerConfig::default(), storage.clone(), metadata);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::spawn(run_listener(service.clone(), listener, stopped));
 
     let mut client = Client {
@@ -194,15 +204,42 @@ async fn an_unload_answers_the_sends_it_took_before_closing_their_producer() {
         .await;
     let created = client.expect_frame("PRODUCER_SUCCESS").await;
     let name = created.command.producer_success.expect("PRODUCER_SUCCESS").producer_name;
+    Setup { service, storage, client, name, _stop: stop }
+}
 
-    // Message 0 is taken and its answer held in storage; then the unload starts.
-    storage.shut();
-    client.send_message(&name, 0).await;
+/// Shuts the storage's gate, sends message 0 and waits until storage holds its answer.
+async fn send_one_and_hold_it(setup: &mut Setup) {
+    setup.storage.shut();
+    setup.client.send_message(&setup.name, 0).await;
     let deadline = tokio::time::Instant::now() + FRAME_WAIT;
-    while storage.held_count() == 0 {
+    while setup.storage.held_count() == 0 {
         assert!(tokio::time::Instant::now() < deadline, "message 0 never reached storage");
         tokio::task::yield_now().await;
     }
+}
+
+/// Opens the gate: the receipt of message 0 must come first, then CLOSE_PRODUCER.
+async fn expect_receipt_then_close(setup: &mut Setup) {
+    assert_eq!(setup.storage.open(), 1, "only message 0 was handed to storage");
+    let first = setup.client.expect_frame("SEND_RECEIPT").await;
+    let kind = first.command_type();
+    let receipt = first
+        .command
+        .send_receipt
+        .unwrap_or_else(|| panic!("expected the receipt of message 0 first, got {kind:?}"));
+    assert_eq!(receipt.sequence_id, 0);
+    let closed = setup.client.expect_frame("CLOSE_PRODUCER").await;
+    assert_eq!(closed.command_type(), Some(Type::CloseProducer), "{:?}", closed.command);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unload_answers_the_sends_it_took_before_closing_their_producer() {
+    let mut setup = broker_with_a_producer().await;
+    let (service, name) = (setup.service.clone(), setup.name.clone());
+
+    // Message 0 is taken and its answer held in storage; then the unload starts.
+    send_one_and_hold_it(&mut setup).await;
+    let deadline = tokio::time::Instant::now() + FRAME_WAIT;
     let topic = TopicName::parse(TOPIC).unwrap();
     let loaded = service.topic(&topic, false).await.expect("the topic is loaded");
     let unload = tokio::spawn({
@@ -216,25 +253,16 @@ async fn an_unload_answers_the_sends_it_took_before_closing_their_producer() {
 
     // While message 0 waits, its producer stays open, and a send that comes now (message 1) is
     // neither stored nor answered: the client resends it on its new producer.
-    client.send_message(&name, 1).await;
-    if let Some(frame) = client.next_frame(QUIET).await {
+    setup.client.send_message(&name, 1).await;
+    if let Some(frame) = setup.client.next_frame(QUIET).await {
         panic!("while a taken send waits, the unload sent {:?}", frame.command_type());
     }
     assert!(!unload.is_finished(), "the unload finished with a send of the topic unanswered");
 
     // Storage answers: the receipt of message 0 comes first, then CLOSE_PRODUCER, nothing else.
-    assert_eq!(storage.open(), 1, "only message 0 was handed to storage");
-    let first = client.expect_frame("SEND_RECEIPT").await;
-    let kind = first.command_type();
-    let receipt = first
-        .command
-        .send_receipt
-        .unwrap_or_else(|| panic!("expected the receipt of message 0 first, got {kind:?}"));
-    assert_eq!(receipt.sequence_id, 0);
-    let closed = client.expect_frame("CLOSE_PRODUCER").await;
-    assert_eq!(closed.command_type(), Some(Type::CloseProducer), "{:?}", closed.command);
+    expect_receipt_then_close(&mut setup).await;
     assert!(tokio::time::timeout(FRAME_WAIT, unload).await.expect("unload done").unwrap().unwrap());
-    if let Some(frame) = client.next_frame(QUIET).await {
+    if let Some(frame) = setup.client.next_frame(QUIET).await {
         panic!("after CLOSE_PRODUCER: {:?} (message 1 must not be answered)", frame.command);
     }
 
@@ -262,10 +290,10 @@ async fn an_unload_answers_the_sends_it_took_before_closing_their_producer() {
     };
     let body = metadata_and_payload(&metadata, b"m").unwrap();
     encode_payload_command(&commands::send(1, 1, 1), None, &body, &mut both).unwrap();
-    client.socket.write_all(&both).await.unwrap();
-    let created = client.expect_frame("PRODUCER_SUCCESS").await;
+    setup.client.socket.write_all(&both).await.unwrap();
+    let created = setup.client.expect_frame("PRODUCER_SUCCESS").await;
     assert!(created.command.producer_success.is_some(), "{:?}", created.command);
-    if let Some(frame) = client.next_frame(QUIET).await {
+    if let Some(frame) = setup.client.next_frame(QUIET).await {
         panic!("the send written before PRODUCER_SUCCESS was answered: {:?}", frame.command);
     }
 
@@ -277,4 +305,44 @@ async fn an_unload_answers_the_sends_it_took_before_closing_their_producer() {
     let stored: u64 = ledgers.values().map(|ledger| ledger.entries).sum();
     assert_eq!(stored, 1, "message 0 stored once, message 1 not at all: {ledgers:?}");
     assert_eq!(loaded.managed_ledger.last_confirmed().map(|p| p.entry_id), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_quota_answers_the_sends_it_took_before_closing_their_producer() {
+    let mut setup = broker_with_a_producer().await;
+    let name = setup.name.clone();
+    let topic_name = TopicName::parse(TOPIC).unwrap();
+    let topic = setup.service.topic(&topic_name, false).await.expect("the topic is loaded");
+
+    // Message 0 is taken and its answer held; then the quota's check, finding the backlog over
+    // it, disconnects the producers (Pulsar's `disconnectProducers`).
+    send_one_and_hold_it(&mut setup).await;
+    let disconnect = tokio::spawn({
+        let topic = topic.clone();
+        async move { topic.disconnect_producers().await }
+    });
+    let deadline = tokio::time::Instant::now() + FRAME_WAIT;
+    while topic.producer_count() > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the disconnect never started");
+        tokio::task::yield_now().await;
+    }
+
+    // A send under the closed producer while message 0 waits: neither stored nor answered (the
+    // client resends it once its producer is back).
+    setup.client.send_message(&name, 1).await;
+    if let Some(frame) = setup.client.next_frame(QUIET).await {
+        panic!("while a taken send waits, the disconnect sent {:?}", frame.command_type());
+    }
+    assert!(!disconnect.is_finished(), "the disconnect finished with a send unanswered");
+
+    expect_receipt_then_close(&mut setup).await;
+    tokio::time::timeout(FRAME_WAIT, disconnect).await.expect("disconnect done").unwrap();
+    if let Some(frame) = setup.client.next_frame(QUIET).await {
+        panic!("after CLOSE_PRODUCER: {:?} (message 1 must not be answered)", frame.command);
+    }
+    assert_eq!(
+        topic.managed_ledger.last_confirmed().map(|p| p.entry_id),
+        Some(0),
+        "message 0 stored, message 1 not"
+    );
 }

@@ -152,6 +152,9 @@ impl Connection {
                     closed = true;
                 }
                 if closed {
+                    // Sends already on their way under this id are dropped, not refused (a
+                    // send error makes the client drop its connection and every producer on it).
+                    self.closed_by_broker.insert(id);
                     tracing::info!(peer = %self.peer, topic, producer_id = id, why,
                         "producer closed: permission revoked");
                     self.outbox.send_command(&commands::close_producer(id, u64::MAX));

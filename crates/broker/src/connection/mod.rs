@@ -43,7 +43,7 @@ use magnetar_protocol::{
 use magnetar_security::authorization::{NamespaceOperation, TopicOperation};
 use magnetar_security::{Principal, TransportIdentity};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -187,6 +187,8 @@ struct ProducerContext {
     schema_version: Option<u64>,
     /// Its stats (what it published is counted here and on the topic).
     info: Arc<ClientInfo>,
+    /// Set by the topic when the broker closes this producer (`ProducerClient::closed`).
+    closed: Arc<AtomicBool>,
 }
 
 struct ConsumerContext {
@@ -222,8 +224,9 @@ struct Connection {
     /// id; a CLOSE meanwhile aborts the task.
     pending_producers: HashMap<u64, JoinHandle<()>>,
     pending_consumers: HashMap<u64, JoinHandle<()>>,
-    /// Producer ids the broker closed (an unload, a deletion) that the client has not opened
-    /// again yet: sends still under such an id are dropped unanswered (see `on_send`).
+    /// Producer ids the broker closed (an unload, a deletion, a backlog quota, a revoked
+    /// permission) that the client has not opened again yet: sends still under such an id are
+    /// dropped unanswered (see `on_send`).
     closed_by_broker: HashSet<u64>,
     /// Where those tasks send what they must finish on the connection.
     completions: mpsc::UnboundedSender<Completion>,

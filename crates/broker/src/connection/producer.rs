@@ -164,6 +164,12 @@ impl Connection {
             // accepted sends would be stored twice.
             return Ok(());
         };
+        if producer.closed.load(Ordering::SeqCst) {
+            // Closed by the broker (a backlog quota), CLOSE_PRODUCER queued or about to be:
+            // the same, after the ticket (SeqCst: the close either sees this send counted in
+            // and waits for its receipt, or this send sees the flag).
+            return Ok(());
+        }
         if producer.topic.is_deleted() {
             // Stored here, the entry would be stored again when the client resends it on its
             // new producer (the Go client's duplicate). A retriable error: the client
@@ -376,11 +382,8 @@ pub(super) async fn create_producer(
         None => format!("standalone-{}", PRODUCER_NAMES.fetch_add(1, Ordering::Relaxed)),
     };
     let key = service.next_key();
-    let client = ProducerClient {
-        producer_id: request.producer_id,
-        outbox: outbox.clone(),
-        info: info.clone(),
-    };
+    let client = ProducerClient::new(request.producer_id, outbox.clone(), info.clone());
+    let closed = client.closed.clone();
     let queued = || {
         let mut waiting = commands::producer_success(request.request_id, &producer_name, -1, None);
         if let Some(success) = waiting.producer_success.as_mut() {
@@ -414,7 +417,14 @@ pub(super) async fn create_producer(
         .add_producer(producer_name.clone(), key, mode, request.topic_epoch, client, queued)
         .await?;
     let partition = topic.partition;
-    let context =
-        ProducerContext { topic, name: producer_name.into(), key, partition, schema_version, info };
+    let context = ProducerContext {
+        topic,
+        name: producer_name.into(),
+        key,
+        partition,
+        schema_version,
+        info,
+        closed,
+    };
     Ok(CreatedProducer::Persistent(context, epoch))
 }

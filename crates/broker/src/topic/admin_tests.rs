@@ -169,11 +169,7 @@ async fn terminate_seals_the_topic_tells_consumers_at_the_end_and_survives_an_un
     assert_eq!(topic.terminate().await.unwrap(), Some(positions[2]), "again: the same");
     let refused = topic.managed_ledger.append(entry(), |_| {});
     assert!(matches!(refused, Err(BrokerError::TopicTerminated(_))), "{refused:?}");
-    let client = ProducerClient {
-        producer_id: 1,
-        outbox: crate::connection::Outbox::channel().0,
-        info: Default::default(),
-    };
+    let client = ProducerClient::new(1, crate::connection::Outbox::channel().0, Default::default());
     let producer =
         topic.add_producer("p".into(), 1, ProducerAccessMode::Shared, None, client, || {}).await;
     assert!(matches!(producer, Err(BrokerError::TopicTerminated(_))), "{producer:?}");
@@ -210,8 +206,7 @@ async fn published_messages_are_counted_per_topic_and_producer() {
     let name = BrokerService::topic_name("persistent://public/default/meters").unwrap();
     let topic = broker.topic(&name, true).await.unwrap();
     let info = Arc::new(ClientInfo::new("10.0.0.1:5000", "Pulsar-Go-v0.19.0", 1_000));
-    let client =
-        ProducerClient { producer_id: 3, outbox: crate::connection::Outbox::channel().0, info };
+    let client = ProducerClient::new(3, crate::connection::Outbox::channel().0, info);
     topic
         .add_producer("p".into(), 9, ProducerAccessMode::Shared, None, client.clone(), || {})
         .await
