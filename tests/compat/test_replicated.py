@@ -559,7 +559,7 @@ def test_unloads_under_load_store_every_message_once(cluster):
     left unanswered for the client to resend on its new producer. Before, the producer heard
     CLOSE_PRODUCER (or a send error, on which the client drops the connection) first, resent
     what was being stored, and the topic held hundreds of messages twice."""
-    _etcd, _nodes, start_broker = cluster
+    etcd, _nodes, start_broker = cluster
     srv = start_broker("a")
     topic = unique_topic("unload-under-load")
     unload_url = "%s/admin/v2/persistent/public/default/%s/unload" % (
@@ -567,6 +567,7 @@ def test_unloads_under_load_store_every_message_once(cluster):
     n = 20000
     client = srv.client()
     try:
+        client.subscribe(topic, "kept").close()  # a durable cursor, with a cursor ledger
         producer = client.create_producer(topic, batching_enabled=False,
                                           max_pending_messages=1000, block_if_queue_full=True,
                                           send_timeout_millis=60000)
@@ -594,6 +595,16 @@ def test_unloads_under_load_store_every_message_once(cluster):
         assert not thread.is_alive()
         _all_answered_ok(answers, n, srv)
         assert len(unloads) >= 3 and set(unloads) <= {200, 204}, unloads
+        # Unloaded with nobody to load it again: it left none of its ledgers open (the next
+        # owner reads their lengths instead of recovering them). The send first: the topic is
+        # loaded (no re-creation after the last unload is still loading it).
+        producer.send(str(n).encode())
+        n += 1
+        producer.close()
+        status, _body = http_request("PUT", unload_url, timeout=COMMAND_TIMEOUT_S)
+        assert status in (200, 204), status
+        left_open = {lid: meta for lid, meta in _ledgers(etcd).items() if meta["state"] != "CLOSED"}
+        assert not left_open, "ledgers left open by the unload: %s" % left_open
         consumer = client.subscribe(topic, "all", initial_position=pulsar.InitialPosition.Earliest)
         got = [int(m.data()) for m in receive_n(consumer, n)]
         twice = sorted(i for i in set(got) if got.count(i) > 1) if len(set(got)) < n else []

@@ -338,6 +338,8 @@ pub struct CursorLedger {
     log: CursorLog,
     /// Unsubscribed: nothing is written any more.
     deleted: bool,
+    /// Closed with its topic (an unload): persists are refused.
+    closed: bool,
     #[cfg(test)]
     pub(crate) crash_at: Option<CrashPoint>,
 }
@@ -369,6 +371,7 @@ impl CursorLedger {
             ledger_metadata,
             log: CursorLog::new(limits, version, obsolete),
             deleted: false,
+            closed: false,
             #[cfg(test)]
             crash_at: None,
         }
@@ -400,6 +403,12 @@ impl CursorLedger {
     ) -> Result<(), BrokerError> {
         if self.deleted {
             return Ok(());
+        }
+        if self.closed {
+            return Err(BrokerError::ServiceNotReady(format!(
+                "cursor {} is closed: its topic is being unloaded",
+                self.key
+            )));
         }
         if self.fence.is_fenced() {
             return Err(self.fence.error());
@@ -489,6 +498,24 @@ impl CursorLedger {
                     tracing::warn!(key = %self.key, ledger = old, %error, "old cursor ledger not deleted")
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Topic unload, after the last persist: closes the current ledger in storage, so the next
+    /// load reads its length instead of recovering it (on storage nodes: fencing reads and
+    /// writes on every node of its ensemble), and refuses persists from then on. The record is
+    /// unchanged: the next owner still fences and reads the ledger it names, then rolls over.
+    pub async fn close(&mut self) -> Result<(), BrokerError> {
+        if self.deleted || self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        if self.fence.is_fenced() {
+            return Err(self.fence.error());
+        }
+        if let Some(ledger) = self.log.current_ledger() {
+            self.backend.storage.close(ledger).await?;
         }
         Ok(())
     }

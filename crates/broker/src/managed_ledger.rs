@@ -602,6 +602,7 @@ impl ManagedLedger {
             Ok(())
         }
         .await;
+        let mut late_spare = None;
         let failed = {
             let mut state = self.state.lock();
             state.preparing_spare = false;
@@ -615,7 +616,13 @@ impl ManagedLedger {
                         );
                         state.spare_failures = 0;
                     }
-                    self.advance(&mut state)
+                    let failed = self.advance(&mut state);
+                    if state.closed_for_unload {
+                        // Prepared after the unload's close took the spare: closed here instead
+                        // (empty; the next load deletes it rather than recovering it).
+                        late_spare = state.spare.take();
+                    }
+                    failed
                 }
                 Err(error) => {
                     state.spare_failures += 1;
@@ -629,6 +636,11 @@ impl ManagedLedger {
             }
         };
         fail_held(failed);
+        if let Some(spare) = late_spare {
+            if let Err(error) = self.backend.storage.close(spare).await {
+                tracing::debug!(topic = %self.topic, ledger = spare, %error, "late spare ledger not closed: the next load recovers it");
+            }
+        }
     }
 
     /// After a swap to the spare: closes the full ledger and records it.
@@ -1381,6 +1393,41 @@ mod tests {
         // more, not one per resend.
         let creates = dead.creates.load(std::sync::atomic::Ordering::Relaxed);
         assert!((2..=5).contains(&creates), "{creates} ledgers created for {refused} sends");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_spare_ledger_prepared_after_the_unload_s_close_is_closed_too() {
+        let storage = SimStorage::new(37);
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let gated = Scripted::new(store(&storage), false);
+        let backend = LedgerBackend::new(gated.clone(), metadata.clone());
+        let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(4))
+            .await
+            .unwrap();
+        gated.open.send_replace(false); // the spare's creation waits
+        for _ in 0..3 {
+            append(&ml, b"entry").await;
+        }
+        assert!(ml.is_rolling(), "past half full: the spare is being prepared");
+        let current = ml.current_ledger();
+        ml.close().await.unwrap();
+        assert!(gated.inner.info(current).unwrap().closed);
+
+        // The spare's creation goes through after the close: that ledger is closed as well.
+        gated.open.send_replace(true);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let spare = loop {
+            let ids: Vec<u64> = ml.ledger_stats().iter().map(|l| l.ledger_id).collect();
+            if let Some(&spare) = ids.iter().find(|&&id| id != current) {
+                if gated.inner.info(spare).is_ok_and(|info| info.closed) {
+                    break spare;
+                }
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the late spare stays open: {ids:?}");
+            tokio::task::yield_now().await;
+        };
+        assert_eq!(gated.inner.info(spare).unwrap().entries, 0);
+        assert_eq!(ml.current_ledger(), current, "a closed managed ledger does not swap");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1224,6 +1224,12 @@ impl Subscription {
         Ok(())
     }
 
+    /// Closes the cursor ledger (topic unload, after `persist_now`): see [`CursorLedger::close`].
+    pub async fn close_cursor_ledger(&self) -> Result<(), BrokerError> {
+        let Some(cursor) = &self.cursor else { return Ok(()) };
+        cursor.lock().await.close().await
+    }
+
     /// Writes the acknowledgement state now (first persist of a new or loaded subscription:
     /// it starts the subscription's own cursor ledger).
     pub async fn persist_now(&self) -> Result<(), BrokerError> {
@@ -1279,6 +1285,15 @@ impl Subscription {
                         return;
                     }
                     Err(error) => {
+                        {
+                            let mut state = me.state.lock();
+                            if state.closed {
+                                // Unloaded meanwhile (its last state persisted by the unload,
+                                // the cursor ledger closed): nothing to retry.
+                                state.persist_in_flight = false;
+                                return;
+                            }
+                        }
                         tracing::warn!(subscription = %me.name, %error, "cursor not persisted");
                         // Try again (not in a hot loop): receipts wait, bounded, for it.
                         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

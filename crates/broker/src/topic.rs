@@ -985,10 +985,16 @@ impl Topic {
             self.subscriptions.lock().drain().map(|(_, s)| s).collect();
         for subscription in subscriptions {
             subscription.close_consumers();
-            if let Err(error) = subscription.persist_now().await {
+            let persisted = subscription.persist_now().await;
+            if let Err(error) = &persisted {
                 tracing::warn!(topic = %self.full_name, subscription = %subscription.name, %error, "cursor not persisted on unload");
             }
             let _ = subscription.close(false).await;
+            if persisted.is_ok() {
+                if let Err(error) = subscription.close_cursor_ledger().await {
+                    tracing::warn!(topic = %self.full_name, subscription = %subscription.name, %error, "cursor ledger not closed on unload: the next load recovers it");
+                }
+            }
         }
         if let Err(error) = self.managed_ledger.close().await {
             tracing::warn!(topic = %self.full_name, %error, "ledger not closed on unload: the next load recovers it");

@@ -459,3 +459,27 @@ async fn acks_in_steady_state_write_no_metadata() {
     assert_eq!(appended, 1_999, "one cursor-ledger append per persist");
     same(&env.load().await.ack, &state);
 }
+
+#[tokio::test]
+async fn closing_on_unload_closes_the_ledger_in_storage_and_refuses_later_persists() {
+    let env = Env::new();
+    let (mut cursor, _) = env.cursor(None, 1_000);
+    let last = holes_and_batches(2);
+    persist(&mut cursor, &holes_and_batches(1)).await.unwrap();
+    persist(&mut cursor, &last).await.unwrap();
+    let ledger = cursor.log().current_ledger().expect("a cursor ledger");
+    assert!(!env.storage.info(ledger).unwrap().closed);
+
+    cursor.close().await.unwrap();
+    let info = env.storage.info(ledger).unwrap();
+    assert!(info.closed, "{info:?}");
+    assert_eq!(info.entries, 2);
+    let refused = persist(&mut cursor, &holes_and_batches(3)).await;
+    assert!(matches!(refused, Err(BrokerError::ServiceNotReady(_))), "{refused:?}");
+    cursor.close().await.unwrap();
+
+    // The next owner loads the last state persisted before the close.
+    let loaded = env.load().await;
+    assert_eq!(loaded.source, LoadSource::Ledger);
+    same(&loaded.ack, &last);
+}

@@ -248,3 +248,37 @@ async fn the_console_history_samples_backlog_storage_and_counters() {
     assert_eq!(history.topic(&topic.full_name).points.len(), 2);
     assert_eq!(history.totals().points[1].topics, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unload_closes_the_topic_s_ledger_and_each_cursor_ledger() {
+    let broker = broker(29);
+    let name = BrokerService::topic_name("persistent://public/default/unload-closes").unwrap();
+    let topic = broker.topic(&name, true).await.unwrap();
+    let sub = topic.subscription("s", SubType::Exclusive, true, StartAt::Earliest).await.unwrap();
+    let positions = publish(&topic, 3).await;
+    sub.ack(None, AckType::Cumulative, &[id(positions[1])]).unwrap();
+    sub.persist_now().await.unwrap();
+    // (The stats show -1 while the ack's own persist holds the cursor.)
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let cursor_ledger = loop {
+        if let Ok(id) = u64::try_from(topic.internal_stats().cursors["s"].cursor_ledger) {
+            break id;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the subscription has a cursor ledger");
+        tokio::task::yield_now().await;
+    };
+    let storage = topic.managed_ledger.backend().storage.clone();
+    assert!(!storage.info(cursor_ledger).unwrap().closed);
+
+    assert!(broker.unload_topic(&name).await.unwrap());
+    let info = storage.info(positions[0].ledger_id).unwrap();
+    assert!(info.closed && info.entries == 3, "the topic's ledger: {info:?}");
+    let info = storage.info(cursor_ledger).unwrap();
+    assert!(info.closed, "the cursor ledger: {info:?}");
+
+    // Loaded again: the acknowledgement persisted by the unload is there.
+    let reloaded = broker.topic(&name, false).await.unwrap();
+    let sub =
+        reloaded.subscription("s", SubType::Exclusive, true, StartAt::Earliest).await.unwrap();
+    assert_eq!(sub.mark_delete(), Some(positions[1]));
+}
