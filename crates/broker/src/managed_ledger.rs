@@ -1101,6 +1101,7 @@ mod tests {
     use super::*;
     use magnetar_journal::sim::{Faults, SimStorage};
     use magnetar_journal::JournalConfig;
+    use magnetar_ledger::hooked::{Hooked, StorageHooks};
     use magnetar_ledger::{LedgerStore, LedgerStoreConfig};
     use magnetar_metadata::MemoryStore;
 
@@ -1277,14 +1278,13 @@ mod tests {
         assert_eq!(ml.last_confirmed(), Some(position));
     }
 
-    /// A ledger storage over a real store, scripted by tests: ledger creation waits while
-    /// `open` is false (a slow metadata or storage round trip at rollover, made
-    /// deterministic), and with `refuse_appends` every ledger refuses its first append
-    /// (storage nodes that died but are still registered). Counts creations. The appends of
-    /// the `slow` ledger are stored but their completions held back (in `held`) until the test
-    /// runs them, and its close waits for ever: a full ledger whose replicas answer late.
-    struct Scripted {
-        inner: Arc<LedgerStore>,
+    /// Hooks on a real store, scripted by tests: ledger creation waits while `open` is false
+    /// (a slow metadata or storage round trip at rollover, made deterministic), and with
+    /// `refuse_appends` every ledger refuses its first append (storage nodes that died but are
+    /// still registered). Counts creations. The appends of the `slow` ledger are stored but
+    /// their completions held back (in `held`) until the test runs them, and its close waits
+    /// for ever: a full ledger whose replicas answer late.
+    struct Script {
         open: tokio::sync::watch::Sender<bool>,
         refuse_appends: bool,
         creates: std::sync::atomic::AtomicU64,
@@ -1292,72 +1292,49 @@ mod tests {
         held: HeldCompletions,
     }
 
+    type Scripted = Hooked<Script>;
+
     /// Append completions held back: each callback with the outcome it will get.
     type HeldCompletions =
         Arc<Mutex<Vec<(magnetar_ledger::AppendCallback, Result<u64, LedgerError>)>>>;
 
-    impl Scripted {
-        fn new(inner: Arc<LedgerStore>, refuse_appends: bool) -> Arc<Scripted> {
-            let (open, _) = tokio::sync::watch::channel(true);
-            Arc::new(Scripted {
-                inner,
-                open,
-                refuse_appends,
-                creates: Default::default(),
-                slow: Mutex::new(None),
-                held: Default::default(),
-            })
-        }
+    fn scripted(inner: Arc<LedgerStore>, refuse_appends: bool) -> Arc<Scripted> {
+        let (open, _) = tokio::sync::watch::channel(true);
+        let script = Script {
+            open,
+            refuse_appends,
+            creates: Default::default(),
+            slow: Mutex::new(None),
+            held: Default::default(),
+        };
+        Hooked::new(inner, script)
     }
 
     #[async_trait::async_trait]
-    impl LedgerStorage for Scripted {
-        async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError> {
+    impl StorageHooks for Script {
+        async fn before_create(&self, _id: u64) {
             let mut open = self.open.subscribe();
             let _ = open.wait_for(|open| *open).await;
             self.creates.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.inner.create(id, metadata).await
         }
-        fn append(
+        fn on_append(
             &self,
             ledger: u64,
-            entry_id: u64,
-            data: Bytes,
             done: magnetar_ledger::AppendCallback,
-        ) -> Result<(), LedgerError> {
+        ) -> Result<Option<magnetar_ledger::AppendCallback>, LedgerError> {
             if self.refuse_appends {
                 return Err(LedgerError::Unavailable(format!("ledger {ledger}: no live node")));
             }
             if *self.slow.lock() == Some(ledger) {
                 let held = self.held.clone();
-                let late = Box::new(move |result| held.lock().push((done, result)));
-                return LedgerStorage::append(&*self.inner, ledger, entry_id, data, late);
+                return Ok(Some(Box::new(move |result| held.lock().push((done, result)))));
             }
-            LedgerStorage::append(&*self.inner, ledger, entry_id, data, done)
+            Ok(Some(done))
         }
-        fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
-            LedgerStorage::read(&*self.inner, ledger, first, last)
-        }
-        fn read_cached(&self, ledger: u64, first: u64, last: u64) -> Option<Vec<Bytes>> {
-            LedgerStorage::read_cached(&*self.inner, ledger, first, last)
-        }
-        fn last_add_confirmed(&self, ledger: u64) -> Result<Option<u64>, LedgerError> {
-            LedgerStorage::last_add_confirmed(&*self.inner, ledger)
-        }
-        async fn fence(&self, ledger: u64) -> Result<u64, LedgerError> {
-            LedgerStorage::fence(&*self.inner, ledger).await
-        }
-        async fn close(&self, ledger: u64) -> Result<u64, LedgerError> {
+        async fn before_close(&self, ledger: u64) {
             if *self.slow.lock() == Some(ledger) {
                 std::future::pending::<()>().await;
             }
-            LedgerStorage::close(&*self.inner, ledger).await
-        }
-        async fn delete(&self, ledger: u64) -> Result<(), LedgerError> {
-            LedgerStorage::delete(&*self.inner, ledger).await
-        }
-        fn info(&self, ledger: u64) -> Result<magnetar_ledger::LedgerInfo, LedgerError> {
-            LedgerStorage::info(&*self.inner, ledger)
         }
     }
 
@@ -1365,7 +1342,7 @@ mod tests {
     async fn ledgers_that_fail_one_after_another_are_replaced_with_a_growing_delay() {
         let storage = SimStorage::new(29);
         let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-        let dead = Scripted::new(store(&storage), true);
+        let dead = scripted(store(&storage), true);
         let backend = LedgerBackend::new(dead.clone(), metadata.clone());
         let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(1000))
             .await
@@ -1391,7 +1368,7 @@ mod tests {
         }
         // 100 + 200 + 400 ms of back-off fit in the second: the first ledger and at most four
         // more, not one per resend.
-        let creates = dead.creates.load(std::sync::atomic::Ordering::Relaxed);
+        let creates = dead.hooks.creates.load(std::sync::atomic::Ordering::Relaxed);
         assert!((2..=5).contains(&creates), "{creates} ledgers created for {refused} sends");
     }
 
@@ -1399,12 +1376,12 @@ mod tests {
     async fn a_spare_ledger_prepared_after_the_unload_s_close_is_closed_too() {
         let storage = SimStorage::new(37);
         let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-        let gated = Scripted::new(store(&storage), false);
+        let gated = scripted(store(&storage), false);
         let backend = LedgerBackend::new(gated.clone(), metadata.clone());
         let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(4))
             .await
             .unwrap();
-        gated.open.send_replace(false); // the spare's creation waits
+        gated.hooks.open.send_replace(false); // the spare's creation waits
         for _ in 0..3 {
             append(&ml, b"entry").await;
         }
@@ -1414,7 +1391,7 @@ mod tests {
         assert!(gated.inner.info(current).unwrap().closed);
 
         // The spare's creation goes through after the close: that ledger is closed as well.
-        gated.open.send_replace(true);
+        gated.hooks.open.send_replace(true);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let spare = loop {
             let ids: Vec<u64> = ml.ledger_stats().iter().map(|l| l.ledger_id).collect();
@@ -1434,12 +1411,12 @@ mod tests {
     async fn a_full_ledger_takes_no_more_while_the_next_is_created_appends_wait_in_order() {
         let storage = SimStorage::new(17);
         let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-        let gated = Scripted::new(store(&storage), false);
+        let gated = scripted(store(&storage), false);
         let backend = LedgerBackend::new(gated.clone(), metadata.clone());
         let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(10))
             .await
             .unwrap();
-        gated.open.send_replace(false); // every ledger creation now waits
+        gated.hooks.open.send_replace(false); // every ledger creation now waits
         let mut receivers = Vec::new();
         for i in 0..35u8 {
             let (sender, receiver) = tokio::sync::oneshot::channel();
@@ -1455,7 +1432,7 @@ mod tests {
         let current = stats.iter().find(|l| l.current).unwrap();
         assert_eq!(current.ledger_id, first_ledger);
         assert!(ml.is_rolling(), "appends are held for the next ledger");
-        gated.open.send_replace(true);
+        gated.hooks.open.send_replace(true);
         let mut positions = Vec::new();
         for receiver in receivers {
             let result = tokio::time::timeout(Duration::from_secs(10), receiver).await;
@@ -1479,13 +1456,13 @@ mod tests {
     async fn appends_on_the_next_ledger_are_confirmed_only_after_the_full_one_s_last() {
         let storage = SimStorage::new(23);
         let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-        let slow = Scripted::new(store(&storage), false);
+        let slow = scripted(store(&storage), false);
         let backend = LedgerBackend::new(slow.clone(), metadata.clone());
         let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(4))
             .await
             .unwrap();
         let full = ml.current_ledger();
-        *slow.slow.lock() = Some(full);
+        *slow.hooks.slow.lock() = Some(full);
         let answered = Arc::new(Mutex::new(Vec::new()));
         let append_recorded = |i: u8| {
             let answered = answered.clone();
@@ -1507,7 +1484,8 @@ mod tests {
         assert_ne!(next, full, "rolled over");
         // The next ledger's three are durable, the full ledger's four are not answered yet.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while slow.held.lock().len() < 4 || slow.inner.last_add_confirmed(next).unwrap() != Some(2)
+        while slow.hooks.held.lock().len() < 4
+            || slow.inner.last_add_confirmed(next).unwrap() != Some(2)
         {
             assert!(tokio::time::Instant::now() < deadline, "the storage wrote all seven");
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -1516,7 +1494,7 @@ mod tests {
         assert_eq!(ml.last_confirmed(), None, "readers see nothing past an unconfirmed entry");
         assert_eq!(crate::cursor::next_position(&ml.ledgers(), None), None);
 
-        for (done, result) in std::mem::take(&mut *slow.held.lock()) {
+        for (done, result) in std::mem::take(&mut *slow.hooks.held.lock()) {
             done(result);
         }
         let expected: Vec<Position> = (0..4)

@@ -5,15 +5,12 @@
 //! came after the close had its message stored a second time.) A backlog quota's disconnect of
 //! the producers keeps the same order.
 
-use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use magnetar_broker::connection::run_listener;
 use magnetar_broker::{BrokerConfig, BrokerService};
 use magnetar_journal::sim::SimStorage;
-use magnetar_ledger::{
-    AppendCallback, LedgerError, LedgerInfo, LedgerMetadata, LedgerStorage, LedgerStore,
-    LedgerStoreConfig,
-};
+use magnetar_ledger::hooked::{Hooked, StorageHooks};
+use magnetar_ledger::{AppendCallback, LedgerError, LedgerStore, LedgerStoreConfig};
 use magnetar_metadata::{MemoryStore, MetadataStore};
 use magnetar_model::names::TopicName;
 use magnetar_protocol::proto::base_command::Type;
@@ -35,14 +32,16 @@ const QUIET: Duration = Duration::from_millis(300);
 /// An append's answer, held back.
 type HeldAnswer = (AppendCallback, Result<u64, LedgerError>);
 
-/// A local ledger store whose appends' answers wait, while the gate is shut, until `open`.
-struct GatedStorage {
-    inner: LedgerStore,
+/// Appends' answers wait, while the gate is shut, until `open`.
+#[derive(Default)]
+struct Gate {
     /// `Some`: shut, with the answers held back so far (in completion order).
     held: Arc<Mutex<Option<Vec<HeldAnswer>>>>,
 }
 
-impl GatedStorage {
+type GatedStorage = Hooked<Gate>;
+
+impl Gate {
     fn shut(&self) {
         *self.held.lock() = Some(Vec::new());
     }
@@ -64,20 +63,14 @@ impl GatedStorage {
     }
 }
 
-#[async_trait]
-impl LedgerStorage for GatedStorage {
-    async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError> {
-        self.inner.create(id, metadata).await
-    }
-    fn append(
+impl StorageHooks for Gate {
+    fn on_append(
         &self,
-        ledger: u64,
-        entry_id: u64,
-        data: Bytes,
+        _ledger: u64,
         done: AppendCallback,
-    ) -> Result<(), LedgerError> {
+    ) -> Result<Option<AppendCallback>, LedgerError> {
         let held = self.held.clone();
-        let gated: AppendCallback = Box::new(move |result| {
+        Ok(Some(Box::new(move |result| {
             let mut gate = held.lock();
             if let Some(answers) = gate.as_mut() {
                 answers.push((done, result));
@@ -85,29 +78,7 @@ impl LedgerStorage for GatedStorage {
             }
             drop(gate);
             done(result);
-        });
-        LedgerStorage::append(&self.inner, ledger, entry_id, data, gated)
-    }
-    fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
-        LedgerStorage::read(&self.inner, ledger, first, last)
-    }
-    fn read_cached(&self, ledger: u64, first: u64, last: u64) -> Option<Vec<Bytes>> {
-        LedgerStorage::read_cached(&self.inner, ledger, first, last)
-    }
-    fn last_add_confirmed(&self, ledger: u64) -> Result<Option<u64>, LedgerError> {
-        LedgerStorage::last_add_confirmed(&self.inner, ledger)
-    }
-    async fn fence(&self, ledger: u64) -> Result<u64, LedgerError> {
-        LedgerStorage::fence(&self.inner, ledger).await
-    }
-    async fn close(&self, ledger: u64) -> Result<u64, LedgerError> {
-        LedgerStorage::close(&self.inner, ledger).await
-    }
-    async fn delete(&self, ledger: u64) -> Result<(), LedgerError> {
-        LedgerStorage::delete(&self.inner, ledger).await
-    }
-    fn info(&self, ledger: u64) -> Result<LedgerInfo, LedgerError> {
-        LedgerStorage::info(&self.inner, ledger)
+        })))
     }
 }
 
@@ -178,7 +149,7 @@ async fn broker_with_a_producer() -> Setup {
         LedgerStore::open_with_storage(LedgerStoreConfig::default(), Arc::new(SimStorage::new(5)))
             .unwrap()
             .0;
-    let storage = Arc::new(GatedStorage { inner, held: Arc::default() });
+    let storage = Hooked::new(Arc::new(inner), Gate::default());
     let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
     let service = BrokerService::new(BrokerConfig::default(), storage.clone(), metadata);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -209,10 +180,10 @@ async fn broker_with_a_producer() -> Setup {
 
 /// Shuts the storage's gate, sends message 0 and waits until storage holds its answer.
 async fn send_one_and_hold_it(setup: &mut Setup) {
-    setup.storage.shut();
+    setup.storage.hooks.shut();
     setup.client.send_message(&setup.name, 0).await;
     let deadline = tokio::time::Instant::now() + FRAME_WAIT;
-    while setup.storage.held_count() == 0 {
+    while setup.storage.hooks.held_count() == 0 {
         assert!(tokio::time::Instant::now() < deadline, "message 0 never reached storage");
         tokio::task::yield_now().await;
     }
@@ -220,7 +191,7 @@ async fn send_one_and_hold_it(setup: &mut Setup) {
 
 /// Opens the gate: the receipt of message 0 must come first, then CLOSE_PRODUCER.
 async fn expect_receipt_then_close(setup: &mut Setup) {
-    assert_eq!(setup.storage.open(), 1, "only message 0 was handed to storage");
+    assert_eq!(setup.storage.hooks.open(), 1, "only message 0 was handed to storage");
     let first = setup.client.expect_frame("SEND_RECEIPT").await;
     let kind = first.command_type();
     let receipt = first

@@ -9,6 +9,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub mod files;
+pub mod hooked;
 pub mod idmap;
 pub mod store;
 

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::cursor::{LedgerList, MAX_INLINE_STATE_BYTES};
-use async_trait::async_trait;
-use magnetar_ledger::{AppendCallback, LedgerInfo, MemoryLedgers};
+use magnetar_ledger::hooked::{Hooked, StorageHooks};
+use magnetar_ledger::{AppendCallback, MemoryLedgers};
 use magnetar_metadata::{CountingStore, MemoryStore};
 use parking_lot::Mutex;
 
@@ -39,56 +39,27 @@ fn holes_and_batches(step: u64) -> AckState {
     state
 }
 
-/// Ledger storage whose appends to one chosen ledger fail (an injected storage failure).
-struct FailingLedgers {
-    inner: Arc<MemoryLedgers>,
-    fail_appends_to: Mutex<Option<u64>>,
-}
+/// Appends to one chosen ledger fail (an injected storage failure).
+#[derive(Default)]
+struct FailAppendsTo(Mutex<Option<u64>>);
 
-#[async_trait]
-impl LedgerStorage for FailingLedgers {
-    async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError> {
-        self.inner.create(id, metadata).await
-    }
-    fn append(
+impl StorageHooks for FailAppendsTo {
+    fn on_append(
         &self,
         ledger: u64,
-        entry_id: u64,
-        data: Bytes,
         done: AppendCallback,
-    ) -> Result<(), LedgerError> {
-        if *self.fail_appends_to.lock() == Some(ledger) {
+    ) -> Result<Option<AppendCallback>, LedgerError> {
+        if *self.0.lock() == Some(ledger) {
             done(Err(LedgerError::Unsupported("injected append failure".into())));
-            return Ok(());
+            return Ok(None);
         }
-        self.inner.append(ledger, entry_id, data, done)
-    }
-    fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
-        self.inner.read(ledger, first, last)
-    }
-    fn read_cached(&self, ledger: u64, first: u64, last: u64) -> Option<Vec<Bytes>> {
-        self.inner.read_cached(ledger, first, last)
-    }
-    fn last_add_confirmed(&self, ledger: u64) -> Result<Option<u64>, LedgerError> {
-        self.inner.last_add_confirmed(ledger)
-    }
-    async fn fence(&self, ledger: u64) -> Result<u64, LedgerError> {
-        self.inner.fence(ledger).await
-    }
-    async fn close(&self, ledger: u64) -> Result<u64, LedgerError> {
-        self.inner.close(ledger).await
-    }
-    async fn delete(&self, ledger: u64) -> Result<(), LedgerError> {
-        self.inner.delete(ledger).await
-    }
-    fn info(&self, ledger: u64) -> Result<LedgerInfo, LedgerError> {
-        self.inner.info(ledger)
+        Ok(Some(done))
     }
 }
 
 /// One storage and one metadata store shared by every "broker" of a test.
 struct Env {
-    storage: Arc<FailingLedgers>,
+    storage: Arc<Hooked<FailAppendsTo>>,
     counting: Arc<CountingStore>,
     metadata: Arc<dyn MetadataStore>,
     backend: LedgerBackend,
@@ -96,10 +67,7 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
-        let storage = Arc::new(FailingLedgers {
-            inner: MemoryLedgers::new(),
-            fail_appends_to: Mutex::new(None),
-        });
+        let storage = Hooked::new(MemoryLedgers::new(), FailAppendsTo::default());
         let counting = Arc::new(CountingStore::new(Arc::new(MemoryStore::new())));
         let metadata: Arc<dyn MetadataStore> = counting.clone();
         let backend = LedgerBackend::new(storage.clone(), metadata.clone());
@@ -373,7 +341,7 @@ async fn a_failed_append_rolls_over_to_a_new_ledger() {
     let (mut cursor, fence) = env.cursor(None, 1_000);
     persist(&mut cursor, &holes_and_batches(1)).await.unwrap();
     let broken = cursor.log().current_ledger().unwrap();
-    *env.storage.fail_appends_to.lock() = Some(broken);
+    *env.storage.hooks.0.lock() = Some(broken);
     persist(&mut cursor, &holes_and_batches(2)).await.unwrap();
     assert!(!fence.is_fenced());
     assert_ne!(cursor.log().current_ledger(), Some(broken));
