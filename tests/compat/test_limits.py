@@ -143,10 +143,10 @@ QUOTA_BYTES = 5000
 ENTRY = 500
 
 
-def _quota_server(policy):
+def _quota_server(policy, limit_bytes=QUOTA_BYTES):
     return private_server("backlog_quota_default_limit_bytes = %d\n"
                           "backlog_quota_default_retention_policy = \"%s\"\n"
-                          "backlog_quota_check_interval_seconds = 1\n" % (QUOTA_BYTES, policy))
+                          "backlog_quota_check_interval_seconds = 1\n" % (limit_bytes, policy))
 
 
 def _fill_backlog(client, topic, producer, count=20):
@@ -227,9 +227,7 @@ def test_backlog_quota_hold_under_load_stores_every_message_once():
     (the client ignores those and resends) and sends written after it were stored: the topic held
     hundreds of messages twice."""
     sending_s = 8
-    with private_server("backlog_quota_default_limit_bytes = 100000\n"
-                        "backlog_quota_default_retention_policy = \"producer_request_hold\"\n"
-                        "backlog_quota_check_interval_seconds = 1\n") as srv:
+    with _quota_server("producer_request_hold", limit_bytes=100000) as srv:
         topic = unique_topic("quota-hold-load")
         client = srv.client()
         try:

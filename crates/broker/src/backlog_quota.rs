@@ -188,7 +188,7 @@ pub async fn producer_admission(topic: &Topic) -> Result<(), BrokerError> {
 }
 
 /// Checks the topic and applies the policy of an exceeded quota. Returns the quota exceeded.
-pub async fn enforce(topic: &Topic) -> Result<Option<BacklogQuotaType>, BrokerError> {
+pub async fn enforce(topic: &Arc<Topic>) -> Result<Option<BacklogQuotaType>, BrokerError> {
     let Some((kind, quota)) = check(topic).await? else { return Ok(None) };
     tracing::debug!(topic = %topic.full_name, ?kind, policy = ?quota.policy, "backlog quota exceeded");
     match quota.policy {
@@ -196,7 +196,10 @@ pub async fn enforce(topic: &Topic) -> Result<Option<BacklogQuotaType>, BrokerEr
             if topic.producer_count() > 0 {
                 tracing::info!(topic = %topic.full_name, ?kind, policy = ?quota.policy,
                     "backlog quota exceeded: disconnecting producers");
-                topic.disconnect_producers().await;
+                // In a task of its own: it waits for the sends in flight to be answered
+                // (bounded), which must not hold up this pass over the other topics.
+                let topic = topic.clone();
+                tokio::spawn(async move { topic.disconnect_producers().await });
             }
         }
         BacklogQuotaPolicy::ConsumerBacklogEviction => match kind {

@@ -189,6 +189,17 @@ async fn send_one_and_hold_it(setup: &mut Setup) {
     }
 }
 
+/// Message 1, sent while message 0 waits in storage and `closing` (an unload, a disconnect)
+/// waits for it: neither stored nor answered (the client resends it on its new producer).
+async fn send_while_closing<T>(setup: &mut Setup, closing: &tokio::task::JoinHandle<T>) {
+    let name = setup.name.clone();
+    setup.client.send_message(&name, 1).await;
+    if let Some(frame) = setup.client.next_frame(QUIET).await {
+        panic!("while a taken send waits, the broker sent {:?}", frame.command_type());
+    }
+    assert!(!closing.is_finished(), "the producers were closed with a send unanswered");
+}
+
 /// Opens the gate: the receipt of message 0 must come first, then CLOSE_PRODUCER.
 async fn expect_receipt_then_close(setup: &mut Setup) {
     assert_eq!(setup.storage.hooks.open(), 1, "only message 0 was handed to storage");
@@ -223,12 +234,8 @@ async fn an_unload_answers_the_sends_it_took_before_closing_their_producer() {
     }
 
     // While message 0 waits, its producer stays open, and a send that comes now (message 1) is
-    // neither stored nor answered: the client resends it on its new producer.
-    setup.client.send_message(&name, 1).await;
-    if let Some(frame) = setup.client.next_frame(QUIET).await {
-        panic!("while a taken send waits, the unload sent {:?}", frame.command_type());
-    }
-    assert!(!unload.is_finished(), "the unload finished with a send of the topic unanswered");
+    // neither stored nor answered.
+    send_while_closing(&mut setup, &unload).await;
 
     // Storage answers: the receipt of message 0 comes first, then CLOSE_PRODUCER, nothing else.
     expect_receipt_then_close(&mut setup).await;
@@ -281,7 +288,6 @@ async fn an_unload_answers_the_sends_it_took_before_closing_their_producer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backlog_quota_answers_the_sends_it_took_before_closing_their_producer() {
     let mut setup = broker_with_a_producer().await;
-    let name = setup.name.clone();
     let topic_name = TopicName::parse(TOPIC).unwrap();
     let topic = setup.service.topic(&topic_name, false).await.expect("the topic is loaded");
 
@@ -298,13 +304,8 @@ async fn a_backlog_quota_answers_the_sends_it_took_before_closing_their_producer
         tokio::task::yield_now().await;
     }
 
-    // A send under the closed producer while message 0 waits: neither stored nor answered (the
-    // client resends it once its producer is back).
-    setup.client.send_message(&name, 1).await;
-    if let Some(frame) = setup.client.next_frame(QUIET).await {
-        panic!("while a taken send waits, the disconnect sent {:?}", frame.command_type());
-    }
-    assert!(!disconnect.is_finished(), "the disconnect finished with a send unanswered");
+    // A send under the closed producer while message 0 waits: neither stored nor answered.
+    send_while_closing(&mut setup, &disconnect).await;
 
     expect_receipt_then_close(&mut setup).await;
     tokio::time::timeout(FRAME_WAIT, disconnect).await.expect("disconnect done").unwrap();
