@@ -167,7 +167,7 @@ bounded "cargo build" 1200 cargo build --release --workspace --bin magnetar \
 # ------------------------------------------------------------------------------------ 4. pytest
 section "pytest tests/compat (Pulsar compatibility, official Python client)"
 rc=0
-bounded "pytest" 1800 "$PY" -m pytest tests/compat -p no:cacheprovider --timeout=300 -ra "$@" || rc=$?
+bounded "pytest" 1800 "$PY" -m pytest tests/compat -p no:cacheprovider --timeout=300 -ra --durations=25 "$@" || rc=$?
 case $rc in
   0) ;;
   5) fail "pytest collected no tests (exit code 5)" ;;

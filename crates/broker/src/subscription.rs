@@ -1236,19 +1236,37 @@ impl Subscription {
         if !self.durable {
             return Ok(());
         }
-        let (bytes, mark_delete) = self.state.lock().encode_ack();
-        self.write_cursor(bytes, mark_delete).await
+        self.write_latest(false).await
     }
 
-    /// One cursor write: an append to the cursor ledger (a rollover now and then). A lost
-    /// compare-and-set or a fenced ledger fences the topic (another broker owns it).
-    async fn write_cursor(
-        &self,
-        bytes: Bytes,
-        mark_delete: Option<Position>,
-    ) -> Result<(), BrokerError> {
-        let Some(cursor) = &self.cursor else { return Ok(()) };
-        cursor.lock().await.persist(bytes, mark_delete).await
+    /// One cursor write (an append to the cursor ledger, a rollover now and then) of the
+    /// acknowledgement state as it is once this writer holds the cursor: encoded under the
+    /// cursor's lock, so a write never puts an older state after a newer one (the scheduled
+    /// persist and `persist_now` may race for it). The acknowledgements it covers count as
+    /// persisted once it is durable. `scheduled`: the scheduled persist, which owns
+    /// `persist_dirty`. A lost compare-and-set or a fenced ledger fences the topic (another
+    /// broker owns it).
+    async fn write_latest(&self, scheduled: bool) -> Result<(), BrokerError> {
+        let mut cursor = match &self.cursor {
+            Some(cursor) => Some(cursor.lock().await),
+            None => None,
+        };
+        let ((bytes, mark_delete), covers) = {
+            let mut state = self.state.lock();
+            if scheduled {
+                state.persist_dirty = false;
+            }
+            (state.encode_ack(), self.acks_made.load(std::sync::atomic::Ordering::SeqCst))
+        };
+        if let Some(cursor) = cursor.as_mut() {
+            cursor.persist(bytes, mark_delete).await?;
+        }
+        self.acks_persisted.send_if_modified(|n| {
+            let advanced = covers > *n;
+            *n = (*n).max(covers);
+            advanced
+        });
+        Ok(())
     }
 
     fn schedule_persist(self: &Arc<Self>) {
@@ -1266,19 +1284,8 @@ impl Subscription {
         let me = self.clone();
         tokio::spawn(async move {
             loop {
-                let ((bytes, mark_delete), covers) = {
-                    let mut state = me.state.lock();
-                    state.persist_dirty = false;
-                    (state.encode_ack(), me.acks_made.load(std::sync::atomic::Ordering::SeqCst))
-                };
-                match me.write_cursor(bytes, mark_delete).await {
-                    Ok(()) => {
-                        me.acks_persisted.send_if_modified(|n| {
-                            let advanced = covers > *n;
-                            *n = (*n).max(covers);
-                            advanced
-                        });
-                    }
+                match me.write_latest(true).await {
+                    Ok(()) => {}
                     Err(BrokerError::Fenced(_)) => {
                         // Another broker owns the topic: nothing more is written from here.
                         me.state.lock().persist_in_flight = false;
