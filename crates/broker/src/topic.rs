@@ -29,9 +29,9 @@ const DEDUP_SNAPSHOT_INTERVAL: u64 = 1000;
 /// Entries read per round while replaying the tail for deduplication state.
 const DEDUP_REPLAY_BATCH: usize = 256;
 /// How long closing the producers (an unload, a backlog quota) waits for the sends taken
-/// before to be answered. They always are
-/// (storage answers every append, failing it at the latest on its time-out); this only
-/// bounds an admin request against a storage that broke that promise.
+/// before to be answered. They always are (storage answers every append, failing it at the
+/// latest on its time-out); this only bounds the wait against a storage that broke that
+/// promise.
 const PRODUCER_CLOSE_DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where a new subscription starts.

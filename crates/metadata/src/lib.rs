@@ -6,8 +6,7 @@
 //! sessions (ephemeral keys and session events) for cluster mode. Two implementations live
 //! here: [`MemoryStore`] (tests) and [`EmbeddedStore`] (durable, crash-safe, for standalone
 //! mode); the etcd one is in the `magnetar-metadata-etcd` crate, which keeps the gRPC stack
-//! out of this one. With the `conformance` feature, [`conformance`] exports the suite every
-//! implementation must pass.
+//! out of this one. [`conformance`] exports the suite every implementation must pass.
 //!
 //! Semantics shared by every implementation (checked by the conformance suite in
 //! `tests/conformance.rs`):
@@ -52,7 +51,10 @@
 //! * Ephemeral keys never outlive the process: the embedded store keeps them out of its log
 //!   and snapshots, so none exists after a restart.
 
-#[cfg(feature = "conformance")]
+// Always built (not behind a feature): a feature enabled only by dev-dependencies makes
+// `cargo test --workspace` build this crate and every crate above it a second time for the
+// shipped binary. Unused in shipped code, so the linker drops it.
+#[doc(hidden)]
 pub mod conformance;
 mod counting;
 mod embedded;
