@@ -3,7 +3,10 @@ for tests that check the admin API the way operators drive it.
 
 The first use resolves the CLI's classpath with Maven (tests/pulsar-admin/pom.xml; artifacts in
 the git-ignored tests/pulsar-admin/.m2, about 15 s cold) and caches it in
-tests/pulsar-admin/classpath.txt. Each command is one JVM (about 1.5 s).
+tests/pulsar-admin/classpath.txt. Each command is one JVM. The first command also dumps the
+classes it loaded into a class-data-sharing archive (tests/pulsar-admin/cds-*.jsa, keyed by the
+classpath and the JDK); later commands map it instead of parsing those classes again: about
+1.3 s a command instead of 1.85 s on the CI machine.
 
     from pulsar_admin import PulsarAdmin, pulsar_admin_available
     admin = PulsarAdmin(server.web_url)
@@ -11,6 +14,7 @@ tests/pulsar-admin/classpath.txt. Each command is one JVM (about 1.5 s).
     res = admin.run("topics", "stats", "persistent://public/default/x")   # CompletedProcess
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -26,9 +30,12 @@ MAIN_CLASS = "org.apache.pulsar.admin.cli.PulsarAdminTool"
 RESOLVE_TIMEOUT_S = 600
 COMMAND_TIMEOUT_S = 60
 # A short-lived CLI: the C1 compiler alone and the serial GC about halve each command's CPU time.
-JVM_FLAGS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto"]
+JVM_FLAGS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xshare:auto",
+             # JVM warnings (a refused archive, say) to stderr: stdout is the command's output.
+             "-Xlog:disable", "-Xlog:all=warning:stderr"]
 
 _lock = threading.Lock()
+_cds_lock = threading.Lock()
 
 
 def pulsar_admin_available():
@@ -57,6 +64,44 @@ def classpath():
             return f.read().strip()
 
 
+def _java_version():
+    res = subprocess.run(["java", "-version"], stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, timeout=COMMAND_TIMEOUT_S)
+    return res.stderr
+
+
+def _cds_archive(cp):
+    """The archive's path for this classpath and JDK (an archive from another JDK is refused)."""
+    key = hashlib.sha256((cp + "\n" + _java_version()).encode()).hexdigest()[:16]
+    return os.path.join(CLI_DIR, "cds-%s.jsa" % key)
+
+
+_cds_path = None
+
+
+def _run_java(args, timeout):
+    """Runs the CLI with the shared archive; the first run (under the lock) dumps it."""
+    global _cds_path
+    cp = classpath()
+    base = ["java"] + JVM_FLAGS
+    tail = ["-cp", cp, MAIN_CLASS] + args
+    with _cds_lock:
+        if _cds_path is None:
+            _cds_path = _cds_archive(cp)
+        if not os.path.exists(_cds_path):
+            # Dumped beside, then renamed: a run cut short leaves no half-written archive.
+            tmp = "%s.%d.tmp" % (_cds_path, os.getpid())
+            res = subprocess.run(base + ["-XX:ArchiveClassesAtExit=" + tmp] + tail,
+                                 stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                 timeout=timeout)
+            if os.path.exists(tmp):
+                os.replace(tmp, _cds_path)
+            return res
+    return subprocess.run(base + ["-XX:SharedArchiveFile=" + _cds_path] + tail,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 class PulsarAdmin:
     """`pulsar-admin --admin-url WEB_URL ...` as a callable."""
 
@@ -69,11 +114,8 @@ class PulsarAdmin:
 
     def run(self, *args, timeout=COMMAND_TIMEOUT_S):
         """Runs one command; returns the CompletedProcess (text stdout/stderr), whatever its exit."""
-        cmd = ["java"] + JVM_FLAGS + ["-cp", classpath(), MAIN_CLASS, self.conf,
-                                      "--admin-url", self.web_url]
-        cmd += [str(a) for a in args]
-        return subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout)
+        return _run_java([self.conf, "--admin-url", self.web_url] + [str(a) for a in args],
+                         timeout)
 
     def __call__(self, *args, timeout=COMMAND_TIMEOUT_S):
         """Runs one command, asserts exit 0 and returns its stdout."""
