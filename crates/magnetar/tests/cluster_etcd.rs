@@ -23,8 +23,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use magnetar_etcd_testing::{etcd_or_skip, EtcdCluster, FaultProxy};
 use magnetar_metadata::{Event, EventKind, MetadataStore, WatchEvent, WatchStream};
-use magnetar_metadata_etcd::testing::{self, etcd_or_skip, EtcdCluster, FaultProxy};
 use magnetar_metadata_etcd::{EtcdStore, EtcdStoreConfig};
 use magnetar_model::keys;
 
@@ -101,7 +101,7 @@ async fn store_for(endpoints: Vec<String>, name: &str) -> EtcdStore {
 }
 
 fn free_port() -> u16 {
-    testing::free_port().expect("a free loopback port")
+    magnetar_etcd_testing::free_port().expect("a free loopback port")
 }
 
 /// A `magnetar broker` child, killed (by PID) when dropped.

@@ -24,10 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use magnetar_etcd_testing::{etcd_or_skip, EtcdCluster};
 use magnetar_ledger::{LedgerError, LedgerMetadata, LedgerStorage};
 use magnetar_ledger_replicated::{ReplicatedConfig, ReplicatedLedgers};
 use magnetar_metadata::MetadataStore;
-use magnetar_metadata_etcd::testing::{etcd_or_skip, EtcdCluster};
 use magnetar_metadata_etcd::{EtcdStore, EtcdStoreConfig};
 use magnetar_replication::message::{ErrorCode, Request, Response};
 use magnetar_replication::meta::{LedgerMeta, LedgerState};

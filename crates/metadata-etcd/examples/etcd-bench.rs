@@ -29,8 +29,8 @@ use tokio::time::Instant;
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
+use magnetar_etcd_testing::{etcd_binary, EtcdCluster};
 use magnetar_metadata::{ExpectedVersion, MetadataStore};
-use magnetar_metadata_etcd::testing::{etcd_binary, EtcdCluster};
 use magnetar_metadata_etcd::{EtcdStore, EtcdStoreConfig};
 
 struct Args {

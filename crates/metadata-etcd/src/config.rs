@@ -23,7 +23,7 @@ const REQUEST_OVERHEAD_BYTES: usize = 64 * 1024;
 const _: () = assert!(3 * (MAX_KEY_LEN + MAX_ROOT_LEN) + 4096 <= REQUEST_OVERHEAD_BYTES);
 
 /// The `--max-request-bytes` an etcd needs so that values up to [`MAX_VALUE_LEN`] fit (the
-/// test clusters of the `testing` module run with it).
+/// test clusters of crates/etcd-testing run with it).
 pub const REQUIRED_MAX_REQUEST_BYTES: usize = MAX_VALUE_LEN + REQUEST_OVERHEAD_BYTES;
 
 /// Largest gRPC message the client decodes (a `get` of the largest value, or one watch

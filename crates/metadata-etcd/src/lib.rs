@@ -37,8 +37,6 @@ mod config;
 mod errors;
 mod kv;
 mod session;
-#[cfg(feature = "testing")]
-pub mod testing;
 mod url;
 mod watch;
 

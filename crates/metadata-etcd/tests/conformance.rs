@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use magnetar_etcd_testing::{etcd_or_skip, EtcdCluster};
 use magnetar_metadata::conformance::{Hooks, Subject, WATCH_CAPACITY};
 use magnetar_metadata::MetadataStore;
-use magnetar_metadata_etcd::testing::{etcd_or_skip, EtcdCluster};
 use magnetar_metadata_etcd::{EtcdStore, EtcdStoreConfig};
 use tokio::sync::OnceCell;
 

@@ -24,12 +24,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use etcd_client::{EventType, GetOptions, WatchOptions};
+use magnetar_etcd_testing::{etcd_or_skip, freeze_process, thaw_process, EtcdCluster, FaultProxy};
 use magnetar_metadata::{
     Event, EventKind, ExpectedVersion, MetadataError, MetadataStore, SessionEvent, SessionEvents,
     SessionState, SessionStore, WatchEvent, WatchStream,
-};
-use magnetar_metadata_etcd::testing::{
-    etcd_or_skip, freeze_process, thaw_process, EtcdCluster, FaultProxy,
 };
 use magnetar_metadata_etcd::{EtcdStore, EtcdStoreConfig};
 use tokio::time::timeout;

@@ -18,6 +18,12 @@ pub struct SyncLoop {
     pub latency: Latency,
 }
 
+/// A directory of its own inside `dir` for one probe's files: removed with them when the probe
+/// returns, an I/O error or a panic included.
+fn scratch_dir(dir: &Path) -> io::Result<tempfile::TempDir> {
+    tempfile::Builder::new().prefix("disk-probe-").tempdir_in(dir)
+}
+
 fn open_fresh(path: &Path, direct: bool) -> io::Result<File> {
     let flags = if direct { libc::O_DIRECT } else { 0 };
     OpenOptions::new()
@@ -38,7 +44,8 @@ pub fn sync_loop(
     duration: Duration,
     prewritten: bool,
 ) -> io::Result<SyncLoop> {
-    let path = dir.join(format!("raw-sync-{block_bytes}-{prewritten}.tmp"));
+    let scratch = scratch_dir(dir)?;
+    let path = scratch.path().join(format!("raw-sync-{block_bytes}-{prewritten}.tmp"));
     let file = open_fresh(&path, false)?;
     let span: u64 = 256 << 20;
     if prewritten {
@@ -66,7 +73,7 @@ pub fn sync_loop(
     }
     let seconds = start.elapsed().as_secs_f64();
     drop(file);
-    std::fs::remove_file(&path)?;
+    scratch.close()?;
     Ok(SyncLoop {
         block_bytes,
         writes,
@@ -78,8 +85,9 @@ pub fn sync_loop(
 /// The model of BookKeeper's double write: every byte fdatasync'ed to a journal and written
 /// again, buffered, to an entry log that is flushed every 64 MiB. Returns journal MB/s.
 pub fn double_write_loop(dir: &Path, block_bytes: usize, duration: Duration) -> io::Result<f64> {
-    let journal_path = dir.join("raw-double-journal.tmp");
-    let log_path = dir.join("raw-double-entrylog.tmp");
+    let scratch = scratch_dir(dir)?;
+    let journal_path = scratch.path().join("raw-double-journal.tmp");
+    let log_path = scratch.path().join("raw-double-entrylog.tmp");
     let journal = open_fresh(&journal_path, false)?;
     let entry_log = open_fresh(&log_path, false)?;
     let block = vec![0x5au8; block_bytes];
@@ -99,8 +107,7 @@ pub fn double_write_loop(dir: &Path, block_bytes: usize, duration: Duration) -> 
     entry_log.sync_data()?;
     let seconds = start.elapsed().as_secs_f64();
     drop((journal, entry_log));
-    std::fs::remove_file(&journal_path)?;
-    std::fs::remove_file(&log_path)?;
+    scratch.close()?;
     Ok(offset as f64 / seconds / 1e6)
 }
 
@@ -123,10 +130,11 @@ pub fn probe(
     direct: bool,
     sync: bool,
 ) -> io::Result<ProbeResult> {
+    let scratch = scratch_dir(dir)?;
     let start = Instant::now();
     let workers: Vec<_> = (0..threads)
         .map(|t| {
-            let path = dir.join(format!("probe-{t}.tmp"));
+            let path = scratch.path().join(format!("probe-{t}.tmp"));
             std::thread::spawn(move || -> io::Result<u64> {
                 let file = open_fresh(&path, direct)?;
                 let block = magnetar_journal::aligned::AlignedBuf::with_capacity(block_kib << 10);
@@ -142,8 +150,6 @@ pub fn probe(
                     offset += (block_kib << 10) as u64;
                     writes += 1;
                 }
-                drop(file);
-                std::fs::remove_file(&path)?;
                 Ok(writes)
             })
         })
@@ -153,6 +159,7 @@ pub fn probe(
         writes += worker.join().map_err(|_| io::Error::other("probe thread panicked"))??;
     }
     let seconds = start.elapsed().as_secs_f64();
+    scratch.close()?;
     Ok(ProbeResult {
         threads,
         block_kib,
@@ -186,9 +193,10 @@ pub fn probe_lockstep(
     assert!(threads > 0 && block_kib > 0 && block_kib.is_multiple_of(4), "checked by the caller");
     const SPAN: u64 = 64 << 20;
     let block_bytes = (block_kib << 10) as u64;
+    let scratch = scratch_dir(dir)?;
     let mut files = Vec::with_capacity(threads);
     for t in 0..threads {
-        let path = dir.join(format!("lockstep-{t}.tmp"));
+        let path = scratch.path().join(format!("lockstep-{t}.tmp"));
         let file = open_fresh(&path, false)?;
         let zeros = vec![0u8; 1 << 20];
         for i in 0..SPAN / zeros.len() as u64 {
@@ -200,7 +208,7 @@ pub fn probe_lockstep(
             .write(true)
             .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
             .open(&path)?;
-        files.push((path, file));
+        files.push(file);
     }
     // Every round starts when all writers are at the barrier; a writer's (start, end) per round.
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads));
@@ -208,7 +216,7 @@ pub fn probe_lockstep(
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = files
         .iter()
-        .map(|(_, file)| file.try_clone())
+        .map(|file| file.try_clone())
         .collect::<io::Result<Vec<_>>>()?
         .into_iter()
         .enumerate()
@@ -242,10 +250,8 @@ pub fn probe_lockstep(
     for worker in workers {
         per_writer.push(worker.join().map_err(|_| io::Error::other("probe thread panicked"))??);
     }
-    for (path, file) in files {
-        drop(file);
-        std::fs::remove_file(path)?;
-    }
+    drop(files);
+    scratch.close()?;
     let (mut round, mut each) = (latency::histogram(), latency::histogram());
     let rounds = per_writer.iter().map(Vec::len).min().unwrap_or(0);
     for r in 0..rounds {

@@ -1,5 +1,6 @@
-//! Test support (feature `testing`): throw-away etcd clusters on loopback, and a TCP fault
-//! proxy to cut or black-hole a client's connections.
+//! Test support: throw-away etcd clusters on loopback, and a TCP fault proxy to cut or
+//! black-hole a client's connections. A crate of its own (a dev-dependency only), so the
+//! shipped etcd store builds the same in the test build and the binary's.
 //!
 //! [`EtcdCluster`] runs `etcd` processes on free 127.0.0.1 ports with their data in a
 //! temporary directory on `/dev/shm` (etcd 3.4 cannot skip fsync; tmpfs makes it cheap). It
@@ -26,7 +27,7 @@ use tokio::net::{TcpListener as TokioListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::{sleep, timeout, Instant};
 
-use crate::config::REQUIRED_MAX_REQUEST_BYTES;
+use magnetar_metadata_etcd::REQUIRED_MAX_REQUEST_BYTES;
 
 /// Set to `1` to make etcd tests fail, rather than skip, when etcd is not installed.
 pub const REQUIRE_ETCD_ENV: &str = "MAGNETAR_REQUIRE_ETCD";
