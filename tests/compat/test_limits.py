@@ -17,6 +17,8 @@ import pulsar
 import pytest
 
 import conftest
+from go_runner import BUILD_AND_RUN_TIMEOUT_S as GO_BUILD_AND_RUN_TIMEOUT_S
+from go_runner import needs_go, run_go_test
 from compat_util import (assert_nothing_more, drain, http_request, payloads, receive_n,
                          short_name, unique_topic)
 
@@ -282,6 +284,23 @@ def test_backlog_quota_hold_under_load_stores_every_message_once():
             assert sorted(ids_by_payload) == list(range(n))
         finally:
             client.close()
+
+
+@needs_go
+@pytest.mark.timeout(GO_BUILD_AND_RUN_TIMEOUT_S + 60)
+def test_go_client_backlog_quota_hold_under_load_stores_every_message_once():
+    """The same with the official Go client (tests/go, TestBacklogQuotaHoldUnderLoad...), which
+    writes sends while it re-creates a producer the broker closed: those are dropped unanswered
+    and resent, never stored twice."""
+    with _quota_server("producer_request_hold", limit_bytes=100000) as srv:
+        out = run_go_test("quota", "TestBacklogQuotaHoldUnderLoadStoresEveryMessageOnce", {
+            "MAGNETAR_TEST_SERVICE_URL": srv.service_url,
+            "MAGNETAR_TEST_WEB_URL": srv.web_url,
+        })
+        assert "each stored once" in out, out[-3000:]
+        with open(srv.log_path) as log:
+            disconnects = log.read().count("backlog quota exceeded: disconnecting producers")
+        assert disconnects >= 3, "the quota disconnected the producer %d times" % disconnects
 
 
 def test_backlog_quota_consumer_backlog_eviction_drops_the_oldest_backlog():
