@@ -80,22 +80,11 @@ func TestBacklogQuotaHoldUnderLoadStoresEveryMessageOnce(t *testing.T) {
 		}
 	}()
 
-	var mu sync.Mutex
-	failed := map[int]error{}
-	answered := 0
+	var sends sendTally
 	stopAt := time.Now().Add(sendingFor)
 	n := 0
 	for ; time.Now().Before(stopAt); n++ {
-		i := n
-		p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte(strconv.Itoa(i))},
-			func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
-				mu.Lock()
-				defer mu.Unlock()
-				answered++
-				if err != nil {
-					failed[i] = err
-				}
-			})
+		sends.send(p, n)
 		sent.Store(int64(n + 1))
 	}
 	if err := p.Flush(); err != nil {
@@ -107,11 +96,7 @@ func TestBacklogQuotaHoldUnderLoadStoresEveryMessageOnce(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("not every message read within 60 s: %d of %d", distinct(), n)
 	}
-	mu.Lock()
-	if answered != n || len(failed) > 0 {
-		t.Fatalf("%d of %d sends answered, %d failed: %v", answered, n, len(failed), failed)
-	}
-	mu.Unlock()
+	sends.requireAllAcknowledged(t, n)
 	readMu.Lock()
 	defer readMu.Unlock()
 	var twice []int

@@ -15,7 +15,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,4 +186,38 @@ func randomPayload(t *testing.T, n int) []byte {
 		t.Fatalf("random: %v", err)
 	}
 	return b
+}
+
+// sendTally sends numbered messages (the payload is the number) asynchronously and counts
+// their outcomes, for tests that keep many sends in flight while the broker closes producers.
+type sendTally struct {
+	mu       sync.Mutex
+	answered int
+	failed   map[int]error
+}
+
+func (s *sendTally) send(p pulsar.Producer, i int) {
+	p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte(strconv.Itoa(i))},
+		func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.answered++
+			if err != nil {
+				if s.failed == nil {
+					s.failed = map[int]error{}
+				}
+				s.failed[i] = err
+			}
+		})
+}
+
+// requireAllAcknowledged fails the test unless each of the n sends was answered without error
+// (call it after the producer's Flush).
+func (s *sendTally) requireAllAcknowledged(t *testing.T, n int) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.answered != n || len(s.failed) > 0 {
+		t.Fatalf("%d of %d sends answered, %d failed: %v", s.answered, n, len(s.failed), s.failed)
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,24 +62,13 @@ func TestUnloadUnderLoadLosesNothing(t *testing.T) {
 		}
 	}()
 
-	var mu sync.Mutex
-	failed := map[int]error{}
-	answered := 0
+	var sends sendTally
 	// Sends go on until the unloads have happened (bounded): the client is fast enough to
 	// send any fixed number between two of them.
 	n := 0
 	deadline := time.Now().Add(60 * time.Second)
 	for ; unloaded.Load() < wantUnloads && time.Now().Before(deadline); n++ {
-		i := n
-		p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte(strconv.Itoa(i))},
-			func(_ pulsar.MessageID, _ *pulsar.ProducerMessage, err error) {
-				mu.Lock()
-				defer mu.Unlock()
-				answered++
-				if err != nil {
-					failed[i] = err
-				}
-			})
+		sends.send(p, n)
 	}
 	if err := p.Flush(); err != nil {
 		t.Fatalf("flush: %v", err)
@@ -91,11 +79,7 @@ func TestUnloadUnderLoadLosesNothing(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the unloads did not stop within 60 s")
 	}
-	mu.Lock()
-	if answered != n || len(failed) > 0 {
-		t.Fatalf("%d of %d sends answered, %d failed: %v", answered, n, len(failed), failed)
-	}
-	mu.Unlock()
+	sends.requireAllAcknowledged(t, n)
 	unloads := 0
 	for _, status := range statuses {
 		if status != http.StatusOK && status != http.StatusNoContent {

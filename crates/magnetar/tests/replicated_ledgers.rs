@@ -7,7 +7,8 @@
 //!   closes at or above every acknowledged entry, and the old writer's next append is refused.
 //! * The killed node, restarted on its data directory, serves the entries it held (read from
 //!   it alone once the other node of its fragment is killed).
-//! * Deleted, the ledger is freed on the nodes that hold it (their garbage collection).
+//! * Deleted, the ledger is freed on the nodes that hold it (their garbage collection); a node
+//!   that fenced it keeps the fence (the old writer is still refused), also after a restart.
 //! * A node short of disk registers read-only: no new ledger is placed on it, and it refuses a
 //!   normal add sent to it directly while it still answers a fencing read.
 //! * A node takes its journal settings from `--config` (a bad file refused before anything is
@@ -278,6 +279,35 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
             );
             // Another process's log: no event to wait on.
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // A node that fenced the ledger (the last fragment's, in the recovery) forgets the deleted
+    // ledger's entries but not its fence, also across a restart: the old writer, were it to
+    // wake up now, is still refused there.
+    let fenced = closed.fragments.last().unwrap().ensemble.clone();
+    let index = nodes
+        .iter()
+        .position(|n| NodeId(n.id) != survivor && fenced.contains(&NodeId(n.id)))
+        .expect("a live node of the last fragment");
+    let late_add = || Request::Add {
+        ledger,
+        entry: first_end + 10_000,
+        epoch: 0,
+        lac: None,
+        recovery: false,
+        data: data(0),
+    };
+    for restarted in [false, true] {
+        if restarted {
+            nodes[index].kill();
+            nodes[index] =
+                StorageNode::start(&url, cluster, &dir.path().join(format!("node{index}")));
+        }
+        match ask_node(&nodes[index].address, late_add()).await {
+            Response::Error { code: ErrorCode::Fenced, .. } => {}
+            other => {
+                panic!("a collected, fenced ledger took an add (restarted: {restarted}): {other:?}")
+            }
         }
     }
 }

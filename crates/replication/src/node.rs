@@ -10,7 +10,11 @@
 //!   acknowledged;
 //! * a fenced ledger takes recovery adds of the fence's epoch or a newer one, nothing else;
 //! * fencing a ledger the node has never seen creates it fenced (a late add from the old
-//!   writer must find it fenced).
+//!   writer must find it fenced);
+//! * a deleted ledger the node collected is forgotten, unless it is fenced here: its fence
+//!   stays, so an old writer that wakes up after the ledger's recovery and deletion still
+//!   finds it fenced on the nodes that fenced it. Fences come from recoveries only (a writer
+//!   closes its ledgers without one), so what stays grows with recoveries, not with ledgers.
 
 use crate::message::{ErrorCode, Request, RequestId, Response};
 use crate::{EntryId, Epoch, LedgerId};
@@ -109,6 +113,28 @@ impl NodeCore {
 
     pub fn is_fenced(&self, ledger: LedgerId) -> bool {
         self.summary(ledger).fence_epoch.is_some()
+    }
+
+    /// How many ledgers the node keeps state for.
+    pub fn ledgers(&self) -> usize {
+        self.ledgers.len()
+    }
+
+    /// The ledger was deleted and its entries freed here (garbage collection): forget it, but
+    /// for its fence. An add still in flight for it re-creates its state when it completes
+    /// (its run is collected again by the next pass).
+    pub fn collect(&mut self, ledger: LedgerId) {
+        match self.ledgers.get(&ledger).and_then(|s| s.fence_epoch) {
+            Some(fence_epoch) => {
+                self.ledgers.insert(
+                    ledger,
+                    LedgerSummary { fence_epoch: Some(fence_epoch), ..LedgerSummary::default() },
+                );
+            }
+            None => {
+                self.ledgers.remove(&ledger);
+            }
+        }
     }
 
     pub fn handle(
@@ -350,6 +376,46 @@ mod tests {
             node.summary(7),
             LedgerSummary { fence_epoch: Some(2), lac: Some(3), last_entry: Some(4) }
         );
+    }
+
+    #[test]
+    fn a_collected_ledger_is_forgotten_but_for_its_fence() {
+        let mut node = NodeCore::new();
+        let mut out = Vec::new();
+        for (ledger, request) in [(7, 1), (8, 2)] {
+            let add = Request::Add {
+                ledger,
+                entry: 0,
+                epoch: 0,
+                lac: None,
+                recovery: false,
+                data: Bytes::from_static(b"x"),
+            };
+            node.handle(1, request, add, &mut out);
+        }
+        node.handle(2, 3, Request::ReadLac { ledger: 8, fence: Some(1) }, &mut out);
+        for token in tokens(&out) {
+            node.persisted(token, Ok(()), &mut out);
+        }
+        assert_eq!(node.ledgers(), 2);
+        node.collect(7);
+        node.collect(8);
+        node.collect(9); // never known: nothing to forget
+        assert_eq!(node.ledgers(), 1, "only the fenced ledger stays");
+        assert_eq!(node.summary(7), LedgerSummary::default());
+        assert_eq!(node.summary(8), LedgerSummary { fence_epoch: Some(1), ..Default::default() });
+        // The old writer of the fenced one, back after the deletion, is still refused.
+        out.clear();
+        let late = Request::Add {
+            ledger: 8,
+            entry: 1,
+            epoch: 0,
+            lac: Some(0),
+            recovery: false,
+            data: Bytes::from_static(b"y"),
+        };
+        node.handle(1, 4, late, &mut out);
+        assert_eq!(replies(&out), vec![Response::Error { ledger: 8, code: ErrorCode::Fenced }]);
     }
 
     #[test]

@@ -451,6 +451,7 @@ impl NodeTask {
                 if let Err(e) = self.storage.delete(ledger).await {
                     tracing::warn!(ledger, error = %e, "deleted ledger not freed");
                 } else {
+                    self.shared.state.lock().core.collect(ledger);
                     self.stats.ledger_deleted();
                     tracing::info!(ledger, "deleted ledger freed");
                 }
