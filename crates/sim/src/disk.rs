@@ -83,6 +83,24 @@ impl Disk {
             .collect();
     }
 
+    /// Garbage collection of a deleted ledger: its entries go, its fences stay (as a node's
+    /// fence log outlives the ledgers it names).
+    pub fn collect(&mut self, ledger: LedgerId) {
+        let is_entry_of = |r: &Record| matches!(r, Record::Entry { ledger: l, .. } if *l == ledger);
+        let synced_gone = self.records[..self.synced].iter().filter(|r| is_entry_of(r)).count();
+        self.synced -= synced_gone;
+        self.records.retain(|r| !is_entry_of(r));
+        self.entries = self
+            .records
+            .iter()
+            .enumerate()
+            .filter_map(|(at, r)| match r {
+                Record::Entry { ledger, entry, .. } => Some(((*ledger, *entry), at)),
+                Record::Fence { .. } => None,
+            })
+            .collect();
+    }
+
     /// What a restarted node rebuilds from its log.
     pub fn summaries(&self) -> BTreeMap<LedgerId, LedgerSummary> {
         let mut summaries: BTreeMap<LedgerId, LedgerSummary> = BTreeMap::new();

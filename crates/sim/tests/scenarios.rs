@@ -236,3 +236,41 @@ fn a_writer_waits_for_a_replacement_node_to_come_up() {
         "{outcome:?}"
     );
 }
+
+/// An old writer that wakes up after its ledger was recovered, closed and deleted (a broker
+/// frozen for longer than the ledger lived): the nodes collected the ledger but kept its fence,
+/// also across a restart, so its adds are refused and nothing is acknowledged above the
+/// closed length. (A node that forgot the fence with the entries would store the adds: the
+/// disk model reports a normal add stored after a fence as a violation.)
+#[test]
+fn a_writer_back_after_its_ledger_was_recovered_and_deleted_is_refused() {
+    let mut sim = quiet(3, 3, 2);
+    let nodes = ensemble(&sim);
+    add_and_ack(&mut sim, 5);
+
+    // The writer freezes with entry 5 on its way to every node.
+    for &node in &nodes {
+        sim.hold_requests(WRITER, node);
+    }
+    sim.writer_add_now(1);
+    sim.start_recovery();
+    sim.run_until(|s| !s.recovery_running(0), 5_000).unwrap();
+    assert_eq!(sim.meta().0.state, LedgerState::Closed);
+    assert_eq!(sim.meta().0.last_entry_id, Some(4));
+    assert!(nodes.iter().all(|&n| sim.is_fenced(n)), "the recovery fenced every node");
+
+    sim.delete_ledger();
+    sim.crash_node(nodes[0]);
+    sim.restart_node(nodes[0]);
+    assert!(nodes.iter().all(|&n| sim.is_fenced(n)), "the fences outlive the ledger");
+
+    // The writer wakes up: its adds reach the nodes and are refused.
+    for &node in &nodes {
+        sim.release_requests(WRITER, node);
+    }
+    sim.run_for(2_000).unwrap();
+    assert_eq!(sim.acked(), 5);
+    assert!(sim.writer_outcome().is_some_and(|o| o.is_err()), "the old writer is fenced");
+    assert!(sim.violation().is_none(), "{:?}", sim.violation());
+    sim.check("end").unwrap();
+}
