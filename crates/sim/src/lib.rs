@@ -18,9 +18,22 @@ pub use rng::Rng;
 pub use sim::{Client, Knobs, Outcome, Simulation};
 
 /// Runs one randomized seed to its end and checks the end state. `Err` names the seed and
-/// the violated invariant.
+/// the violated invariant, or the assertion a core failed (a panic is caught: the seed that
+/// found it must still be printed).
 pub fn run_seed(seed: u64) -> Result<Outcome, String> {
-    let knobs = Knobs::random(&mut Rng::new(seed));
-    let mut sim = Simulation::new(seed, knobs);
-    sim.run_workload().map_err(|why| format!("seed {seed}: {why}"))
+    let run = std::panic::catch_unwind(|| {
+        let knobs = Knobs::random(&mut Rng::new(seed));
+        Simulation::new(seed, knobs).run_workload()
+    });
+    match run {
+        Ok(result) => result.map_err(|why| format!("seed {seed}: {why}")),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            Err(format!("seed {seed}: panicked: {message}"))
+        }
+    }
 }

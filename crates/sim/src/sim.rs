@@ -68,6 +68,10 @@ pub struct Knobs {
     pub recoveries_at_ms: Vec<u64>,
     /// Rack labels (node i gets `racks[i % len]`); empty: none.
     pub racks: Vec<String>,
+    /// The ledger is deleted this long after it is closed (by its writer or a recovery), and
+    /// the nodes collect it while the run goes on: an old writer still sending must stay
+    /// refused. `None`: never deleted.
+    pub delete_after_close_ms: Option<u64>,
     pub writer: WriterConfig,
     pub recovery: RecoveryConfig,
 }
@@ -95,6 +99,7 @@ impl Knobs {
             writer_crash_at_ms: None,
             recoveries_at_ms: Vec::new(),
             racks: Vec::new(),
+            delete_after_close_ms: None,
             writer: WriterConfig {
                 add_timeout_ms: 200,
                 explicit_lac_after_ms: 100,
@@ -136,6 +141,7 @@ impl Knobs {
         knobs.recovery.retry_ms = rng.range(20, 500);
         knobs.recovery.window = if rng.chance(300) { 1 } else { rng.range(2, 64) as usize };
         knobs.writer.replacement_wait_ms = if rng.chance(500) { 0 } else { rng.range(1, 1_000) };
+        knobs.delete_after_close_ms = rng.chance(300).then(|| rng.range(0, 300));
         knobs
     }
 }
@@ -162,6 +168,7 @@ enum Event {
     WriterAdd,
     WriterCrash,
     StartRecovery,
+    DeleteLedger,
     RandomCrash,
     RandomPartition,
     MetaApply { client: Client, op: MetaOp },
@@ -216,6 +223,7 @@ pub struct Simulation {
     recovered: Vec<Option<EntryId>>,
     /// The ledger was deleted and collected by the nodes: its entries are gone on purpose.
     deleted: bool,
+    delete_scheduled: bool,
     violation: Option<String>,
     trace: Option<Vec<String>>,
 }
@@ -270,6 +278,7 @@ impl Simulation {
             writer_outcome: None,
             recovered: Vec::new(),
             deleted: false,
+            delete_scheduled: false,
             violation: None,
             trace: None,
             knobs,
@@ -483,6 +492,12 @@ impl Simulation {
             trace.push(format!("{at:>7} {event:?}"));
         }
         self.handle(event);
+        if let Some(delay) = self.knobs.delete_after_close_ms {
+            if self.meta.state == LedgerState::Closed && !self.delete_scheduled {
+                self.delete_scheduled = true;
+                self.schedule(delay, Event::DeleteLedger);
+            }
+        }
         true
     }
 
@@ -512,8 +527,12 @@ impl Simulation {
             Event::WriterAdd => self.writer_add(),
             Event::WriterCrash => self.crash_writer(),
             Event::StartRecovery => {
-                self.start_recovery();
+                // A deleted ledger has no metadata left to recover from.
+                if !self.deleted {
+                    self.start_recovery();
+                }
             }
+            Event::DeleteLedger => self.delete_ledger(),
             Event::RandomCrash => {
                 if self.faults {
                     let node = self.rng.below(self.nodes.len() as u64) as usize;
