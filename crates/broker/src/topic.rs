@@ -280,12 +280,6 @@ impl ProducerRegistry {
         self.producers.lock().by_name.is_empty()
     }
 
-    /// Whether producer `name` registered under `key` is still here (the broker may have
-    /// closed it: a quota, an unload).
-    pub fn contains(&self, name: &str, key: u64) -> bool {
-        self.producers.lock().by_name.get(name).is_some_and(|p| p.key == key)
-    }
-
     pub fn len(&self) -> usize {
         self.producers.lock().by_name.len()
     }
@@ -339,7 +333,9 @@ impl ProducerRegistry {
     }
 
     /// Takes every producer off the topic and marks it closed (its connection takes no more
-    /// sends under it); `tell_closed` then tells the clients.
+    /// sends under it); `tell_closed` then tells the clients. The one way the broker removes a
+    /// producer (`remove` is the client's own close, and `admit` never replaces one), so a
+    /// producer's `closed` flag alone says whether the broker closed it.
     fn detach_all(&self) -> Vec<ProducerEntry> {
         let detached: Vec<ProducerEntry> =
             self.producers.lock().by_name.drain().map(|(_, entry)| entry).collect();
@@ -940,11 +936,6 @@ impl Topic {
                 "backlog quota: sends still being stored after {PRODUCER_CLOSE_DRAIN_LIMIT:?}; closing the producers anyway (their clients may store those twice)");
         }
         ProducerRegistry::tell_closed(detached);
-    }
-
-    /// Whether producer `name` (registered under `key`) is still attached.
-    pub fn has_producer(&self, name: &str, key: u64) -> bool {
-        self.producers.contains(name, key)
     }
 
     pub fn producer_count(&self) -> usize {

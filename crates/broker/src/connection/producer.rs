@@ -12,7 +12,7 @@ impl Connection {
         if self
             .producers
             .get(&producer_id)
-            .is_some_and(|p| p.topic.is_closed() || !p.topic.has_producer(&p.name, p.key))
+            .is_some_and(|p| p.topic.is_closed() || p.closed.load(Ordering::SeqCst))
         {
             // Closed by the broker (topic deleted or unloaded, backlog quota): the client
             // re-creates it under its id, and meets the checks of a new producer.
