@@ -334,6 +334,96 @@ async fn ask_node(address: &str, request: Request) -> Response {
     }
 }
 
+/// Whatever a peer sends, a node answers with an error or closes that one connection, and
+/// goes on serving the others: bytes that are not a frame (an HTTP request, a length under the
+/// checksum's, a length over the limit), a damaged checksum, a body that is not a message, a
+/// response sent to the node, a frame cut off by a peer that goes away, an add of the one
+/// entry id no ledger reaches, an add to the node's own fence log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_node_survives_bad_input_and_keeps_serving() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(etcd_binary) = etcd_or_skip("storage node bad input") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut etcd = EtcdCluster::start(&etcd_binary, 1).await.unwrap();
+    etcd.wait_ready(WAIT).await.unwrap();
+    let url = format!("etcd://{}", etcd.endpoint(0).trim_start_matches("http://"));
+    let mut node = StorageNode::start(&url, "hostile", &dir.path().join("node"));
+
+    // Sends `bytes` on a fresh connection; the node must close it (bounded wait).
+    async fn closed_after(address: &str, bytes: &[u8], what: &str) {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+        stream.write_all(bytes).await.unwrap();
+        let mut buf = [0u8; 256];
+        let read = tokio::time::timeout(WAIT, stream.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: the connection stayed open"));
+        assert!(matches!(read, Ok(0) | Err(_)), "{what}: answered {read:?}");
+    }
+    let frame = |message: &Message| {
+        let mut out = bytes::BytesMut::new();
+        wire::encode(9, message, &mut out);
+        out
+    };
+    let status = frame(&Message::StatusRequest);
+    let mut bad_crc = status.clone();
+    bad_crc[4] ^= 0xff;
+    let mut not_a_message = bytes::BytesMut::new();
+    let body = [0xffu8; 12];
+    not_a_message.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+    not_a_message.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+    not_a_message.extend_from_slice(&body);
+    let response = frame(&Message::Response(Response::Added { ledger: 1, entry: 0 }));
+    let cases: [(&[u8], &str); 6] = [
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "an HTTP request"),
+        (&[0, 0, 0, 2, 0, 0], "a length under the checksum's"),
+        (&[0x7f, 0xff, 0xff, 0xff], "a length over the limit"),
+        (&bad_crc, "a damaged checksum"),
+        (&not_a_message, "a body that is not a message"),
+        (&response, "a response sent to a node"),
+    ];
+    for (bytes, what) in cases {
+        closed_after(&node.address, bytes, what).await;
+    }
+    // Half a frame, then the peer goes away.
+    {
+        let mut stream = tokio::net::TcpStream::connect(&node.address).await.unwrap();
+        stream.write_all(&status[..status.len() / 2]).await.unwrap();
+    }
+    // Requests that decode but no writer sends: answered with an error, nothing stored.
+    let last_id = Request::Add {
+        ledger: 77,
+        entry: u64::MAX,
+        epoch: 0,
+        lac: None,
+        recovery: false,
+        data: data(0),
+    };
+    let fence_log = Request::Add {
+        ledger: u64::MAX - 1,
+        entry: 0,
+        epoch: 0,
+        lac: None,
+        recovery: false,
+        data: data(0),
+    };
+    for request in [last_id, fence_log] {
+        let ledger = request.ledger();
+        assert_eq!(
+            ask_node(&node.address, request).await,
+            Response::Error { ledger, code: ErrorCode::Io }
+        );
+    }
+    // Still serving, still the same process, and it said why it closed those connections.
+    match ask_node(&node.address, Request::ReadLac { ledger: 77, fence: None }).await {
+        Response::Lac { lac: None, last_entry: None, .. } => {}
+        other => panic!("ledger 77 should be unknown: {other:?}"),
+    }
+    assert!(node.child.try_wait().unwrap().is_none(), "the node exited");
+    let log = std::fs::read_to_string(&node.log).unwrap();
+    assert!(log.contains("bad frame"), "{log}");
+    node.kill();
+}
+
 /// A node that registers while a client runs is known to it at once (a watch on the
 /// registrations), not at the client's next periodic re-read, here a minute away: a writer that
 /// needs a replacement for a failed or full node finds the one just started.

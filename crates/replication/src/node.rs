@@ -147,6 +147,12 @@ impl NodeCore {
         let reply = |out: &mut Vec<NodeAction>, response| {
             out.push(NodeAction::Reply { peer, request, response })
         };
+        if !ids_in_range(&req) {
+            // No writer gets near the last id; the shell's arithmetic (`entry + 1`) may rely
+            // on it. Refused like an add the node cannot store.
+            reply(out, Response::Error { ledger: req.ledger(), code: ErrorCode::Io });
+            return;
+        }
         match req {
             Request::Add { ledger, entry, epoch, lac, recovery, data } => {
                 let state = self.ledgers.entry(ledger).or_default();
@@ -269,6 +275,16 @@ impl NodeCore {
     /// Records whose outcome is still awaited (a shell that loses its log fails them all).
     pub fn in_flight(&self) -> usize {
         self.waiting.len()
+    }
+}
+
+/// Whether the request's entry ids and LAC stay below `EntryId::MAX` (the one id no ledger can
+/// reach, so `id + 1` never overflows on a node).
+fn ids_in_range(req: &Request) -> bool {
+    match *req {
+        Request::Add { entry, lac, .. } => entry < EntryId::MAX && lac < Some(EntryId::MAX),
+        Request::WriteLac { lac, .. } => lac < EntryId::MAX,
+        Request::Read { .. } | Request::ReadLac { .. } => true,
     }
 }
 
@@ -416,6 +432,22 @@ mod tests {
         };
         node.handle(1, 4, late, &mut out);
         assert_eq!(replies(&out), vec![Response::Error { ledger: 8, code: ErrorCode::Fenced }]);
+    }
+
+    #[test]
+    fn the_last_entry_id_is_refused_before_anything_is_stored() {
+        let mut node = NodeCore::new();
+        let mut out = Vec::new();
+        node.handle(1, 1, add(u64::MAX, false, 0), &mut out);
+        node.handle(1, 2, Request::WriteLac { ledger: 7, lac: u64::MAX }, &mut out);
+        let mut lac_max = add(3, false, 0);
+        if let Request::Add { lac, .. } = &mut lac_max {
+            *lac = Some(u64::MAX);
+        }
+        node.handle(1, 3, lac_max, &mut out);
+        assert!(tokens(&out).is_empty(), "nothing persisted: {out:?}");
+        assert_eq!(replies(&out), vec![Response::Error { ledger: 7, code: ErrorCode::Io }; 3]);
+        assert_eq!(node.ledgers(), 0, "no state kept for them");
     }
 
     #[test]

@@ -233,6 +233,13 @@ async fn connection(stream: TcpStream, peer: Peer, inputs: mpsc::Sender<Input>) 
         }
         loop {
             match wire::decode(&mut buf) {
+                Ok(Some((_, Message::Response(_) | Message::Status(_)))) => {
+                    // A node's answer sent to a node: a confused or hostile peer. Closed here,
+                    // where both halves of the connection are (the node task holds only the
+                    // writer, and closing that left the peer waiting on an open socket).
+                    tracing::warn!(peer, "closing a connection that sent a response to a node");
+                    break 'read;
+                }
                 Ok(Some((request, message))) => {
                     let received_at = Instant::now();
                     let frame = Input::Frame { peer, request, message, received_at };
@@ -495,11 +502,8 @@ impl NodeTask {
                 };
                 self.shared.state.lock().send(peer, request, &Message::Status(status));
             }
-            Input::Frame { peer, .. } => {
-                tracing::warn!(peer, "closing a connection that sent a response to a node");
-                if let Some(writer) = self.shared.state.lock().peers.remove(&peer) {
-                    writer.close();
-                }
+            Input::Frame { message: Message::Response(_) | Message::Status(_), .. } => {
+                unreachable!("the connection's reader closes a connection that sends answers")
             }
         }
     }
