@@ -107,6 +107,16 @@ impl Drop for StorageNode {
     }
 }
 
+/// One etcd on loopback, ready, and its `etcd://` URL for `magnetar storage --metadata`;
+/// `None` (the test passes as skipped) without an etcd binary.
+async fn one_etcd(test: &str) -> Option<(EtcdCluster, String)> {
+    let etcd_binary = etcd_or_skip(test)?;
+    let mut etcd = EtcdCluster::start(&etcd_binary, 1).await.unwrap();
+    etcd.wait_ready(WAIT).await.unwrap();
+    let url = format!("etcd://{}", etcd.endpoint(0).trim_start_matches("http://"));
+    Some((etcd, url))
+}
+
 async fn client(endpoints: Vec<String>, cluster: &str) -> (Arc<EtcdStore>, Arc<ReplicatedLedgers>) {
     let store = Arc::new(
         tokio::time::timeout(WAIT, EtcdStore::connect(EtcdStoreConfig::new(endpoints, cluster)))
@@ -133,11 +143,8 @@ fn data(entry: u64) -> Bytes {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() {
-    let Some(etcd_binary) = etcd_or_skip("replicated ledgers") else { return };
+    let Some((etcd, url)) = one_etcd("replicated ledgers").await else { return };
     let dir = tempfile::tempdir().unwrap();
-    let mut etcd = EtcdCluster::start(&etcd_binary, 1).await.unwrap();
-    etcd.wait_ready(WAIT).await.unwrap();
-    let url = format!("etcd://{}", etcd.endpoint(0).trim_start_matches("http://"));
     let cluster = "replicated";
     let mut nodes: Vec<StorageNode> = (0..3)
         .map(|i| StorageNode::start(&url, cluster, &dir.path().join(format!("node{i}"))))
@@ -342,11 +349,9 @@ async fn ask_node(address: &str, request: Request) -> Response {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storage_node_survives_bad_input_and_keeps_serving() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Some(etcd_binary) = etcd_or_skip("storage node bad input") else { return };
+    // Held to the end: dropping the cluster stops etcd.
+    let Some((_etcd, url)) = one_etcd("storage node bad input").await else { return };
     let dir = tempfile::tempdir().unwrap();
-    let mut etcd = EtcdCluster::start(&etcd_binary, 1).await.unwrap();
-    etcd.wait_ready(WAIT).await.unwrap();
-    let url = format!("etcd://{}", etcd.endpoint(0).trim_start_matches("http://"));
     let mut node = StorageNode::start(&url, "hostile", &dir.path().join("node"));
 
     // Sends `bytes` on a fresh connection; the node must close it (bounded wait).
@@ -429,11 +434,8 @@ async fn a_storage_node_survives_bad_input_and_keeps_serving() {
 /// needs a replacement for a failed or full node finds the one just started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_registers_is_seen_by_a_running_client_at_once() {
-    let Some(etcd_binary) = etcd_or_skip("storage node registration watch") else { return };
+    let Some((etcd, url)) = one_etcd("storage node registration watch").await else { return };
     let dir = tempfile::tempdir().unwrap();
-    let mut etcd = EtcdCluster::start(&etcd_binary, 1).await.unwrap();
-    etcd.wait_ready(WAIT).await.unwrap();
-    let url = format!("etcd://{}", etcd.endpoint(0).trim_start_matches("http://"));
     let cluster = "watched";
     let store = Arc::new(
         EtcdStore::connect(EtcdStoreConfig::new(etcd.endpoints(), cluster)).await.unwrap(),
@@ -453,11 +455,8 @@ async fn a_node_that_registers_is_seen_by_a_running_client_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_short_of_disk_is_read_only_and_gets_no_new_copies() {
-    let Some(etcd_binary) = etcd_or_skip("read-only storage node") else { return };
+    let Some((etcd, url)) = one_etcd("read-only storage node").await else { return };
     let dir = tempfile::tempdir().unwrap();
-    let mut etcd = EtcdCluster::start(&etcd_binary, 1).await.unwrap();
-    etcd.wait_ready(WAIT).await.unwrap();
-    let url = format!("etcd://{}", etcd.endpoint(0).trim_start_matches("http://"));
     let cluster = "readonly";
     let _writable: Vec<StorageNode> = (0..2)
         .map(|i| StorageNode::start(&url, cluster, &dir.path().join(format!("node{i}"))))

@@ -728,9 +728,10 @@ impl Simulation {
         }
     }
 
-    /// The closed ledger is deleted: every node collects it, up or down (a node that is down
-    /// frees it when it comes back, before it serves). Its entries are gone from then on; the
-    /// check still holds every acknowledgement to the closed length.
+    /// The closed ledger is deleted: every node collects it, up or down (a real node that is
+    /// down collects it on a pass after it comes back, and until then holds the ledger as it
+    /// was, fence included: collecting at once is the harder case). Its entries are gone from
+    /// then on; the check still holds every acknowledgement to the closed length.
     pub fn delete_ledger(&mut self) {
         assert_eq!(self.meta.state, LedgerState::Closed, "only a closed ledger is deleted");
         for node in &mut self.nodes {
