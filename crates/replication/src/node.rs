@@ -183,8 +183,12 @@ impl NodeCore {
                 self.fence(peer, request, ledger, epoch, FencedThen::ReadLac, out);
             }
             Request::WriteLac { ledger, lac } => {
-                let state = self.ledgers.entry(ledger).or_default();
-                state.lac = state.lac.max(Some(lac));
+                // Kept only for a ledger the node has adds or a fence of: nothing reads a LAC
+                // here otherwise, and a node must not keep state for any ledger id it is sent
+                // (a late writer of a collected ledger, or a confused peer).
+                if let Some(state) = self.ledgers.get_mut(&ledger) {
+                    state.lac = state.lac.max(Some(lac));
+                }
                 reply(out, Response::LacWritten { ledger });
             }
         }
@@ -432,6 +436,18 @@ mod tests {
         };
         node.handle(1, 4, late, &mut out);
         assert_eq!(replies(&out), vec![Response::Error { ledger: 8, code: ErrorCode::Fenced }]);
+    }
+
+    #[test]
+    fn an_explicit_lac_is_kept_only_for_a_ledger_the_node_has() {
+        let mut node = NodeCore::new();
+        let mut out = Vec::new();
+        node.handle(1, 1, Request::WriteLac { ledger: 9, lac: 4 }, &mut out);
+        assert_eq!(replies(&out), vec![Response::LacWritten { ledger: 9 }]);
+        assert_eq!(node.ledgers(), 0, "nothing kept for an unknown ledger");
+        node.handle(1, 2, add(0, false, 0), &mut out);
+        node.handle(1, 3, Request::WriteLac { ledger: 7, lac: 0 }, &mut out);
+        assert_eq!(node.summary(7).lac, Some(0), "kept once the node has an add of it");
     }
 
     #[test]
