@@ -70,12 +70,17 @@ enum Input {
     Disconnected {
         peer: Peer,
     },
-    Frame {
+    /// A storage request (the reader closes a connection that sends anything but requests).
+    Request {
         peer: Peer,
         request: RequestId,
-        message: Message,
+        body: Request,
         /// When the reader decoded it (request latency counts the wait for the node task).
         received_at: Instant,
+    },
+    Status {
+        peer: Peer,
+        request: RequestId,
     },
 }
 
@@ -233,17 +238,24 @@ async fn connection(stream: TcpStream, peer: Peer, inputs: mpsc::Sender<Input>) 
         }
         loop {
             match wire::decode(&mut buf) {
-                Ok(Some((_, Message::Response(_) | Message::Status(_)))) => {
-                    // A node's answer sent to a node: a confused or hostile peer. Closed here,
-                    // where both halves of the connection are (the node task holds only the
-                    // writer, and closing that left the peer waiting on an open socket).
-                    tracing::warn!(peer, "closing a connection that sent a response to a node");
-                    break 'read;
-                }
                 Ok(Some((request, message))) => {
-                    let received_at = Instant::now();
-                    let frame = Input::Frame { peer, request, message, received_at };
-                    if inputs.send(frame).await.is_err() {
+                    let input = match message {
+                        Message::Request(body) => {
+                            Input::Request { peer, request, body, received_at: Instant::now() }
+                        }
+                        Message::StatusRequest => Input::Status { peer, request },
+                        Message::Response(_) | Message::Status(_) => {
+                            // A node's answer sent to a node: a confused or hostile peer. Closed
+                            // here, where both halves of the connection are (the node task holds
+                            // only the writer: closing that left the peer on an open socket).
+                            tracing::warn!(
+                                peer,
+                                "closing a connection that sent a response to a node"
+                            );
+                            break 'read;
+                        }
+                    };
+                    if inputs.send(input).await.is_err() {
                         break 'read;
                     }
                 }
@@ -469,10 +481,10 @@ impl NodeTask {
             Input::Disconnected { peer } => {
                 self.shared.state.lock().disconnected(peer);
             }
-            Input::Frame {
+            Input::Request {
                 peer,
                 request,
-                message: Message::Request(Request::Add { ledger, recovery: false, .. }),
+                body: Request::Add { ledger, recovery: false, .. },
                 received_at,
             } if self.space.is_read_only() => {
                 self.stats.refused_add();
@@ -481,7 +493,7 @@ impl NodeTask {
                 state.received(peer, request, Op::Add, received_at);
                 state.send(peer, request, &Message::Response(response));
             }
-            Input::Frame { peer, request, message: Message::Request(body), received_at } => {
+            Input::Request { peer, request, body, received_at } => {
                 self.stats.request(&body);
                 let mut actions = std::mem::take(&mut self.actions);
                 {
@@ -494,16 +506,13 @@ impl NodeTask {
                 self.execute(&mut actions).await;
                 self.actions = actions;
             }
-            Input::Frame { peer, request, message: Message::StatusRequest, .. } => {
+            Input::Status { peer, request } => {
                 let status = NodeStatus {
                     node: self.node,
                     free_bytes: self.space.free(),
                     ledgers: self.storage.ledgers() as u64,
                 };
                 self.shared.state.lock().send(peer, request, &Message::Status(status));
-            }
-            Input::Frame { message: Message::Response(_) | Message::Status(_), .. } => {
-                unreachable!("the connection's reader closes a connection that sends answers")
             }
         }
     }
