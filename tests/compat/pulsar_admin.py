@@ -14,6 +14,7 @@ classpath and the JDK); later commands map it instead of parsing those classes a
     res = admin.run("topics", "stats", "persistent://public/default/x")   # CompletedProcess
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -70,36 +71,32 @@ def _java_version():
     return res.stderr
 
 
+@functools.lru_cache(maxsize=None)
 def _cds_archive(cp):
     """The archive's path for this classpath and JDK (an archive from another JDK is refused)."""
     key = hashlib.sha256((cp + "\n" + _java_version()).encode()).hexdigest()[:16]
     return os.path.join(CLI_DIR, "cds-%s.jsa" % key)
 
 
-_cds_path = None
-
-
 def _run_java(args, timeout):
     """Runs the CLI with the shared archive; the first run (under the lock) dumps it."""
-    global _cds_path
     cp = classpath()
-    base = ["java"] + JVM_FLAGS
-    tail = ["-cp", cp, MAIN_CLASS] + args
+    archive = _cds_archive(cp)
+
+    def run(archive_flag):
+        return subprocess.run(["java"] + JVM_FLAGS + [archive_flag, "-cp", cp, MAIN_CLASS] + args,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout)
+
     with _cds_lock:
-        if _cds_path is None:
-            _cds_path = _cds_archive(cp)
-        if not os.path.exists(_cds_path):
+        if not os.path.exists(archive):
             # Dumped beside, then renamed: a run cut short leaves no half-written archive.
-            tmp = "%s.%d.tmp" % (_cds_path, os.getpid())
-            res = subprocess.run(base + ["-XX:ArchiveClassesAtExit=" + tmp] + tail,
-                                 stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                 timeout=timeout)
+            tmp = "%s.%d.tmp" % (archive, os.getpid())
+            res = run("-XX:ArchiveClassesAtExit=" + tmp)
             if os.path.exists(tmp):
-                os.replace(tmp, _cds_path)
+                os.replace(tmp, archive)
             return res
-    return subprocess.run(base + ["-XX:SharedArchiveFile=" + _cds_path] + tail,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=timeout)
+    return run("-XX:SharedArchiveFile=" + archive)
 
 
 class PulsarAdmin:
