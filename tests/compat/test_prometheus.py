@@ -1,5 +1,6 @@
 """The Grafana dashboards (deploy/grafana/dashboards/*.json) and the Prometheus rules
-(deploy/prometheus/alerts.yml) against a real Prometheus scraping a loaded broker.
+(deploy/prometheus/alerts.yml) against a real Prometheus scraping a loaded broker (the storage
+nodes' dashboard and rules: test_prometheus_cluster.py; the shared checks: prometheus_util.py).
 
 The real Prometheus server (`prometheus`, Debian package `prometheus`; scripts/test.sh installs it
 when missing) is started on a free loopback port with a config the test writes (job "magnetar",
@@ -42,30 +43,23 @@ Skipped (with the reason) when prometheus or promtool are not installed, and on 
 broker or another server command (it needs a broker of its own with Magnetar's metrics).
 """
 
-import glob
-import json
-import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
-import urllib.parse
 
 import pulsar
 import pytest
 
 import conftest
-from compat_util import free_port as _free_port, http_request, read_n, receive_n, unique_topic
-
-DEPLOY = os.path.join(conftest.REPO_ROOT, "deploy")
-DASHBOARD_DIR = os.path.join(DEPLOY, "grafana", "dashboards")
-ALERTS = os.path.join(DEPLOY, "prometheus", "alerts.yml")
-PROMETHEUS_YML = os.path.join(DEPLOY, "prometheus", "prometheus.yml")
-PROMETHEUS = shutil.which("prometheus")
-PROMTOOL = shutil.which("promtool")
+from compat_util import http_request, read_n, receive_n, unique_topic
+from prometheus_util import (ALERTS, POSITIVE, PROMETHEUS_YML, PROMTOOL, STORAGE_NODE_ALERTS,
+                             Prometheus, check_alert_rules, dashboard_targets, iter_panels,
+                             load_dashboards, one, positive, promtool_check_metrics,
+                             promtool_check_rules,
+                             require_prometheus, run_dashboard_queries, scrape_job,
+                             split_top_level, substitute)
 
 CLUSTER = "standalone"
 NAMESPACE = "public/default"
@@ -75,73 +69,17 @@ N_B = 100          # messages sent to topic B (Exclusive subscription, acknowled
 PAYLOAD = 1000     # bytes per message
 SUB_A = "backlog-sub"
 SUB_B = "acked-sub"
-WAIT_S = 30        # bound of each wait for Prometheus to see something
-# Grafana's built-in interval variables, as Grafana would set them for a short time range. The
-# windows cover the whole load (the test runs well under a minute).
-BUILTINS = {"__rate_interval": "2m", "__interval": "1s", "__interval_ms": "1000",
-            "__range": "2m", "__range_s": "120", "__range_ms": "120000"}
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("MAGNETAR_TEST_SERVICE_URL") or os.environ.get("MAGNETAR_TEST_SERVER_CMD")),
     reason="needs a broker of its own with Magnetar's metrics")
 
 
-def _require_prometheus():
-    missing = [name for name, path in (("prometheus", PROMETHEUS), ("promtool", PROMTOOL))
-               if path is None]
-    if missing:
-        pytest.skip("%s not installed (Debian package `prometheus`; scripts/test.sh installs it "
-                    "as root)" % " and ".join(missing))
-
-
 # ---------------------------------------------------------------------- dashboards and rules
-def load_dashboards():
-    """{file name: dashboard JSON}"""
-    paths = sorted(glob.glob(os.path.join(DASHBOARD_DIR, "*.json")))
-    assert paths, "no dashboards in %s" % DASHBOARD_DIR
-    out = {}
-    for path in paths:
-        with open(path) as f:
-            out[os.path.basename(path)] = json.load(f)
-    return out
-
-
-def iter_panels(panels):
-    for p in panels:
-        yield p
-        yield from iter_panels(p.get("panels", []))  # rows (collapsed or not) hold panels too
-
-
-def dashboard_targets(dashboards):
-    """[(dashboard uid, panel title, refId, expr)] of every query of every panel."""
-    out = []
-    for d in dashboards.values():
-        for p in iter_panels(d.get("panels", [])):
-            for t in p.get("targets", []):
-                if t.get("expr"):
-                    out.append((d["uid"], p.get("title", ""), t.get("refId", ""), t["expr"]))
-    return out
-
-
-VAR_RE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
-
-
-def substitute(expr, values):
-    """Grafana's variable syntaxes ($x, ${x}, ${x:fmt}, [[x]]) replaced by `values`; an unknown
-    variable is an error (a typo in a dashboard)."""
-    def repl(m):
-        name = m.group(1) or m.group(2) or m.group(3)
-        if name in values:
-            return values[name]
-        if name in BUILTINS:
-            return BUILTINS[name]
-        raise AssertionError("unknown template variable $%s in %r" % (name, expr))
-    return VAR_RE.sub(repl, expr)
-
-
 def test_dashboards_are_well_formed():
-    """Structure Grafana 9+ needs to import or provision the dashboards (no Prometheus needed)."""
-    dashboards = load_dashboards()
+    """Structure Grafana 9+ needs to import or provision the dashboards (no Prometheus needed),
+    the storage nodes' too."""
+    dashboards = {**load_dashboards(), **load_dashboards(storage_nodes=True)}
     uids = [d.get("uid") for d in dashboards.values()]
     assert len(set(uids)) == len(uids) and all(uids), uids
     for name, d in dashboards.items():
@@ -171,142 +109,18 @@ def test_dashboards_are_well_formed():
             for t in targets:
                 assert t.get("expr"), (name, p["title"], t)
                 substitute(t["expr"], {k: ".+" for k in variables})
-    # the four dashboards the README describes
+    # the five dashboards deploy/README.md describes
     assert {"magnetar-overview", "magnetar-topic", "magnetar-subscription",
-            "magnetar-storage"} <= set(uids), uids
+            "magnetar-storage", "magnetar-storage-nodes"} <= set(uids), uids
 
 
 def test_promtool_check_rules_and_shipped_config():
-    _require_prometheus()
-    for args in (["check", "rules", ALERTS], ["check", "config", PROMETHEUS_YML]):
-        r = subprocess.run([PROMTOOL] + args, capture_output=True, text=True, timeout=60)
-        print(r.stdout + r.stderr)
-        assert r.returncode == 0, "promtool %s:\n%s%s" % (" ".join(args), r.stdout, r.stderr)
-
-
-# ---------------------------------------------------------------------- Prometheus process
-class Prometheus:
-    """A Prometheus server of the test's own on loopback; stop() kills exactly that process."""
-
-    def __init__(self, tmp, scrape_target):
-        self.tmp = tmp
-        self.port = _free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.config = os.path.join(tmp, "prometheus.yml")
-        self.log_path = os.path.join(tmp, "prometheus.log")
-        # JSON is YAML: no YAML library needed
-        config = {
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-            "rule_files": [ALERTS],
-            "scrape_configs": [{"job_name": "magnetar", "metrics_path": "/metrics",
-                                "honor_labels": True,
-                                "static_configs": [{"targets": [scrape_target]}]}],
-        }
-        with open(self.config, "w") as f:
-            json.dump(config, f, indent=2)
-        self.proc = None
-        self._log = None
-
-    def check_config(self):
-        return subprocess.run([PROMTOOL, "check", "config", self.config], capture_output=True,
-                              text=True, timeout=60)
-
-    def start(self):
-        cmd = [PROMETHEUS, "--config.file=" + self.config,
-               "--storage.tsdb.path=" + os.path.join(self.tmp, "tsdb"),
-               "--web.listen-address=127.0.0.1:%d" % self.port,
-               "--storage.tsdb.retention.time=1h"]
-        if shutil.which("setpriv"):  # dies with this pytest process even if pytest is killed
-            cmd = ["setpriv", "--pdeathsig", "KILL", "--"] + cmd
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, cwd=self.tmp)
-        deadline = time.monotonic() + 30
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError("prometheus exited with %s\n%s" % (self.proc.returncode, self.log_tail()))
-            try:
-                status, _ = http_request("GET", self.url + "/-/ready", timeout=2)
-                if status == 200:
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("prometheus not ready after 30 s\n" + self.log_tail())
-            time.sleep(0.1)  # polling process start-up: there is no event to wait on
-
-    def stop(self):
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()  # only the process this test started, by its pid
-            self.proc.wait(timeout=30)
-            self.proc = None
-        if self._log:
-            self._log.close()
-            self._log = None
-
-    def log_tail(self, lines=40):
-        try:
-            with open(self.log_path, "rb") as f:
-                data = f.read().decode("utf-8", "replace").splitlines()
-        except OSError:
-            return "(no prometheus log)"
-        return "----- prometheus log (last %d lines) -----\n%s" % (
-            min(lines, len(data)), "\n".join(data[-lines:]))
-
-    # ------------------------------------------------------------------ HTTP API
-    def api(self, path, **params):
-        url = self.url + path + "?" + urllib.parse.urlencode(params, doseq=True)
-        status, body = http_request("GET", url, timeout=10)
-        doc = json.loads(body)
-        if status != 200 or doc.get("status") != "success":
-            raise AssertionError("GET %s: %s %s" % (url, status, body[:500]))
-        return doc["data"]
-
-    def query(self, expr, at=None):
-        """(resultType, [(labels, float value)]) of an instant query at `at` (Unix seconds;
-        default now)."""
-        params = {"query": expr}
-        if at is not None:
-            params["time"] = "%.3f" % at
-        data = self.api("/api/v1/query", **params)
-        kind = data["resultType"]
-        if kind == "scalar":
-            return kind, [({}, float(data["result"][1]))]
-        if kind == "vector":
-            return kind, [(r["metric"], float(r["value"][1])) for r in data["result"]]
-        raise AssertionError("%r: unexpected result type %s" % (expr, kind))
-
-    def value(self, expr, at=None):
-        """The single value of a query returning one sample, else None."""
-        _, samples = self.query(expr, at)
-        return samples[0][1] if len(samples) == 1 else None
-
-    def wait_until(self, conditions, what, diag=lambda: ""):
-        """Polls until every (expr, predicate(samples)) of `conditions` holds at one evaluation
-        time, at most WAIT_S seconds; returns that time (Unix seconds)."""
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            at = time.time()
-            failing = []
-            for expr, predicate in conditions:
-                _, samples = self.query(expr, at)
-                if not predicate(samples):
-                    failing.append("%s = %r" % (expr, samples))
-            if not failing:
-                return at
-            if time.monotonic() > deadline:
-                raise AssertionError("%s: after %d s, still\n  %s\n%s\n%s" % (
-                    what, WAIT_S, "\n  ".join(failing), self.log_tail(), diag()))
-            time.sleep(0.25)  # polling Prometheus: scrapes have no event to wait on
-
-
-def _one(value):
-    return lambda samples: len(samples) == 1 and samples[0][1] == value
-
-
-def _positive(samples):
-    return bool(samples) and all(v > 0 for _, v in samples)
+    require_prometheus()
+    for path in (ALERTS, STORAGE_NODE_ALERTS):
+        promtool_check_rules(path)
+    r = subprocess.run([PROMTOOL, "check", "config", PROMETHEUS_YML], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, "promtool check config:\n%s%s" % (r.stdout, r.stderr)
 
 
 # ---------------------------------------------------------------------- the loaded stack
@@ -327,7 +141,7 @@ write_cache_bytes = 65536
 
 @pytest.fixture(scope="module")
 def stack():
-    _require_prometheus()
+    require_prometheus()
     with conftest.private_server(BROKER_TOML) as server:
         s = Stack()
         s.server = server
@@ -335,7 +149,8 @@ def stack():
         s.prom = None
         s.clients = []
         try:
-            s.prom = Prometheus(s.tmp, "127.0.0.1:%d" % server.web_port)
+            s.prom = Prometheus(s.tmp, [scrape_job("magnetar", ["127.0.0.1:%d" % server.web_port])],
+                                [ALERTS])
             s.prom.start()
             _load(s)
             yield s
@@ -359,7 +174,7 @@ def _load(s):
 
     # 0. Prometheus has scraped the idle broker once, so the client's connection is an increase
     # of the connection counters (rates > 0)
-    s.prom.wait_until([('up{job="magnetar"}', _one(1))], "first scrape", diag)
+    s.prom.wait_until([('up{job="magnetar"}', one(1))], "first scrape", diag)
     client = s.server.client()
     s.clients.append(client)
     prod_a = client.create_producer(s.topic_a, batching_enabled=False)
@@ -371,7 +186,7 @@ def _load(s):
 
     # 1. Prometheus has scraped both topics before any message: their counters start at 0.
     topics = 'topic=~"%s|%s"' % (s.topic_a, s.topic_b)
-    s.prom.wait_until([("sum(pulsar_producers_count{%s})" % topics, _one(2))],
+    s.prom.wait_until([("sum(pulsar_producers_count{%s})" % topics, one(2))],
                       "both topics' producers scraped", diag)
 
     def send(producer, first, count):
@@ -385,7 +200,7 @@ def _load(s):
     # 2. the first half, seen by a scrape, then the second half: rates over the window > 0
     send(prod_a, 0, N_A // 2)
     send(prod_b, 0, N_B // 2)
-    s.prom.wait_until([("sum(pulsar_in_messages_total{%s})" % topics, _one(N_A // 2 + N_B // 2))],
+    s.prom.wait_until([("sum(pulsar_in_messages_total{%s})" % topics, one(N_A // 2 + N_B // 2))],
                       "first half of the messages scraped", diag)
     send(prod_a, N_A // 2, N_A - N_A // 2)
     send(prod_b, N_B // 2, N_B - N_B // 2)
@@ -405,18 +220,18 @@ def _load(s):
     # with writes (the bucket gauges) for both topics
     a, b = 'topic="%s"' % s.topic_a, 'topic="%s"' % s.topic_b
     s.at = s.prom.wait_until([
-        ("sum(pulsar_in_messages_total{%s})" % topics, _one(N_A + N_B)),
-        ('sum(pulsar_out_messages_total{%s, subscription="%s"})' % (b, SUB_B), _one(N_B)),
-        ("sum(pulsar_msg_backlog{%s})" % a, _one(N_A - ACKED_A)),
-        ("sum(pulsar_msg_backlog{%s})" % b, _one(0)),
-        ("sum(pulsar_subscriptions_count{%s})" % topics, _one(2)),  # the reader's is gone
-        ("sum(pulsar_subscription_unacked_messages{%s})" % a, _positive),
-        ("pulsar_storage_write_latency_count{%s}" % a, _positive),
-        ("pulsar_storage_write_latency_count{%s}" % b, _positive),
-        ("pulsar_entry_size_count{%s}" % a, _positive),
-        ("pulsar_entry_size_count{%s}" % b, _positive),
-        ("sum(magnetar_ledger_read_cache_misses_total)", _positive),
-        ("sum(magnetar_ledger_read_cache_hits_total)", _positive),
+        ("sum(pulsar_in_messages_total{%s})" % topics, one(N_A + N_B)),
+        ('sum(pulsar_out_messages_total{%s, subscription="%s"})' % (b, SUB_B), one(N_B)),
+        ("sum(pulsar_msg_backlog{%s})" % a, one(N_A - ACKED_A)),
+        ("sum(pulsar_msg_backlog{%s})" % b, one(0)),
+        ("sum(pulsar_subscriptions_count{%s})" % topics, one(2)),  # the reader's is gone
+        ("sum(pulsar_subscription_unacked_messages{%s})" % a, positive),
+        ("pulsar_storage_write_latency_count{%s}" % a, positive),
+        ("pulsar_storage_write_latency_count{%s}" % b, positive),
+        ("pulsar_entry_size_count{%s}" % a, positive),
+        ("pulsar_entry_size_count{%s}" % b, positive),
+        ("sum(magnetar_ledger_read_cache_misses_total)", positive),
+        ("sum(magnetar_ledger_read_cache_hits_total)", positive),
     ], "the load scraped", diag)
 
 
@@ -436,9 +251,7 @@ def variable_sets(s):
 
 
 # What specific dashboard queries must return after the load, per variable set.
-# Key: (dashboard uid, panel title, refId) -> {variable set name or "*": check}; a check is
-# a number (every value equal to it), POSITIVE (every value > 0) or a callable(values) -> bool.
-POSITIVE = "positive"
+# Key: (dashboard uid, panel title, refId) -> {variable set name or "*": check}.
 EXPECT = {
     ("magnetar-overview", "Topics", "A"): {"*": 2},
     ("magnetar-overview", "Subscriptions", "A"): {"*": 2},
@@ -500,59 +313,11 @@ MAY_BE_NEGATIVE = {("magnetar-topic", "Backlog quota and publish throttling")}
 KNOWN_EMPTY = {}
 
 
-def _check(check, values):
-    if check == POSITIVE:
-        return all(v > 0 for v in values)
-    if callable(check):
-        return check(values)
-    return bool(values) and all(v == float(check) for v in values)
-
-
 def test_dashboard_queries(stack):
     targets = dashboard_targets(load_dashboards())
     assert len(targets) >= 40, len(targets)
-    failures = []
-    checked = 0
-    for set_name, values in variable_sets(stack):
-        for uid, title, ref, expr in targets:
-            q = substitute(expr, values)
-            where = "%s / %s / %s [%s]: %s" % (uid, title, ref, set_name, q)
-            try:
-                _, samples = stack.prom.query(q, stack.at)
-            except AssertionError as e:
-                failures.append("%s\n    query failed: %s" % (where, e))
-                continue
-            vals = [v for _, v in samples]
-            known = KNOWN_EMPTY.get((uid, title, ref))
-            if not vals and known:
-                _, probe = stack.prom.query(substitute(known[1], values), stack.at)
-                if not probe:
-                    failures.append("%s\n    empty, and so is %s" % (where, known[1]))
-                else:
-                    print("allowed empty (%s): %s" % (known[0], where))
-                continue
-            if not vals:
-                failures.append("%s\n    empty result" % where)
-                continue
-            if not all(math.isfinite(v) for v in vals):
-                failures.append("%s\n    NaN or infinite: %r" % (where, samples))
-                continue
-            if (uid, title) not in MAY_BE_NEGATIVE and any(v < 0 for v in vals):
-                failures.append("%s\n    negative: %r" % (where, samples))
-            expect = EXPECT.get((uid, title, ref), {})
-            check = expect.get(set_name, expect.get("*"))
-            if check is not None and not _check(check, vals):
-                failures.append("%s\n    expected %s, got %r" % (
-                    where, check if not callable(check) else check.__name__, samples))
-            checked += 1
-    print("%d dashboard queries run (%d targets x %d variable sets)"
-          % (checked, len(targets), len(variable_sets(stack))))
-    assert not failures, "%d of the dashboard queries failed:\n%s" % (
-        len(failures), "\n".join(failures))
-    # every EXPECT key names a query that exists (a renamed panel must not drop its check)
-    keys = {(uid, title, ref) for uid, title, ref, _ in targets}
-    assert not set(EXPECT) - keys, set(EXPECT) - keys
-    assert not set(KNOWN_EMPTY) - keys, set(KNOWN_EMPTY) - keys
+    run_dashboard_queries(stack.prom, stack.at, targets, variable_sets(stack), EXPECT,
+                          KNOWN_EMPTY, MAY_BE_NEGATIVE)
 
 
 def test_template_variables(stack):
@@ -608,45 +373,6 @@ def test_exact_totals(stack):
 
 
 # ---------------------------------------------------------------------- alert rules
-_OPERATORS = re.compile(r"==|!=|>=|<=|>|<|\b(?:and|or|unless)\b")
-_MODIFIER = re.compile(r"^\s*(?:bool\b|(?:on|ignoring|group_left|group_right)\s*\([^)]*\)\s*)*", re.S)
-
-
-def split_top_level(expr):
-    """The operands of `expr`'s top-level comparison and set operators (outside any brackets,
-    braces or strings), without the operators' modifiers (bool, on(...), group_left(...))."""
-    parts, depth, quote, start, i = [], 0, None, 0, 0
-    while i < len(expr):
-        c = expr[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if c == quote:
-                quote = None
-        elif c in "\"'`":
-            quote = c
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif depth == 0:
-            m = _OPERATORS.match(expr, i)
-            if m and not (m.group(0)[0].isalpha() and i > 0 and (expr[i - 1].isalnum() or expr[i - 1] == "_")):
-                parts.append(expr[start:i])
-                i = m.end()
-                start = i
-                continue
-        i += 1
-    parts.append(expr[start:])
-    out = []
-    for part in parts:
-        part = _MODIFIER.sub("", part, count=1).strip()
-        if part:
-            out.append(part)
-    return out
-
-
 def test_split_top_level():
     assert split_top_level('up{job="magnetar"} == 0') == ['up{job="magnetar"}', "0"]
     assert split_top_level('a{x=~"y|z",w!="1"} > bool 0.1 * sum by (t) (b) and on (t) c') == [
@@ -656,40 +382,7 @@ def test_split_top_level():
 
 
 def test_alert_rules(stack):
-    p = stack.prom
-    with open(ALERTS) as f:
-        declared = re.findall(r"^\s*-\s*alert:\s*(\S+)", f.read(), re.M)
-    assert declared, "no alerts in %s" % ALERTS
-
-    def loaded():
-        return [r for g in p.api("/api/v1/rules")["groups"] for r in g["rules"]]
-
-    # every rule evaluated at least once since the load (evaluation every second)
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        rules = loaded()
-        if rules and all(r.get("health") == "ok" for r in rules):
-            break
-        assert time.monotonic() < deadline, "rules not all healthy:\n%s\n%s" % (
-            json.dumps(rules, indent=1), p.log_tail())
-        time.sleep(0.25)  # polling Prometheus' rule evaluation: no event to wait on
-    assert sorted(r["name"] for r in rules) == sorted(declared)
-    failures = []
-    for r in rules:
-        assert r["type"] == "alerting" and not r.get("lastError"), r
-        operands = split_top_level(r["query"])
-        assert len(operands) >= 2, (r["name"], r["query"], "no comparison: always firing?")
-        for operand in operands:
-            kind, samples = p.query(operand, stack.at)
-            if kind == "scalar":
-                continue
-            if not samples:
-                failures.append("%s: %s\n    operand %s is empty" % (r["name"], r["query"], operand))
-            elif not all(math.isfinite(v) for _, v in samples):
-                failures.append("%s: %s\n    operand %s is not a number: %r"
-                                % (r["name"], r["query"], operand, samples))
-        print("%-45s %-8s %d operands checked" % (r["name"], r["state"], len(operands)))
-    assert not failures, "\n".join(failures)
+    check_alert_rules(stack.prom, stack.at, [ALERTS])
 
 
 # ---------------------------------------------------------------------- promtool
@@ -698,28 +391,7 @@ def test_promtool_check_generated_config(stack):
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-# What `promtool check metrics` (2.42) says about names that are Apache Pulsar's own, kept so
-# that Pulsar's dashboards and alerts work. Any other line fails the test. (Pulsar's gauges
-# named `..._count` are served untyped, which the lint accepts; the entry-size bucket names it
-# cannot: they contain "kb" and "mb".)
-PULSAR_NAMES_LINT = {
-    "pulsar_entry_size_le_1_kb metric names should not contain abbreviated units",
-    "pulsar_entry_size_le_2_kb metric names should not contain abbreviated units",
-    "pulsar_entry_size_le_4_kb metric names should not contain abbreviated units",
-    "pulsar_entry_size_le_16_kb metric names should not contain abbreviated units",
-    "pulsar_entry_size_le_100_kb metric names should not contain abbreviated units",
-    "pulsar_entry_size_le_1_mb metric names should not contain abbreviated units",
-}
-
-
 def test_promtool_check_metrics(stack):
     status, body = http_request("GET", stack.server.web_url + "/metrics")
     assert status == 200 and body, (status, body[:200])
-    r = subprocess.run([PROMTOOL, "check", "metrics"], input=body, capture_output=True, timeout=60)
-    out = (r.stdout + r.stderr).decode("utf-8", "replace")
-    problems = [line.strip() for line in out.splitlines() if line.strip()]
-    print(out)
-    unexpected = [line for line in problems if line not in PULSAR_NAMES_LINT]
-    assert not unexpected, "promtool check metrics, beyond Pulsar's own names:\n" + "\n".join(unexpected)
-    # exit code 3: lint problems only (1 would be a parse error)
-    assert r.returncode == (3 if problems else 0), (r.returncode, out)
+    promtool_check_metrics(body)

@@ -35,7 +35,6 @@ unless MAGNETAR_REQUIRE_ETCD=1; skipped on an external broker or another server 
 import json
 import os
 import random
-import select
 import shutil
 import signal
 import socket
@@ -46,141 +45,23 @@ import time
 import pulsar
 import pytest
 
-import conftest
 import pulsar_wire as wire
 import raw_frames
-from compat_util import free_port, http_request, receive_n, unique_topic
-from etcd_util import Etcd, scratch_dir
+from compat_util import http_request, receive_n, unique_topic
 from go_runner import BUILD_AND_RUN_TIMEOUT_S, needs_go, run_go_test
 from java_runner import BUILD_AND_RUN_TIMEOUT_S as JAVA_BUILD_AND_RUN_TIMEOUT_S
 from java_runner import needs_java, run_java_tests
+from replicated_util import (COMMAND_TIMEOUT_S, StorageNode, data_ledger_ensemble,
+                             ledgers_in_etcd, open_ledgers, replicated_cluster,
+                             skip_unless_own_magnetar)
 
 pytestmark = pytest.mark.restarts_server
 
-CLUSTER = "replicated"
-START_TIMEOUT_S = 30
-COMMAND_TIMEOUT_S = 60
-
-
-def _skip_unless_own_magnetar():
-    if os.environ.get("MAGNETAR_TEST_SERVICE_URL") or os.environ.get("MAGNETAR_TEST_SERVER_CMD"):
-        pytest.skip("runs magnetar itself; an external broker or server command is set")
-
-
-class StorageNode:
-    """A `magnetar storage` process registered in `etcd`; killed by PID when closed."""
-
-    def __init__(self, etcd):
-        self.dir = scratch_dir("magnetar-storage-")
-        self.log_path = os.path.join(self.dir, "node.log")
-        self.metrics_url = "http://127.0.0.1:%d/metrics" % free_port()
-        self.etcd = etcd
-        self._start("127.0.0.1:0")
-
-    def restart(self):
-        """Starts the node again on its data and address (after `kill`)."""
-        assert self.proc.poll() is not None, "still running"
-        known = self.id
-        self._start(self.address)
-        assert self.id == known, "the node came back as %d, not %d" % (self.id, known)
-
-    def _start(self, listen):
-        etcd = self.etcd
-        cmd = [conftest.magnetar_binary(), "storage", "--listen", listen,
-               "--metadata", etcd.url, "--cluster", CLUSTER,
-               "--data-dir", os.path.join(self.dir, "data"),
-               "--metrics-listen", self.metrics_url.split("/")[2], "--stats-interval-seconds", "1"]
-        if shutil.which("setpriv"):
-            cmd = ["setpriv", "--pdeathsig", "KILL", "--"] + cmd
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log,
-                                         stdin=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"))
-        # Its first line, printed once registered and listening: "storage node ID listening on A".
-        ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
-        line = self.proc.stdout.readline().decode() if ready else ""
-        if not line.startswith("storage node "):
-            self.close()
-            pytest.fail("storage node did not start: %r\n%s" % (line, self.log_tail()))
-        self.id = int(line.split()[2])
-        self.address = line.split()[-1]
-
-    def log_tail(self, chars=3000):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read()[-chars:].decode(errors="replace")
-        except OSError:
-            return ""
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()  # SIGKILL, by PID
-        self.proc.wait(timeout=COMMAND_TIMEOUT_S)
-
-    def close(self):
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _run(args):
-    env = dict(os.environ, NO_COLOR="1")
-    return subprocess.run([conftest.magnetar_binary()] + args, capture_output=True, text=True,
-                          timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
-
-
-def _broker(etcd, tmp_path, name, extra_toml=""):
-    """A conftest.Server running `magnetar broker` with its ledgers on the storage nodes."""
-    config = tmp_path / ("%s.toml" % name)
-    config.write_text('[ledgers]\nstorage = "nodes"\nensemble_size = 2\nwrite_quorum = 2\n'
-                      'ack_quorum = 2\nadd_timeout_millis = 1000\n' + extra_toml)
-    srv = conftest.Server()
-    assert srv.cmd[1] == "standalone", srv.cmd
-    srv.cmd[1:2] = ["broker", "--metadata", etcd.url, "--cluster", CLUSTER, "--config", str(config)]
-    return srv
-
-
-def _ledgers(etcd):
-    """Every replicated ledger's metadata in etcd: {ledger id: metadata}."""
-    etcdctl = shutil.which("etcdctl")
-    if not etcdctl:
-        pytest.fail("etcdctl not found (apt-get install etcd-client)")
-    done = subprocess.run([etcdctl, "--endpoints", etcd.endpoint, "get", "--prefix",
-                           "/magnetar/%s/ledgers/" % CLUSTER], capture_output=True, text=True,
-                          timeout=COMMAND_TIMEOUT_S, env=dict(os.environ, ETCDCTL_API="3"))
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    return {int(key.rsplit("/", 1)[1]): json.loads(value)
-            for key, value in zip(lines[0::2], lines[1::2])}
-
-
 @pytest.fixture()
 def cluster(tmp_path):
-    _skip_unless_own_magnetar()
-    etcd = Etcd()
-    nodes, brokers = [], []
-    try:
-        etcd.start()
-        done = _run(["metadata", "init", "--metadata", etcd.url, "--cluster", CLUSTER,
-                     "--web-service-url", "http://127.0.0.1:8080",
-                     "--broker-service-url", "pulsar://127.0.0.1:6650"])
-        assert done.returncode == 0, done.stdout + done.stderr
-        nodes.extend(StorageNode(etcd) for _ in range(3))
-
-        def broker(name, extra_toml=""):
-            srv = _broker(etcd, tmp_path, name, extra_toml)
-            brokers.append(srv)
-            srv.start()
-            return srv
-
-        yield etcd, nodes, broker
-    finally:
-        for srv in brokers:
-            if srv.proc is not None and srv.proc.poll() is None:
-                os.kill(srv.proc.pid, signal.SIGCONT)  # a frozen broker must be able to die
-            srv.close()
-            shutil.rmtree(srv._tmp, ignore_errors=True)
-        for node in nodes:
-            node.close()
-        etcd.close()
+    skip_unless_own_magnetar()
+    with replicated_cluster(tmp_path) as started:
+        yield started
 
 
 def _send_through(service_url, topic, payload, timeout_s=20):
@@ -237,22 +118,6 @@ def _run_faults(faults, test_over):
     return done
 
 
-def _open_ledger(etcd):
-    open_ = {lid: meta for lid, meta in _ledgers(etcd).items() if meta["state"] == "OPEN"}
-    return open_
-
-
-def _data_ledger_ensemble(etcd):
-    """The open data ledger of the (only) topic and its last fragment's nodes: cursor ledgers
-    are open too; the data ledger is the one holding entries, so the first one created."""
-    before = _open_ledger(etcd)
-    assert before, "the topic's ledgers are in etcd"
-    data_ledger = min(before)
-    ensemble = before[data_ledger]["fragments"][-1]["ensemble"]
-    assert len(ensemble) == 2, before[data_ledger]
-    return data_ledger, ensemble
-
-
 def test_publishing_survives_a_storage_node_killed_mid_stream(cluster):
     etcd, nodes, start_broker = cluster
     srv = start_broker("a")
@@ -265,7 +130,7 @@ def test_publishing_survives_a_storage_node_killed_mid_stream(cluster):
                                           max_pending_messages=256, block_if_queue_full=True)
         for i in range(kill_at):
             producer.send(str(i).encode())
-        data_ledger, ensemble = _data_ledger_ensemble(etcd)
+        data_ledger, ensemble = data_ledger_ensemble(etcd)
         victim = next(node for node in nodes if node.id in ensemble)
         results = {}
 
@@ -285,7 +150,7 @@ def test_publishing_survives_a_storage_node_killed_mid_stream(cluster):
             "every send acknowledged; failed: %s\n%s" % (dict(list(failed.items())[:5]),
                                                          srv.log_tail())
 
-        after = _ledgers(etcd)[data_ledger]
+        after = ledgers_in_etcd(etcd)[data_ledger]
         print("after the kill:", after)
         assert len(after["fragments"]) >= 2, "an ensemble change was recorded: %s" % after
         assert victim.id not in after["fragments"][-1]["ensemble"], after
@@ -320,7 +185,7 @@ def test_a_storage_node_s_metrics_read_as_a_bookie_s(cluster):
             producer.send(payload)
     finally:
         client.close()
-    _data_ledger, ensemble = _data_ledger_ensemble(etcd)
+    _data_ledger, ensemble = data_ledger_ensemble(etcd)
     for node in (node for node in nodes if node.id in ensemble):
         # Quantiles cover the last completed 1 s interval: scrape until one holds the sends.
         deadline = time.monotonic() + COMMAND_TIMEOUT_S
@@ -366,7 +231,7 @@ def test_publishing_resumes_once_a_write_quorum_of_nodes_is_live_again(cluster):
         # Consumed now: their ledger's two copies are about to go.
         for m in receive_n(consumer, before_kill):
             consumer.acknowledge(m)
-        _, ensemble = _data_ledger_ensemble(etcd)
+        _, ensemble = data_ledger_ensemble(etcd)
         for node in nodes:
             if node.id in ensemble:
                 node.kill()
@@ -402,7 +267,7 @@ def test_receipts_come_in_send_order_across_rollovers_and_nothing_is_stored_twic
     etcd, _nodes, start_broker = cluster
     per_ledger = 100
     srv = start_broker("a", "[broker]\nmax_entries_per_ledger = %d\n" % per_ledger)
-    ledgers_before = set(_ledgers(etcd))
+    ledgers_before = set(ledgers_in_etcd(etcd))
     topic = unique_topic("rollovers")
     n = 5000
     client = srv.client()
@@ -429,7 +294,7 @@ def test_receipts_come_in_send_order_across_rollovers_and_nothing_is_stored_twic
         client.close()
     rolled = len({p[0] for p in positions})
     assert rolled >= n // per_ledger, "the sends crossed %d ledgers" % rolled
-    assert len(set(_ledgers(etcd)) - ledgers_before) >= rolled
+    assert len(set(ledgers_in_etcd(etcd)) - ledgers_before) >= rolled
 
 
 def test_nodes_killed_and_frozen_over_and_over_lose_nothing_acknowledged(cluster):
@@ -490,7 +355,7 @@ def test_nodes_killed_and_frozen_over_and_over_lose_nothing_acknowledged(cluster
     finally:
         client.close()
         test_over.set()
-    changed = [meta for meta in _ledgers(etcd).values() if len(meta["fragments"]) > 1]
+    changed = [meta for meta in ledgers_in_etcd(etcd).values() if len(meta["fragments"]) > 1]
     assert changed, "seed %d: no ensemble change recorded after %s" % (seed, actions)
     print("seed %d: %d messages, %d faults %s, %d ledgers changed ensemble"
           % (seed, n, len(actions), actions, len(changed)))
@@ -603,7 +468,7 @@ def test_unloads_under_load_store_every_message_once(cluster):
         producer.close()
         status, _body = http_request("PUT", unload_url, timeout=COMMAND_TIMEOUT_S)
         assert status in (200, 204), status
-        left_open = {lid: meta for lid, meta in _ledgers(etcd).items() if meta["state"] != "CLOSED"}
+        left_open = {lid: meta for lid, meta in ledgers_in_etcd(etcd).items() if meta["state"] != "CLOSED"}
         assert not left_open, "ledgers left open by the unload: %s" % left_open
         consumer = client.subscribe(topic, "all", initial_position=pulsar.InitialPosition.Earliest)
         got = [int(m.data()) for m in receive_n(consumer, n)]
@@ -624,14 +489,14 @@ def test_go_client_receipts_come_in_send_order_across_rollovers(cluster):
     etcd, _nodes, start_broker = cluster
     per_ledger = 100
     srv = start_broker("a", "[broker]\nmax_entries_per_ledger = %d\n" % per_ledger)
-    ledgers_before = set(_ledgers(etcd))
+    ledgers_before = set(ledgers_in_etcd(etcd))
     out = run_go_test("replicated", "TestReceiptsInOrderAcrossRollovers", {
         "MAGNETAR_TEST_SERVICE_URL": srv.service_url,
         "MAGNETAR_TEST_WEB_URL": srv.web_url,
         "MAGNETAR_TEST_ENTRIES_PER_LEDGER": str(per_ledger),
     })
     assert "answered and stored in order, each once" in out, out[-3000:]
-    assert len(set(_ledgers(etcd)) - ledgers_before) >= 5000 // per_ledger, \
+    assert len(set(ledgers_in_etcd(etcd)) - ledgers_before) >= 5000 // per_ledger, \
         "the sends crossed ledgers replicated on the nodes"
 
 
@@ -642,13 +507,13 @@ def test_java_client_receipts_come_in_send_order_across_rollovers(cluster):
     etcd, _nodes, start_broker = cluster
     per_ledger = 100
     srv = start_broker("a", "[broker]\nmax_entries_per_ledger = %d\n" % per_ledger)
-    ledgers_before = set(_ledgers(etcd))
+    ledgers_before = set(ledgers_in_etcd(etcd))
     passed = run_java_tests({"MAGNETAR_TEST_SERVICE_URL": srv.service_url,
                              "MAGNETAR_TEST_WEB_URL": srv.web_url,
                              "MAGNETAR_TEST_ENTRIES_PER_LEDGER": str(per_ledger)},
                             "ReplicatedRolloverTest")
     assert passed == ["ReplicatedRolloverTest.receiptsComeInSendOrderAcrossRolloversAndNothingIsStoredTwice"], passed
-    assert len(set(_ledgers(etcd)) - ledgers_before) >= 5000 // per_ledger, \
+    assert len(set(ledgers_in_etcd(etcd)) - ledgers_before) >= 5000 // per_ledger, \
         "the sends crossed ledgers replicated on the nodes"
 
 
@@ -665,7 +530,7 @@ def test_a_frozen_broker_s_ledger_is_recovered_by_another_and_nothing_acked_is_l
     finally:
         client_a.close()
     acked = list(range(n))
-    ledgers_before = set(_open_ledger(etcd))
+    ledgers_before = set(open_ledgers(etcd))
     assert ledgers_before, "broker a's ledgers are open in etcd"
 
     os.kill(a.proc.pid, signal.SIGSTOP)  # frozen mid-life: its ledger writers stay open
@@ -679,7 +544,7 @@ def test_a_frozen_broker_s_ledger_is_recovered_by_another_and_nothing_acked_is_l
             raise AssertionError("broker b did not open the topic:\n" + b.log_tail())
         got = receive_n(consumer, n)
         assert [int(m.data()) for m in got] == acked, "broker b serves everything a acked"
-        ledgers = _ledgers(etcd)
+        ledgers = ledgers_in_etcd(etcd)
         recovered = [ledgers[lid] for lid in ledgers_before if lid in ledgers]
         assert recovered, (ledgers_before, ledgers)
         for meta in recovered:
@@ -716,7 +581,7 @@ def test_a_namespace_persistence_policy_picks_the_quorums_of_new_ledgers(cluster
     status, body = http_request("POST", srv.web_url + "/admin/v2/namespaces/public/default/persistence",
                                 json.dumps(policy))
     assert status in (200, 204), (status, body)
-    before = set(_ledgers(etcd))
+    before = set(ledgers_in_etcd(etcd))
     topic = unique_topic("persistence")
     client = srv.client()
     try:
@@ -727,7 +592,7 @@ def test_a_namespace_persistence_policy_picks_the_quorums_of_new_ledgers(cluster
         assert [int(m.data()) for m in receive_n(consumer, 10)] == list(range(10))
     finally:
         client.close()
-    new = {lid: meta for lid, meta in _ledgers(etcd).items() if lid not in before}
+    new = {lid: meta for lid, meta in ledgers_in_etcd(etcd).items() if lid not in before}
     assert new, "the topic's ledgers"
     for meta in new.values():
         assert (meta["write_quorum"], meta["ack_quorum"]) == (3, 2), meta

@@ -11,12 +11,15 @@
 //!   answer or on an error, the next; the first copy wins.
 //! * `fence` and `close` of a ledger written elsewhere run a recovery; of one written here,
 //!   they close it through its writer.
-//! * `delete` removes the metadata. The nodes keep the entries until a garbage collector
-//!   compares their ledgers with the metadata (not built yet).
+//! * `delete` removes the metadata. Each node frees the entries when its garbage collection
+//!   finds the metadata gone.
+//! * `write_metrics` serves the client's own series (`stats`): nodes registered, ensemble
+//!   changes, recoveries, reads asked of another replica, requests left unanswered.
 
 mod meta;
 mod nodes;
 mod recovery;
+mod stats;
 mod writer;
 
 use async_trait::async_trait;
@@ -38,6 +41,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 pub use nodes::Nodes;
+use stats::ClientStats;
 use writer::{Input, OpenLedger, WriterTask};
 
 /// How this client replicates (defaults in brackets).
@@ -59,6 +63,10 @@ pub struct ReplicatedConfig {
     /// Recently acknowledged entries kept per ledger for tailing readers [8 MiB].
     pub cache_bytes: usize,
     pub connect_timeout: Duration,
+    /// The write quorum new ledgers get where no namespace policy names one [2]: only
+    /// reported (`magnetar_ledger_client_default_write_quorum`, for alerts on too few nodes);
+    /// `create` is told each ledger's quorums.
+    pub default_write_quorum: u32,
 }
 
 impl Default for ReplicatedConfig {
@@ -72,6 +80,7 @@ impl Default for ReplicatedConfig {
             refresh: Duration::from_secs(1),
             cache_bytes: 8 << 20,
             connect_timeout: Duration::from_secs(2),
+            default_write_quorum: 2,
         }
     }
 }
@@ -85,6 +94,7 @@ pub struct ReplicatedLedgers {
     closed: Mutex<BTreeMap<LedgerId, LedgerMeta>>,
     refresher: tokio::task::JoinHandle<()>,
     runtime: tokio::runtime::Handle,
+    stats: Arc<ClientStats>,
 }
 
 impl Drop for ReplicatedLedgers {
@@ -99,7 +109,8 @@ impl ReplicatedLedgers {
         metadata: Arc<dyn MetadataStore>,
         config: ReplicatedConfig,
     ) -> Result<Arc<Self>, LedgerError> {
-        let nodes = Nodes::new(metadata.clone(), config.connect_timeout);
+        let stats = Arc::new(ClientStats::new(config.default_write_quorum));
+        let nodes = Nodes::new(metadata.clone(), config.connect_timeout, stats.clone());
         nodes.refresh().await.map_err(meta::unavailable)?;
         let refresher = nodes.refresh_every(config.refresh);
         Ok(Arc::new(ReplicatedLedgers {
@@ -110,6 +121,7 @@ impl ReplicatedLedgers {
             closed: Mutex::new(BTreeMap::new()),
             refresher,
             runtime: tokio::runtime::Handle::current(),
+            stats,
         }))
     }
 
@@ -169,6 +181,7 @@ impl ReplicatedLedgers {
             self.recovery_config(),
             self.config.tick,
             self.config.recovery_deadline,
+            &self.stats,
         )
         .await?;
         self.closed.lock().insert(id, meta.clone());
@@ -242,6 +255,7 @@ impl ReplicatedLedgers {
                         continue;
                     }
                     if asked[index] < replicas {
+                        self.stats.read_retry();
                         ask(index, asked[index]);
                         asked[index] += 1;
                     } else if missed[index] == replicas {
@@ -254,13 +268,16 @@ impl ReplicatedLedgers {
                 Ok(None) => unreachable!("a sender is held here"),
                 Err(_) => {
                     // Slow replicas: ask the next one of every entry still missing.
+                    let mut speculative = 0;
                     for index in 0..count {
                         let replicas = meta.ensemble_for(first + index as u64).len();
                         if found[index].is_none() && asked[index] < replicas {
                             ask(index, asked[index]);
                             asked[index] += 1;
+                            speculative += 1;
                         }
                     }
+                    self.stats.speculative_reads(speculative);
                 }
             }
         }
@@ -297,6 +314,7 @@ impl LedgerStorage for ReplicatedLedgers {
             self.metadata.clone(),
             self.config.tick,
             self.config.cache_bytes,
+            self.stats.clone(),
             Box::new(move |id| {
                 open.lock().remove(&id);
             }),
@@ -400,5 +418,14 @@ impl LedgerStorage for ReplicatedLedgers {
         let entries = meta.last_entry_id.map_or(0, |l| l + 1);
         let closed = meta.state == LedgerState::Closed;
         Ok(LedgerInfo { id: ledger, entries, closed, fenced: meta.state != LedgerState::Open })
+    }
+
+    fn write_metrics(
+        &self,
+        out: &mut magnetar_metrics::Exposition,
+        labels: magnetar_metrics::Labels,
+    ) {
+        let open = self.open.lock().len();
+        self.stats.write_metrics(out, labels, &self.nodes.live(), open);
     }
 }

@@ -10,6 +10,7 @@
 //! answers are handed to their callbacks on the connection's reader task: no writer-task hop
 //! on an add's way out.
 
+use crate::stats::ClientStats;
 use bytes::BytesMut;
 use magnetar_metadata::{Event, EventKind, MetadataError, MetadataStore, WatchEvent, WatchStream};
 use magnetar_net::DirectWriter;
@@ -38,15 +39,21 @@ pub struct Nodes {
     live: RwLock<BTreeMap<NodeId, Registration>>,
     connections: Mutex<BTreeMap<NodeId, Arc<Connection>>>,
     connect_timeout: Duration,
+    stats: Arc<ClientStats>,
 }
 
 impl Nodes {
-    pub fn new(metadata: Arc<dyn MetadataStore>, connect_timeout: Duration) -> Arc<Nodes> {
+    pub(crate) fn new(
+        metadata: Arc<dyn MetadataStore>,
+        connect_timeout: Duration,
+        stats: Arc<ClientStats>,
+    ) -> Arc<Nodes> {
         Arc::new(Nodes {
             metadata,
             live: RwLock::new(BTreeMap::new()),
             connections: Mutex::new(BTreeMap::new()),
             connect_timeout,
+            stats,
         })
     }
 
@@ -158,8 +165,13 @@ impl Nodes {
                 connection.encode(request, reply, &mut frames);
                 connection.write(frames);
             }
-            None => reply(None),
+            None => self.unanswered(reply),
         }
+    }
+
+    fn unanswered(&self, reply: Reply) {
+        self.stats.unanswered();
+        reply(None);
     }
 
     /// Sends every request of `sends` (drained), in order per node, with one write per node:
@@ -183,7 +195,7 @@ impl Nodes {
                         connection.write(std::mem::take(frames));
                     }
                 }
-                (_, None, _) => reply(None),
+                (_, None, _) => self.unanswered(reply),
             }
         }
         for (_, connection, frames) in batches {
@@ -201,7 +213,7 @@ impl Nodes {
             }
         }
         let address = self.live.read().get(&node)?.address.clone();
-        let connection = Connection::open(node, address, self.connect_timeout);
+        let connection = Connection::open(node, address, self.connect_timeout, self.stats.clone());
         connections.insert(node, connection.clone());
         Some(connection)
     }
@@ -220,16 +232,23 @@ struct Connection {
     pending: Mutex<BTreeMap<u64, Reply>>,
     next: AtomicU64,
     dead: AtomicBool,
+    stats: Arc<ClientStats>,
 }
 
 impl Connection {
-    fn open(node: NodeId, address: String, connect_timeout: Duration) -> Arc<Connection> {
+    fn open(
+        node: NodeId,
+        address: String,
+        connect_timeout: Duration,
+        stats: Arc<ClientStats>,
+    ) -> Arc<Connection> {
         let connection = Arc::new(Connection {
             node,
             out: DirectWriter::new(QUEUED_BYTES),
             pending: Mutex::new(BTreeMap::new()),
             next: AtomicU64::new(0),
             dead: AtomicBool::new(false),
+            stats,
         });
         tokio::spawn(connection.clone().run(address, connect_timeout));
         connection
@@ -251,6 +270,7 @@ impl Connection {
         if self.dead.load(Ordering::Acquire) || self.out.send(&frames.bytes).is_err() {
             for id in frames.ids {
                 if let Some(reply) = self.pending.lock().remove(&id) {
+                    self.stats.unanswered();
                     reply(None);
                 }
             }
@@ -265,6 +285,7 @@ impl Connection {
         self.out.close();
         let pending = std::mem::take(&mut *self.pending.lock());
         for (_, reply) in pending {
+            self.stats.unanswered();
             reply(None);
         }
     }

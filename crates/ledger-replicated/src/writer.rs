@@ -3,6 +3,7 @@
 //! core asks for them.
 
 use crate::nodes::Nodes;
+use crate::stats::ClientStats;
 use bytes::Bytes;
 use magnetar_ledger::{AppendCallback, LedgerError};
 use magnetar_metadata::MetadataStore;
@@ -95,6 +96,7 @@ pub(crate) struct WriterTask {
     closed_count: Option<u64>,
     started: Instant,
     cache_bytes: usize,
+    stats: Arc<ClientStats>,
     on_done: Box<dyn Fn(LedgerId) + Send>,
     /// Requests of the batch being carried out, sent together at its end.
     outgoing: Vec<(NodeId, magnetar_replication::message::Request, crate::nodes::Reply)>,
@@ -109,6 +111,7 @@ impl WriterTask {
         metadata: Arc<dyn MetadataStore>,
         tick: Duration,
         cache_bytes: usize,
+        stats: Arc<ClientStats>,
         on_done: Box<dyn Fn(LedgerId) + Send>,
     ) -> Arc<OpenLedger> {
         let (inputs, receiver) = mpsc::unbounded_channel();
@@ -131,6 +134,7 @@ impl WriterTask {
             closed_count: None,
             started: Instant::now(),
             cache_bytes,
+            stats,
             on_done,
             outgoing: Vec::new(),
         };
@@ -204,18 +208,30 @@ impl WriterTask {
             Input::Reply { node, response: None, .. } => self.core.on_node_failed(node, now, out),
             // Only these change the core's metadata: publish it after them, not after every ack.
             Input::MetaWritten(result) => {
+                let fragments = self.core.meta().fragments.len();
                 self.core.on_meta_written(result, now, out);
-                *self.ledger.meta.lock() = self.core.meta().clone();
+                self.publish_meta(fragments);
             }
             Input::MetaRead(meta, version) => {
+                let fragments = self.core.meta().fragments.len();
                 self.core.on_meta_read(meta, version, now, out);
-                *self.ledger.meta.lock() = self.core.meta().clone();
+                self.publish_meta(fragments);
             }
             Input::Close(done) => {
                 self.closers.push(done);
                 self.core.close(out);
             }
         }
+    }
+
+    /// Shows the core's metadata to the rest of the process; a fragment more than `fragments`
+    /// is an ensemble change the store now holds (a failed node replaced).
+    fn publish_meta(&mut self, fragments: usize) {
+        let meta = self.core.meta().clone();
+        if meta.fragments.len() > fragments {
+            self.stats.ensemble_changed();
+        }
+        *self.ledger.meta.lock() = meta;
     }
 
     fn execute(&mut self, out: &mut Vec<WriterAction>) {

@@ -239,6 +239,7 @@ async fn open_ledgers(
         let config = magnetar_ledger_replicated::ReplicatedConfig {
             add_timeout: std::time::Duration::from_millis(section.add_timeout_millis),
             speculative_read: std::time::Duration::from_millis(section.speculative_read_millis),
+            default_write_quorum: section.write_quorum,
             ..Default::default()
         };
         let metadata: Arc<dyn MetadataStore> = metadata.clone();

@@ -137,6 +137,19 @@ async fn stored_meta(store: &EtcdStore, ledger: u64) -> LedgerMeta {
     LedgerMeta::from_json(&value.value).unwrap()
 }
 
+/// The value of the sample `name{...}` (labels holding `labels`) in the client's metrics, 0
+/// when absent.
+fn client_metric(ledgers: &ReplicatedLedgers, name: &str, labels: &str) -> f64 {
+    let mut out = magnetar_metrics::Exposition::new(magnetar_metrics::Format::Prometheus);
+    LedgerStorage::write_metrics(ledgers, &mut out, &[("cluster", "replicated")]);
+    let text = out.finish();
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")) && line.contains(labels))
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse().ok())
+        .next()
+        .unwrap_or(0.0)
+}
+
 fn data(entry: u64) -> Bytes {
     Bytes::from(format!("entry {entry} ").repeat(8))
 }
@@ -201,6 +214,17 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
     println!("after the kill: {meta:?}");
     assert!(meta.fragments.len() >= 2, "an ensemble change was recorded: {meta:?}");
     assert!(!meta.last_fragment().ensemble.contains(&killed.unwrap()), "{meta:?}");
+    // The client's metrics count the change and the requests the killed node left unanswered.
+    let changes = client_metric(&ledgers, "magnetar_ledger_client_ensemble_changes_total", "");
+    assert_eq!(changes, (meta.fragments.len() - 1) as f64, "{meta:?}");
+    assert!(client_metric(&ledgers, "magnetar_ledger_client_unanswered_requests_total", "") >= 1.0);
+    assert_eq!(client_metric(&ledgers, "magnetar_ledger_client_open_ledgers", ""), 1.0);
+    // Registered nodes (the killed one's until its lease expires), none short of disk.
+    let writable = client_metric(&ledgers, "magnetar_ledger_client_storage_nodes", "writable");
+    assert_eq!(writable, ledgers.nodes().live().len() as f64);
+    assert!(writable >= 2.0, "{writable}");
+    let read_only = client_metric(&ledgers, "magnetar_ledger_client_storage_nodes", "read_only");
+    assert_eq!(read_only, 0.0);
     let reader = ledgers.clone();
     let entries = tokio::task::spawn_blocking(move || reader.read(ledger, 0, total - 1))
         .await
@@ -219,6 +243,15 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
     println!("recovered: {closed:?}");
     assert_eq!(closed.state, LedgerState::Closed);
     assert_eq!(closed.last_entry_id, Some(count - 1));
+    let recoveries = |outcome: &str| {
+        let labels = format!("outcome=\"{outcome}\"");
+        client_metric(&other, "magnetar_ledger_client_recoveries_total", &labels)
+    };
+    assert_eq!((recoveries("closed"), recoveries("failed")), (1.0, 0.0));
+    assert_eq!(client_metric(&other, "magnetar_ledger_client_recovery_seconds_count", ""), 1.0);
+    // Fencing it again finds it closed: nothing recovered, nothing counted.
+    assert_eq!(other.fence(ledger).await.unwrap(), count);
+    assert_eq!(recoveries("closed"), 1.0);
     // Its copy of every entry reads the same.
     let reader = other.clone();
     let entries = tokio::task::spawn_blocking(move || reader.read(ledger, 0, total - 1))
@@ -262,6 +295,11 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
         .unwrap()
         .expect("read from the restarted node");
     assert_eq!(entries.len() as u64, first_end);
+    // Half the entries were asked of the killed survivor first, then of the restarted node
+    // (after its error, or after the speculative-read wait were its connection to hang).
+    let retries = client_metric(&other, "magnetar_ledger_client_read_retries_total", "")
+        + client_metric(&other, "magnetar_ledger_client_speculative_reads_total", "");
+    assert!(retries >= 1.0, "reads asked of the other replica: {retries}");
     assert!(entries.iter().enumerate().all(|(e, b)| *b == data(e as u64)));
 
     // Deleted, its entries are freed on every live node that held them.

@@ -1,0 +1,180 @@
+//! What this process's replication client has done, for the broker's `/metrics`
+//! (`magnetar_ledger_client_*`): the events an operator of a cluster watches for (ensemble
+//! changes after a node failed, recoveries after a broker failed, reads that waited for a slow
+//! replica, requests a node never answered) and the storage nodes the client sees. BookKeeper's
+//! client counts the same events (`bookkeeper_client_NUM_ENSEMBLE_CHANGE`,
+//! `SPECULATIVE_READ_COUNT`, `LEDGER_RECOVER`); the names are ours because a Pulsar broker
+//! serves those only under an opt-in flag and a prefix of its own.
+
+use magnetar_metrics::{Exposition, Histogram, Labels};
+use magnetar_replication::placement::NodeInfo;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Recovery time buckets (ms): a recovery with live nodes takes a few round trips and two
+/// metadata writes; one waiting for a node or a frozen writer's replacement, seconds.
+const RECOVERY_MS: &[u64] =
+    &[5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000];
+
+/// How a recovery run by this process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecoveryOutcome {
+    /// It closed the ledger.
+    Closed,
+    /// Another recovery took over and closed it.
+    Superseded,
+    /// It gave up (metadata unavailable, deadline passed).
+    Failed,
+    /// The ledger was closed already (a graceful hand-over): nothing to recover, not counted.
+    AlreadyClosed,
+}
+
+#[derive(Debug)]
+pub(crate) struct ClientStats {
+    ensemble_changes: AtomicU64,
+    recoveries: [AtomicU64; 3],
+    recovery_ms: Histogram,
+    recovered_entries_written_back: AtomicU64,
+    speculative_reads: AtomicU64,
+    read_retries: AtomicU64,
+    unanswered_requests: AtomicU64,
+    /// The write quorum of new ledgers when no namespace policy names one.
+    default_write_quorum: u32,
+}
+
+impl ClientStats {
+    pub(crate) fn new(default_write_quorum: u32) -> ClientStats {
+        ClientStats {
+            ensemble_changes: AtomicU64::new(0),
+            recoveries: Default::default(),
+            recovery_ms: Histogram::new(RECOVERY_MS),
+            recovered_entries_written_back: AtomicU64::new(0),
+            speculative_reads: AtomicU64::new(0),
+            read_retries: AtomicU64::new(0),
+            unanswered_requests: AtomicU64::new(0),
+            default_write_quorum,
+        }
+    }
+
+    /// A writer recorded a new fragment (a failed node replaced) in the ledger's metadata.
+    pub(crate) fn ensemble_changed(&self) {
+        self.ensemble_changes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn recovered(&self, outcome: RecoveryOutcome, took: Duration, written_back: u64) {
+        if outcome == RecoveryOutcome::AlreadyClosed {
+            return;
+        }
+        self.recoveries[outcome as usize].fetch_add(1, Ordering::Relaxed);
+        self.recovery_ms.record(took.as_millis() as u64);
+        self.recovered_entries_written_back.fetch_add(written_back, Ordering::Relaxed);
+    }
+
+    /// Entries asked of another replica because the first had not answered in time.
+    pub(crate) fn speculative_reads(&self, count: u64) {
+        self.speculative_reads.fetch_add(count, Ordering::Relaxed);
+    }
+
+    /// An entry asked of another replica after an error or a "no entry".
+    pub(crate) fn read_retry(&self) {
+        self.read_retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request whose node failed (or was not live) before it answered.
+    pub(crate) fn unanswered(&self) {
+        self.unanswered_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn write_metrics(
+        &self,
+        out: &mut Exposition,
+        labels: Labels,
+        live: &[NodeInfo],
+        open_ledgers: usize,
+    ) {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let read_only = live.iter().filter(|n| n.read_only).count();
+        for (state, count) in [("writable", live.len() - read_only), ("read_only", read_only)] {
+            let labels: Vec<(&str, &str)> =
+                labels.iter().copied().chain([("state", state)]).collect();
+            out.gauge(
+                "magnetar_ledger_client_storage_nodes",
+                "Storage nodes registered in the cluster as this broker last read them, by \
+                 state (read_only: short of disk, refusing new entries).",
+                &labels,
+                count as f64,
+            );
+        }
+        out.gauge(
+            "magnetar_ledger_client_default_write_quorum",
+            "Write quorum of new ledgers where no namespace persistence policy names one: \
+             fewer writable storage nodes than this and new ledgers cannot be placed.",
+            labels,
+            self.default_write_quorum as f64,
+        );
+        out.gauge(
+            "magnetar_ledger_client_open_ledgers",
+            "Ledgers this broker is writing.",
+            labels,
+            open_ledgers as f64,
+        );
+        out.counter(
+            "magnetar_ledger_client_ensemble_changes",
+            "Ensemble changes: a storage node of an open ledger failed and was replaced, the \
+             new fragment recorded in the ledger's metadata (BookKeeper's NUM_ENSEMBLE_CHANGE).",
+            labels,
+            load(&self.ensemble_changes),
+        );
+        for (outcome, index) in [
+            ("closed", RecoveryOutcome::Closed),
+            ("superseded", RecoveryOutcome::Superseded),
+            ("failed", RecoveryOutcome::Failed),
+        ] {
+            let labels: Vec<(&str, &str)> =
+                labels.iter().copied().chain([("outcome", outcome)]).collect();
+            out.counter(
+                "magnetar_ledger_client_recoveries",
+                "Ledger recoveries run by this broker (taking over a ledger another writer left \
+                 open), by outcome: closed it, another recovery closed it, or gave up.",
+                &labels,
+                load(&self.recoveries[index as usize]),
+            );
+        }
+        let (cumulative, sum_ms) = self.recovery_ms.cumulative();
+        out.histogram(
+            "magnetar_ledger_client_recovery_seconds",
+            "Time a ledger recovery took, start to closed (or given up).",
+            labels,
+            self.recovery_ms.bounds(),
+            &cumulative,
+            sum_ms,
+            1e3,
+        );
+        out.counter(
+            "magnetar_ledger_client_recovery_written_back_entries",
+            "Entries recoveries wrote back to a write quorum (found on fewer nodes).",
+            labels,
+            load(&self.recovered_entries_written_back),
+        );
+        out.counter(
+            "magnetar_ledger_client_speculative_reads",
+            "Entry reads also asked of another replica because the first had not answered \
+             within speculative_read_millis (BookKeeper's SPECULATIVE_READ_COUNT).",
+            labels,
+            load(&self.speculative_reads),
+        );
+        out.counter(
+            "magnetar_ledger_client_read_retries",
+            "Entry reads asked of another replica after an error or a missing entry.",
+            labels,
+            load(&self.read_retries),
+        );
+        out.counter(
+            "magnetar_ledger_client_unanswered_requests",
+            "Requests to storage nodes that failed unanswered: the node's connection failed or \
+             closed, or it was not registered.",
+            labels,
+            load(&self.unanswered_requests),
+        );
+    }
+}
