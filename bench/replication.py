@@ -23,7 +23,7 @@ write, and two at the same instant, in the nodes' directory), from which the syn
 of qw2 on this machine follows (qw1's p50 plus what a second simultaneous write adds).
 
 Usage: bench/replication.py [--secs 15] [--rounds 3] [--modes async128,...] [--node-dir DIR]
-  [--local-dir DIR] [--variant ARGS] [--storage TOML] [--local-variant TOML]
+  [--local-dir DIR] [--variant ARGS] [--storage TOML] [--local-variant TOML] [--tls]
   (needs target/release/magnetar, or MAGNETAR_BIN, and etcd). --node-dir puts the storage
   nodes' data there (e.g. /dev/shm: no disk under the nodes, to tell the software path's cost
   from the disk's; not a durable set-up); --local-dir does the same for the standalone.
@@ -31,7 +31,8 @@ Usage: bench/replication.py [--secs 15] [--rounds 3] [--modes async128,...] [--n
   node option in one run). --storage "TOML" gives every server (the standalone, the nodes) a
   [storage] section with TOML in it (e.g. 'sync_mode = "dsync"'); --local-variant "TOML" adds
   a set-up localv: a standalone with that [storage] section instead (an A/B of a storage
-  option).
+  option). --tls adds a set-up qw2tls: qw2 with the storage protocol over TLS (the nodes'
+  [tls] with client certificates required, the broker's [ledgers] tls_* files).
 Writes bench/results/replication-<date>/ (JSON per run, summary.txt)."""
 
 import argparse
@@ -127,6 +128,9 @@ def main():
                         help="[storage] settings (TOML) for every server")
     parser.add_argument("--local-variant", default=None,
                         help="[storage] settings (TOML) of a fifth set-up, localv (a standalone)")
+    parser.add_argument("--tls", action="store_true",
+                        help="a set-up qw2tls: qw2 with the storage protocol over TLS (client "
+                             "certificates required; test certificates made with openssl)")
     args = parser.parse_args()
     etcd_bin = shutil.which("etcd")
     if not etcd_bin or not os.access(BIN, os.X_OK):
@@ -170,10 +174,24 @@ def main():
                             "pids": {"broker": local.pid}, "nodes": []}
         node_config = storage_config("nodes", args.storage)
 
-        node_setups = [("qw1", 1, []), ("qw2", 2, [])]
+        # (name, nodes, extra node arguments, node config file, extra [ledgers] TOML)
+        node_setups = [("qw1", 1, [], node_config, ""), ("qw2", 2, [], node_config, "")]
         if args.variant:
-            node_setups.append(("qw2v", 2, args.variant.split()))
-        for name, nodes, extra in node_setups:
+            node_setups.append(("qw2v", 2, args.variant.split(), node_config, ""))
+        if args.tls:
+            sys.path.insert(0, os.path.join(ROOT, "tests", "compat"))
+            from tls_certs import Certs
+            certs = Certs(os.path.join(work, "certs"))
+            ca = certs.ca("bench-ca")
+            node, broker = certs.leaf(ca, "node"), certs.leaf(ca, "broker")
+            tls_config = storage_config("nodes-tls", args.storage + (
+                '\n[tls]\nenabled = true\ncert_file = "%s"\nkey_file = "%s"\n'
+                'trust_certs_file = "%s"\nrequire_trusted_client_cert = true\n'
+                % (node["cert"], node["key"], ca["cert"])))
+            node_setups.append(("qw2tls", 2, [], tls_config,
+                                'tls_trust_certs_file = "%s"\ntls_cert_file = "%s"\n'
+                                'tls_key_file = "%s"\n' % (ca["cert"], broker["cert"], broker["key"])))
+        for name, nodes, extra, this_node_config, ledgers_toml in node_setups:
             done = subprocess.run([BIN, "metadata", "init", "--metadata", etcd_url, "--cluster", name,
                                    "--web-service-url", "http://127.0.0.1:1",
                                    "--broker-service-url", "pulsar://127.0.0.1:1"],
@@ -188,7 +206,7 @@ def main():
                                     "--listen", "127.0.0.1:0", "--gc-seconds", "5", "--data-dir",
                                     "%s/%s-node%d" % (node_dir, name, i),
                                     "--metrics-listen", "127.0.0.1:%d" % metrics_port,
-                                    "--config", node_config] + extra,
+                                    "--config", this_node_config] + extra,
                                    stdout=subprocess.PIPE)
                 line = node.stdout.readline().decode()
                 if "listening" not in line:
@@ -197,7 +215,7 @@ def main():
             config = os.path.join(work, name + ".toml")
             with open(config, "w") as f:
                 f.write('[ledgers]\nstorage = "nodes"\nensemble_size = %d\nwrite_quorum = %d\n'
-                        'ack_quorum = %d\n' % (nodes, nodes, nodes))
+                        'ack_quorum = %d\n%s' % (nodes, nodes, nodes, ledgers_toml))
             port, web = free_port(), free_port()
             broker = procs.start(name, [BIN, "broker", "--metadata", etcd_url, "--cluster", name,
                                         "--config", config, "--broker-port", str(port),

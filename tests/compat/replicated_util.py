@@ -29,7 +29,8 @@ def skip_unless_own_magnetar():
 class StorageNode:
     """A `magnetar storage` process registered in `etcd`; killed by PID when closed."""
 
-    def __init__(self, etcd):
+    def __init__(self, etcd, extra_args=()):
+        self.extra_args = list(extra_args)
         self.dir = scratch_dir("magnetar-storage-")
         self.log_path = os.path.join(self.dir, "node.log")
         self.metrics_url = "http://127.0.0.1:%d/metrics" % free_port()
@@ -49,6 +50,7 @@ class StorageNode:
                "--metadata", etcd.url, "--cluster", CLUSTER,
                "--data-dir", os.path.join(self.dir, "data"),
                "--metrics-listen", self.metrics_url.split("/")[2], "--stats-interval-seconds", "1"]
+        cmd += self.extra_args
         if shutil.which("setpriv"):
             cmd = ["setpriv", "--pdeathsig", "KILL", "--"] + cmd
         with open(self.log_path, "ab") as log:
@@ -128,10 +130,10 @@ def data_ledger_ensemble(etcd):
 
 
 @contextlib.contextmanager
-def replicated_cluster(tmp_path, nodes=3):
-    """etcd with the cluster's metadata and `nodes` storage nodes; yields (etcd, nodes,
-    broker(name, extra_toml="")), which starts a broker on them (ensemble 2, write quorum 2,
-    ack quorum 2). Everything is killed, by PID, on the way out."""
+def replicated_cluster(tmp_path, nodes=3, node_args=()):
+    """etcd with the cluster's metadata and `nodes` storage nodes (given `node_args`); yields
+    (etcd, nodes, broker(name, extra_toml="")), which starts a broker on them (ensemble 2,
+    write quorum 2, ack quorum 2). Everything is killed, by PID, on the way out."""
     etcd = Etcd()
     started, brokers = [], []
     try:
@@ -140,7 +142,7 @@ def replicated_cluster(tmp_path, nodes=3):
                              "--web-service-url", "http://127.0.0.1:8080",
                              "--broker-service-url", "pulsar://127.0.0.1:6650"])
         assert done.returncode == 0, done.stdout + done.stderr
-        started.extend(StorageNode(etcd) for _ in range(nodes))
+        started.extend(StorageNode(etcd, node_args) for _ in range(nodes))
 
         def broker(name, extra_toml=""):
             srv = broker_server(etcd, tmp_path, name, extra_toml)

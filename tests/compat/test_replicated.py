@@ -24,6 +24,8 @@ driven by the official Python client.
 - `topics unload` again and again while thousands of sends are in flight: every message is
   stored once, in order (the sends taken before an unload are answered before the producer
   is closed; later ones are left for the client to resend).
+- Storage nodes serve TLS and require client certificates: the broker writes through them
+  with its `[ledgers] tls_*` files, and its next process reads everything back.
 - The broker is frozen (SIGSTOP) and another broker opens the topic: it recovers the frozen
   broker's ledger (closed in etcd at or above every acknowledged entry) and serves every
   message. The frozen broker, resumed (SIGCONT), cannot lose what is acknowledged: whatever it
@@ -47,13 +49,14 @@ import pytest
 
 import pulsar_wire as wire
 import raw_frames
-from compat_util import http_request, receive_n, unique_topic
+from compat_util import http_request, read_n, receive_n, unique_topic
 from go_runner import BUILD_AND_RUN_TIMEOUT_S, needs_go, run_go_test
 from java_runner import BUILD_AND_RUN_TIMEOUT_S as JAVA_BUILD_AND_RUN_TIMEOUT_S
 from java_runner import needs_java, run_java_tests
 from replicated_util import (COMMAND_TIMEOUT_S, StorageNode, data_ledger_ensemble,
                              ledgers_in_etcd, open_ledgers, replicated_cluster,
                              skip_unless_own_magnetar)
+from tls_certs import Certs
 
 pytestmark = pytest.mark.restarts_server
 
@@ -597,3 +600,47 @@ def test_a_namespace_persistence_policy_picks_the_quorums_of_new_ledgers(cluster
     for meta in new.values():
         assert (meta["write_quorum"], meta["ack_quorum"]) == (3, 2), meta
         assert len(meta["fragments"][0]["ensemble"]) == 3, meta
+
+
+def test_a_broker_writes_through_storage_nodes_that_serve_tls(tmp_path):
+    """Storage nodes with `[tls]` on and client certificates required (their registrations
+    say TLS), and a broker with `[ledgers] tls_trust_certs_file`, `tls_cert_file` and
+    `tls_key_file`: the official client's messages are acknowledged, written at write quorum 2
+    over TLS, and read back in order, also after the broker restarts (its next process reads the
+    ledger back from the nodes)."""
+    skip_unless_own_magnetar()
+    certs = Certs(str(tmp_path / "certs"))
+    ca = certs.ca("cluster-ca")
+    node = certs.leaf(ca, "storage-node")
+    broker = certs.leaf(ca, "broker")
+    node_toml = tmp_path / "node.toml"
+    node_toml.write_text('[tls]\nenabled = true\ncert_file = "%s"\nkey_file = "%s"\n'
+                         'trust_certs_file = "%s"\nrequire_trusted_client_cert = true\n'
+                         % (node["cert"], node["key"], ca["cert"]))
+    with replicated_cluster(tmp_path, nodes=2, node_args=["--config", str(node_toml)]) as (
+            etcd, _nodes, start_broker):
+        srv = start_broker("a", 'tls_trust_certs_file = "%s"\ntls_cert_file = "%s"\n'
+                                'tls_key_file = "%s"\n' % (ca["cert"], broker["cert"], broker["key"]))
+        topic = unique_topic("tls-nodes")
+        n = 300
+        client = srv.client()
+        try:
+            consumer = client.subscribe(topic, "all")
+            producer = client.create_producer(topic, batching_enabled=False,
+                                              send_timeout_millis=30000)
+            for i in range(n):
+                producer.send(b"%d" % i)
+            got = [int(m.data()) for m in receive_n(consumer, n)]
+            assert got == list(range(n))
+        finally:
+            client.close()
+        _ledger, ensemble = data_ledger_ensemble(etcd)
+        assert len(ensemble) == 2, "written at write quorum 2: %s" % ensemble
+        srv.restart(graceful=False)
+        client = srv.client()
+        try:
+            reader = client.create_reader(topic, pulsar.MessageId.earliest)
+            got = [int(m.data()) for m in read_n(reader, n)]
+            assert got == list(range(n)), "read back from the TLS nodes by the next broker"
+        finally:
+            client.close()

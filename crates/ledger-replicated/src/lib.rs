@@ -67,6 +67,9 @@ pub struct ReplicatedConfig {
     /// reported (`magnetar_ledger_client_default_write_quorum`, for alerts on too few nodes);
     /// `create` is told each ledger's quorums.
     pub default_write_quorum: u32,
+    /// TLS to the nodes whose registration says they serve it (verifying their certificates,
+    /// presenting this client's when configured); None: those nodes cannot be written to.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Default for ReplicatedConfig {
@@ -81,6 +84,7 @@ impl Default for ReplicatedConfig {
             cache_bytes: 8 << 20,
             connect_timeout: Duration::from_secs(2),
             default_write_quorum: 2,
+            tls: None,
         }
     }
 }
@@ -110,7 +114,8 @@ impl ReplicatedLedgers {
         config: ReplicatedConfig,
     ) -> Result<Arc<Self>, LedgerError> {
         let stats = Arc::new(ClientStats::new(config.default_write_quorum));
-        let nodes = Nodes::new(metadata.clone(), config.connect_timeout, stats.clone());
+        let nodes =
+            Nodes::new(metadata.clone(), config.connect_timeout, config.tls.clone(), stats.clone());
         nodes.refresh().await.map_err(meta::unavailable)?;
         let refresher = nodes.refresh_every(config.refresh);
         Ok(Arc::new(ReplicatedLedgers {

@@ -19,11 +19,13 @@ use magnetar_replication::placement::{NodeInfo, Registration};
 use magnetar_replication::wire::{self, Message};
 use magnetar_replication::NodeId;
 use parking_lot::{Mutex, RwLock};
+use rustls::pki_types::ServerName;
+use rustls::ClientConfig;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Bytes of requests queued for one node before its connection is given up on.
 const QUEUED_BYTES: usize = 256 << 20;
@@ -39,6 +41,8 @@ pub struct Nodes {
     live: RwLock<BTreeMap<NodeId, Registration>>,
     connections: Mutex<BTreeMap<NodeId, Arc<Connection>>>,
     connect_timeout: Duration,
+    /// TLS to the nodes that serve it (None: such nodes cannot be reached).
+    tls: Option<Arc<ClientConfig>>,
     stats: Arc<ClientStats>,
 }
 
@@ -46,6 +50,7 @@ impl Nodes {
     pub(crate) fn new(
         metadata: Arc<dyn MetadataStore>,
         connect_timeout: Duration,
+        tls: Option<Arc<ClientConfig>>,
         stats: Arc<ClientStats>,
     ) -> Arc<Nodes> {
         Arc::new(Nodes {
@@ -53,6 +58,7 @@ impl Nodes {
             live: RwLock::new(BTreeMap::new()),
             connections: Mutex::new(BTreeMap::new()),
             connect_timeout,
+            tls,
             stats,
         })
     }
@@ -153,8 +159,16 @@ impl Nodes {
         })
     }
 
+    /// The registered nodes this client can write to (a node that serves TLS only with a
+    /// trust file), for placing ledgers and replacing failed nodes.
     pub fn live(&self) -> Vec<NodeInfo> {
-        self.live.read().iter().map(|(&id, r)| r.node_info(id)).collect()
+        let reachable = |r: &Registration| !r.tls || self.tls.is_some();
+        self.live
+            .read()
+            .iter()
+            .filter(|(_, r)| reachable(r))
+            .map(|(&id, r)| r.node_info(id))
+            .collect()
     }
 
     /// Sends `request` to `node`; `reply` gets the answer or `None`.
@@ -212,11 +226,31 @@ impl Nodes {
                 return Some(connection.clone());
             }
         }
-        let address = self.live.read().get(&node)?.address.clone();
-        let connection = Connection::open(node, address, self.connect_timeout, self.stats.clone());
+        let (address, node_tls) = {
+            let live = self.live.read();
+            let registration = live.get(&node)?;
+            (registration.address.clone(), registration.tls)
+        };
+        let tls = match (node_tls, &self.tls) {
+            (false, _) => Tls::Off,
+            (true, None) => Tls::Missing,
+            (true, Some(config)) => Tls::On(config.clone()),
+        };
+        let connection =
+            Connection::open(node, address, tls, self.connect_timeout, self.stats.clone());
         connections.insert(node, connection.clone());
         Some(connection)
     }
+}
+
+/// How a connection to one node is secured, as its registration and this client's
+/// configuration say.
+enum Tls {
+    /// The node serves plain TCP.
+    Off,
+    /// The node serves TLS and this client has no trust file for it: nothing is sent.
+    Missing,
+    On(Arc<ClientConfig>),
 }
 
 /// Requests encoded for one connection, written together.
@@ -239,6 +273,7 @@ impl Connection {
     fn open(
         node: NodeId,
         address: String,
+        tls: Tls,
         connect_timeout: Duration,
         stats: Arc<ClientStats>,
     ) -> Arc<Connection> {
@@ -250,7 +285,7 @@ impl Connection {
             dead: AtomicBool::new(false),
             stats,
         });
-        tokio::spawn(connection.clone().run(address, connect_timeout));
+        tokio::spawn(connection.clone().run(address, connect_timeout, tls));
         connection
     }
 
@@ -290,7 +325,20 @@ impl Connection {
         }
     }
 
-    async fn run(self: Arc<Self>, address: String, timeout: Duration) {
+    async fn run(self: Arc<Self>, address: String, timeout: Duration, tls: Tls) {
+        let tls = match tls {
+            Tls::Missing => {
+                // Not placed on (see `Nodes::live`): only a ledger placed by another broker
+                // leads here, to read it.
+                tracing::warn!(
+                    node = %self.node,
+                    "the storage node serves TLS: set [ledgers] tls_trust_certs_file to reach it"
+                );
+                return self.fail("the node serves TLS and no trust file is configured");
+            }
+            Tls::Off => None,
+            Tls::On(config) => Some(config),
+        };
         let stream =
             match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(&address)).await {
                 Ok(Ok(stream)) => stream,
@@ -298,13 +346,47 @@ impl Connection {
                 Err(_) => return self.fail(&format!("connect to {address}: timed out")),
             };
         let _ = stream.set_nodelay(true);
-        let (mut reader, writer) = stream.into_split();
+        let Some(config) = tls else {
+            let (reader, writer) = stream.into_split();
+            let me = self.clone();
+            let write = tokio::spawn(async move {
+                if let Err(e) = me.out.run(writer).await {
+                    me.fail(&format!("write: {e}"));
+                }
+            });
+            return self.serve(reader, write).await;
+        };
+        let host = address.rsplit_once(':').map_or(address.as_str(), |(host, _)| host);
+        let name = match ServerName::try_from(host.trim_matches(['[', ']']).to_string()) {
+            Ok(name) => name,
+            Err(e) => return self.fail(&format!("TLS to {address}: bad host name: {e}")),
+        };
+        let connector = tokio_rustls::TlsConnector::from(config);
+        let stream = match tokio::time::timeout(timeout, connector.connect(name, stream)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                tracing::warn!(node = %self.node, %address, error = %e, "TLS handshake failed");
+                return self.fail(&format!("TLS handshake with {address}: {e}"));
+            }
+            Err(_) => return self.fail(&format!("TLS handshake with {address}: timed out")),
+        };
+        let (reader, writer) = tokio::io::split(stream);
         let me = self.clone();
         let write = tokio::spawn(async move {
-            if let Err(e) = me.out.run(writer).await {
+            if let Err(e) = me.out.run_stream(writer).await {
                 me.fail(&format!("write: {e}"));
             }
         });
+        self.serve(reader, write).await
+    }
+
+    /// Reads the node's answers until the connection ends, then stops the writer task `write`
+    /// and fails what is left.
+    async fn serve(
+        self: Arc<Self>,
+        mut reader: impl AsyncRead + Unpin,
+        write: tokio::task::JoinHandle<()>,
+    ) {
         let mut buf = BytesMut::with_capacity(64 * 1024);
         let why = 'read: loop {
             match reader.read_buf(&mut buf).await {

@@ -99,7 +99,8 @@ impl ClientStats {
                 labels.iter().copied().chain([("state", state)]).collect();
             out.gauge(
                 "magnetar_ledger_client_storage_nodes",
-                "Storage nodes registered in the cluster as this broker last read them, by \
+                "Storage nodes registered in the cluster that this broker can write to (one \
+                 serving TLS only with [ledgers] tls_trust_certs_file) as it last read them, by \
                  state (read_only: short of disk, refusing new entries).",
                 &labels,
                 count as f64,

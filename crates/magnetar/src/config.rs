@@ -116,6 +116,14 @@ pub struct LedgersSection {
     pub add_timeout_millis: u64,
     /// A read unanswered for this long is also sent to the next replica (milliseconds).
     pub speculative_read_millis: u64,
+    /// PEM CAs the certificates of storage nodes that serve TLS are verified against (Pulsar's
+    /// `bookkeeperTLSTrustCertsFilePath`); empty: such nodes cannot be written to.
+    pub tls_trust_certs_file: PathBuf,
+    /// This broker's PEM certificate chain, presented to storage nodes that ask for one
+    /// (mTLS; Pulsar's `bookkeeperTLSCertificateFilePath`); with `tls_key_file`.
+    pub tls_cert_file: PathBuf,
+    /// Its private key (Pulsar's `bookkeeperTLSKeyFilePath`).
+    pub tls_key_file: PathBuf,
 }
 
 impl Default for LedgersSection {
@@ -127,6 +135,9 @@ impl Default for LedgersSection {
             ack_quorum: 2,
             add_timeout_millis: 5_000,
             speculative_read_millis: 200,
+            tls_trust_certs_file: PathBuf::new(),
+            tls_cert_file: PathBuf::new(),
+            tls_key_file: PathBuf::new(),
         }
     }
 }
@@ -258,6 +269,8 @@ pub struct Settings {
     pub metadata: MetadataBackend,
     /// The TLS listeners' configuration, loaded from the `[tls]` files (None: TLS off).
     pub tls: Option<Arc<ServerTls>>,
+    /// TLS to storage nodes that serve it, from `[ledgers] tls_*` (None: not configured).
+    pub ledger_client_tls: Option<Arc<magnetar_security::tls::ClientConfig>>,
 }
 
 impl Settings {
@@ -327,8 +340,36 @@ impl Settings {
             true => Some(Arc::new(ServerTls::load(&config.tls).map_err(ConfigError::Tls)?)),
             false => None,
         };
-        Ok(Settings { config, ledger, metadata, tls })
+        let ledger_client_tls = ledger_client_tls(&config.ledgers)?.map(Arc::new);
+        Ok(Settings { config, ledger, metadata, tls, ledger_client_tls })
     }
+}
+
+/// The client side of TLS to storage nodes, from `[ledgers] tls_*`: files read and checked
+/// here, before anything opens. None when no trust file is set.
+fn ledger_client_tls(
+    section: &LedgersSection,
+) -> Result<Option<magnetar_security::tls::ClientConfig>, ConfigError> {
+    let set = |path: &PathBuf| !path.as_os_str().is_empty();
+    let (trust, cert, key) =
+        (&section.tls_trust_certs_file, &section.tls_cert_file, &section.tls_key_file);
+    if set(cert) != set(key) {
+        return Err(ConfigError::LedgersSection(
+            "tls_cert_file and tls_key_file go together".into(),
+        ));
+    }
+    if !set(trust) {
+        if set(cert) {
+            return Err(ConfigError::LedgersSection(
+                "tls_cert_file needs tls_trust_certs_file (the nodes' CAs)".into(),
+            ));
+        }
+        return Ok(None);
+    }
+    let client_cert = set(cert).then_some((cert.as_path(), key.as_path()));
+    magnetar_security::tls::client_config(trust, client_cert)
+        .map(Some)
+        .map_err(|e| ConfigError::LedgersSection(format!("tls_*: {e}")))
 }
 
 /// How new ledgers are stored: one local copy, or the `[ledgers]` quorums on storage nodes
@@ -416,17 +457,25 @@ fn valid_host(host: &str) -> bool {
 }
 
 /// A storage node's ledger store: the `[storage]` section of the file at `path` (the
-/// defaults without one), in `<data_dir>/ledgers` (checked by `LedgerStoreConfig::validate`).
-pub fn storage_node_ledger_config(
+/// defaults without one), in `<data_dir>/ledgers` (checked by `LedgerStoreConfig::validate`);
+/// and its listener's TLS, from the `[tls]` section (its files read and checked here).
+pub fn storage_node_config(
     path: Option<&Path>,
     data_dir: &Path,
-) -> Result<LedgerStoreConfig, ConfigError> {
+) -> Result<(LedgerStoreConfig, Option<Arc<ServerTls>>), ConfigError> {
     let mut config = match path {
         Some(path) => read_file(path)?,
         None => ServerConfig::default(),
     };
     config.data_dir = data_dir.to_path_buf();
-    ledger_store_config(&config)
+    let ledger = ledger_store_config(&config)?;
+    // One listener, TLS or not: the broker-side ports of the section do not apply.
+    config.tls.validate(0, 0).map_err(ConfigError::Tls)?;
+    let tls = match config.tls.enabled {
+        true => Some(Arc::new(ServerTls::load(&config.tls).map_err(ConfigError::Tls)?)),
+        false => None,
+    };
+    Ok((ledger, tls))
 }
 
 fn ledger_store_config(config: &ServerConfig) -> Result<LedgerStoreConfig, ConfigError> {
@@ -602,6 +651,45 @@ mod tests {
         );
         let plain = Settings::load(&broker_args(), Mode::Standalone).unwrap();
         assert!(plain.tls.is_none());
+    }
+
+    #[test]
+    fn tls_to_storage_nodes_is_checked_before_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledgers.toml");
+        let args = ServerArgs { config: Some(path.clone()), ..broker_args() };
+        let load = |ledgers: &str| {
+            std::fs::write(&path, format!("[ledgers]\n{ledgers}")).unwrap();
+            Settings::load(&args, Mode::Standalone)
+        };
+        let error = load("tls_cert_file = \"c.pem\"\n").expect_err("a certificate without key");
+        assert!(error.to_string().contains("go together"), "{error}");
+        let error = load("tls_cert_file = \"c\"\ntls_key_file = \"k\"\n").expect_err("no CAs");
+        assert!(error.to_string().contains("needs tls_trust_certs_file"), "{error}");
+        let missing = dir.path().join("missing-ca.pem");
+        let error = load(&format!("tls_trust_certs_file = {missing:?}\n")).expect_err("no file");
+        assert!(error.to_string().contains("missing-ca.pem"), "{error}");
+        let settings = load("").unwrap();
+        assert!(settings.ledger_client_tls.is_none());
+    }
+
+    #[test]
+    fn a_storage_node_s_tls_is_checked_before_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.toml");
+        let missing = dir.path().join("missing.pem");
+        std::fs::write(
+            &path,
+            format!("[tls]\nenabled = true\ncert_file = {missing:?}\nkey_file = {missing:?}\n"),
+        )
+        .unwrap();
+        let error = storage_node_config(Some(&path), dir.path()).expect_err("missing file");
+        assert!(matches!(error, ConfigError::Tls(TlsError::Read { what: "cert_file", .. })));
+        std::fs::write(&path, "[tls]\nenabled = true\n").unwrap();
+        let error = storage_node_config(Some(&path), dir.path()).expect_err("no cert_file");
+        assert!(matches!(error, ConfigError::Tls(TlsError::Missing { key: "cert_file" })));
+        let (_, tls) = storage_node_config(None, dir.path()).unwrap();
+        assert!(tls.is_none());
     }
 
     #[test]

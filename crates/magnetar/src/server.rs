@@ -240,6 +240,7 @@ async fn open_ledgers(
             add_timeout: std::time::Duration::from_millis(section.add_timeout_millis),
             speculative_read: std::time::Duration::from_millis(section.speculative_read_millis),
             default_write_quorum: section.write_quorum,
+            tls: settings.ledger_client_tls.clone(),
             ..Default::default()
         };
         let metadata: Arc<dyn MetadataStore> = metadata.clone();

@@ -41,8 +41,8 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let store_config =
-        crate::config::storage_node_ledger_config(args.config.as_deref(), &args.data_dir)?;
+    let (store_config, tls) =
+        crate::config::storage_node_config(args.config.as_deref(), &args.data_dir)?;
     store_config.validate().context("ledger store configuration")?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("create data dir {}", args.data_dir.display()))?;
@@ -96,6 +96,7 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
                         node,
                         address.clone(),
                         args.rack.clone(),
+                        tls.is_some(),
                         space.clone(),
                         refresh,
                     )
@@ -126,11 +127,13 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
             None => None,
         };
         // The line test harnesses and operators wait for.
+        tracing::info!(tls = tls.is_some(), "storage protocol listener");
         println!("storage node {} listening on {address}", node.0);
         let gc = metadata.as_ref().map(|etcd| magnetar_storage_node::GarbageCollection {
             metadata: etcd.clone(),
             every: Duration::from_secs(args.gc_seconds),
         });
+        let listener = magnetar_storage_node::Listener { tcp: listener, tls };
         let served =
             magnetar_storage_node::serve(node, store.clone(), space, listener, gc, stats, async {
                 if let Err(e) = crate::shutdown_signal().await {

@@ -13,6 +13,9 @@
 //!   normal add sent to it directly while it still answers a fencing read.
 //! * A node takes its journal settings from `--config` (a bad file refused before anything is
 //!   created) and serves its metrics at `--metrics-listen`.
+//! * Nodes with `[tls]` and client certificates required serve a client with the CA and a
+//!   certificate it signed, and answer no plain-TCP request, no TLS client without a
+//!   certificate or with another CA's; a client without a trust file places nothing on them.
 //!
 //! Every wait is bounded; only processes this test started are signalled, by PID. Skipped with
 //! a notice without etcd, unless MAGNETAR_REQUIRE_ETCD=1.
@@ -359,24 +362,187 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
 
 /// One request on a fresh connection to a node, and its answer.
 async fn ask_node(address: &str, request: Request) -> Response {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream =
+    let stream =
         tokio::time::timeout(WAIT, tokio::net::TcpStream::connect(address)).await.unwrap().unwrap();
+    ask_over(stream, request).await.expect("the node closed the connection")
+}
+
+/// One request over `stream` and its answer; None when the node closes the connection (or
+/// the stream fails) without one, or sends bytes that are not a frame (a TLS alert).
+async fn ask_over(
+    mut stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    request: Request,
+) -> Option<Response> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut frame = bytes::BytesMut::new();
     wire::encode(7, &Message::Request(request), &mut frame);
-    stream.write_all(&frame).await.unwrap();
+    stream.write_all(&frame).await.ok()?;
+    stream.flush().await.ok()?;
     let mut buf = bytes::BytesMut::new();
     loop {
-        if let Some((id, message)) = wire::decode(&mut buf).unwrap() {
+        if let Some((id, message)) = wire::decode(&mut buf).ok()? {
             assert_eq!(id, 7);
             match message {
-                Message::Response(response) => return response,
+                Message::Response(response) => return Some(response),
                 other => panic!("not a response: {other:?}"),
             }
         }
-        let read = tokio::time::timeout(WAIT, stream.read_buf(&mut buf)).await.unwrap().unwrap();
-        assert_ne!(read, 0, "the node closed the connection");
+        match tokio::time::timeout(WAIT, stream.read_buf(&mut buf)).await.expect("bounded") {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
     }
+}
+
+/// Test certificates (rcgen): a CA, certificates it signs, written as PEM files into `dir`.
+struct TestCa {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+    dir: std::path::PathBuf,
+}
+
+impl TestCa {
+    fn new(dir: &Path, name: &str) -> TestCa {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        let cert = params.self_signed(&key).unwrap();
+        std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+        TestCa { cert, key, dir: dir.to_path_buf() }
+    }
+
+    fn path(&self) -> std::path::PathBuf {
+        let name = self.cert.params().distinguished_name.get(&rcgen::DnType::CommonName);
+        let Some(rcgen::DnValue::Utf8String(name)) = name else { panic!("a CA has a name") };
+        self.dir.join(format!("{name}.pem"))
+    }
+
+    /// A certificate for `cn`, valid for 127.0.0.1 and localhost: (cert path, key path).
+    fn leaf(&self, cn: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        let mut params = rcgen::CertificateParams::new(names).unwrap();
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        let (cert_path, key_path) =
+            (self.dir.join(format!("{cn}.pem")), self.dir.join(format!("{cn}.key")));
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        (cert_path, key_path)
+    }
+}
+
+/// Storage nodes with `[tls]` on and client certificates required: a replication client with
+/// the CA and a certificate it signed writes and reads a quorum-2 ledger through them (their
+/// registrations say TLS); a plain-TCP request, a TLS client without a certificate and one with
+/// a certificate of another CA get no answer, and the nodes go on serving the trusted client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_nodes_over_tls_answer_only_trusted_clients() {
+    let Some((etcd, url)) = one_etcd("storage nodes over TLS").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path(), "cluster-ca");
+    let (node_cert, node_key) = ca.leaf("storage-node");
+    let (broker_cert, broker_key) = ca.leaf("broker");
+    let other_ca = TestCa::new(dir.path(), "other-ca");
+    let (stranger_cert, stranger_key) = other_ca.leaf("stranger");
+    let config = dir.path().join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[tls]\nenabled = true\ncert_file = {node_cert:?}\nkey_file = {node_key:?}\n\
+             trust_certs_file = {:?}\nrequire_trusted_client_cert = true\n",
+            ca.path()
+        ),
+    )
+    .unwrap();
+    let cluster = "tls";
+    let config_arg = config.to_str().unwrap();
+    let nodes: Vec<StorageNode> = (0..2)
+        .map(|i| {
+            let dir = dir.path().join(format!("node{i}"));
+            StorageNode::start_with(&url, cluster, &dir, &["--config", config_arg])
+        })
+        .collect();
+
+    let store = Arc::new(
+        EtcdStore::connect(EtcdStoreConfig::new(etcd.endpoints(), cluster)).await.unwrap(),
+    );
+    for node in &nodes {
+        let key = magnetar_model::keys::storage_node(node.id);
+        let value = store.get(&key).await.unwrap().expect("registered");
+        let registration: Registration = serde_json::from_slice(&value.value).unwrap();
+        assert!(registration.tls, "{registration:?}");
+    }
+    let trusted = magnetar_security::tls::client_config(
+        &ca.path(),
+        Some((broker_cert.as_path(), broker_key.as_path())),
+    )
+    .unwrap();
+    let config = ReplicatedConfig {
+        add_timeout: Duration::from_secs(2),
+        tls: Some(Arc::new(trusted)),
+        ..ReplicatedConfig::default()
+    };
+    let ledgers = ReplicatedLedgers::start(store.clone(), config).await.unwrap();
+    let persistence = LedgerMetadata {
+        ensemble_size: 2,
+        write_quorum: 2,
+        ack_quorum: 2,
+        properties: BTreeMap::new(),
+    };
+    let append_all = |ledger: u64, entries: std::ops::Range<u64>| {
+        let ledgers = ledgers.clone();
+        async move {
+            let (acks, mut acked) = mpsc::unbounded_channel();
+            for entry in entries.clone() {
+                let acks = acks.clone();
+                let done = Box::new(move |result| drop(acks.send(result)));
+                ledgers.append(ledger, entry, data(entry), done).unwrap();
+            }
+            for entry in entries {
+                let result = tokio::time::timeout(WAIT, acked.recv()).await.unwrap().unwrap();
+                assert_eq!(result.ok(), Some(entry), "entry {entry} acknowledged over TLS");
+            }
+        }
+    };
+    ledgers.create(1, &persistence).await.unwrap();
+    append_all(1, 0..200).await;
+    let reader = ledgers.clone();
+    let entries =
+        tokio::task::spawn_blocking(move || reader.read(1, 0, 199)).await.unwrap().unwrap();
+    assert!(entries.iter().enumerate().all(|(e, b)| *b == data(e as u64)));
+
+    let lac = || Request::ReadLac { ledger: 1, fence: None };
+    let address = nodes[0].address.clone();
+    let tcp = || async { tokio::net::TcpStream::connect(&address).await.unwrap() };
+    assert_eq!(ask_over(tcp().await, lac()).await, None, "a plain-TCP request is answered");
+    let server_name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    for (who, client_cert) in [
+        ("no certificate", None),
+        ("a certificate of another CA", Some((stranger_cert.as_path(), stranger_key.as_path()))),
+    ] {
+        let config = magnetar_security::tls::client_config(&ca.path(), client_cert).unwrap();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        // TLS 1.3: the client may finish its side before the node checks its certificate;
+        // either the handshake or the request then fails.
+        if let Ok(stream) = connector.connect(server_name.clone(), tcp().await).await {
+            assert_eq!(ask_over(stream, lac()).await, None, "a client with {who} is answered");
+        }
+    }
+    // The nodes go on serving the trusted client, on its open connections and new ones.
+    append_all(1, 200..300).await;
+    ledgers.create(2, &persistence).await.unwrap();
+    append_all(2, 0..10).await;
+    let log = std::fs::read_to_string(&nodes[0].log).unwrap();
+    assert_eq!(log.matches("TLS handshake failed").count(), 3, "{log}");
+
+    // A client without a trust file places nothing on nodes that serve TLS (it cannot reach
+    // them): new ledgers are refused at once, with why.
+    let (_, plain) = client(etcd.endpoints(), cluster).await;
+    assert!(plain.nodes().live().is_empty());
+    let refused = plain.create(3, &persistence).await;
+    assert!(matches!(refused, Err(LedgerError::Unavailable(_))), "{refused:?}");
 }
 
 /// Whatever a peer sends, a node answers with an error or closes that one connection, and

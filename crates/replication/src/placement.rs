@@ -28,6 +28,9 @@ pub struct Registration {
     /// Below its free-disk threshold: it refuses normal adds until space is freed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,
+    /// Its listener speaks TLS (and only TLS): clients connect with TLS or not at all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tls: bool,
 }
 
 impl Registration {

@@ -31,6 +31,10 @@ use thiserror::Error;
 
 use crate::TransportIdentity;
 
+/// The client configuration [`client_config`] builds (rustls'), named here so that callers
+/// need no rustls of their own.
+pub type ClientConfig = rustls::ClientConfig;
+
 /// How long a client has to finish the TLS handshake before its connection is dropped.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -314,6 +318,39 @@ impl ServerTls {
     /// The section it was loaded from.
     pub fn config(&self) -> &TlsConfig {
         &self.config
+    }
+}
+
+/// A rustls client configuration for our own TLS servers other than the broker (a storage
+/// node): servers verified against the PEM CAs of `trust_certs_file`, and, with `client_cert`
+/// (a PEM chain and its key), that certificate presented to servers that ask (mTLS).
+pub fn client_config(
+    trust_certs_file: &Path,
+    client_cert: Option<(&Path, &Path)>,
+) -> Result<rustls::ClientConfig, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    for cert in read_certs(trust_certs_file, "trust_certs_file")? {
+        roots.add(cert).map_err(|e| TlsError::BadTrust {
+            path: trust_certs_file.to_path_buf(),
+            cause: e.to_string(),
+        })?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Rustls(e.to_string()))?
+        .with_root_certificates(roots);
+    match client_cert {
+        None => Ok(builder.with_no_client_auth()),
+        Some((cert_file, key_file)) => {
+            let chain = read_certs(cert_file, "cert_file")?;
+            let key = read_key(key_file)?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| TlsError::KeyMismatch {
+                cert: cert_file.to_path_buf(),
+                key: key_file.to_path_buf(),
+                cause: e.to_string(),
+            })
+        }
     }
 }
 

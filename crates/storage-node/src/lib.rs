@@ -11,6 +11,6 @@ pub mod stats;
 pub mod store;
 
 pub use registration::register;
-pub use server::{serve, GarbageCollection, ServeError};
+pub use server::{serve, GarbageCollection, Listener, ServeError};
 pub use space::DiskSpace;
 pub use stats::NodeStats;

@@ -19,6 +19,7 @@ pub async fn register(
     node: NodeId,
     address: String,
     rack: Option<String>,
+    tls: bool,
     space: Arc<DiskSpace>,
     refresh: Duration,
 ) -> Result<tokio::task::JoinHandle<()>, magnetar_metadata::MetadataError> {
@@ -31,6 +32,7 @@ pub async fn register(
                 free_bytes: space.free(),
                 rack: rack.clone(),
                 read_only: space.is_read_only(),
+                tls,
             };
             Bytes::from(serde_json::to_vec(&info).expect("serializable"))
         }

@@ -11,6 +11,10 @@
 //!
 //! Reads from disk run on the blocking pool and reply from there.
 //!
+//! With TLS ([`Listener::tls`]) each connection's handshake runs on its own task, bounded
+//! (`magnetar_security::tls::accept`), and its answers are written by its writer task (the session's
+//! state is that task's), one hop more than over plain TCP.
+//!
 //! Short of disk (`space.rs`), the node refuses normal adds here, before the core sees them:
 //! the refusal is an error, which never claims durability, so it needs no ordering.
 //!
@@ -31,14 +35,17 @@ use magnetar_replication::message::{ErrorCode, Request, RequestId, Response};
 use magnetar_replication::node::{NodeAction, NodeCore, Peer, Token};
 use magnetar_replication::wire::{self, Message, NodeStatus};
 use magnetar_replication::{LedgerId, NodeId};
+use magnetar_security::tls::{accept, ServerTls};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, AsyncReadExt, WriteHalf};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
 
 /// Bytes of replies waiting for one connection; a client that reads none of them for this
 /// long is cut off.
@@ -95,12 +102,18 @@ pub struct GarbageCollection {
     pub every: Duration,
 }
 
+/// Where a node takes connections: a TCP listener, speaking TLS (and only TLS) with `tls`.
+pub struct Listener {
+    pub tcp: TcpListener,
+    pub tls: Option<Arc<ServerTls>>,
+}
+
 /// Serves the storage protocol on `listener` from `store` until `shutdown` resolves.
 pub async fn serve(
     node: NodeId,
     store: Arc<LedgerStore>,
     space: Arc<DiskSpace>,
-    listener: TcpListener,
+    listener: Listener,
     gc: Option<GarbageCollection>,
     stats: Arc<NodeStats>,
     shutdown: impl Future<Output = ()>,
@@ -192,13 +205,13 @@ async fn collect_garbage(
 }
 
 async fn accept_loop(
-    listener: TcpListener,
+    listener: Listener,
     inputs: mpsc::Sender<Input>,
     stats: Arc<NodeStats>,
 ) -> std::io::Result<()> {
     let mut next_peer: Peer = 0;
     loop {
-        let (stream, address) = match listener.accept().await {
+        let (stream, address) = match listener.tcp.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
                 // Out of file descriptors and the like: wait a little, go on serving the others.
@@ -213,22 +226,54 @@ async fn accept_loop(
         stats.connected();
         let stats = stats.clone();
         let inputs = inputs.clone();
+        let tls = listener.tls.clone();
+        let peer = next_peer;
         tokio::spawn(async move {
-            connection(stream, next_peer, inputs).await;
+            match tls {
+                None => {
+                    let (reader, writer) = stream.into_split();
+                    connection(reader, Outbound::Socket(writer), peer, inputs).await;
+                }
+                Some(tls) => match accept(&tls, stream, &address.to_string()).await {
+                    Some((stream, _identity)) => {
+                        let (reader, writer) = tokio::io::split(stream);
+                        connection(reader, Outbound::Tls(writer), peer, inputs).await;
+                    }
+                    // A plain-text client, an untrusted certificate, a peer that hangs up or
+                    // stalls (the handshake is bounded): nothing of it reaches the node.
+                    None => tracing::warn!(%address, "TLS handshake failed: connection closed"),
+                },
+            }
             stats.disconnected();
         });
     }
 }
 
-async fn connection(stream: TcpStream, peer: Peer, inputs: mpsc::Sender<Input>) {
-    let (mut reader, write_half) = stream.into_split();
+/// A connection's sending half: a plain socket (answers written from the completing thread
+/// when nothing is queued) or a TLS session's (written by the connection's writer task).
+enum Outbound {
+    Socket(OwnedWriteHalf),
+    Tls(WriteHalf<TlsStream<TcpStream>>),
+}
+
+async fn connection(
+    mut reader: impl AsyncRead + Unpin,
+    outbound: Outbound,
+    peer: Peer,
+    inputs: mpsc::Sender<Input>,
+) {
     let writer = Arc::new(DirectWriter::new(OUTBOX_BYTES));
     if inputs.send(Input::Connected { peer, writer: writer.clone() }).await.is_err() {
         return;
     }
     let write = tokio::spawn({
         let writer = writer.clone();
-        async move { writer.run(write_half).await }
+        async move {
+            match outbound {
+                Outbound::Socket(socket) => writer.run(socket).await,
+                Outbound::Tls(stream) => writer.run_stream(stream).await,
+            }
+        }
     });
     let mut buf = BytesMut::with_capacity(64 * 1024);
     'read: loop {
