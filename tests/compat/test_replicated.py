@@ -606,8 +606,9 @@ def test_a_broker_writes_through_storage_nodes_that_serve_tls(tmp_path):
     """Storage nodes with `[tls]` on and client certificates required (their registrations
     say TLS), and a broker with `[ledgers] tls_trust_certs_file`, `tls_cert_file` and
     `tls_key_file`: the official client's messages are acknowledged, written at write quorum 2
-    over TLS, and read back in order, also after the broker restarts (its next process reads the
-    ledger back from the nodes)."""
+    over TLS, also across a node of the ledger SIGKILLed mid-stream (the writer replaces it by
+    the third node, over TLS too), and read back in order, also after the broker restarts (its
+    next process reads the ledgers back from the nodes)."""
     skip_unless_own_magnetar()
     certs = Certs(str(tmp_path / "certs"))
     ca = certs.ca("cluster-ca")
@@ -617,8 +618,8 @@ def test_a_broker_writes_through_storage_nodes_that_serve_tls(tmp_path):
     node_toml.write_text('[tls]\nenabled = true\ncert_file = "%s"\nkey_file = "%s"\n'
                          'trust_certs_file = "%s"\nrequire_trusted_client_cert = true\n'
                          % (node["cert"], node["key"], ca["cert"]))
-    with replicated_cluster(tmp_path, nodes=2, node_args=["--config", str(node_toml)]) as (
-            etcd, _nodes, start_broker):
+    with replicated_cluster(tmp_path, nodes=3, node_args=["--config", str(node_toml)]) as (
+            etcd, nodes, start_broker):
         srv = start_broker("a", 'tls_trust_certs_file = "%s"\ntls_cert_file = "%s"\n'
                                 'tls_key_file = "%s"\n' % (ca["cert"], broker["cert"], broker["key"]))
         topic = unique_topic("tls-nodes")
@@ -628,14 +629,19 @@ def test_a_broker_writes_through_storage_nodes_that_serve_tls(tmp_path):
             consumer = client.subscribe(topic, "all")
             producer = client.create_producer(topic, batching_enabled=False,
                                               send_timeout_millis=30000)
-            for i in range(n):
+            for i in range(n // 2):
+                producer.send(b"%d" % i)
+            ledger, ensemble = data_ledger_ensemble(etcd)
+            assert len(ensemble) == 2, "written at write quorum 2: %s" % ensemble
+            next(node for node in nodes if node.id == ensemble[0]).kill()
+            for i in range(n // 2, n):
                 producer.send(b"%d" % i)
             got = [int(m.data()) for m in receive_n(consumer, n)]
             assert got == list(range(n))
         finally:
             client.close()
-        _ledger, ensemble = data_ledger_ensemble(etcd)
-        assert len(ensemble) == 2, "written at write quorum 2: %s" % ensemble
+        fragments = ledgers_in_etcd(etcd)[ledger]["fragments"]
+        assert len(fragments) >= 2 and ensemble[0] not in fragments[-1]["ensemble"], fragments
         srv.restart(graceful=False)
         client = srv.client()
         try:

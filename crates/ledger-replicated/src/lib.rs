@@ -179,16 +179,22 @@ impl ReplicatedLedgers {
     }
 
     async fn recover(&self, id: LedgerId) -> Result<LedgerMeta, LedgerError> {
-        let meta = recovery::recover(
+        let started = std::time::Instant::now();
+        let result = recovery::recover(
             id,
             self.metadata.clone(),
             self.nodes.clone(),
             self.recovery_config(),
             self.config.tick,
             self.config.recovery_deadline,
-            &self.stats,
         )
-        .await?;
+        .await;
+        let (outcome, written_back) = match &result {
+            Ok(recovered) => (recovered.outcome, recovered.written_back),
+            Err(_) => (stats::RecoveryOutcome::Failed, 0),
+        };
+        self.stats.recovered(outcome, started.elapsed(), written_back);
+        let meta = result?.meta;
         self.closed.lock().insert(id, meta.clone());
         Ok(meta)
     }

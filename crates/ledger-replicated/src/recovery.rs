@@ -3,7 +3,7 @@
 
 use crate::meta::{self, read_meta};
 use crate::nodes::Nodes;
-use crate::stats::{ClientStats, RecoveryOutcome};
+use crate::stats::RecoveryOutcome;
 use magnetar_ledger::LedgerError;
 use magnetar_metadata::MetadataStore;
 use magnetar_replication::message::{RequestId, Response};
@@ -20,7 +20,14 @@ enum Input {
     MetaRead(LedgerMeta, u64),
 }
 
-/// Recovers and closes `ledger`; its closed metadata.
+/// How a recovery ended: the closed metadata, by whom, and the entries it wrote back.
+pub(crate) struct Recovered {
+    pub meta: LedgerMeta,
+    pub outcome: RecoveryOutcome,
+    pub written_back: u64,
+}
+
+/// Recovers and closes `ledger`.
 pub(crate) async fn recover(
     id: LedgerId,
     metadata: Arc<dyn MetadataStore>,
@@ -28,34 +35,12 @@ pub(crate) async fn recover(
     config: RecoveryConfig,
     tick: Duration,
     deadline: Duration,
-    stats: &ClientStats,
-) -> Result<LedgerMeta, LedgerError> {
+) -> Result<Recovered, LedgerError> {
     let started = Instant::now();
-    let mut written_back = 0;
-    let result = run(id, metadata, nodes, config, tick, deadline, started, &mut written_back).await;
-    let outcome = match &result {
-        Ok((_, outcome)) => *outcome,
-        Err(_) => RecoveryOutcome::Failed,
-    };
-    stats.recovered(outcome, started.elapsed(), written_back);
-    result.map(|(meta, _)| meta)
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn run(
-    id: LedgerId,
-    metadata: Arc<dyn MetadataStore>,
-    nodes: Arc<Nodes>,
-    config: RecoveryConfig,
-    tick: Duration,
-    deadline: Duration,
-    started: Instant,
-    written_back: &mut u64,
-) -> Result<(LedgerMeta, RecoveryOutcome), LedgerError> {
     let now_ms = || started.elapsed().as_millis() as u64;
     let (meta, version) = read_meta(&*metadata, id).await?.ok_or(LedgerError::NoSuchLedger(id))?;
     if meta.state == LedgerState::Closed {
-        return Ok((meta, RecoveryOutcome::AlreadyClosed));
+        return Ok(Recovered { meta, outcome: RecoveryOutcome::AlreadyClosed, written_back: 0 });
     }
     let (inputs, mut receiver) = mpsc::unbounded_channel();
     let mut out = Vec::new();
@@ -94,20 +79,21 @@ async fn run(
                     });
                 }
                 RecoveryAction::Done { meta, .. } => {
-                    *written_back = core.written_back();
+                    let written_back = core.written_back();
                     tracing::info!(
                         ledger = id,
                         last_entry = ?meta.last_entry_id,
-                        written_back = *written_back,
+                        written_back,
                         took_ms = started.elapsed().as_millis() as u64,
                         "ledger recovered and closed"
                     );
-                    return Ok((meta, RecoveryOutcome::Closed));
+                    return Ok(Recovered { meta, outcome: RecoveryOutcome::Closed, written_back });
                 }
                 RecoveryAction::Superseded => {
                     let within = deadline - started.elapsed().min(deadline);
                     let meta = wait_closed(&*metadata, id, within).await?;
-                    return Ok((meta, RecoveryOutcome::Superseded));
+                    let outcome = RecoveryOutcome::Superseded;
+                    return Ok(Recovered { meta, outcome, written_back: core.written_back() });
                 }
             }
         }

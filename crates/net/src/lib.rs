@@ -177,29 +177,30 @@ impl DirectWriter {
         self.drain(Sink::Stream(Box::new(stream))).await
     }
 
+    /// Writes what is queued each time a `send`, `flush` or `close` wakes the task (a wake-up
+    /// before the task waits is kept, so none is lost), until the queue is empty. It takes no
+    /// bytes unwoken: frames that `queue` left wait for their flush, as documented, even when
+    /// the task is just starting.
     async fn drain(&self, mut sink: Sink) -> io::Result<()> {
         loop {
-            let batch = {
-                let mut state = self.state.lock();
-                if state.closed {
-                    return Ok(());
-                }
-                if state.queued.is_empty() {
-                    state.writing = false;
-                    None
-                } else {
+            self.wake.notified().await;
+            loop {
+                let batch = {
+                    let mut state = self.state.lock();
+                    if state.closed {
+                        return Ok(());
+                    }
+                    if state.queued.is_empty() {
+                        state.writing = false;
+                        break;
+                    }
                     state.writing = true;
                     let take = state.queued.len().min(WRITE_BATCH);
-                    Some(state.queued.split_to(take))
-                }
-            };
-            match batch {
-                None => self.wake.notified().await,
-                Some(batch) => {
-                    if let Err(e) = sink.write_all(&batch).await {
-                        self.close();
-                        return Err(e);
-                    }
+                    state.queued.split_to(take)
+                };
+                if let Err(e) = sink.write_all(&batch).await {
+                    self.close();
+                    return Err(e);
                 }
             }
         }
@@ -260,7 +261,7 @@ mod tests {
     /// reading (so some are queued behind a partial write) all arrive, whole and in order.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn frames_arrive_in_send_order() {
-        let (client, mut server) = pair().await;
+        let (client, server) = pair().await;
         let writer = Arc::new(DirectWriter::new(256 << 20));
         let frame = |i: u32| {
             let mut f = vec![(i % 251) as u8; 4 + (i as usize * 7919) % 70_000];
@@ -288,8 +289,21 @@ mod tests {
         for i in 10..2_000 {
             expected.extend(frame(i));
         }
+        receive_in_order(server, &expected, sender, &writer, runner).await;
+        assert_eq!(writer.send(b"late"), Err(Closed));
+    }
+
+    /// Reads `expected` from `peer` (bounded), then closes `writer`: its task `runner` ends
+    /// without a write error.
+    async fn receive_in_order(
+        mut peer: impl tokio::io::AsyncRead + Unpin,
+        expected: &[u8],
+        sender: std::thread::JoinHandle<()>,
+        writer: &DirectWriter,
+        runner: tokio::task::JoinHandle<io::Result<()>>,
+    ) {
         let mut received = vec![0; expected.len()];
-        tokio::time::timeout(Duration::from_secs(30), server.read_exact(&mut received))
+        tokio::time::timeout(Duration::from_secs(30), peer.read_exact(&mut received))
             .await
             .expect("everything arrives in time")
             .expect("read");
@@ -301,14 +315,13 @@ mod tests {
             .expect("the writer task ends once closed")
             .expect("joined")
             .expect("no write failed");
-        assert_eq!(writer.send(b"late"), Err(Closed));
     }
 
     /// Into a stream only the writer task writes (TLS), frames sent from other threads, queued
     /// and flushed, all arrive whole and in order.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn frames_into_a_stream_arrive_in_send_order() {
-        let (near, mut far) = tokio::io::duplex(4096); // small: the writer waits for the reader
+        let (near, far) = tokio::io::duplex(4096); // small: the writer waits for the reader
         let writer = Arc::new(DirectWriter::new(64 << 20));
         let runner = tokio::spawn({
             let writer = writer.clone();
@@ -333,19 +346,7 @@ mod tests {
             }
         });
         let expected: Vec<u8> = (0..1_000).flat_map(frame).collect();
-        let mut received = vec![0; expected.len()];
-        tokio::time::timeout(Duration::from_secs(30), far.read_exact(&mut received))
-            .await
-            .expect("everything arrives in time")
-            .expect("read");
-        sender.join().expect("sender");
-        assert!(received == expected, "bytes arrive in the order they were sent");
-        writer.close();
-        tokio::time::timeout(Duration::from_secs(10), runner)
-            .await
-            .expect("the writer task ends once closed")
-            .expect("joined")
-            .expect("no write failed");
+        receive_in_order(far, &expected, sender, &writer, runner).await;
     }
 
     /// A peer that reads nothing is cut off once `limit` bytes wait, instead of the queue
