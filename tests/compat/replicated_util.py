@@ -113,6 +113,13 @@ def ledgers_in_etcd(etcd):
             for key, value in zip(lines[0::2], lines[1::2])}
 
 
+def ledger_ids_allocated_since(etcd, before):
+    """How many ledger ids were taken since the ledger ids `before` were listed: ids come from
+    one cluster-wide counter, and a topic's newest ledger stays, while consumed ledgers may be
+    trimmed (deleted) meanwhile, so the highest id tells what counting the listed ones cannot."""
+    return max(set(ledgers_in_etcd(etcd)) | {-1}) - max(set(before) | {-1})
+
+
 def open_ledgers(etcd):
     open_ = {lid: meta for lid, meta in ledgers_in_etcd(etcd).items() if meta["state"] == "OPEN"}
     return open_

@@ -12,8 +12,8 @@
 //! Reads from disk run on the blocking pool and reply from there.
 //!
 //! With TLS ([`Listener::tls`]) each connection's handshake runs on its own task, bounded
-//! (`magnetar_security::tls::accept`), and its answers are written by its writer task (the session's
-//! state is that task's), one hop more than over plain TCP.
+//! (`magnetar_security::tls::accept`), and its answers are written by its writer task (the
+//! session's state is that task's), one hop more than over plain TCP.
 //!
 //! Short of disk (`space.rs`), the node refuses normal adds here, before the core sees them:
 //! the refusal is an error, which never claims durability, so it needs no ordering.
