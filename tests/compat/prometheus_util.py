@@ -99,6 +99,25 @@ def substitute(expr, values):
     return VAR_RE.sub(repl, expr)
 
 
+def check_template_variables(prom, dashboards, want, values):
+    """Each query variable's `label_values(selector, label)` of `dashboards`, its selector's
+    variables filled from `values`, run through Prometheus: it must list at least `want[name]`.
+    Returns the names of the variables checked."""
+    seen = set()
+    for name, d in dashboards.items():
+        for v in d["templating"]["list"]:
+            if v["type"] != "query":
+                continue
+            query = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
+            m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
+            assert m, (name, query)
+            selector = substitute(m.group(1), values)
+            got = set(prom.api("/api/v1/label/%s/values" % m.group(2), **{"match[]": selector}))
+            assert want[v["name"]] <= got, (name, v["name"], query, got)
+            seen.add(v["name"])
+    return seen
+
+
 def one(value):
     return lambda samples: len(samples) == 1 and samples[0][1] == value
 

@@ -55,10 +55,10 @@ import pytest
 import conftest
 from compat_util import http_request, read_n, receive_n, unique_topic
 from prometheus_util import (ALERTS, POSITIVE, PROMETHEUS_YML, PROMTOOL, STORAGE_NODE_ALERTS,
-                             Prometheus, check_alert_rules, dashboard_targets, iter_panels,
-                             load_dashboards, one, positive, promtool_check_metrics,
-                             promtool_check_rules,
-                             require_prometheus, run_dashboard_queries, scrape_job,
+                             Prometheus, check_alert_rules, check_template_variables,
+                             dashboard_targets, iter_panels, load_dashboards, one, positive,
+                             promtool_check_metrics, promtool_check_rules, require_prometheus,
+                             run_dashboard_queries, scrape_job,
                              split_top_level, substitute)
 
 CLUSTER = "standalone"
@@ -325,19 +325,9 @@ def test_template_variables(stack):
     s = stack
     want = {"cluster": {CLUSTER}, "instance": {s.instance}, "namespace": {NAMESPACE},
             "topic": {s.topic_a, s.topic_b}, "subscription": {SUB_A, SUB_B}}
-    seen = set()
-    for name, d in load_dashboards().items():
-        for v in d["templating"]["list"]:
-            if v["type"] != "query":
-                continue
-            query = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
-            m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", query)
-            selector = substitute(m.group(1), {"cluster": CLUSTER, "instance": ".+",
-                                               "namespace": ".+", "topic": ".+",
-                                               "subscription": ".+"})
-            got = set(s.prom.api("/api/v1/label/%s/values" % m.group(2), **{"match[]": selector}))
-            assert want[v["name"]] <= got, (name, v["name"], query, got)
-            seen.add(v["name"])
+    values = {"cluster": CLUSTER, "instance": ".+", "namespace": ".+", "topic": ".+",
+              "subscription": ".+"}
+    seen = check_template_variables(s.prom, load_dashboards(), want, values)
     assert seen == set(want), seen
 
 

@@ -35,9 +35,9 @@ import pytest
 
 from compat_util import http_request, receive_n, unique_topic
 from prometheus_util import (POSITIVE, STORAGE_NODE_ALERTS, Prometheus, check_alert_rules,
-                             dashboard_targets, load_dashboards, one, positive,
-                             promtool_check_metrics, require_prometheus, run_dashboard_queries,
-                             scrape_job, substitute)
+                             check_template_variables, dashboard_targets, load_dashboards, one,
+                             positive, promtool_check_metrics, require_prometheus,
+                             run_dashboard_queries, scrape_job)
 from replicated_util import CLUSTER, open_ledgers, replicated_cluster, skip_unless_own_magnetar
 
 pytestmark = pytest.mark.restarts_server
@@ -162,15 +162,9 @@ def test_storage_nodes_dashboard_queries(stack):
 def test_storage_nodes_template_variables(stack):
     s = stack
     want = {"cluster": {CLUSTER}, "node": {str(n.id) for n in s.live}}
-    for d in load_dashboards(storage_nodes=True).values():
-        for v in d["templating"]["list"]:
-            if v["type"] != "query":
-                continue
-            query = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
-            selector, label = query[len("label_values("):-1].rsplit(",", 1)
-            selector = substitute(selector, {"cluster": CLUSTER})
-            got = set(s.prom.api("/api/v1/label/%s/values" % label.strip(), **{"match[]": selector}))
-            assert want[v["name"]] <= got, (v["name"], query, got)
+    dashboards = load_dashboards(storage_nodes=True)
+    seen = check_template_variables(s.prom, dashboards, want, {"cluster": CLUSTER})
+    assert seen == set(want), seen
 
 
 def test_storage_node_alert_rules(stack):

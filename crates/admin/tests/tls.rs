@@ -8,30 +8,11 @@ use axum::routing::get;
 use axum::Extension;
 use magnetar_security::tls::{ServerTls, TlsConfig};
 use magnetar_security::TransportIdentity;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-fn ca() -> Ca {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, "test-ca");
-    Ca { cert: params.self_signed(&key).unwrap(), key }
-}
-
-fn leaf(ca: &Ca, cn: &str) -> (String, String) {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    params.distinguished_name.push(DnType::CommonName, cn);
-    (params.signed_by(&key, &ca.cert, &ca.key).unwrap().pem(), key.serialize_pem())
-}
+use magnetar_test_support::tls::TestCa as Ca;
 
 fn router() -> axum::Router {
     axum::Router::new().route(
@@ -80,8 +61,8 @@ async fn https_get(
 #[tokio::test]
 async fn https_requests_carry_the_client_certificate_cn() {
     let dir = tempfile::tempdir().unwrap();
-    let ca = ca();
-    let (cert, key) = leaf(&ca, "server");
+    let ca = Ca::new("test-ca");
+    let (cert, key) = ca.leaf("server");
     let write = |name: &str, text: &str| {
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
@@ -105,7 +86,7 @@ async fn https_requests_carry_the_client_certificate_cn() {
     // A client that opens a connection and never starts the handshake holds no one up.
     let _stalled = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
 
-    let alice = leaf(&ca, "alice");
+    let alice = ca.leaf("alice");
     let response = https_get(port, &ca, Some(&alice)).await.unwrap();
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.ends_with("tls=true cn=alice"), "{response}");

@@ -179,13 +179,8 @@ impl Nodes {
                 connection.encode(request, reply, &mut frames);
                 connection.write(frames);
             }
-            None => self.unanswered(reply),
+            None => unanswered(&self.stats, reply),
         }
-    }
-
-    fn unanswered(&self, reply: Reply) {
-        self.stats.unanswered();
-        reply(None);
     }
 
     /// Sends every request of `sends` (drained), in order per node, with one write per node:
@@ -209,7 +204,7 @@ impl Nodes {
                         connection.write(std::mem::take(frames));
                     }
                 }
-                (_, None, _) => self.unanswered(reply),
+                (_, None, _) => unanswered(&self.stats, reply),
             }
         }
         for (_, connection, frames) in batches {
@@ -241,6 +236,12 @@ impl Nodes {
         connections.insert(node, connection.clone());
         Some(connection)
     }
+}
+
+/// Tells `reply` its request failed unanswered, and counts it.
+fn unanswered(stats: &ClientStats, reply: Reply) {
+    stats.unanswered();
+    reply(None);
 }
 
 /// How a connection to one node is secured, as its registration and this client's
@@ -305,8 +306,7 @@ impl Connection {
         if self.dead.load(Ordering::Acquire) || self.out.send(&frames.bytes).is_err() {
             for id in frames.ids {
                 if let Some(reply) = self.pending.lock().remove(&id) {
-                    self.stats.unanswered();
-                    reply(None);
+                    unanswered(&self.stats, reply);
                 }
             }
         }
@@ -320,8 +320,7 @@ impl Connection {
         self.out.close();
         let pending = std::mem::take(&mut *self.pending.lock());
         for (_, reply) in pending {
-            self.stats.unanswered();
-            reply(None);
+            unanswered(&self.stats, reply);
         }
     }
 

@@ -39,9 +39,8 @@ pub(crate) async fn recover(
     let started = Instant::now();
     let now_ms = || started.elapsed().as_millis() as u64;
     let (meta, version) = read_meta(&*metadata, id).await?.ok_or(LedgerError::NoSuchLedger(id))?;
-    if meta.state == LedgerState::Closed {
-        return Ok(Recovered { meta, outcome: RecoveryOutcome::AlreadyClosed, written_back: 0 });
-    }
+    // The core ends at once for a closed ledger (a graceful hand-over): nothing recovered.
+    let closed_before = meta.state == LedgerState::Closed;
     let (inputs, mut receiver) = mpsc::unbounded_channel();
     let mut out = Vec::new();
     let mut core = Recovery::start(id, meta, version, config, &mut out);
@@ -87,7 +86,11 @@ pub(crate) async fn recover(
                         took_ms = started.elapsed().as_millis() as u64,
                         "ledger recovered and closed"
                     );
-                    return Ok(Recovered { meta, outcome: RecoveryOutcome::Closed, written_back });
+                    let outcome = match closed_before {
+                        true => RecoveryOutcome::AlreadyClosed,
+                        false => RecoveryOutcome::Closed,
+                    };
+                    return Ok(Recovered { meta, outcome, written_back });
                 }
                 RecoveryAction::Superseded => {
                     let within = deadline - started.elapsed().min(deadline);

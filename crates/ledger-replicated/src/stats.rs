@@ -119,13 +119,6 @@ impl ClientStats {
             labels,
             open_ledgers as f64,
         );
-        out.counter(
-            "magnetar_ledger_client_ensemble_changes",
-            "Ensemble changes: a storage node of an open ledger failed and was replaced, the \
-             new fragment recorded in the ledger's metadata (BookKeeper's NUM_ENSEMBLE_CHANGE).",
-            labels,
-            load(&self.ensemble_changes),
-        );
         for (outcome, index) in [
             ("closed", RecoveryOutcome::Closed),
             ("superseded", RecoveryOutcome::Superseded),
@@ -151,31 +144,39 @@ impl ClientStats {
             sum_ms,
             1e3,
         );
-        out.counter(
-            "magnetar_ledger_client_recovery_written_back_entries",
-            "Entries recoveries wrote back to a write quorum (found on fewer nodes).",
-            labels,
-            load(&self.recovered_entries_written_back),
-        );
-        out.counter(
-            "magnetar_ledger_client_speculative_reads",
-            "Entry reads also asked of another replica because the first had not answered \
-             within speculative_read_millis (BookKeeper's SPECULATIVE_READ_COUNT).",
-            labels,
-            load(&self.speculative_reads),
-        );
-        out.counter(
-            "magnetar_ledger_client_read_retries",
-            "Entry reads asked of another replica after an error or a missing entry.",
-            labels,
-            load(&self.read_retries),
-        );
-        out.counter(
-            "magnetar_ledger_client_unanswered_requests",
-            "Requests to storage nodes that failed unanswered: the node's connection failed or \
-             closed, or it was not registered.",
-            labels,
-            load(&self.unanswered_requests),
-        );
+        let counters: [(&'static str, &'static str, &AtomicU64); 5] = [
+            (
+                "magnetar_ledger_client_ensemble_changes",
+                "Ensemble changes: a storage node of an open ledger failed and was replaced, the \
+                 new fragment recorded in the ledger's metadata (BookKeeper's \
+                 NUM_ENSEMBLE_CHANGE).",
+                &self.ensemble_changes,
+            ),
+            (
+                "magnetar_ledger_client_recovery_written_back_entries",
+                "Entries recoveries wrote back to a write quorum (found on fewer nodes).",
+                &self.recovered_entries_written_back,
+            ),
+            (
+                "magnetar_ledger_client_speculative_reads",
+                "Entry reads also asked of another replica because the first had not answered \
+                 within speculative_read_millis (BookKeeper's SPECULATIVE_READ_COUNT).",
+                &self.speculative_reads,
+            ),
+            (
+                "magnetar_ledger_client_read_retries",
+                "Entry reads asked of another replica after an error or a missing entry.",
+                &self.read_retries,
+            ),
+            (
+                "magnetar_ledger_client_unanswered_requests",
+                "Requests to storage nodes that failed unanswered: the node's connection failed \
+                 or closed, or it was not registered.",
+                &self.unanswered_requests,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            out.counter(name, help, labels, load(counter));
+        }
     }
 }

@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +38,7 @@ use magnetar_replication::meta::{LedgerMeta, LedgerState};
 use magnetar_replication::placement::Registration;
 use magnetar_replication::wire::{self, Message};
 use magnetar_replication::NodeId;
+use magnetar_test_support::tls::TestCa;
 use tokio::sync::mpsc;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -394,43 +395,16 @@ async fn ask_over(
     }
 }
 
-/// Test certificates (rcgen): a CA, certificates it signs, written as PEM files into `dir`.
-struct TestCa {
-    cert: rcgen::Certificate,
-    key: rcgen::KeyPair,
-    dir: std::path::PathBuf,
-}
-
-impl TestCa {
-    fn new(dir: &Path, name: &str) -> TestCa {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params.distinguished_name.push(rcgen::DnType::CommonName, name);
-        let cert = params.self_signed(&key).unwrap();
-        std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
-        TestCa { cert, key, dir: dir.to_path_buf() }
-    }
-
-    fn path(&self) -> std::path::PathBuf {
-        let name = self.cert.params().distinguished_name.get(&rcgen::DnType::CommonName);
-        let Some(rcgen::DnValue::Utf8String(name)) = name else { panic!("a CA has a name") };
-        self.dir.join(format!("{name}.pem"))
-    }
-
-    /// A certificate for `cn`, valid for 127.0.0.1 and localhost: (cert path, key path).
-    fn leaf(&self, cn: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
-        let mut params = rcgen::CertificateParams::new(names).unwrap();
-        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
-        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
-        let (cert_path, key_path) =
-            (self.dir.join(format!("{cn}.pem")), self.dir.join(format!("{cn}.key")));
-        std::fs::write(&cert_path, cert.pem()).unwrap();
-        std::fs::write(&key_path, key.serialize_pem()).unwrap();
-        (cert_path, key_path)
-    }
+/// A test CA's certificate, and one it signs for `cn`, written as PEM files into `dir`:
+/// (CA path, certificate path, key path).
+fn tls_files(dir: &Path, ca: &TestCa, ca_name: &str, cn: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let ca_path = dir.join(format!("{ca_name}.pem"));
+    std::fs::write(&ca_path, ca.cert.pem()).unwrap();
+    let (cert, key) = ca.leaf(cn);
+    let (cert_path, key_path) = (dir.join(format!("{cn}.pem")), dir.join(format!("{cn}.key")));
+    std::fs::write(&cert_path, cert).unwrap();
+    std::fs::write(&key_path, key).unwrap();
+    (ca_path, cert_path, key_path)
 }
 
 /// Storage nodes with `[tls]` on and client certificates required: a replication client with
@@ -441,18 +415,16 @@ impl TestCa {
 async fn storage_nodes_over_tls_answer_only_trusted_clients() {
     let Some((etcd, url)) = one_etcd("storage nodes over TLS").await else { return };
     let dir = tempfile::tempdir().unwrap();
-    let ca = TestCa::new(dir.path(), "cluster-ca");
-    let (node_cert, node_key) = ca.leaf("storage-node");
-    let (broker_cert, broker_key) = ca.leaf("broker");
-    let other_ca = TestCa::new(dir.path(), "other-ca");
-    let (stranger_cert, stranger_key) = other_ca.leaf("stranger");
+    let (ca, other_ca) = (TestCa::new("cluster-ca"), TestCa::new("other-ca"));
+    let (ca_path, node_cert, node_key) = tls_files(dir.path(), &ca, "cluster-ca", "storage-node");
+    let (_, broker_cert, broker_key) = tls_files(dir.path(), &ca, "cluster-ca", "broker");
+    let (_, stranger_cert, stranger_key) = tls_files(dir.path(), &other_ca, "other-ca", "stranger");
     let config = dir.path().join("node.toml");
     std::fs::write(
         &config,
         format!(
             "[tls]\nenabled = true\ncert_file = {node_cert:?}\nkey_file = {node_key:?}\n\
-             trust_certs_file = {:?}\nrequire_trusted_client_cert = true\n",
-            ca.path()
+             trust_certs_file = {ca_path:?}\nrequire_trusted_client_cert = true\n"
         ),
     )
     .unwrap();
@@ -475,7 +447,7 @@ async fn storage_nodes_over_tls_answer_only_trusted_clients() {
         assert!(registration.tls, "{registration:?}");
     }
     let trusted = magnetar_security::tls::client_config(
-        &ca.path(),
+        &ca_path,
         Some((broker_cert.as_path(), broker_key.as_path())),
     )
     .unwrap();
@@ -522,7 +494,7 @@ async fn storage_nodes_over_tls_answer_only_trusted_clients() {
         ("no certificate", None),
         ("a certificate of another CA", Some((stranger_cert.as_path(), stranger_key.as_path()))),
     ] {
-        let config = magnetar_security::tls::client_config(&ca.path(), client_cert).unwrap();
+        let config = magnetar_security::tls::client_config(&ca_path, client_cert).unwrap();
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         // TLS 1.3: the client may finish its side before the node checks its certificate;
         // either the handshake or the request then fails.

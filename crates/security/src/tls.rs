@@ -412,32 +412,10 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     use rustls::pki_types::ServerName;
     use std::io::Write;
 
-    struct Ca {
-        cert: rcgen::Certificate,
-        key: KeyPair,
-    }
-
-    fn ca(name: &str) -> Ca {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let cert = params.self_signed(&key).expect("self-signed");
-        Ca { cert, key }
-    }
-
-    /// A certificate for `cn` (SAN localhost) signed by `ca`: (cert PEM, key PEM).
-    fn leaf(ca: &Ca, cn: &str) -> (String, String) {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(vec!["localhost".to_string()]).expect("params");
-        params.distinguished_name.push(DnType::CommonName, cn);
-        let cert = params.signed_by(&key, &ca.cert, &ca.key).expect("signed");
-        (cert.pem(), key.serialize_pem())
-    }
+    use magnetar_test_support::tls::TestCa as Ca;
 
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
         let path = dir.join(name);
@@ -448,7 +426,7 @@ mod tests {
 
     /// An enabled section with a server certificate for localhost signed by `ca`.
     fn config(dir: &Path, ca: &Ca) -> TlsConfig {
-        let (cert, key) = leaf(ca, "server");
+        let (cert, key) = ca.leaf("server");
         TlsConfig {
             enabled: true,
             cert_file: write(dir, "server.pem", &cert),
@@ -558,7 +536,7 @@ mod tests {
     #[test]
     fn bad_files_are_named() {
         let dir = tempfile::tempdir().expect("dir");
-        let ca = ca("ca");
+        let ca = Ca::new("ca");
         let good = config(dir.path(), &ca);
         assert!(ServerTls::load(&good).is_ok());
 
@@ -582,7 +560,7 @@ mod tests {
         let error = ServerTls::load(&no_key).expect_err("no key");
         assert!(matches!(error, TlsError::Empty { what: "key_file", .. }), "{error}");
 
-        let (_, other_key) = leaf(&ca, "other");
+        let (_, other_key) = ca.leaf("other");
         let mismatch =
             TlsConfig { key_file: write(dir.path(), "other.key", &other_key), ..good.clone() };
         let error = ServerTls::load(&mismatch).expect_err("mismatch");
@@ -596,13 +574,13 @@ mod tests {
     #[tokio::test]
     async fn client_certificates_are_verified_and_named() {
         let dir = tempfile::tempdir().expect("dir");
-        let ca = ca("ca");
-        let stranger = self::ca("stranger");
+        let ca = Ca::new("ca");
+        let stranger = Ca::new("stranger");
         let mut config = config(dir.path(), &ca);
         config.trust_certs_file = write(dir.path(), "ca.pem", &ca.cert.pem());
         let server = ServerTls::load(&config).expect("load");
 
-        let (identity, _) = handshake(&server, client_config(&ca, Some(leaf(&ca, "alice")))).await;
+        let (identity, _) = handshake(&server, client_config(&ca, Some(ca.leaf("alice")))).await;
         let identity = identity.expect("trusted client admitted");
         assert_eq!(
             identity,
@@ -613,21 +591,21 @@ mod tests {
         assert_eq!(identity, Some(TransportIdentity { tls: true, client_cert_common_name: None }));
 
         let (identity, _) =
-            handshake(&server, client_config(&ca, Some(leaf(&stranger, "mallory")))).await;
+            handshake(&server, client_config(&ca, Some(stranger.leaf("mallory")))).await;
         assert_eq!(identity, None, "untrusted client certificate refused");
 
         config.require_trusted_client_cert = true;
         let strict = ServerTls::load(&config).expect("load");
         let (identity, _) = handshake(&strict, client_config(&ca, None)).await;
         assert_eq!(identity, None, "no client certificate refused when required");
-        let (identity, _) = handshake(&strict, client_config(&ca, Some(leaf(&ca, "bob")))).await;
+        let (identity, _) = handshake(&strict, client_config(&ca, Some(ca.leaf("bob")))).await;
         assert_eq!(identity.and_then(|i| i.client_cert_common_name).as_deref(), Some("bob"));
     }
 
     #[tokio::test]
     async fn handshake_that_never_finishes_times_out() {
         let dir = tempfile::tempdir().expect("dir");
-        let server = ServerTls::load(&config(dir.path(), &ca("ca"))).expect("load");
+        let server = ServerTls::load(&config(dir.path(), &Ca::new("ca"))).expect("load");
         // (A shorter limit than HANDSHAKE_TIMEOUT, in real time: tokio's paused clock would
         // need its `test-util` feature, which makes `cargo test --workspace` build tokio, and
         // everything above it, a second time for the shipped binary.)
@@ -641,7 +619,7 @@ mod tests {
     #[tokio::test]
     async fn reload_on_change_and_keep_on_bad_file() {
         let dir = tempfile::tempdir().expect("dir");
-        let ca = ca("ca");
+        let ca = Ca::new("ca");
         let mut config = config(dir.path(), &ca);
         config.cert_refresh_check_seconds = 0;
         let server = ServerTls::load(&config).expect("load");
@@ -651,7 +629,7 @@ mod tests {
         let old_der = served.expect("served");
 
         // New certificate and key: the next connection gets them.
-        let (cert, key) = leaf(&ca, "server-2");
+        let (cert, key) = ca.leaf("server-2");
         let later = SystemTime::now() + Duration::from_secs(5);
         for (path, text) in [(&config.cert_file, &cert), (&config.key_file, &key)] {
             std::fs::write(path, text).expect("rewrite");
@@ -685,11 +663,11 @@ mod tests {
     #[test]
     fn refresh_period_bounds_the_looks() {
         let dir = tempfile::tempdir().expect("dir");
-        let ca = ca("ca");
+        let ca = Ca::new("ca");
         let config = config(dir.path(), &ca); // 300 s
         let server = ServerTls::load(&config).expect("load");
         let first = server.current();
-        let (cert, key) = leaf(&ca, "server-2");
+        let (cert, key) = ca.leaf("server-2");
         std::fs::write(&config.cert_file, cert).expect("rewrite");
         std::fs::write(&config.key_file, key).expect("rewrite");
         assert!(Arc::ptr_eq(&first, &server.current()), "not looked at before the period");

@@ -1,6 +1,8 @@
 //! Helpers shared by the workspace's tests. Only ever a dev-dependency (or behind a crate's
 //! `testing` feature).
 
+pub mod tls;
+
 use std::io;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
