@@ -56,7 +56,8 @@ impl ClientStats {
         }
     }
 
-    /// A writer recorded a new fragment (a failed node replaced) in the ledger's metadata.
+    /// A writer recorded a failed node's replacement in the ledger's metadata (a new fragment,
+    /// or the last one's nodes replaced in place).
     pub(crate) fn ensemble_changed(&self) {
         self.ensemble_changes.fetch_add(1, Ordering::Relaxed);
     }
@@ -148,8 +149,9 @@ impl ClientStats {
             (
                 "magnetar_ledger_client_ensemble_changes",
                 "Ensemble changes: a storage node of an open ledger failed and was replaced, the \
-                 new fragment recorded in the ledger's metadata (BookKeeper's \
-                 NUM_ENSEMBLE_CHANGE).",
+                 change recorded in the ledger's metadata (a new fragment, or the last one's \
+                 nodes replaced in place when none of its entries was acknowledged yet; \
+                 BookKeeper's NUM_ENSEMBLE_CHANGE).",
                 &self.ensemble_changes,
             ),
             (

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use magnetar_ledger::{AppendCallback, LedgerError};
 use magnetar_metadata::MetadataStore;
 use magnetar_replication::message::{RequestId, Response};
-use magnetar_replication::meta::LedgerMeta;
+use magnetar_replication::meta::{Fragment, LedgerMeta};
 use magnetar_replication::writer::{WriteError, Writer, WriterAction};
 use magnetar_replication::{EntryId, LedgerId, MetaWrite, NodeId};
 use parking_lot::Mutex;
@@ -208,14 +208,14 @@ impl WriterTask {
             Input::Reply { node, response: None, .. } => self.core.on_node_failed(node, now, out),
             // Only these change the core's metadata: publish it after them, not after every ack.
             Input::MetaWritten(result) => {
-                let fragments = self.core.meta().fragments.len();
+                let last_before = self.core.meta().last_fragment().clone();
                 self.core.on_meta_written(result, now, out);
-                self.publish_meta(fragments);
+                self.publish_meta(&last_before);
             }
             Input::MetaRead(meta, version) => {
-                let fragments = self.core.meta().fragments.len();
+                let last_before = self.core.meta().last_fragment().clone();
                 self.core.on_meta_read(meta, version, now, out);
-                self.publish_meta(fragments);
+                self.publish_meta(&last_before);
             }
             Input::Close(done) => {
                 self.closers.push(done);
@@ -224,11 +224,13 @@ impl WriterTask {
         }
     }
 
-    /// Shows the core's metadata to the rest of the process; a fragment more than `fragments`
-    /// is an ensemble change the store now holds (a failed node replaced).
-    fn publish_meta(&mut self, fragments: usize) {
+    /// Shows the core's metadata to the rest of the process. A last fragment other than
+    /// `last_before` is an ensemble change the store now holds (a failed node replaced): a new
+    /// fragment, or the last one's nodes replaced in place when none of its entries was
+    /// acknowledged yet (as a fresh ledger whose node died before its first add).
+    fn publish_meta(&mut self, last_before: &Fragment) {
         let meta = self.core.meta().clone();
-        if meta.fragments.len() > fragments {
+        if meta.last_fragment() != last_before {
             self.stats.ensemble_changed();
         }
         *self.ledger.meta.lock() = meta;

@@ -178,6 +178,10 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
     };
     ledgers.create(ledger, &persistence).await.unwrap();
     let first_ensemble = stored_meta(&store, ledger).await.fragments[0].ensemble.clone();
+    // A second ledger stays empty until the kill (two 2-node ensembles of 3 nodes share one).
+    let empty = 2;
+    ledgers.create(empty, &persistence).await.unwrap();
+    let empty_ensemble = stored_meta(&store, empty).await.fragments[0].ensemble.clone();
 
     // 3,000 entries, at most 256 unacknowledged; a node of the ensemble is killed after 1,000.
     let total = 3_000u64;
@@ -191,7 +195,10 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
             outcomes.insert(e, result);
         }
         if entry == 1_000 {
-            let victim = nodes.iter_mut().find(|n| first_ensemble.contains(&NodeId(n.id))).unwrap();
+            let in_both = |n: &&mut StorageNode| {
+                first_ensemble.contains(&NodeId(n.id)) && empty_ensemble.contains(&NodeId(n.id))
+            };
+            let victim = nodes.iter_mut().find(in_both).unwrap();
             victim.kill();
             killed = Some(NodeId(victim.id));
         }
@@ -222,6 +229,20 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
     let changes = client_metric(&ledgers, "magnetar_ledger_client_ensemble_changes_total", "");
     assert_eq!(changes, (meta.fragments.len() - 1) as f64, "{meta:?}");
     assert!(client_metric(&ledgers, "magnetar_ledger_client_unanswered_requests_total", "") >= 1.0);
+    assert_eq!(client_metric(&ledgers, "magnetar_ledger_client_open_ledgers", ""), 2.0);
+    // The empty ledger's first add finds the node dead: its one fragment's nodes are replaced
+    // in place (no entry of it was acknowledged), which counts as an ensemble change too.
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    ledgers.append(empty, 0, data(0), Box::new(move |r| drop(tx.send(r)))).unwrap();
+    let result = tokio::time::timeout(WAIT, rx.recv()).await.expect("answered").unwrap();
+    assert_eq!(result.ok(), Some(0), "the empty ledger's first add");
+    let replaced = stored_meta(&store, empty).await;
+    assert_eq!(replaced.fragments.len(), 1, "{replaced:?}");
+    assert!(!replaced.fragments[0].ensemble.contains(&killed.unwrap()), "{replaced:?}");
+    let changes_after =
+        client_metric(&ledgers, "magnetar_ledger_client_ensemble_changes_total", "");
+    assert_eq!(changes_after, changes + 1.0, "{replaced:?}");
+    assert_eq!(tokio::time::timeout(WAIT, ledgers.close(empty)).await.unwrap().unwrap(), 1);
     assert_eq!(client_metric(&ledgers, "magnetar_ledger_client_open_ledgers", ""), 1.0);
     // Registered nodes (the killed one's until its lease expires), none short of disk.
     let writable = client_metric(&ledgers, "magnetar_ledger_client_storage_nodes", "writable");
