@@ -2,6 +2,7 @@
 etcd of the test's own, `magnetar broker` with its ledgers on them, and the ledgers' metadata as
 etcd holds it. Every process is killed by its PID; every wait is bounded."""
 
+import collections
 import contextlib
 import json
 import os
@@ -121,8 +122,17 @@ def ledger_ids_allocated_since(etcd, before):
 
 
 def open_ledgers(etcd):
-    open_ = {lid: meta for lid, meta in ledgers_in_etcd(etcd).items() if meta["state"] == "OPEN"}
-    return open_
+    return {lid: meta for lid, meta in ledgers_in_etcd(etcd).items() if meta["state"] == "OPEN"}
+
+
+def node_most_written_to(etcd, nodes):
+    """Of `nodes`, the one in the most open ledgers' last ensembles (a topic's current ledger,
+    its spare and its cursors' ledgers are open): killing it makes writers replace it, where
+    killing a node no open ledger uses changes nothing. None when no open ledger is listed."""
+    holders = collections.Counter(node for meta in open_ledgers(etcd).values()
+                                  for node in meta["fragments"][-1]["ensemble"])
+    return next((n for node_id, _ in holders.most_common() for n in nodes if n.id == node_id),
+                None)
 
 
 def data_ledger_ensemble(etcd):

@@ -54,9 +54,10 @@ from compat_util import http_request, read_n, receive_n, unique_topic
 from go_runner import BUILD_AND_RUN_TIMEOUT_S, needs_go, run_go_test
 from java_runner import BUILD_AND_RUN_TIMEOUT_S as JAVA_BUILD_AND_RUN_TIMEOUT_S
 from java_runner import needs_java, run_java_tests
+from pulsar_admin import PulsarAdmin, requires_pulsar_admin
 from replicated_util import (COMMAND_TIMEOUT_S, StorageNode, data_ledger_ensemble,
-                             ledger_ids_allocated_since, ledgers_in_etcd, open_ledgers,
-                             replicated_cluster, skip_unless_own_magnetar)
+                             ledger_ids_allocated_since, ledgers_in_etcd, node_most_written_to,
+                             open_ledgers, replicated_cluster, skip_unless_own_magnetar)
 from tls_certs import Certs
 
 pytestmark = pytest.mark.restarts_server
@@ -173,6 +174,13 @@ def _samples(body, name):
             labels, value = line[len(name) + 1:].rsplit("} ", 1)
             out[labels] = float(value)
     return out
+
+
+def _broker_metric(srv, name):
+    """The sum of the samples of `name` on the broker's /metrics."""
+    status, body = http_request("GET", srv.web_url + "/metrics")
+    assert status == 200, body[:200]
+    return sum(_samples(body.decode(), name).values())
 
 
 def test_a_storage_node_s_metrics_read_as_a_bookie_s(cluster):
@@ -329,7 +337,7 @@ def test_nodes_killed_and_frozen_over_and_over_lose_nothing_acknowledged(cluster
                 node = rnd.choice(nodes)
                 pause = rnd.uniform(0.2, 0.8)
                 if rnd.random() < 0.6:
-                    node = _most_written_to(etcd, nodes) or node
+                    node = node_most_written_to(etcd, nodes) or node
                     node.kill()
                     time.sleep(pause)  # the node stays down this long: the fault itself
                     node.restart()
@@ -362,28 +370,11 @@ def test_nodes_killed_and_frozen_over_and_over_lose_nothing_acknowledged(cluster
     finally:
         client.close()
         test_over.set()
-    changes = _broker_counter(srv, "magnetar_ledger_client_ensemble_changes_total")
+    changes = _broker_metric(srv, "magnetar_ledger_client_ensemble_changes_total")
     assert changes >= 1, "seed %d: no ensemble change after %s" % (seed, actions)
     fragments = [meta for meta in ledgers_in_etcd(etcd).values() if len(meta["fragments"]) > 1]
     print("seed %d: %d messages, %d faults %s, %d ensemble changes, %d ledgers with fragments"
           % (seed, n, len(actions), actions, changes, len(fragments)))
-
-
-def _most_written_to(etcd, nodes):
-    """The node in the most open ledgers' ensembles (the topic's current ledger, its spare and
-    the cursor's ledger are open), None when no open ledger is listed."""
-    holders = collections.Counter(node for meta in open_ledgers(etcd).values()
-                                  for node in meta["fragments"][-1]["ensemble"])
-    ranked = [node_id for node_id, _ in holders.most_common()]
-    return next((n for node_id in ranked for n in nodes if n.id == node_id), None)
-
-
-def _broker_counter(srv, name):
-    """The sum of a counter's series on the broker's /metrics (0 when it has none)."""
-    status, body = http_request("GET", srv.web_url + "/metrics")
-    assert status == 200, body[:200]
-    return sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
 
 
 def test_a_broker_killed_again_and_again_loses_nothing_acknowledged(cluster):
@@ -623,6 +614,77 @@ def test_a_namespace_persistence_policy_picks_the_quorums_of_new_ledgers(cluster
     for meta in new.values():
         assert (meta["write_quorum"], meta["ack_quorum"]) == (3, 2), meta
         assert len(meta["fragments"][0]["ensemble"]) == 3, meta
+
+
+def _new_topic_ensembles(srv, etcd):
+    """Opens a new topic (a producer, a subscription, one message) and returns the ensembles
+    of the ledgers that took: its data ledger, the spare made ready beside it, the cursor's."""
+    before = set(ledgers_in_etcd(etcd))
+    client = srv.client()
+    try:
+        topic = unique_topic("racks")
+        consumer = client.subscribe(topic, "sub")
+        client.create_producer(topic, batching_enabled=False).send(b"placed")
+        assert receive_n(consumer, 1)[0].data() == b"placed"
+    finally:
+        client.close()
+    new = {lid: meta for lid, meta in ledgers_in_etcd(etcd).items() if lid not in before}
+    assert new, "the topic's ledgers are in etcd"
+    return [meta["fragments"][-1]["ensemble"] for meta in new.values()]
+
+
+@requires_pulsar_admin
+def test_pulsar_admin_bookies_lists_the_nodes_and_their_racks_spread_new_ledgers(cluster):
+    """`pulsar-admin bookies`: list-bookies shows the registered storage nodes; racks set with
+    set-bookie-rack read back with get-bookie-rack and racks-placement, and the broker places
+    every new ledger's copies on different racks (the node placement used least before, alone
+    on its rack, is now in every new ensemble); delete-bookie-rack removes one; bad racks are refused."""
+    etcd, nodes, start_broker = cluster
+    srv = start_broker("a")
+    admin = PulsarAdmin(srv.web_url)
+    listed = json.loads(admin("bookies", "list-bookies"))
+    assert sorted(b["bookieId"] for b in listed["bookies"]) == sorted(n.address for n in nodes)
+    assert json.loads(admin("bookies", "racks-placement")) == {}, "no racks assigned yet"
+
+    # The node placement used least so far (by free disk, ties to the lower id: usually one
+    # no ledger got) goes alone on a rack of its own.
+    used = collections.Counter(node for ensemble in _new_topic_ensembles(srv, etcd)
+                               for node in ensemble)
+    alone = min(nodes, key=lambda n: (used[n.id], n.id))
+    together = [n for n in nodes if n is not alone]
+    for node in together:
+        admin("bookies", "set-bookie-rack", "-b", node.address, "-r", "/rack-1")
+    admin("bookies", "set-bookie-rack", "-b", alone.address, "-r", "rack-2", "-g", "edge",
+          "--hostname", "127.0.0.1")
+    assert json.loads(admin("bookies", "get-bookie-rack", "-b", alone.address)) == {
+        "rack": "rack-2", "hostname": "127.0.0.1"}
+    assert json.loads(admin("bookies", "racks-placement")) == {
+        "default": {n.address: {"rack": "/rack-1"} for n in together},
+        "edge": {alone.address: {"rack": "rack-2", "hostname": "127.0.0.1"}}}
+
+    deadline = time.monotonic() + COMMAND_TIMEOUT_S
+    while _broker_metric(srv, "magnetar_ledger_client_storage_node_racks") != 2:
+        assert time.monotonic() < deadline, "the broker never saw the two racks"
+        time.sleep(0.05)  # another process applies its watch: nothing to await here
+    for ensemble in _new_topic_ensembles(srv, etcd):
+        assert alone.id in ensemble, "a copy on each rack: %s, alone %d" % (ensemble, alone.id)
+
+    admin("bookies", "delete-bookie-rack", "-b", alone.address)
+    gone = admin.run("bookies", "get-bookie-rack", "-b", alone.address)
+    assert gone.returncode != 0 and "not found" in (gone.stdout + gone.stderr).lower(), gone
+    for rack in ["/region-1/rack-1", "/"]:
+        refused = admin.run("bookies", "set-bookie-rack", "-b", alone.address, "-r", rack)
+        assert refused.returncode != 0, (rack, refused)
+    status, body = http_request("POST", srv.web_url + "/admin/v2/bookies/racks-info/h:1",
+                                json.dumps({"rack": "r"}))
+    assert status == 412 and b"group" in body, (status, body)
+    status, body = http_request("POST", srv.web_url +
+                                "/admin/v2/bookies/racks-info/h:1?group=g", "{not json")
+    assert status == 400, (status, body)
+    status, body = http_request("POST", srv.web_url +
+                                "/admin/v2/bookies/racks-info/h:1?group=g",
+                                json.dumps({"rack": "/a/b"}))
+    assert status == 412 and b"slash" in body, (status, body)
 
 
 def test_a_broker_writes_through_storage_nodes_that_serve_tls(tmp_path):

@@ -41,7 +41,6 @@ pub mod housekeeping;
 pub mod key_shared;
 pub mod ledger_ids;
 pub mod limits;
-pub mod log_limit;
 pub mod managed_ledger;
 pub mod metrics;
 pub mod non_persistent;

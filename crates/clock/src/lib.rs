@@ -4,6 +4,11 @@
 //!
 //! Two readings, as the standard library has: wall-clock milliseconds (publish times, ages that
 //! survive a restart) and a monotonic [`Instant`] (timeouts, batching windows, tick schedules).
+//!
+//! Beside it, [`log_limit`]: log lines a peer can trigger, limited per call site by clock
+//! readings.
+
+pub mod log_limit;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;

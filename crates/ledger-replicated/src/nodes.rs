@@ -13,9 +13,10 @@
 use crate::stats::ClientStats;
 use bytes::BytesMut;
 use magnetar_metadata::{Event, EventKind, MetadataError, MetadataStore, WatchEvent, WatchStream};
+use magnetar_model::storage_nodes::{StorageNodeRacks, StorageNodeRegistration as Registration};
 use magnetar_net::DirectWriter;
 use magnetar_replication::message::{Request, Response};
-use magnetar_replication::placement::{NodeInfo, Registration};
+use magnetar_replication::placement::NodeInfo;
 use magnetar_replication::wire::{self, Message};
 use magnetar_replication::NodeId;
 use parking_lot::{Mutex, RwLock};
@@ -39,6 +40,8 @@ pub type Reply = Box<dyn FnOnce(Option<Response>) + Send>;
 pub struct Nodes {
     metadata: Arc<dyn MetadataStore>,
     live: RwLock<BTreeMap<NodeId, Registration>>,
+    /// The operator's rack assignments (`pulsar-admin bookies set-bookie-rack`), by address.
+    racks: RwLock<StorageNodeRacks>,
     connections: Mutex<BTreeMap<NodeId, Arc<Connection>>>,
     connect_timeout: Duration,
     /// TLS to the nodes that serve it (None: such nodes cannot be reached).
@@ -56,6 +59,7 @@ impl Nodes {
         Arc::new(Nodes {
             metadata,
             live: RwLock::new(BTreeMap::new()),
+            racks: RwLock::new(StorageNodeRacks::default()),
             connections: Mutex::new(BTreeMap::new()),
             connect_timeout,
             tls,
@@ -63,8 +67,9 @@ impl Nodes {
         })
     }
 
-    /// Reads the registrations now.
+    /// Reads the registrations and the rack assignments now.
     pub async fn refresh(&self) -> Result<(), magnetar_metadata::MetadataError> {
+        self.refresh_racks().await?;
         let root = magnetar_model::keys::STORAGE_NODES_ROOT;
         let mut live = BTreeMap::new();
         for child in self.metadata.list_children(root).await? {
@@ -78,6 +83,24 @@ impl Nodes {
             }
         }
         *self.live.write() = live;
+        Ok(())
+    }
+
+    /// Reads the operator's rack assignments now (none stored: none assigned). A document
+    /// that does not parse is reported and the previous assignments kept.
+    async fn refresh_racks(&self) -> Result<(), magnetar_metadata::MetadataError> {
+        let stored = self.metadata.get(magnetar_model::keys::STORAGE_NODE_RACKS).await?;
+        let racks = match stored {
+            None => StorageNodeRacks::default(),
+            Some(value) => match serde_json::from_slice(&value.value) {
+                Ok(racks) => racks,
+                Err(e) => {
+                    tracing::warn!(error = %e, "unreadable rack assignments; keeping the last");
+                    return Ok(());
+                }
+            },
+        };
+        *self.racks.write() = racks;
         Ok(())
     }
 
@@ -105,26 +128,31 @@ impl Nodes {
         Ok(())
     }
 
-    /// Keeps the registrations current until the returned task is aborted: a change is
-    /// applied as soon as a watch reports it (a node registering to replace a failed or full
-    /// one is placed at once, not at the next period: writers that need a replacement then
-    /// find it), and everything is re-read every `period` anyway and after a lagging or lost
+    /// Keeps the registrations and rack assignments current until the returned task is
+    /// aborted: a change is applied as soon as a watch reports it (a node registering to
+    /// replace a failed or full one is placed at once, not at the next period: writers that
+    /// need a replacement then find it; a rack the operator assigns counts for the next
+    /// placement), and everything is re-read every `period` anyway and after a lagging or lost
     /// watch.
     pub fn refresh_every(self: &Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
         let nodes = Arc::downgrade(self);
         let metadata = self.metadata.clone();
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(period);
+            let registrations = format!("{}/", magnetar_model::keys::STORAGE_NODES_ROOT);
             let mut watch: Option<WatchStream> = None;
-            let mut polling = false; // warned that the watch is down: once per streak
+            let mut racks_watch: Option<WatchStream> = None;
+            let mut polling = false; // warned that a watch is down: once per streak
             loop {
-                if watch.is_none() {
-                    let prefix = format!("{}/", magnetar_model::keys::STORAGE_NODES_ROOT);
-                    match metadata.watch(&prefix).await {
-                        Ok(stream) => {
-                            watch = Some(stream);
-                            polling = false;
-                        }
+                for (stream, prefix) in [
+                    (&mut watch, registrations.as_str()),
+                    (&mut racks_watch, magnetar_model::keys::STORAGE_NODE_RACKS),
+                ] {
+                    if stream.is_some() {
+                        continue;
+                    }
+                    match metadata.watch(prefix).await {
+                        Ok(opened) => *stream = Some(opened),
                         Err(MetadataError::Closed) => return, // shutting down
                         Err(e) if !polling => {
                             polling = true;
@@ -133,21 +161,32 @@ impl Nodes {
                         Err(_) => {}
                     }
                 }
+                if watch.is_some() && racks_watch.is_some() {
+                    polling = false;
+                }
                 let change = tokio::select! {
-                    _ = ticks.tick() => None,
+                    _ = ticks.tick() => Change::All,
                     event = next_event(&mut watch) => match event {
-                        Some(WatchEvent::Changed(event)) => Some(event),
-                        Some(WatchEvent::Lagged) => None, // re-read everything
+                        Some(WatchEvent::Changed(event)) => Change::Registration(event),
+                        Some(WatchEvent::Lagged) => Change::All, // re-read everything
                         None => {
                             watch = None; // the stream ended: set up another, re-read now
-                            None
+                            Change::All
+                        }
+                    },
+                    event = next_event(&mut racks_watch) => match event {
+                        Some(WatchEvent::Changed(_)) | Some(WatchEvent::Lagged) => Change::Racks,
+                        None => {
+                            racks_watch = None;
+                            Change::All
                         }
                     },
                 };
                 let Some(nodes) = nodes.upgrade() else { return };
                 let refreshed = match &change {
-                    Some(event) => nodes.apply(event).await,
-                    None => nodes.refresh().await,
+                    Change::Registration(event) => nodes.apply(event).await,
+                    Change::Racks => nodes.refresh_racks().await,
+                    Change::All => nodes.refresh().await,
                 };
                 match refreshed {
                     Ok(()) | Err(MetadataError::Closed) => {}
@@ -163,11 +202,12 @@ impl Nodes {
     /// trust file), for placing ledgers and replacing failed nodes.
     pub fn live(&self) -> Vec<NodeInfo> {
         let reachable = |r: &Registration| !r.tls || self.tls.is_some();
+        let racks = self.racks.read();
         self.live
             .read()
             .iter()
             .filter(|(_, r)| reachable(r))
-            .map(|(&id, r)| r.node_info(id))
+            .map(|(&id, r)| NodeInfo::new(id, r, racks.rack_of(&r.address)))
             .collect()
     }
 
@@ -421,6 +461,13 @@ fn parse_registration(id: u64, value: &[u8]) -> Option<Registration> {
             None
         }
     }
+}
+
+/// What the refresher re-reads.
+enum Change {
+    Registration(Event),
+    Racks,
+    All,
 }
 
 /// The next item of `watch`; never, without one (the period's tick drives the loop then).

@@ -107,6 +107,18 @@ impl ClientStats {
                 count as f64,
             );
         }
+        let mut racks: Vec<&str> =
+            live.iter().filter(|n| !n.read_only).filter_map(|n| n.rack.as_deref()).collect();
+        racks.sort_unstable();
+        racks.dedup();
+        out.gauge(
+            "magnetar_ledger_client_storage_node_racks",
+            "Racks among the writable storage nodes this broker can write to (the operator's \
+             assignments, else the nodes' own labels; 0 when none is labelled): fewer than a \
+             ledger's write quorum and its copies cannot all be on different racks.",
+            labels,
+            racks.len() as f64,
+        );
         out.gauge(
             "magnetar_ledger_client_default_write_quorum",
             "Write quorum of new ledgers where no namespace persistence policy names one: \

@@ -223,6 +223,9 @@ pub fn broker(advertised_host: &str, web_port: u16) -> String {
 
 /// Parent of every storage node registration (ephemeral keys; children are node ids).
 pub const STORAGE_NODES_ROOT: &str = "/storage-nodes";
+/// The operator's rack assignments of storage nodes ([`crate::storage_nodes::StorageNodeRacks`],
+/// one JSON document; Pulsar's `/bookies`).
+pub const STORAGE_NODE_RACKS: &str = "/storage-node-racks";
 /// Parent of every replicated ledger's metadata.
 pub const LEDGERS_ROOT: &str = "/ledgers";
 

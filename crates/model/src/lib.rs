@@ -10,6 +10,7 @@
 //! - [`policy`]: namespace and topic policies (retention, TTL, backlog quotas, limits, rates)
 //!   and how they layer into what a topic obeys.
 //! - [`schema`]: schema histories and the compatibility rules deciding what may join them.
+//! - [`storage_nodes`]: storage node registrations and the operator's rack assignments.
 //!
 //! Pure: no I/O, no async, no clock (callers pass times in).
 
@@ -18,6 +19,7 @@ pub mod names;
 pub mod policies;
 pub mod policy;
 pub mod schema;
+pub mod storage_nodes;
 
 pub use names::{NameError, NamespaceName, TopicDomain, TopicName};
 pub use policies::{BrokerRegistration, ClusterData, PartitionedTopicMetadata, TenantInfo};

@@ -4,6 +4,7 @@
 //! deterministic.
 
 use crate::NodeId;
+use magnetar_model::storage_nodes::StorageNodeRegistration;
 
 /// A live storage node as its registration describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,30 +17,20 @@ pub struct NodeInfo {
     pub read_only: bool,
 }
 
-/// What a storage node writes at `/storage-nodes/{id}` (ephemeral, JSON).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Registration {
-    /// `host:port` of its storage protocol listener.
-    pub address: String,
-    pub free_bytes: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rack: Option<String>,
-    /// Below its free-disk threshold: it refuses normal adds until space is freed.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub read_only: bool,
-    /// Its listener speaks TLS (and only TLS): clients connect with TLS or not at all.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub tls: bool,
-}
-
-impl Registration {
-    pub fn node_info(&self, id: NodeId) -> NodeInfo {
+impl NodeInfo {
+    /// A registered node as placement sees it; `assigned_rack` (the operator's, by address)
+    /// wins over the rack label of the node's own configuration.
+    pub fn new(
+        id: NodeId,
+        registration: &StorageNodeRegistration,
+        assigned_rack: Option<&str>,
+    ) -> NodeInfo {
+        let own_rack = registration.rack.as_deref().map(|r| r.trim_matches('/'));
         NodeInfo {
             id,
-            free_bytes: self.free_bytes,
-            rack: self.rack.clone(),
-            read_only: self.read_only,
+            free_bytes: registration.free_bytes,
+            rack: assigned_rack.or(own_rack).filter(|r| !r.is_empty()).map(str::to_string),
+            read_only: registration.read_only,
         }
     }
 }
@@ -115,13 +106,18 @@ mod tests {
     }
 
     #[test]
-    fn registrations_read_without_the_read_only_field_are_writable() {
-        let old: Registration =
-            serde_json::from_str(r#"{"address":"h:1","freeBytes":5}"#).expect("parses");
-        assert!(!old.read_only);
-        let full = Registration { read_only: true, ..old.clone() };
-        let text = serde_json::to_string(&full).expect("serializes");
-        assert!(text.contains(r#""readOnly":true"#), "{text}");
-        assert!(!serde_json::to_string(&old).expect("serializes").contains("readOnly"));
+    fn the_operators_rack_wins_over_the_nodes_own() {
+        let registration = StorageNodeRegistration {
+            address: "h:1".to_string(),
+            free_bytes: 5,
+            rack: Some("/own/".to_string()),
+            read_only: false,
+            tls: false,
+        };
+        assert_eq!(NodeInfo::new(NodeId(1), &registration, None).rack.as_deref(), Some("own"));
+        let assigned = NodeInfo::new(NodeId(1), &registration, Some("r9"));
+        assert_eq!(assigned.rack.as_deref(), Some("r9"));
+        let unlabelled = StorageNodeRegistration { rack: Some("/".to_string()), ..registration };
+        assert_eq!(NodeInfo::new(NodeId(1), &unlabelled, None).rack, None);
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::space::DiskSpace;
-use magnetar_replication::placement::Registration;
+use magnetar_model::storage_nodes::StorageNodeRegistration;
 
 /// Writes the registration now (an error if that fails), then keeps it current in a task
 /// that ends when the store closes.
@@ -27,7 +27,7 @@ pub async fn register(
     let document = {
         let space = space.clone();
         move || {
-            let info = Registration {
+            let info = StorageNodeRegistration {
                 address: address.clone(),
                 free_bytes: space.free(),
                 rack: rack.clone(),

@@ -28,6 +28,7 @@ use crate::space::DiskSpace;
 use crate::stats::{NodeStats, Op};
 use crate::store::{read_local, Completion, CompletionSink, NodeStorage};
 use bytes::BytesMut;
+use magnetar_clock::{warn_limited, Clock, SystemClock};
 use magnetar_ledger::LedgerStore;
 use magnetar_metadata::MetadataStore;
 use magnetar_net::{Closed, DirectWriter};
@@ -204,6 +205,12 @@ async fn collect_garbage(
     }
 }
 
+/// The clock reading rate-limited log lines are spaced by (what peers can trigger at will:
+/// failed handshakes, bad frames, unread replies).
+fn clock_ms() -> u64 {
+    SystemClock.now_ms()
+}
+
 async fn accept_loop(
     listener: Listener,
     inputs: mpsc::Sender<Input>,
@@ -241,7 +248,11 @@ async fn accept_loop(
                     }
                     // A plain-text client, an untrusted certificate, a peer that hangs up or
                     // stalls (the handshake is bounded): nothing of it reaches the node.
-                    None => tracing::warn!(%address, "TLS handshake failed: connection closed"),
+                    None => warn_limited!(
+                        clock_ms(),
+                        %address,
+                        "TLS handshake failed: connection closed"
+                    ),
                 },
             }
             stats.disconnected();
@@ -293,7 +304,8 @@ async fn connection(
                             // A node's answer sent to a node: a confused or hostile peer. Closed
                             // here, where both halves of the connection are (the node task holds
                             // only the writer: closing that left the peer on an open socket).
-                            tracing::warn!(
+                            warn_limited!(
+                                clock_ms(),
                                 peer,
                                 "closing a connection that sent a response to a node"
                             );
@@ -306,7 +318,12 @@ async fn connection(
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::warn!(peer, error = %e, "closing a connection that sent a bad frame");
+                    warn_limited!(
+                        clock_ms(),
+                        peer,
+                        error = %e,
+                        "closing a connection that sent a bad frame"
+                    );
                     break 'read;
                 }
             }
@@ -400,7 +417,7 @@ impl State {
         let mut frame = BytesMut::new();
         wire::encode(request, message, &mut frame);
         if write(writer, &frame).is_err() {
-            tracing::warn!(peer, "cutting off a client that does not read its replies");
+            warn_limited!(clock_ms(), peer, "cutting off a client that does not read its replies");
             self.peers.remove(&peer);
             return None;
         }

@@ -9,6 +9,7 @@
 //! Invariant: no handler panics or unwraps request input; every failure is an
 //! [`AdminError`] rendered as `{"reason": …}` with Pulsar's status code.
 
+mod bookies;
 mod broker;
 mod console;
 mod expiry;
@@ -58,6 +59,12 @@ pub(crate) fn build(state: AdminState) -> Router {
         )
         .route("/admin/v2/brokers/internal-configuration", get(broker::internal_configuration))
         .route("/admin/v2/brokers/{cluster}", get(broker::list_brokers))
+        .route("/admin/v2/bookies/all", get(bookies::list_all))
+        .route("/admin/v2/bookies/racks-info", get(bookies::racks))
+        .route(
+            "/admin/v2/bookies/racks-info/{bookie}",
+            get(bookies::get_rack).post(bookies::set_rack).delete(bookies::delete_rack),
+        )
         .route("/admin/v2/broker-stats/topics", get(broker::empty_stats_object))
         .route("/admin/v2/broker-stats/bookieops", get(broker::empty_stats_object))
         .route("/admin/v2/broker-stats/metrics", get(broker::empty_stats_list))

@@ -82,7 +82,7 @@ impl Connection {
             Err(error) => {
                 let method = method.unwrap_or("none").chars().take(32).collect::<String>();
                 let now_ms = self.service.ledgers.clock.now_ms();
-                crate::warn_limited!(now_ms, peer = %self.peer, %method, %error,
+                magnetar_clock::warn_limited!(now_ms, peer = %self.peer, %method, %error,
                     "authentication failed");
                 self.refuse_auth(&error.to_string());
                 Err(format!("authentication failed: {error}"))
@@ -175,7 +175,7 @@ impl Connection {
                 Ok(())
             }
             Err(error) => {
-                crate::warn_limited!(now_ms, peer = %self.peer, %error,
+                magnetar_clock::warn_limited!(now_ms, peer = %self.peer, %error,
                     "authentication refresh failed");
                 self.refuse_auth(&error.to_string());
                 Err(format!("authentication refresh failed: {error}"))

@@ -350,7 +350,7 @@ async fn serve_stream<R, W>(
                 Err(error) => {
                     if !connection.handle_frame_error(&error) {
                         let now_ms = connection.service.ledgers.clock.now_ms();
-                        crate::warn_limited!(now_ms, peer = %connection.peer, %error,
+                        magnetar_clock::warn_limited!(now_ms, peer = %connection.peer, %error,
                             "bad frame; closing connection");
                         break 'connection;
                     }

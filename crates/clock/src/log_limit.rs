@@ -1,6 +1,7 @@
-//! Rate-limited log lines: what a client can trigger at will (malformed frames, say) is
-//! logged at most once per interval per call site, with the number of lines left out since,
-//! so a misbehaving client cannot flood the log.
+//! Rate-limited log lines: what a peer can trigger at will (malformed frames, bad credentials,
+//! failed TLS handshakes) is logged at most once per interval per call site, with the number of
+//! lines left out since, so a misbehaving peer cannot flood the log. The broker and the storage
+//! node both use it; the caller passes a clock reading, so tests drive it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -37,7 +38,8 @@ impl LogLimiter {
 }
 
 /// `tracing::warn!` at most once a second from this call site, with `suppressed` = lines left
-/// out since: `warn_limited!(clock_ms, peer = %peer, "message")`.
+/// out since: `warn_limited!(clock_ms, peer = %peer, "message")`. The calling crate depends
+/// on `tracing`.
 #[macro_export]
 macro_rules! warn_limited {
     ($now_ms:expr, $($arg:tt)+) => {{

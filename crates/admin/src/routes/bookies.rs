@@ -1,0 +1,138 @@
+//! Storage nodes in Pulsar's bookies API (`pulsar-admin bookies …`, super-user only, as every
+//! route authorization does not list):
+//!
+//! - `GET /admin/v2/bookies/all`: the registered storage nodes, `{"bookies": [{"bookieId":
+//!   "host:port"}]}` (Pulsar lists every bookie with a cookie; a storage node is listed while
+//!   its registration lives: running, or killed and its lease not yet expired).
+//! - `GET /admin/v2/bookies/racks-info`: the operator's rack assignments, group -> address ->
+//!   `{"rack", "hostname"}` (`{}` for none).
+//! - `GET|DELETE /admin/v2/bookies/racks-info/{bookie}`: one node's assignment; 404 when it
+//!   has none. `POST …?group=G` with a `BookieInfo` body assigns it (412 without a group or
+//!   with a rack of more than one level, as Pulsar's rack-aware placement requires).
+//!
+//! Assignments are kept at `/storage-node-racks` by compare-and-set; brokers writing to
+//! storage nodes watch it, and their next placement puts a ledger's copies on different racks
+//! (the assignment wins over a node's own `rack` setting). Addresses are taken verbatim and
+//! need not be registered (Pulsar accepts racks for bookies to come).
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{StatusCode, Uri};
+use axum::Json;
+use magnetar_metadata::{ExpectedVersion, MetadataError};
+use magnetar_model::keys;
+use magnetar_model::storage_nodes::{
+    validate_rack, RackInfo, StorageNodeRacks, StorageNodeRegistration,
+};
+use serde_json::{json, Value};
+
+use super::{body_bytes, get_json, query_param, to_json_bytes, PathSegments};
+use crate::error::AdminError;
+use crate::AdminState;
+
+/// `GET /admin/v2/bookies/all`.
+pub(crate) async fn list_all(State(state): State<AdminState>) -> Result<Json<Value>, AdminError> {
+    let mut addresses = Vec::new();
+    for child in state.store.list_children(keys::STORAGE_NODES_ROOT).await? {
+        let Ok(id) = child.parse::<u64>() else { continue };
+        let Some(stored) = state.store.get(&keys::storage_node(id)).await? else {
+            continue; // its lease ended since the listing
+        };
+        match serde_json::from_slice::<StorageNodeRegistration>(&stored.value) {
+            Ok(registration) => addresses.push(registration.address),
+            Err(e) => tracing::warn!(node = id, error = %e, "unreadable storage node registration"),
+        }
+    }
+    addresses.sort();
+    let bookies: Vec<Value> = addresses.into_iter().map(|a| json!({ "bookieId": a })).collect();
+    Ok(Json(json!({ "bookies": bookies })))
+}
+
+/// `GET /admin/v2/bookies/racks-info`.
+pub(crate) async fn racks(
+    State(state): State<AdminState>,
+) -> Result<Json<StorageNodeRacks>, AdminError> {
+    Ok(Json(load(&state).await?.0))
+}
+
+/// `GET /admin/v2/bookies/racks-info/{bookie}`.
+pub(crate) async fn get_rack(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<RackInfo>, AdminError> {
+    let address = bookie(&uri)?;
+    let (racks, _) = load(&state).await?;
+    racks.get(&address).cloned().map(Json).ok_or_else(|| not_found(&address))
+}
+
+/// `DELETE /admin/v2/bookies/racks-info/{bookie}`: 204, or 404 when it had no assignment.
+pub(crate) async fn delete_rack(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    let address = bookie(&uri)?;
+    update(&state, |racks| racks.remove(&address).then_some(()).ok_or_else(|| not_found(&address)))
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /admin/v2/bookies/racks-info/{bookie}?group=G` with `{"rack", "hostname"}`: 204.
+pub(crate) async fn set_rack(
+    State(state): State<AdminState>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, AdminError> {
+    let address = bookie(&uri)?;
+    let group = query_param(&uri, "group").filter(|g| !g.is_empty()).ok_or_else(|| {
+        AdminError::PreconditionFailed("Bookie 'group' parameters is missing".to_string())
+    })?;
+    let info: RackInfo = serde_json::from_slice(&body_bytes(body)?).map_err(|e| {
+        AdminError::BadRequest(format!("Invalid bookie info: expected {{\"rack\": …}}: {e}"))
+    })?;
+    let rack = info.rack.as_deref().unwrap_or("");
+    validate_rack(rack).map_err(AdminError::PreconditionFailed)?;
+    update(&state, |racks| {
+        racks.set(&address, &group, info.clone());
+        Ok(())
+    })
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The `{bookie}` segment: an address, taken verbatim (percent-decoded).
+fn bookie(uri: &Uri) -> Result<String, AdminError> {
+    PathSegments::new(uri)
+        .decoded(2)?
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| AdminError::PreconditionFailed("Bookie address is missing".to_string()))
+}
+
+fn not_found(address: &str) -> AdminError {
+    AdminError::NotFound(format!("Bookie rack placement configuration not found: {address}"))
+}
+
+/// The stored assignments and what a compare-and-set of them must expect.
+async fn load(state: &AdminState) -> Result<(StorageNodeRacks, ExpectedVersion), AdminError> {
+    Ok(match get_json(state, keys::STORAGE_NODE_RACKS).await? {
+        Some((racks, version)) => (racks, ExpectedVersion::Exactly(version)),
+        None => (StorageNodeRacks::default(), ExpectedVersion::Absent),
+    })
+}
+
+/// Applies `change` to the assignments by compare-and-set, retried on a concurrent change.
+async fn update(
+    state: &AdminState,
+    change: impl Fn(&mut StorageNodeRacks) -> Result<(), AdminError>,
+) -> Result<(), AdminError> {
+    for _ in 0..8 {
+        let (mut racks, expected) = load(state).await?;
+        change(&mut racks)?;
+        match state.store.put(keys::STORAGE_NODE_RACKS, to_json_bytes(&racks)?, expected).await {
+            Ok(_) => return Ok(()),
+            Err(MetadataError::BadVersion { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(AdminError::Conflict("Concurrent modification of the rack assignments".into()))
+}

@@ -1,0 +1,141 @@
+//! The documents that describe a cluster's storage nodes: each node's registration (written by
+//! the node itself, ephemeral) and the racks the operator assigned (`pulsar-admin bookies
+//! set-bookie-rack`, one document for the cluster, as Pulsar's `/bookies`).
+
+use std::collections::BTreeMap;
+
+/// What a storage node writes at `/storage-nodes/{id}` (ephemeral, JSON).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageNodeRegistration {
+    /// `host:port` of its storage protocol listener (its "bookie id" in the admin API).
+    pub address: String,
+    pub free_bytes: u64,
+    /// The rack label of the node's own configuration (the operator's assignment wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
+    /// Below its free-disk threshold: it refuses normal adds until space is freed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
+    /// Its listener speaks TLS (and only TLS): clients connect with TLS or not at all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tls: bool,
+}
+
+/// One node's assignment: Pulsar's `BookieInfo`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct RackInfo {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+}
+
+/// The operator's rack assignments, stored at `/storage-node-racks`: group -> node address ->
+/// assignment (Pulsar's `BookiesRackConfiguration`). A node is in one group at most.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct StorageNodeRacks {
+    pub groups: BTreeMap<String, BTreeMap<String, RackInfo>>,
+}
+
+impl StorageNodeRacks {
+    /// The assignment of the node at `address`, in whichever group.
+    pub fn get(&self, address: &str) -> Option<&RackInfo> {
+        self.groups.values().find_map(|nodes| nodes.get(address))
+    }
+
+    /// Assigns `info` to `address` in `group`, moving it out of any other group.
+    pub fn set(&mut self, address: &str, group: &str, info: RackInfo) {
+        self.remove(address);
+        self.groups.entry(group.to_string()).or_default().insert(address.to_string(), info);
+    }
+
+    /// Drops the assignment of `address` (and a group it leaves empty); false if it had none.
+    pub fn remove(&mut self, address: &str) -> bool {
+        let mut removed = false;
+        self.groups.retain(|_, nodes| {
+            removed |= nodes.remove(address).is_some();
+            !nodes.is_empty()
+        });
+        removed
+    }
+
+    /// The rack placement compares for the node at `address`: its assignment's, without the
+    /// leading and trailing `/` (Pulsar takes `rack1` and `/rack1` for the same rack).
+    pub fn rack_of(&self, address: &str) -> Option<&str> {
+        let rack = self.get(address)?.rack.as_deref()?;
+        Some(rack.trim_matches('/')).filter(|r| !r.is_empty())
+    }
+}
+
+/// Checks a rack name as Pulsar's rack-aware placement does: one level (`rack1` or
+/// `/rack1`, no `/` inside once the outer ones are trimmed), and not empty.
+pub fn validate_rack(rack: &str) -> Result<(), String> {
+    let inner = rack.trim_matches('/');
+    if inner.is_empty() {
+        return Err("Bookie 'rack' parameter is missing or empty".to_string());
+    }
+    if inner.contains('/') {
+        return Err(format!(
+            "Bookie 'rack' parameter is invalid, When `RackawareEnsemblePlacementPolicy` is \
+             enabled, the rack name is not allowed to contain slash (`/`) except for the \
+             beginning and end of the rack name string: {rack}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(rack: &str) -> RackInfo {
+        RackInfo { rack: Some(rack.to_string()), hostname: None }
+    }
+
+    #[test]
+    fn a_node_moves_between_groups_and_empty_groups_go() {
+        let mut racks = StorageNodeRacks::default();
+        racks.set("h:1", "default", info("/r1"));
+        racks.set("h:2", "default", info("r2"));
+        racks.set("h:1", "other", info("r3"));
+        assert_eq!(racks.groups["default"].len(), 1, "{racks:?}");
+        assert_eq!(racks.rack_of("h:1"), Some("r3"));
+        assert_eq!(racks.rack_of("h:2"), Some("r2"));
+        assert!(racks.remove("h:1"));
+        assert!(!racks.groups.contains_key("other"), "{racks:?}");
+        assert!(!racks.remove("h:1"));
+        assert_eq!(racks.rack_of("h:1"), None);
+    }
+
+    #[test]
+    fn stored_as_pulsar_writes_it() {
+        let mut racks = StorageNodeRacks::default();
+        racks.set("127.0.0.1:3181", "default", info("/rack1"));
+        let text = serde_json::to_string(&racks).expect("serializes");
+        assert_eq!(text, r#"{"default":{"127.0.0.1:3181":{"rack":"/rack1"}}}"#);
+        let back: StorageNodeRacks = serde_json::from_str(&text).expect("parses");
+        assert_eq!(back, racks);
+    }
+
+    #[test]
+    fn racks_of_one_level_only() {
+        assert!(validate_rack("rack1").is_ok());
+        assert!(validate_rack("/rack1/").is_ok());
+        assert!(validate_rack("/region/rack1").is_err());
+        assert!(validate_rack("/").is_err());
+        assert!(validate_rack("").is_err());
+    }
+
+    #[test]
+    fn registrations_read_without_the_optional_fields() {
+        let old: StorageNodeRegistration =
+            serde_json::from_str(r#"{"address":"h:1","freeBytes":5}"#).expect("parses");
+        assert!(!old.read_only && !old.tls && old.rack.is_none());
+        let full = StorageNodeRegistration { read_only: true, ..old.clone() };
+        let text = serde_json::to_string(&full).expect("serializes");
+        assert!(text.contains(r#""readOnly":true"#), "{text}");
+        assert!(!serde_json::to_string(&old).expect("serializes").contains("readOnly"));
+    }
+}
