@@ -616,13 +616,14 @@ def test_a_namespace_persistence_policy_picks_the_quorums_of_new_ledgers(cluster
         assert len(meta["fragments"][0]["ensemble"]) == 3, meta
 
 
-def _new_topic_ensembles(srv, etcd):
-    """Opens a new topic (a producer, a subscription, one message) and returns the ensembles
-    of the ledgers that took: its data ledger, the spare made ready beside it, the cursor's."""
+def _new_topic_ensembles(srv, etcd, namespace="public/default"):
+    """Opens a new topic of `namespace` (a producer, a subscription, one message) and returns
+    the ensembles of the ledgers that took: its data ledger, the spare made ready beside it,
+    the cursor's."""
     before = set(ledgers_in_etcd(etcd))
     client = srv.client()
     try:
-        topic = unique_topic("racks")
+        topic = unique_topic("racks").replace("public/default", namespace)
         consumer = client.subscribe(topic, "sub")
         client.create_producer(topic, batching_enabled=False).send(b"placed")
         assert receive_n(consumer, 1)[0].data() == b"placed"
@@ -685,6 +686,54 @@ def test_pulsar_admin_bookies_lists_the_nodes_and_their_racks_spread_new_ledgers
                                 "/admin/v2/bookies/racks-info/h:1?group=g",
                                 json.dumps({"rack": "/a/b"}))
     assert status == 412 and b"slash" in body, (status, body)
+
+
+@requires_pulsar_admin
+def test_a_namespace_bookie_affinity_keeps_its_ledgers_to_its_groups(cluster):
+    """`pulsar-admin namespaces set-bookie-affinity-group` over groups of `set-bookie-rack`
+    (Pulsar's IsolatedBookieEnsemblePlacementPolicy): a namespace whose primary group has
+    enough nodes gets only those; one whose primary group is too small gets its secondary
+    group's too; one with neither enough nor any node of no group gets no ledger (rather than
+    copies on another group's nodes): its producers get a PersistenceError saying why, which
+    clients retry, and the broker logs it."""
+    etcd, nodes, start_broker = cluster
+    srv = start_broker("a")
+    admin = PulsarAdmin(srv.web_url)
+    pair, single = nodes[:2], nodes[2]
+    for i, node in enumerate(pair):
+        admin("bookies", "set-bookie-rack", "-b", node.address, "-r", "rack-%d" % i, "-g", "pair")
+    admin("bookies", "set-bookie-rack", "-b", single.address, "-r", "rack-2", "-g", "single")
+    for namespace, groups in [("public/iso-pair", ["--primary-group", "pair"]),
+                              ("public/iso-single", ["--primary-group", "single",
+                                                     "--secondary-group", "pair"]),
+                              ("public/iso-strict", ["--primary-group", "single"])]:
+        admin("namespaces", "create", namespace)
+        admin("namespaces", "set-bookie-affinity-group", namespace, *groups)
+    assert json.loads(admin("namespaces", "get-bookie-affinity-group", "public/iso-single")) == {
+        "bookkeeperAffinityGroupPrimary": "single", "bookkeeperAffinityGroupSecondary": "pair"}
+    deadline = time.monotonic() + COMMAND_TIMEOUT_S
+    while _broker_metric(srv, "magnetar_ledger_client_storage_node_racks") != 3:
+        assert time.monotonic() < deadline, "the broker never saw the three racks"
+        time.sleep(0.05)  # another process applies its watch: nothing to await here
+
+    pair_ids = {n.id for n in pair}
+    for ensemble in _new_topic_ensembles(srv, etcd, "public/iso-pair"):
+        assert set(ensemble) == pair_ids, (ensemble, pair_ids)
+    for ensemble in _new_topic_ensembles(srv, etcd, "public/iso-single"):
+        assert single.id in ensemble and len(set(ensemble) & pair_ids) == 1, ensemble
+
+    before = set(ledgers_in_etcd(etcd))
+    client = pulsar.Client(srv.service_url, operation_timeout_seconds=5)
+    try:
+        with pytest.raises(pulsar.Timeout):
+            client.create_producer(unique_topic("strict").replace("public/default",
+                                                                  "public/iso-strict"))
+    finally:
+        client.close()
+    placed = [meta for lid, meta in ledgers_in_etcd(etcd).items() if lid not in before]
+    assert not placed, "a ledger outside the namespace's groups: %s" % placed
+    log = srv.log_tail()  # the client retried the broker's PersistenceError until its timeout
+    assert "topic not loaded" in log and "bookie affinity allows" in log, log
 
 
 def test_a_broker_writes_through_storage_nodes_that_serve_tls(tmp_path):

@@ -162,11 +162,12 @@
 //! persistence follows `validatePersistencePolicies` with Pulsar's default maxima (5).
 //!
 //! Stored and served but **not enforced** by the broker (yet): the `offload*` policies (no
-//! tiered storage), `compactionThreshold` (no compaction), `persistence/bookieAffinity`,
+//! tiered storage), `compactionThreshold` (no compaction),
 //! `subscriptionExpirationTime`, `maxTopicsPerNamespace`, `autoTopicCreation` /
-//! `autoSubscriptionCreation` overrides and `subscribeRate`; `persistence` only on storage
-//! nodes (`[ledgers] storage = "nodes"`: the quorums of a topic's new ledgers; with the local
-//! store there is one copy whatever it says). Enforced: `schemaCompatibilityStrategy` (the
+//! `autoSubscriptionCreation` overrides and `subscribeRate`; `persistence` and
+//! `persistence/bookieAffinity` only on storage nodes (`[ledgers] storage = "nodes"`: the
+//! quorums of a topic's new ledgers, and the node groups they keep to; with the local store
+//! there is one copy whatever they say). Enforced: `schemaCompatibilityStrategy` (the
 //! schema registry reads it) and permissions (when `[authorization]` is on). Which of the
 //! others the broker enforces is the broker's to say (`magnetar_model::policy::Effective`).
 //!

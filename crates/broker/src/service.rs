@@ -191,9 +191,18 @@ impl BrokerService {
         }
         let topic = cell
             .get_or_try_init(|| async {
-                let topic =
+                let loaded =
                     Topic::load(name.clone(), &self.config, &self.ledgers, self.metadata.clone())
-                        .await?;
+                        .await;
+                let topic = loaded.inspect_err(|error| {
+                    // The client is told too, and retries: a line a second at most here.
+                    magnetar_clock::warn_limited!(
+                        self.ledgers.clock.now_ms(),
+                        topic = %full,
+                        %error,
+                        "topic not loaded"
+                    );
+                })?;
                 tracing::info!(topic = %topic.full_name, "topic loaded");
                 Ok::<_, BrokerError>(topic)
             })

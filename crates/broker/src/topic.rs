@@ -469,21 +469,25 @@ impl Topic {
     ) -> Result<Arc<Topic>, BrokerError> {
         let full_name = name.to_string();
         // On storage nodes, the namespace's or topic's `persistence` picks the quorums of the
-        // topic's new ledgers (read at load: a change applies from the next load).
+        // topic's new ledgers, and the namespace's bookie affinity the nodes they may use
+        // (read at load: a change applies from the next load).
         let with_policy;
         let ledgers = if ledgers.persistence_policies {
             let effective =
                 read_effective(&*metadata, &name, &config.policy_defaults(), &config.cluster_name)
                     .await?;
-            with_policy = match effective.persistence {
-                Some(p) => ledgers.clone().with_persistence(magnetar_ledger::LedgerMetadata {
+            let mut persistence = match effective.persistence {
+                Some(p) => magnetar_ledger::LedgerMetadata {
                     ensemble_size: p.ensemble,
                     write_quorum: p.write_quorum,
                     ack_quorum: p.ack_quorum,
                     properties: Default::default(),
-                }),
-                None => ledgers.clone(),
+                    isolation: None,
+                },
+                None => ledgers.persistence.clone(),
             };
+            persistence.isolation = effective.bookie_affinity;
+            with_policy = ledgers.clone().with_persistence(persistence);
             &with_policy
         } else {
             ledgers

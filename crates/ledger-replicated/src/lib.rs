@@ -303,12 +303,20 @@ impl LedgerStorage for ReplicatedLedgers {
         // An ensemble larger than the write quorum (Pulsar's striping, e.g. a namespace's
         // 3/2/2 persistence) is placed on write-quorum nodes: every node holds every entry of
         // its fragment. Same durability, no striping (not built).
-        let live = self.nodes.live();
-        let ensemble = choose_ensemble(&live, metadata.write_quorum as usize).ok_or_else(|| {
+        let size = metadata.write_quorum as usize;
+        let live = self.nodes.live_for(metadata.isolation.as_ref(), size);
+        let ensemble = choose_ensemble(&live, size).ok_or_else(|| {
             let read_only = live.iter().filter(|n| n.read_only).count();
+            let affinity = match &metadata.isolation {
+                Some(groups) => format!(
+                    " that the bookie affinity allows (primary groups {:?}, secondary {:?})",
+                    groups.primary, groups.secondary
+                ),
+                None => String::new(),
+            };
             LedgerError::Unavailable(format!(
-                "{} writable storage nodes ({read_only} more read-only, short of disk), a write \
-                 quorum of {} needs as many",
+                "{} writable storage nodes{affinity} ({read_only} more read-only, short of disk), \
+                 a write quorum of {} needs as many",
                 live.len() - read_only,
                 metadata.write_quorum
             ))
@@ -326,6 +334,7 @@ impl LedgerStorage for ReplicatedLedgers {
             self.config.tick,
             self.config.cache_bytes,
             self.stats.clone(),
+            metadata.isolation.clone(),
             Box::new(move |id| {
                 open.lock().remove(&id);
             }),

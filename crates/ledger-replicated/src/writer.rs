@@ -7,6 +7,7 @@ use crate::stats::ClientStats;
 use bytes::Bytes;
 use magnetar_ledger::{AppendCallback, LedgerError};
 use magnetar_metadata::MetadataStore;
+use magnetar_model::storage_nodes::IsolationGroups;
 use magnetar_replication::message::{RequestId, Response};
 use magnetar_replication::meta::{Fragment, LedgerMeta};
 use magnetar_replication::writer::{WriteError, Writer, WriterAction};
@@ -100,6 +101,8 @@ pub(crate) struct WriterTask {
     on_done: Box<dyn Fn(LedgerId) + Send>,
     /// Requests of the batch being carried out, sent together at its end.
     outgoing: Vec<(NodeId, magnetar_replication::message::Request, crate::nodes::Reply)>,
+    /// The node groups replacements keep to (the ledger's bookie affinity), as at creation.
+    isolation: Option<IsolationGroups>,
 }
 
 impl WriterTask {
@@ -112,6 +115,7 @@ impl WriterTask {
         tick: Duration,
         cache_bytes: usize,
         stats: Arc<ClientStats>,
+        isolation: Option<IsolationGroups>,
         on_done: Box<dyn Fn(LedgerId) + Send>,
     ) -> Arc<OpenLedger> {
         let (inputs, receiver) = mpsc::unbounded_channel();
@@ -137,6 +141,7 @@ impl WriterTask {
             stats,
             on_done,
             outgoing: Vec::new(),
+            isolation,
         };
         tokio::spawn(task.run(receiver, tick));
         ledger
@@ -164,7 +169,8 @@ impl WriterTask {
                     None => return,
                 },
                 _ = ticks.tick() => {
-                    self.core.set_live_nodes(self.nodes.live());
+                    let size = self.core.meta().write_quorum as usize;
+                    self.core.set_live_nodes(self.nodes.live_for(self.isolation.as_ref(), size));
                     let now = self.now_ms();
                     self.core.tick(now, &mut out);
                 }

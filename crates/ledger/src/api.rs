@@ -19,6 +19,7 @@ use crate::error::LedgerError;
 use crate::store::{LedgerInfo, LedgerStore};
 use async_trait::async_trait;
 use bytes::Bytes;
+use magnetar_model::storage_nodes::IsolationGroups;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,6 +37,9 @@ pub struct LedgerMetadata {
     pub ack_quorum: u32,
     /// Free-form labels (the owning topic, for operators and auditors).
     pub properties: BTreeMap<String, String>,
+    /// The storage node groups the ledger's copies keep to (a namespace's bookie affinity);
+    /// `None`: any node. A local store has one place and ignores it.
+    pub isolation: Option<IsolationGroups>,
 }
 
 impl LedgerMetadata {
@@ -46,6 +50,7 @@ impl LedgerMetadata {
             write_quorum: 1,
             ack_quorum: 1,
             properties: BTreeMap::new(),
+            isolation: None,
         }
     }
 

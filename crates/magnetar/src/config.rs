@@ -409,6 +409,7 @@ fn persistence(
         write_quorum: w,
         ack_quorum: a,
         properties: Default::default(),
+        isolation: None,
     })
 }
 

@@ -175,6 +175,7 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
         write_quorum: 2,
         ack_quorum: 2,
         properties: BTreeMap::new(),
+        isolation: None,
     };
     ledgers.create(ledger, &persistence).await.unwrap();
     let first_ensemble = stored_meta(&store, ledger).await.fragments[0].ensemble.clone();
@@ -484,6 +485,7 @@ async fn storage_nodes_over_tls_answer_only_trusted_clients() {
         write_quorum: 2,
         ack_quorum: 2,
         properties: BTreeMap::new(),
+        isolation: None,
     };
     let append_all = |ledger: u64, entries: std::ops::Range<u64>| {
         let ledgers = ledgers.clone();
@@ -687,6 +689,7 @@ async fn a_node_short_of_disk_is_read_only_and_gets_no_new_copies() {
         write_quorum: n,
         ack_quorum: n,
         properties: BTreeMap::new(),
+        isolation: None,
     };
     for ledger in 1..=4 {
         ledgers.create(ledger, &copies(2)).await.unwrap();

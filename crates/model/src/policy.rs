@@ -10,6 +10,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::storage_nodes::IsolationGroups;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -258,6 +260,9 @@ pub struct Effective {
     /// How new ledgers are replicated (Pulsar's `persistence`, topic over namespace); `None`:
     /// the broker's `[ledgers]` defaults.
     pub persistence: Option<Persistence>,
+    /// Where new ledgers may go (the namespace's `persistence/bookieAffinity`); `None`: any
+    /// storage node.
+    pub bookie_affinity: Option<IsolationGroups>,
 }
 
 /// Pulsar's `PersistencePolicies` as a broker acts on it: ensemble, write and ack quorums.
@@ -282,6 +287,13 @@ impl Persistence {
             && persistence.write_quorum <= persistence.ensemble;
         valid.then_some(persistence)
     }
+}
+
+/// Pulsar's stored `BookieAffinityGroupData`, as the groups placement keeps to.
+fn bookie_affinity(value: &Value) -> Option<IsolationGroups> {
+    let primary = value.get("bookkeeperAffinityGroupPrimary")?.as_str()?;
+    let secondary = value.get("bookkeeperAffinityGroupSecondary").and_then(Value::as_str);
+    IsolationGroups::parse(primary, secondary)
 }
 
 /// A limit as Pulsar stores it (`-1`/`0`/negative: unlimited) as ours (0: unlimited).
@@ -368,6 +380,7 @@ impl Effective {
                 .get("persistence")
                 .and_then(Persistence::from_document)
                 .or_else(|| ns.other.get("persistence").and_then(Persistence::from_document)),
+            bookie_affinity: ns.other.get("bookie_affinity_group").and_then(bookie_affinity),
             max_message_size: tp.max_message_size.map_or(defaults.max_message_size, |size| {
                 if size > 0 {
                     (size as u32).min(defaults.max_message_size)
@@ -439,6 +452,26 @@ mod tests {
             "an invalid topic document falls back to the namespace's"
         );
         assert_eq!(Effective::resolve(&defaults, None, None, "c").persistence, None);
+    }
+
+    #[test]
+    fn bookie_affinity_is_the_namespaces() {
+        let mut namespace = NamespacePolicies::default();
+        let defaults = PolicyDefaults::default();
+        assert_eq!(
+            Effective::resolve(&defaults, Some(&namespace), None, "c").bookie_affinity,
+            None
+        );
+        namespace.other.insert(
+            "bookie_affinity_group".into(),
+            serde_json::json!({"bookkeeperAffinityGroupPrimary": "g1,g2",
+                               "bookkeeperAffinityGroupSecondary": "g3"}),
+        );
+        let groups = Effective::resolve(&defaults, Some(&namespace), None, "c")
+            .bookie_affinity
+            .expect("the namespace's groups");
+        assert_eq!(groups.primary.len(), 2);
+        assert!(groups.secondary.contains("g3"));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! the node itself, ephemeral) and the racks the operator assigned (`pulsar-admin bookies
 //! set-bookie-rack`, one document for the cluster, as Pulsar's `/bookies`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What a storage node writes at `/storage-nodes/{id}` (ephemeral, JSON).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -61,11 +61,43 @@ impl StorageNodeRacks {
         removed
     }
 
+    /// The group the node at `address` is assigned to.
+    pub fn group_of(&self, address: &str) -> Option<&str> {
+        self.groups.iter().find(|(_, nodes)| nodes.contains_key(address)).map(|(g, _)| g.as_str())
+    }
+
     /// The rack placement compares for the node at `address`: its assignment's, without the
     /// leading and trailing `/` (Pulsar takes `rack1` and `/rack1` for the same rack).
     pub fn rack_of(&self, address: &str) -> Option<&str> {
         let rack = self.get(address)?.rack.as_deref()?;
         Some(rack.trim_matches('/')).filter(|r| !r.is_empty())
+    }
+}
+
+/// A namespace's bookie affinity (`pulsar-admin namespaces set-bookie-affinity-group`): its
+/// new ledgers go to nodes of the primary groups, then of the secondary ones when the primary
+/// have too few, then to nodes of no group; never to another group's (Pulsar's
+/// `IsolatedBookieEnsemblePlacementPolicy`; placement applies it).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IsolationGroups {
+    pub primary: BTreeSet<String>,
+    pub secondary: BTreeSet<String>,
+}
+
+impl IsolationGroups {
+    /// From Pulsar's comma-separated group lists; `None` when no primary group is named.
+    pub fn parse(primary: &str, secondary: Option<&str>) -> Option<IsolationGroups> {
+        let split = |list: &str| -> BTreeSet<String> {
+            list.split(',').map(str::trim).filter(|g| !g.is_empty()).map(str::to_string).collect()
+        };
+        let groups =
+            IsolationGroups { primary: split(primary), secondary: split(secondary.unwrap_or("")) };
+        (!groups.primary.is_empty()).then_some(groups)
+    }
+
+    /// `*` among the primary groups: every node may be used.
+    pub fn is_unrestricted(&self) -> bool {
+        self.primary.contains("*")
     }
 }
 
@@ -117,6 +149,20 @@ mod tests {
         assert_eq!(text, r#"{"default":{"127.0.0.1:3181":{"rack":"/rack1"}}}"#);
         let back: StorageNodeRacks = serde_json::from_str(&text).expect("parses");
         assert_eq!(back, racks);
+    }
+
+    #[test]
+    fn affinity_groups_from_pulsars_lists() {
+        let groups = IsolationGroups::parse("g1, g2,", Some("g3")).expect("a primary group");
+        assert_eq!(groups.primary.iter().collect::<Vec<_>>(), ["g1", "g2"]);
+        assert_eq!(groups.secondary.iter().collect::<Vec<_>>(), ["g3"]);
+        assert!(!groups.is_unrestricted());
+        assert_eq!(IsolationGroups::parse(" , ", Some("g3")), None);
+        assert!(IsolationGroups::parse("*", None).expect("parsed").is_unrestricted());
+        let mut racks = StorageNodeRacks::default();
+        racks.set("h:1", "g1", info("r1"));
+        assert_eq!(racks.group_of("h:1"), Some("g1"));
+        assert_eq!(racks.group_of("h:2"), None);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! deterministic.
 
 use crate::NodeId;
-use magnetar_model::storage_nodes::StorageNodeRegistration;
+use magnetar_model::storage_nodes::{IsolationGroups, StorageNodeRacks, StorageNodeRegistration};
+use std::collections::BTreeSet;
 
 /// A live storage node as its registration describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,26 +14,57 @@ pub struct NodeInfo {
     pub free_bytes: u64,
     /// Failure domain; `None` when the operator set none.
     pub rack: Option<String>,
+    /// The group the operator assigned it to (`set-bookie-rack -g`), for bookie affinity.
+    pub group: Option<String>,
     /// Short of disk: serves reads, takes no new copies (BookKeeper's read-only bookie).
     pub read_only: bool,
 }
 
 impl NodeInfo {
-    /// A registered node as placement sees it; `assigned_rack` (the operator's, by address)
+    /// A registered node as placement sees it: the operator's rack (`racks`, by address)
     /// wins over the rack label of the node's own configuration.
     pub fn new(
         id: NodeId,
         registration: &StorageNodeRegistration,
-        assigned_rack: Option<&str>,
+        racks: &StorageNodeRacks,
     ) -> NodeInfo {
+        let address = registration.address.as_str();
         let own_rack = registration.rack.as_deref().map(|r| r.trim_matches('/'));
         NodeInfo {
             id,
             free_bytes: registration.free_bytes,
-            rack: assigned_rack.or(own_rack).filter(|r| !r.is_empty()).map(str::to_string),
+            rack: racks.rack_of(address).or(own_rack).filter(|r| !r.is_empty()).map(str::to_string),
+            group: racks.group_of(address).map(str::to_string),
             read_only: registration.read_only,
         }
     }
+}
+
+/// The nodes of `live` that a ledger keeping to `groups` (a namespace's bookie affinity) may be
+/// placed on, for a write quorum of `size`: those of the primary groups; when fewer than
+/// `size` of them are writable, those of the secondary groups too; when still fewer, those of
+/// no group too; never another group's (Pulsar's `IsolatedBookieEnsemblePlacementPolicy`).
+/// `*` among the primary groups allows every node.
+pub fn isolate(live: &[NodeInfo], groups: &IsolationGroups, size: usize) -> Vec<NodeInfo> {
+    if groups.is_unrestricted() {
+        return live.to_vec();
+    }
+    let in_any = |node: &NodeInfo, of: &[&BTreeSet<String>]| {
+        node.group.as_ref().is_some_and(|g| of.iter().any(|set| set.contains(g)))
+    };
+    let writable_in =
+        |of: &[&BTreeSet<String>]| live.iter().filter(|n| !n.read_only && in_any(n, of)).count();
+    let primary_only = [&groups.primary];
+    let with_secondary = [&groups.primary, &groups.secondary];
+    let (allowed, ungrouped) = if writable_in(&primary_only) >= size {
+        (&primary_only[..], false)
+    } else {
+        (&with_secondary[..], writable_in(&with_secondary) < size)
+    };
+    live.iter()
+        .filter(|n| in_any(n, allowed) || (ungrouped && n.group.is_none()))
+        .cloned()
+        .collect()
 }
 
 /// The best node of `live` to join `ensemble` (a node to replace is passed in `exclude`).
@@ -67,14 +99,52 @@ pub fn choose_ensemble(live: &[NodeInfo], size: usize) -> Option<Vec<NodeId>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use magnetar_model::storage_nodes::RackInfo;
 
     fn node(id: u64, free: u64, rack: Option<&str>) -> NodeInfo {
         NodeInfo {
             id: NodeId(id),
             free_bytes: free,
             rack: rack.map(str::to_string),
+            group: None,
             read_only: false,
         }
+    }
+
+    fn in_group(id: u64, group: Option<&str>) -> NodeInfo {
+        NodeInfo { group: group.map(str::to_string), ..node(id, 100, None) }
+    }
+
+    fn ids(nodes: &[NodeInfo]) -> Vec<u64> {
+        nodes.iter().map(|n| n.id.0).collect()
+    }
+
+    #[test]
+    fn bookie_affinity_keeps_to_the_primary_then_secondary_then_ungrouped_nodes() {
+        let live = [
+            in_group(1, Some("a")),
+            in_group(2, Some("a")),
+            in_group(3, Some("b")),
+            in_group(4, Some("c")),
+            in_group(5, None),
+        ];
+        let groups = |p: &str, s: Option<&str>| IsolationGroups::parse(p, s).expect("groups");
+        // Enough in the primary group: only those; other groups and ungrouped nodes never.
+        assert_eq!(ids(&isolate(&live, &groups("a", Some("b")), 2)), [1, 2]);
+        // Too few: the secondary groups join.
+        assert_eq!(ids(&isolate(&live, &groups("a", Some("b")), 3)), [1, 2, 3]);
+        // Still too few: ungrouped nodes join, another group's never.
+        assert_eq!(ids(&isolate(&live, &groups("a", Some("b")), 4)), [1, 2, 3, 5]);
+        assert_eq!(ids(&isolate(&live, &groups("b", None), 2)), [3, 5]);
+        assert_eq!(ids(&isolate(&live, &groups("a,c", None), 3)), [1, 2, 4]);
+        assert_eq!(ids(&isolate(&live, &groups("*", None), 2)), [1, 2, 3, 4, 5]);
+        // A read-only node of the primary group does not count towards its size.
+        let mut short = live.clone();
+        short[1].read_only = true;
+        assert_eq!(ids(&isolate(&short, &groups("a", Some("b")), 2)), [1, 2, 3]);
+        // Nobody grouped: the fallbacks reach every node.
+        let plain = [in_group(1, None), in_group(2, None)];
+        assert_eq!(ids(&isolate(&plain, &groups("a", None), 2)), [1, 2]);
     }
 
     #[test]
@@ -114,10 +184,15 @@ mod tests {
             read_only: false,
             tls: false,
         };
-        assert_eq!(NodeInfo::new(NodeId(1), &registration, None).rack.as_deref(), Some("own"));
-        let assigned = NodeInfo::new(NodeId(1), &registration, Some("r9"));
-        assert_eq!(assigned.rack.as_deref(), Some("r9"));
+        let none = StorageNodeRacks::default();
+        let own = NodeInfo::new(NodeId(1), &registration, &none);
+        assert_eq!((own.rack.as_deref(), own.group), (Some("own"), None));
+        let mut racks = StorageNodeRacks::default();
+        let info = RackInfo { rack: Some("/r9".to_string()), hostname: None };
+        racks.set("h:1", "g", info);
+        let assigned = NodeInfo::new(NodeId(1), &registration, &racks);
+        assert_eq!((assigned.rack.as_deref(), assigned.group.as_deref()), (Some("r9"), Some("g")));
         let unlabelled = StorageNodeRegistration { rack: Some("/".to_string()), ..registration };
-        assert_eq!(NodeInfo::new(NodeId(1), &unlabelled, None).rack, None);
+        assert_eq!(NodeInfo::new(NodeId(1), &unlabelled, &none).rack, None);
     }
 }

@@ -243,6 +243,7 @@ impl Simulation {
                     free_bytes: rng.range(1, 1_000),
                     rack: (!knobs.racks.is_empty())
                         .then(|| knobs.racks[i % knobs.racks.len()].clone()),
+                    group: None,
                     read_only: false,
                 },
             })
