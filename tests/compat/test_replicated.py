@@ -691,36 +691,36 @@ def test_pulsar_admin_bookies_lists_the_nodes_and_their_racks_spread_new_ledgers
 @requires_pulsar_admin
 def test_a_namespace_bookie_affinity_keeps_its_ledgers_to_its_groups(cluster):
     """`pulsar-admin namespaces set-bookie-affinity-group` over groups of `set-bookie-rack`
-    (Pulsar's IsolatedBookieEnsemblePlacementPolicy): a namespace whose primary group has
-    enough nodes gets only those; one whose primary group is too small gets its secondary
-    group's too; one with neither enough nor any node of no group gets no ledger (rather than
-    copies on another group's nodes): its producers get a PersistenceError saying why, which
-    clients retry, and the broker logs it."""
+    (Pulsar's IsolatedBookieEnsemblePlacementPolicy), each node in a group of its own: a
+    namespace whose primary groups have enough nodes gets only those; one whose primary group
+    is too small gets its secondary group's too, and never a third group's; one with neither
+    enough nor any node of no group gets no ledger (rather than copies on another group's
+    nodes): its producers get a PersistenceError saying why, which clients retry, and the
+    broker logs it."""
     etcd, nodes, start_broker = cluster
     srv = start_broker("a")
     admin = PulsarAdmin(srv.web_url)
-    pair, single = nodes[:2], nodes[2]
-    for i, node in enumerate(pair):
-        admin("bookies", "set-bookie-rack", "-b", node.address, "-r", "rack-%d" % i, "-g", "pair")
-    admin("bookies", "set-bookie-rack", "-b", single.address, "-r", "rack-2", "-g", "single")
-    for namespace, groups in [("public/iso-pair", ["--primary-group", "pair"]),
-                              ("public/iso-single", ["--primary-group", "single",
-                                                     "--secondary-group", "pair"]),
-                              ("public/iso-strict", ["--primary-group", "single"])]:
+    for i, node in enumerate(nodes):
+        admin("bookies", "set-bookie-rack", "-b", node.address, "-r", "rack-%d" % i,
+              "-g", "g%d" % i)
+    for namespace, groups in [("public/iso-two", ["--primary-group", "g0,g2"]),
+                              ("public/iso-secondary", ["--primary-group", "g0",
+                                                        "--secondary-group", "g1"]),
+                              ("public/iso-strict", ["--primary-group", "g0"])]:
         admin("namespaces", "create", namespace)
         admin("namespaces", "set-bookie-affinity-group", namespace, *groups)
-    assert json.loads(admin("namespaces", "get-bookie-affinity-group", "public/iso-single")) == {
-        "bookkeeperAffinityGroupPrimary": "single", "bookkeeperAffinityGroupSecondary": "pair"}
+    assert json.loads(admin("namespaces", "get-bookie-affinity-group", "public/iso-secondary")) \
+        == {"bookkeeperAffinityGroupPrimary": "g0", "bookkeeperAffinityGroupSecondary": "g1"}
     deadline = time.monotonic() + COMMAND_TIMEOUT_S
     while _broker_metric(srv, "magnetar_ledger_client_storage_node_racks") != 3:
         assert time.monotonic() < deadline, "the broker never saw the three racks"
         time.sleep(0.05)  # another process applies its watch: nothing to await here
 
-    pair_ids = {n.id for n in pair}
-    for ensemble in _new_topic_ensembles(srv, etcd, "public/iso-pair"):
-        assert set(ensemble) == pair_ids, (ensemble, pair_ids)
-    for ensemble in _new_topic_ensembles(srv, etcd, "public/iso-single"):
-        assert single.id in ensemble and len(set(ensemble) & pair_ids) == 1, ensemble
+    for namespace, members in [("public/iso-two", [nodes[0], nodes[2]]),
+                               ("public/iso-secondary", [nodes[0], nodes[1]])]:
+        want = sorted(n.id for n in members)
+        for ensemble in _new_topic_ensembles(srv, etcd, namespace):
+            assert sorted(ensemble) == want, (namespace, ensemble, want)
 
     before = set(ledgers_in_etcd(etcd))
     client = pulsar.Client(srv.service_url, operation_timeout_seconds=5)

@@ -8,6 +8,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// How often one call site logs, at most.
 pub const INTERVAL_MS: u64 = 1_000;
 
+/// The system clock's milliseconds, for the shells' call sites (cores pass their injected
+/// clock's reading instead).
+pub fn system_ms() -> u64 {
+    use crate::Clock;
+    crate::SystemClock.now_ms()
+}
+
 /// One call site's limit (a `static` next to the log line; see [`crate::warn_limited`]).
 #[derive(Debug, Default)]
 pub struct LogLimiter {

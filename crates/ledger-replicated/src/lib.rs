@@ -304,6 +304,7 @@ impl LedgerStorage for ReplicatedLedgers {
         // 3/2/2 persistence) is placed on write-quorum nodes: every node holds every entry of
         // its fragment. Same durability, no striping (not built).
         let size = metadata.write_quorum as usize;
+        let nodes_seen = self.nodes.generation(); // before the read: a change since shows
         let live = self.nodes.live_for(metadata.isolation.as_ref(), size);
         let ensemble = choose_ensemble(&live, size).ok_or_else(|| {
             let read_only = live.iter().filter(|n| n.read_only).count();
@@ -335,6 +336,7 @@ impl LedgerStorage for ReplicatedLedgers {
             self.config.cache_bytes,
             self.stats.clone(),
             metadata.isolation.clone(),
+            nodes_seen,
             Box::new(move |id| {
                 open.lock().remove(&id);
             }),

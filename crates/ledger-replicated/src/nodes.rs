@@ -12,6 +12,7 @@
 
 use crate::stats::ClientStats;
 use bytes::BytesMut;
+use magnetar_clock::{log_limit::system_ms, warn_limited};
 use magnetar_metadata::{Event, EventKind, MetadataError, MetadataStore, WatchEvent, WatchStream};
 use magnetar_model::storage_nodes::{
     IsolationGroups, StorageNodeRacks, StorageNodeRegistration as Registration,
@@ -44,6 +45,9 @@ pub struct Nodes {
     live: RwLock<BTreeMap<NodeId, Registration>>,
     /// The operator's rack assignments (`pulsar-admin bookies set-bookie-rack`), by address.
     racks: RwLock<StorageNodeRacks>,
+    /// Bumped whenever `live` or `racks` is written: a writer rebuilds its view of the nodes
+    /// only when this moved (every open ledger ticks every 50 ms).
+    generation: AtomicU64,
     connections: Mutex<BTreeMap<NodeId, Arc<Connection>>>,
     connect_timeout: Duration,
     /// TLS to the nodes that serve it (None: such nodes cannot be reached).
@@ -62,6 +66,7 @@ impl Nodes {
             metadata,
             live: RwLock::new(BTreeMap::new()),
             racks: RwLock::new(StorageNodeRacks::default()),
+            generation: AtomicU64::new(0),
             connections: Mutex::new(BTreeMap::new()),
             connect_timeout,
             tls,
@@ -85,6 +90,7 @@ impl Nodes {
             }
         }
         *self.live.write() = live;
+        self.generation.fetch_add(1, Ordering::Release);
         Ok(())
     }
 
@@ -103,6 +109,7 @@ impl Nodes {
             },
         };
         *self.racks.write() = racks;
+        self.generation.fetch_add(1, Ordering::Release);
         Ok(())
     }
 
@@ -127,6 +134,7 @@ impl Nodes {
             Some(registration) => live.insert(NodeId(id), registration),
             None => live.remove(&NodeId(id)),
         };
+        self.generation.fetch_add(1, Ordering::Release);
         Ok(())
     }
 
@@ -211,6 +219,11 @@ impl Nodes {
             .filter(|(_, r)| reachable(r))
             .map(|(&id, r)| NodeInfo::new(id, r, &racks))
             .collect()
+    }
+
+    /// Moves whenever what [`Nodes::live`] answers may have changed.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The nodes of [`Nodes::live`] a ledger of write quorum `size` may use: those its bookie
@@ -380,8 +393,9 @@ impl Connection {
         let tls = match tls {
             Tls::Missing => {
                 // Not placed on (see `Nodes::live`): only a ledger placed by another broker
-                // leads here, to read it.
-                tracing::warn!(
+                // leads here, to read it. Every read retries: a line a second at most.
+                warn_limited!(
+                    system_ms(),
                     node = %self.node,
                     "the storage node serves TLS: set [ledgers] tls_trust_certs_file to reach it"
                 );
@@ -416,7 +430,13 @@ impl Connection {
         let stream = match tokio::time::timeout(timeout, connector.connect(name, stream)).await {
             Ok(Ok(stream)) => stream,
             Ok(Err(e)) => {
-                tracing::warn!(node = %self.node, %address, error = %e, "TLS handshake failed");
+                warn_limited!(
+                    system_ms(),
+                    node = %self.node,
+                    %address,
+                    error = %e,
+                    "TLS handshake failed"
+                );
                 return self.fail(&format!("TLS handshake with {address}: {e}"));
             }
             Err(_) => return self.fail(&format!("TLS handshake with {address}: timed out")),

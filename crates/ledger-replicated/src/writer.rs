@@ -103,6 +103,8 @@ pub(crate) struct WriterTask {
     outgoing: Vec<(NodeId, magnetar_replication::message::Request, crate::nodes::Reply)>,
     /// The node groups replacements keep to (the ledger's bookie affinity), as at creation.
     isolation: Option<IsolationGroups>,
+    /// [`Nodes::generation`] when the core last got the live nodes.
+    nodes_seen: u64,
 }
 
 impl WriterTask {
@@ -116,6 +118,7 @@ impl WriterTask {
         cache_bytes: usize,
         stats: Arc<ClientStats>,
         isolation: Option<IsolationGroups>,
+        nodes_seen: u64,
         on_done: Box<dyn Fn(LedgerId) + Send>,
     ) -> Arc<OpenLedger> {
         let (inputs, receiver) = mpsc::unbounded_channel();
@@ -142,9 +145,20 @@ impl WriterTask {
             on_done,
             outgoing: Vec::new(),
             isolation,
+            nodes_seen,
         };
         tokio::spawn(task.run(receiver, tick));
         ledger
+    }
+
+    /// Gives the core the nodes it may place on, if they changed since it last got them.
+    fn refresh_live_nodes(&mut self) {
+        let generation = self.nodes.generation();
+        if generation != self.nodes_seen {
+            self.nodes_seen = generation;
+            let size = self.core.meta().write_quorum as usize;
+            self.core.set_live_nodes(self.nodes.live_for(self.isolation.as_ref(), size));
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -169,8 +183,7 @@ impl WriterTask {
                     None => return,
                 },
                 _ = ticks.tick() => {
-                    let size = self.core.meta().write_quorum as usize;
-                    self.core.set_live_nodes(self.nodes.live_for(self.isolation.as_ref(), size));
+                    self.refresh_live_nodes();
                     let now = self.now_ms();
                     self.core.tick(now, &mut out);
                 }

@@ -28,7 +28,7 @@ use crate::space::DiskSpace;
 use crate::stats::{NodeStats, Op};
 use crate::store::{read_local, Completion, CompletionSink, NodeStorage};
 use bytes::BytesMut;
-use magnetar_clock::{warn_limited, Clock, SystemClock};
+use magnetar_clock::{log_limit::system_ms, warn_limited};
 use magnetar_ledger::LedgerStore;
 use magnetar_metadata::MetadataStore;
 use magnetar_net::{Closed, DirectWriter};
@@ -205,12 +205,6 @@ async fn collect_garbage(
     }
 }
 
-/// The clock reading rate-limited log lines are spaced by (what peers can trigger at will:
-/// failed handshakes, bad frames, unread replies).
-fn clock_ms() -> u64 {
-    SystemClock.now_ms()
-}
-
 async fn accept_loop(
     listener: Listener,
     inputs: mpsc::Sender<Input>,
@@ -249,7 +243,7 @@ async fn accept_loop(
                     // A plain-text client, an untrusted certificate, a peer that hangs up or
                     // stalls (the handshake is bounded): nothing of it reaches the node.
                     None => warn_limited!(
-                        clock_ms(),
+                        system_ms(),
                         %address,
                         "TLS handshake failed: connection closed"
                     ),
@@ -305,7 +299,7 @@ async fn connection(
                             // here, where both halves of the connection are (the node task holds
                             // only the writer: closing that left the peer on an open socket).
                             warn_limited!(
-                                clock_ms(),
+                                system_ms(),
                                 peer,
                                 "closing a connection that sent a response to a node"
                             );
@@ -319,7 +313,7 @@ async fn connection(
                 Ok(None) => break,
                 Err(e) => {
                     warn_limited!(
-                        clock_ms(),
+                        system_ms(),
                         peer,
                         error = %e,
                         "closing a connection that sent a bad frame"
@@ -417,7 +411,7 @@ impl State {
         let mut frame = BytesMut::new();
         wire::encode(request, message, &mut frame);
         if write(writer, &frame).is_err() {
-            warn_limited!(clock_ms(), peer, "cutting off a client that does not read its replies");
+            warn_limited!(system_ms(), peer, "cutting off a client that does not read its replies");
             self.peers.remove(&peer);
             return None;
         }
