@@ -696,7 +696,7 @@ def test_a_namespace_bookie_affinity_keeps_its_ledgers_to_its_groups(cluster):
     is too small gets its secondary group's too, and never a third group's; one with neither
     enough nor any node of no group gets no ledger (rather than copies on another group's
     nodes): its producers get a PersistenceError saying why, which clients retry, and the
-    broker logs it."""
+    broker logs it. A broker's `[ledgers] isolation_groups` hold where no namespace says."""
     etcd, nodes, start_broker = cluster
     srv = start_broker("a")
     admin = PulsarAdmin(srv.web_url)
@@ -734,6 +734,16 @@ def test_a_namespace_bookie_affinity_keeps_its_ledgers_to_its_groups(cluster):
     assert not placed, "a ledger outside the namespace's groups: %s" % placed
     log = srv.log_tail()  # the client retried the broker's PersistenceError until its timeout
     assert "topic not loaded" in log and "bookie affinity allows" in log, log
+
+    # A broker's own groups ([ledgers] isolation_groups, Pulsar's
+    # bookkeeperClientIsolationGroups) hold for namespaces without an affinity of their own.
+    srv.stop()
+    other = start_broker("b", 'isolation_groups = "g1"\nsecondary_isolation_groups = "g2"\n')
+    want = sorted(n.id for n in nodes[1:])
+    for ensemble in _new_topic_ensembles(other, etcd):
+        assert sorted(ensemble) == want, ("public/default", ensemble, want)
+    for ensemble in _new_topic_ensembles(other, etcd, "public/iso-two"):
+        assert sorted(ensemble) == sorted([nodes[0].id, nodes[2].id]), ensemble
 
 
 def test_a_broker_writes_through_storage_nodes_that_serve_tls(tmp_path):

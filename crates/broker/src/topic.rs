@@ -486,7 +486,9 @@ impl Topic {
                 },
                 None => ledgers.persistence.clone(),
             };
-            persistence.isolation = effective.bookie_affinity;
+            // The namespace's affinity, else the broker's `[ledgers] isolation_groups`.
+            persistence.isolation =
+                effective.bookie_affinity.or(ledgers.persistence.isolation.clone());
             with_policy = ledgers.clone().with_persistence(persistence);
             &with_policy
         } else {

@@ -11,6 +11,7 @@ use magnetar_journal::{JournalConfig, SyncMode};
 use magnetar_ledger::LedgerStoreConfig;
 use magnetar_metadata_etcd::{parse_metadata_url, EtcdStoreConfig, MetadataUrlError};
 use magnetar_model::names::is_valid_entity_name;
+use magnetar_model::storage_nodes::IsolationGroups;
 use magnetar_security::tls::{ServerTls, TlsConfig, TlsError};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -124,6 +125,13 @@ pub struct LedgersSection {
     pub tls_cert_file: PathBuf,
     /// Its private key (Pulsar's `bookkeeperTLSKeyFilePath`).
     pub tls_key_file: PathBuf,
+    /// Storage node groups (`pulsar-admin bookies set-bookie-rack -g`, comma-separated) the
+    /// ledgers of namespaces without a bookie affinity keep to (Pulsar's
+    /// `bookkeeperClientIsolationGroups`); empty: any node.
+    pub isolation_groups: String,
+    /// Groups they may use too when the primary ones have too few writable nodes (Pulsar's
+    /// `bookkeeperClientSecondaryIsolationGroups`).
+    pub secondary_isolation_groups: String,
 }
 
 impl Default for LedgersSection {
@@ -138,6 +146,8 @@ impl Default for LedgersSection {
             tls_trust_certs_file: PathBuf::new(),
             tls_cert_file: PathBuf::new(),
             tls_key_file: PathBuf::new(),
+            isolation_groups: String::new(),
+            secondary_isolation_groups: String::new(),
         }
     }
 }
@@ -404,12 +414,19 @@ fn persistence(
     if !(1..=60_000).contains(&section.speculative_read_millis) {
         return invalid("speculative_read_millis must be 1..=60000".into());
     }
+    let isolation = IsolationGroups::parse(
+        &section.isolation_groups,
+        Some(section.secondary_isolation_groups.as_str()),
+    );
+    if isolation.is_none() && !section.secondary_isolation_groups.trim().is_empty() {
+        return invalid("secondary_isolation_groups needs isolation_groups".into());
+    }
     Ok(magnetar_ledger::LedgerMetadata {
         ensemble_size: e,
         write_quorum: w,
         ack_quorum: a,
         properties: Default::default(),
-        isolation: None,
+        isolation,
     })
 }
 
@@ -562,6 +579,17 @@ mod tests {
         refused(&|l| l.ensemble_size = 3, &etcd);
         refused(&|l| l.add_timeout_millis = 0, &etcd);
         refused(&|l| l.speculative_read_millis = 0, &etcd);
+        refused(&|l| l.secondary_isolation_groups = "g2".into(), &etcd);
+        let isolated = with(
+            &|l| {
+                l.isolation_groups = "g1".into();
+                l.secondary_isolation_groups = "g2".into();
+            },
+            &etcd,
+        )
+        .expect("broker-wide isolation groups");
+        let groups = isolated.config.broker.persistence.isolation.expect("groups");
+        assert!(groups.primary.contains("g1") && groups.secondary.contains("g2"), "{groups:?}");
         let local = Settings::validate(ServerConfig::default(), MetadataBackend::Embedded).unwrap();
         assert_eq!(local.config.broker.persistence, magnetar_ledger::LedgerMetadata::local());
     }
