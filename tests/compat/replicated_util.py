@@ -10,6 +10,7 @@ import select
 import shutil
 import signal
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -123,6 +124,14 @@ def ledger_ids_allocated_since(etcd, before):
 
 def open_ledgers(etcd):
     return {lid: meta for lid, meta in ledgers_in_etcd(etcd).items() if meta["state"] == "OPEN"}
+
+
+def node_adds(node):
+    """The normal adds a live storage node has taken (its `magnetar_storage_node_adds_total`)."""
+    with urllib.request.urlopen(node.metrics_url, timeout=COMMAND_TIMEOUT_S) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("magnetar_storage_node_adds_total"))
 
 
 def node_most_written_to(etcd, nodes):

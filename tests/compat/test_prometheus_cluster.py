@@ -37,8 +37,7 @@ from prometheus_util import (POSITIVE, STORAGE_NODE_ALERTS, Prometheus, check_al
                              check_template_variables, dashboard_targets, load_dashboards, one,
                              positive, promtool_check_metrics, require_prometheus,
                              run_dashboard_queries, scrape_job)
-from replicated_util import (CLUSTER, node_most_written_to, replicated_cluster,
-                             skip_unless_own_magnetar)
+from replicated_util import CLUSTER, node_adds, replicated_cluster, skip_unless_own_magnetar
 
 pytestmark = pytest.mark.restarts_server
 
@@ -99,13 +98,21 @@ def _load(s):
     s.prom.wait_until([("sum(magnetar_storage_node_adds_total)", lambda v: positive(v)
                         and v[0][1] >= 2 * BATCH)], "the first adds scraped", diag)
     s.broker.restart(graceful=False)
+    adds_before = {n.id: node_adds(n) for n in s.nodes}
     send(BATCH)
     s.prom.wait_until([('sum(magnetar_ledger_client_recoveries_total{outcome="closed"})',
                         positive)], "the new broker's recoveries scraped", diag)
 
-    # 2. the node most open ledgers are written to dies; writers replace it
-    victim = node_most_written_to(s.etcd, s.nodes)
-    assert victim is not None, "the topic's ledgers are in etcd"
+    # 2. a node the new broker's messages went to dies; writers replace it by the third node
+    # (open ledgers in etcd would not tell: a killed broker's unused spares are open too)
+    gained = {n.id: node_adds(n) - adds_before[n.id] for n in s.nodes}
+    victim = max(s.nodes, key=lambda n: (gained[n.id], n.id))
+    assert gained[victim.id] >= BATCH, gained
+    # Scraped before it dies: else its rate over the dashboards' window can read 0
+    taken = adds_before[victim.id] + gained[victim.id]
+    s.prom.wait_until([('sum(magnetar_storage_node_adds_total{node="%d"})' % victim.id,
+                        lambda v: positive(v) and v[0][1] >= taken)],
+                      "the victim's adds scraped", diag)
     victim.kill()
     s.killed = victim
     s.live = [n for n in s.nodes if n is not victim]
@@ -120,6 +127,8 @@ def _load(s):
 
     s.at = s.prom.wait_until([
         ('count(up{job="magnetar-storage"} == 0)', one(1)),
+        # the replacement's adds too (every node's rate over the dashboards' window > 0)
+        ("count(increase(magnetar_storage_node_adds_total[2m]) > 0)", one(3)),
         ("sum(magnetar_ledger_client_ensemble_changes_total)", positive),
         ("sum(magnetar_ledger_client_recovery_seconds_count)", positive),
         ("sum(magnetar_storage_node_reads_total)", positive),
