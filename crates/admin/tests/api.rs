@@ -765,6 +765,39 @@ async fn concurrent_creates_have_one_winner() {
     assert_eq!(created, 1);
 }
 
+/// Policy writes to one namespace at the same moment each re-read the document when another
+/// won the compare-and-set: every one lands, none is lost or refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_policy_updates_of_one_namespace_all_land() {
+    let app = Arc::new(App::new().await);
+    let ns = "/admin/v2/namespaces/public/default";
+    let updates: [(&str, &str); 8] = [
+        ("messageTTL", "60"),
+        ("maxProducersPerTopic", "7"),
+        ("maxConsumersPerTopic", "8"),
+        ("maxConsumersPerSubscription", "9"),
+        ("maxUnackedMessagesPerConsumer", "10"),
+        ("maxUnackedMessagesPerSubscription", "11"),
+        ("deduplication", "true"),
+        ("retention", r#"{"retentionTimeInMinutes":60,"retentionSizeInMB":100}"#),
+    ];
+    let mut tasks = Vec::new();
+    for (policy, body) in updates {
+        let app = app.clone();
+        tasks.push(tokio::spawn(async move {
+            (policy, app.post(&format!("{ns}/{policy}"), body).await.status)
+        }));
+    }
+    for task in tasks {
+        let (policy, status) = task.await.unwrap();
+        assert_eq!(status, StatusCode::NO_CONTENT, "{policy}");
+    }
+    for (policy, body) in updates {
+        let stored = app.get(&format!("{ns}/{policy}")).await.json();
+        assert_eq!(stored, serde_json::from_str::<Value>(body).unwrap(), "{policy}");
+    }
+}
+
 #[tokio::test]
 async fn metadata_store_failures_are_5xx() {
     let app = App::new().await;

@@ -20,14 +20,14 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{StatusCode, Uri};
 use axum::Json;
-use magnetar_metadata::{ExpectedVersion, MetadataError};
+use magnetar_metadata::ExpectedVersion;
 use magnetar_model::keys;
 use magnetar_model::storage_nodes::{
     validate_rack, RackInfo, StorageNodeRacks, StorageNodeRegistration,
 };
 use serde_json::{json, Value};
 
-use super::{body_bytes, get_json, query_param, to_json_bytes, PathSegments};
+use super::{body_bytes, get_json, query_param, to_json_bytes, update_document, PathSegments};
 use crate::error::AdminError;
 use crate::AdminState;
 
@@ -125,14 +125,10 @@ async fn update(
     state: &AdminState,
     change: impl Fn(&mut StorageNodeRacks) -> Result<(), AdminError>,
 ) -> Result<(), AdminError> {
-    for _ in 0..8 {
+    update_document(state, keys::STORAGE_NODE_RACKS, "No rack assignments", || async {
         let (mut racks, expected) = load(state).await?;
         change(&mut racks)?;
-        match state.store.put(keys::STORAGE_NODE_RACKS, to_json_bytes(&racks)?, expected).await {
-            Ok(_) => return Ok(()),
-            Err(MetadataError::BadVersion { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(AdminError::Conflict("Concurrent modification of the rack assignments".into()))
+        Ok((to_json_bytes(&racks)?, expected))
+    })
+    .await
 }

@@ -26,7 +26,9 @@ use axum::http::Uri;
 use axum::routing::{delete, get, post, put};
 use axum::Router as AxumRouter;
 use axum::Router;
-use magnetar_metadata::Versioned;
+use std::future::Future;
+
+use magnetar_metadata::{ExpectedVersion, MetadataError, Versioned};
 use serde::de::DeserializeOwned;
 
 use crate::error::AdminError;
@@ -312,6 +314,35 @@ pub(crate) async fn get_json<T: DeserializeOwned>(
             Err(e) => Err(AdminError::Internal(format!("Corrupt metadata at {key}: {e}"))),
         },
     }
+}
+
+/// How often a read-change-write of one document is tried before it is refused with 409: each
+/// retry means another writer changed the document between our read and our write.
+const UPDATE_ATTEMPTS: usize = 8;
+
+/// Writes what `next` builds (from a fresh read of the document each time) at `key` by
+/// compare-and-set, again when another writer changed the document in between. A document
+/// deleted in between is `gone` (404); 409 after `UPDATE_ATTEMPTS` conflicts.
+pub(crate) async fn update_document<F, Fut>(
+    state: &AdminState,
+    key: &str,
+    gone: &str,
+    mut next: F,
+) -> Result<(), AdminError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(Bytes, ExpectedVersion), AdminError>>,
+{
+    for _ in 0..UPDATE_ATTEMPTS {
+        let (bytes, expected) = next().await?;
+        match state.store.put(key, bytes, expected).await {
+            Ok(_) => return Ok(()),
+            Err(MetadataError::BadVersion { .. }) => continue,
+            Err(MetadataError::NotFound { .. }) => return Err(AdminError::NotFound(gone.into())),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(AdminError::Conflict(format!("Concurrent modification of {key}; try again")))
 }
 
 /// Serialises a value for the store.

@@ -23,12 +23,14 @@ use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::Json;
-use magnetar_metadata::{ExpectedVersion, MetadataError};
+use magnetar_metadata::ExpectedVersion;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{body_bytes, get_json, query_bool, query_param, require_namespace, PathSegments};
+use super::{
+    body_bytes, get_json, query_bool, query_param, require_namespace, update_document, PathSegments,
+};
 use crate::error::AdminError;
 use crate::AdminState;
 use magnetar_model::keys;
@@ -806,19 +808,16 @@ impl Target {
     where
         F: Fn(&mut Doc) -> Result<(), AdminError>,
     {
-        loop {
+        let gone = match self.level() {
+            Level::Namespace => "Namespace does not exist",
+            Level::Topic => "Topic does not exist",
+        };
+        update_document(state, &self.key(), gone, || async {
             let (mut doc, expected) = self.load(state).await?;
             change(&mut doc)?;
-            let bytes = self.encode(doc)?;
-            match state.store.put(&self.key(), bytes, expected).await {
-                Ok(_) => break,
-                Err(MetadataError::BadVersion { .. }) => continue,
-                Err(MetadataError::NotFound { .. }) if self.level() == Level::Namespace => {
-                    return Err(AdminError::NotFound("Namespace does not exist".to_string()))
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+            Ok((self.encode(doc)?, expected))
+        })
+        .await?;
         let topic = match self {
             Target::Topic(topic) => Some(topic),
             Target::Namespace(_) => None,

@@ -21,14 +21,14 @@ use axum::response::Response;
 use axum::Json;
 use magnetar_broker::cursor::Position;
 use magnetar_broker::stats::{AdminMessage, InternalStats, TopicStats};
-use magnetar_metadata::{ExpectedVersion, MetadataError};
+use magnetar_metadata::ExpectedVersion;
 use magnetar_model::keys;
 use magnetar_model::names::{decode_topic_name, TopicDomain, TopicName};
 use serde::Deserialize;
 
 use super::{
     body_bytes, get_json, partitioned_metadata, query_bool, query_param, require_namespace,
-    to_json_bytes, topic_exists, PathSegments,
+    to_json_bytes, topic_exists, update_document, PathSegments,
 };
 use crate::error::AdminError;
 use crate::hooks::{ExaminePosition, HookError, ResetTarget, SubscriptionStart};
@@ -603,7 +603,7 @@ async fn update_properties(
     key: &str,
     change: impl Fn(&mut BTreeMap<String, String>),
 ) -> Result<(), AdminError> {
-    for _ in 0..8 {
+    update_document(state, key, "Topic not found", || async {
         let (mut properties, mut document, version) = read_properties(state, key).await?;
         change(&mut properties);
         if !document.is_object() {
@@ -611,17 +611,9 @@ async fn update_properties(
         }
         document["properties"] =
             serde_json::to_value(&properties).map_err(|e| AdminError::Internal(e.to_string()))?;
-        match state
-            .store
-            .put(key, to_json_bytes(&document)?, ExpectedVersion::Exactly(version))
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(MetadataError::BadVersion { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(AdminError::Conflict("Concurrent modification".into()))
+        Ok((to_json_bytes(&document)?, ExpectedVersion::Exactly(version)))
+    })
+    .await
 }
 
 /// `PUT …/properties` with a JSON object of strings: adds or replaces those properties. 204.
