@@ -87,6 +87,8 @@ struct State {
     ids: Vec<u64>,
     current: u64,
     staged_in_current: u64,
+    /// Appends of the current ledger answered by the storage (durable or failed).
+    answered_in_current: u64,
     staged_bytes_in_current: u64,
     /// When the current ledger was opened (clock ms).
     current_opened_ms: u64,
@@ -120,6 +122,8 @@ struct State {
     closed_for_unload: bool,
     /// Completions wait here for the appends staged before them (on older ledgers).
     order: AppendOrder<Completed>,
+    /// Calls of `settle` waiting: completions wake them (through `ManagedLedger::settled`).
+    settling: u32,
 }
 
 /// A ledger of the managed ledger as the stats report it.
@@ -217,6 +221,8 @@ pub struct ManagedLedger {
     persist_lock: tokio::sync::Mutex<()>,
     /// Entries made durable since this managed ledger was opened.
     entries_added: std::sync::atomic::AtomicU64,
+    /// Wakes `settle` when appends are answered or held ones move on.
+    settled: Notify,
 }
 
 impl ManagedLedger {
@@ -273,7 +279,9 @@ impl ManagedLedger {
             ids,
             current,
             staged_in_current: 0,
+            answered_in_current: 0,
             staged_bytes_in_current: 0,
+            settling: 0,
             current_opened_ms: backend.clock.now_ms(),
             roll_requested: false,
             closing: 0,
@@ -301,6 +309,7 @@ impl ManagedLedger {
             listeners: Mutex::new(Vec::new()),
             persist_lock: tokio::sync::Mutex::new(()),
             entries_added: std::sync::atomic::AtomicU64::new(0),
+            settled: Notify::new(),
         });
         managed.persist_ledger_list().await?;
         Ok(managed)
@@ -513,6 +522,7 @@ impl ManagedLedger {
         let (old, size) = (state.current, state.staged_bytes_in_current);
         state.current = spare;
         state.staged_in_current = 0;
+        state.answered_in_current = 0;
         state.staged_bytes_in_current = 0;
         state.current_opened_ms = self.backend.clock.now_ms();
         state.roll_requested = false;
@@ -561,6 +571,9 @@ impl ManagedLedger {
             let mut state = self.state.lock();
             batch = state.order.next_batch(batch);
             confirm_locked(&mut state, &batch);
+            if batch.is_empty() && state.settling > 0 {
+                self.settled.notify_waiters();
+            }
         }
     }
 
@@ -636,6 +649,9 @@ impl ManagedLedger {
             }
         };
         fail_held(failed);
+        if self.state.lock().settling > 0 {
+            self.settled.notify_waiters(); // held appends were staged or failed
+        }
         if let Some(spare) = late_spare {
             if let Err(error) = self.backend.storage.close(spare).await {
                 tracing::debug!(topic = %self.topic, ledger = spare, %error, "late spare ledger not closed: the next load recovers it");
@@ -685,24 +701,33 @@ impl ManagedLedger {
         Ok(self.last_confirmed())
     }
 
-    /// Waits (up to 10 s) for the appends accepted so far to complete or fail on their own;
+    /// Waits (up to 10 s) for the appends accepted so far to be answered (durable or failed);
     /// those still waiting for a next ledger after that fail with `error` (never dropped).
     async fn settle(&self, error: BrokerError) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        self.state.lock().settling += 1;
         loop {
+            // Registered before the check, so an answer between the two still wakes us.
+            let woken = self.settled.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
             let settled = {
                 let state = self.state.lock();
-                let confirmed =
-                    crate::cursor::entry_count(&state.ledgers, state.current).unwrap_or(0);
-                (state.held.is_empty() && confirmed >= state.staged_in_current)
+                (state.held.is_empty() && state.answered_in_current >= state.staged_in_current)
                     || self.fence.is_fenced()
             };
             if settled || tokio::time::Instant::now() >= deadline {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            // A fence taken elsewhere wakes nobody here: look again after a while regardless.
+            let recheck = tokio::time::Instant::now() + Duration::from_millis(50);
+            let _ = tokio::time::timeout_at(recheck.min(deadline), woken).await;
         }
-        let stuck: Vec<_> = self.state.lock().held.drain(..).collect();
+        let stuck: Vec<_> = {
+            let mut state = self.state.lock();
+            state.settling -= 1;
+            state.held.drain(..).collect()
+        };
         fail_held(stuck.into_iter().map(|held| (held.done, error.clone())).collect());
     }
 
@@ -1057,9 +1082,13 @@ fn failure_backoff(failure_rolls: u32) -> Duration {
     }
 }
 
-/// Raises the entry counts readers go by to what `batch` (delivered next, in order) confirms.
+/// Raises the entry counts readers go by to what `batch` (delivered next, in order) confirms,
+/// and counts the current ledger's answers (for `settle`).
 fn confirm_locked(state: &mut State, batch: &[Completed]) {
     for completed in batch {
+        if completed.ledger == state.current {
+            state.answered_in_current += 1;
+        }
         if let Ok(entry) = completed.result {
             let known = crate::cursor::entry_count(&state.ledgers, completed.ledger).unwrap_or(0);
             if entry + 1 > known {
@@ -1508,6 +1537,52 @@ mod tests {
             read.iter().map(|(_, data)| data[0]).collect::<Vec<_>>(),
             (0..7).collect::<Vec<u8>>()
         );
+    }
+
+    /// An unload waits for the appends it took to be answered, failed ones included: before,
+    /// it counted only durable ones and waited out its 10 s whenever an append had failed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unload_after_failed_appends_does_not_wait_out_its_deadline() {
+        let storage = SimStorage::new(41);
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let slow = scripted(store(&storage), false);
+        let backend = LedgerBackend::new(slow.clone(), metadata.clone());
+        let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(100))
+            .await
+            .unwrap();
+        let ledger = ml.current_ledger();
+        *slow.hooks.slow.lock() = Some(ledger);
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        for i in 0..3u8 {
+            let answers = answers.clone();
+            ml.append(Bytes::from(vec![i]), move |result| answers.lock().push(result.is_ok()))
+                .unwrap();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while slow.hooks.held.lock().len() < 3 {
+            assert!(tokio::time::Instant::now() < deadline, "the storage took all three");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let started = tokio::time::Instant::now();
+        let closing = tokio::spawn({
+            let ml = ml.clone();
+            async move { ml.close().await }
+        });
+        *slow.hooks.slow.lock() = None; // the close itself is not held
+        let held = std::mem::take(&mut *slow.hooks.held.lock());
+        for (i, (done, result)) in held.into_iter().enumerate() {
+            // The first is durable, the other two fail (a node lost with no replacement).
+            let failed = Err(LedgerError::Unavailable(format!("ledger {ledger}: no live node")));
+            done(if i == 0 { result } else { failed });
+        }
+        tokio::time::timeout(Duration::from_secs(10), closing)
+            .await
+            .expect("the close ends")
+            .unwrap()
+            .unwrap();
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(2), "the close waited {took:?}");
+        assert_eq!(*answers.lock(), vec![true, false, false], "every append answered once");
     }
 
     /// Appends `n` entries, letting each rollover finish (a deterministic layout).

@@ -42,7 +42,7 @@ use tokio::sync::oneshot;
 
 pub use nodes::Nodes;
 use stats::ClientStats;
-use writer::{Input, OpenLedger, WriterTask};
+use writer::{Input, OpenLedger, Placement, WriterEnv, WriterTask};
 
 /// How this client replicates (defaults in brackets).
 #[derive(Debug, Clone)]
@@ -327,16 +327,19 @@ impl LedgerStorage for ReplicatedLedgers {
         let mut core = Writer::new(id, meta, version, self.writer_config());
         core.set_live_nodes(live);
         let open = self.open.clone();
+        let env = WriterEnv {
+            nodes: self.nodes.clone(),
+            metadata: self.metadata.clone(),
+            stats: self.stats.clone(),
+            tick: self.config.tick,
+            cache_bytes: self.config.cache_bytes,
+        };
+        let placement = Placement { isolation: metadata.isolation.clone(), nodes_seen };
         let ledger = WriterTask::spawn(
             id,
             core,
-            self.nodes.clone(),
-            self.metadata.clone(),
-            self.config.tick,
-            self.config.cache_bytes,
-            self.stats.clone(),
-            metadata.isolation.clone(),
-            nodes_seen,
+            env,
+            placement,
             Box::new(move |id| {
                 open.lock().remove(&id);
             }),

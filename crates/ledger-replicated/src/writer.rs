@@ -107,18 +107,31 @@ pub(crate) struct WriterTask {
     nodes_seen: u64,
 }
 
+/// What every writer of one [`crate::ReplicatedLedgers`] shares.
+#[derive(Clone)]
+pub(crate) struct WriterEnv {
+    pub nodes: Arc<Nodes>,
+    pub metadata: Arc<dyn MetadataStore>,
+    pub stats: Arc<ClientStats>,
+    /// How often the core is ticked (timeouts, idle LACs, replacements).
+    pub tick: Duration,
+    /// Bytes of recent entries kept for tailing readers.
+    pub cache_bytes: usize,
+}
+
+/// Where one ledger's nodes may come from: its bookie affinity, and the node view
+/// ([`Nodes::generation`]) its ensemble was chosen from.
+pub(crate) struct Placement {
+    pub isolation: Option<IsolationGroups>,
+    pub nodes_seen: u64,
+}
+
 impl WriterTask {
-    #[allow(clippy::too_many_arguments)]
     pub fn spawn(
         id: LedgerId,
         core: Writer,
-        nodes: Arc<Nodes>,
-        metadata: Arc<dyn MetadataStore>,
-        tick: Duration,
-        cache_bytes: usize,
-        stats: Arc<ClientStats>,
-        isolation: Option<IsolationGroups>,
-        nodes_seen: u64,
+        env: WriterEnv,
+        placement: Placement,
         on_done: Box<dyn Fn(LedgerId) + Send>,
     ) -> Arc<OpenLedger> {
         let (inputs, receiver) = mpsc::unbounded_channel();
@@ -130,6 +143,7 @@ impl WriterTask {
             recent: Mutex::new(Recent::default()),
             meta: Mutex::new(core.meta().clone()),
         });
+        let WriterEnv { nodes, metadata, stats, tick, cache_bytes } = env;
         let task = WriterTask {
             ledger: ledger.clone(),
             core,
@@ -144,8 +158,8 @@ impl WriterTask {
             stats,
             on_done,
             outgoing: Vec::new(),
-            isolation,
-            nodes_seen,
+            isolation: placement.isolation,
+            nodes_seen: placement.nodes_seen,
         };
         tokio::spawn(task.run(receiver, tick));
         ledger
