@@ -591,29 +591,48 @@ def test_a_frozen_broker_s_ledger_is_recovered_by_another_and_nothing_acked_is_l
 
 
 def test_a_namespace_persistence_policy_picks_the_quorums_of_new_ledgers(cluster):
+    """`set-persistence` on a namespace (3/3/2 over the broker's 2/2/2): a loaded topic's
+    next ledgers take it from its next rollover on (as Pulsar's), its cursor's too, and so do
+    a new topic's; the ledgers made before keep their quorums."""
     etcd, _nodes, start_broker = cluster
-    srv = start_broker("a")
-    policy = {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3, "bookkeeperAckQuorum": 2,
-              "managedLedgerMaxMarkDeleteRate": 0}
-    status, body = http_request("POST", srv.web_url + "/admin/v2/namespaces/public/default/persistence",
-                                json.dumps(policy))
-    assert status in (200, 204), (status, body)
-    before = set(ledgers_in_etcd(etcd))
+    srv = start_broker("a", "[broker]\nmax_entries_per_ledger = 5\n")
     topic = unique_topic("persistence")
     client = srv.client()
     try:
         producer = client.create_producer(topic, batching_enabled=False)
-        for i in range(10):
+        # Seven: the first ledger full, two in the second, whose spare is not asked for yet
+        # (at three), so no ledger is being created while the policy changes.
+        for i in range(7):
+            producer.send(str(i).encode())
+        before = ledgers_in_etcd(etcd)
+        policy = {"bookkeeperEnsemble": 3, "bookkeeperWriteQuorum": 3,
+                  "bookkeeperAckQuorum": 2, "managedLedgerMaxMarkDeleteRate": 0}
+        status, body = http_request(
+            "POST", srv.web_url + "/admin/v2/namespaces/public/default/persistence",
+            json.dumps(policy))
+        assert status in (200, 204), (status, body)
+        for i in range(7, 40):
             producer.send(str(i).encode())
         consumer = client.subscribe(topic, "sub", initial_position=pulsar.InitialPosition.Earliest)
-        assert [int(m.data()) for m in receive_n(consumer, 10)] == list(range(10))
+        received = receive_n(consumer, 40)
+        assert [int(m.data()) for m in received] == list(range(40))
+        for message in received:
+            consumer.acknowledge(message)
+        other = client.create_producer(unique_topic("persistence-new"), batching_enabled=False)
+        other.send(b"x")
     finally:
         client.close()
-    new = {lid: meta for lid, meta in ledgers_in_etcd(etcd).items() if lid not in before}
-    assert new, "the topic's ledgers"
+    assert before and all((m["write_quorum"], m["ack_quorum"]) == (2, 2)
+                          for m in before.values()), before
+    after = ledgers_in_etcd(etcd)
+    new = {lid: meta for lid, meta in after.items() if lid not in before}
+    assert len(new) >= 6, "rollovers of the loaded topic, its cursor's, the new topic's: %s" % new
     for meta in new.values():
         assert (meta["write_quorum"], meta["ack_quorum"]) == (3, 2), meta
         assert len(meta["fragments"][0]["ensemble"]) == 3, meta
+    for lid, meta in before.items():
+        if lid in after:
+            assert after[lid]["write_quorum"] == 2, "a ledger keeps its quorums: %s" % meta
 
 
 def _new_topic_ensembles(srv, etcd, namespace="public/default"):

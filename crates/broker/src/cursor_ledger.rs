@@ -41,8 +41,9 @@ use crate::error::BrokerError;
 use crate::fence::Fence;
 use crate::managed_ledger::LedgerBackend;
 use bytes::Bytes;
-use magnetar_ledger::{LedgerError, LedgerMetadata, LedgerStorage};
+use magnetar_ledger::{LedgerError, LedgerStorage};
 use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore, Versioned};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -334,7 +335,8 @@ pub struct CursorLedger {
     metadata: Arc<dyn MetadataStore>,
     fence: Arc<Fence>,
     key: String,
-    ledger_metadata: LedgerMetadata,
+    /// Properties of the cursor's ledgers (their quorums are the backend's at creation).
+    ledger_properties: BTreeMap<String, String>,
     log: CursorLog,
     /// Unsubscribed: nothing is written any more.
     deleted: bool,
@@ -359,16 +361,17 @@ impl CursorLedger {
         version: Option<u64>,
         obsolete: Vec<u64>,
     ) -> Self {
-        let mut ledger_metadata = backend.persistence.clone();
-        ledger_metadata.properties.insert("magnetar.kind".into(), "cursor".into());
-        ledger_metadata.properties.insert("magnetar.topic".into(), topic.into());
-        ledger_metadata.properties.insert("magnetar.subscription".into(), subscription.into());
+        let ledger_properties = BTreeMap::from([
+            ("magnetar.kind".to_string(), "cursor".to_string()),
+            ("magnetar.topic".to_string(), topic.to_string()),
+            ("magnetar.subscription".to_string(), subscription.to_string()),
+        ]);
         CursorLedger {
             backend,
             metadata,
             fence,
             key,
-            ledger_metadata,
+            ledger_properties,
             log: CursorLog::new(limits, version, obsolete),
             deleted: false,
             closed: false,
@@ -456,7 +459,9 @@ impl CursorLedger {
         mark_delete: Option<Position>,
     ) -> Result<(), BrokerError> {
         let ledger = self.backend.ids.next().await?;
-        self.backend.storage.create(ledger, &self.ledger_metadata).await?;
+        let mut ledger_metadata = self.backend.persistence();
+        ledger_metadata.properties.extend(self.ledger_properties.clone());
+        self.backend.storage.create(ledger, &ledger_metadata).await?;
         if let Err(error) = self.append(ledger, 0, state.clone()).await {
             let _ = delete_ledger(&self.backend.storage, ledger).await;
             return Err(error.into());

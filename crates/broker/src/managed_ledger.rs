@@ -150,9 +150,11 @@ pub struct LedgerBackend {
     pub clock: Arc<dyn Clock>,
     /// Counters of what the topics on this backend do.
     pub metrics: Arc<BrokerMetrics>,
-    /// How new ledgers are stored (ensemble, write and ack quorums): one local copy by
-    /// default; the `[ledgers]` section for storage nodes.
-    pub persistence: LedgerMetadata,
+    /// How new ledgers are stored (ensemble, write and ack quorums, node groups): one local
+    /// copy by default; the `[ledgers]` section for storage nodes. Shared by the clones of one
+    /// topic's backend (its managed ledger and its cursors), so that a policy change applies
+    /// to the topic's next ledger, as Pulsar's does.
+    persistence: Arc<Mutex<LedgerMetadata>>,
     /// Whether namespaces' and topics' `persistence` policies override `persistence` (on
     /// storage nodes; a local store keeps one copy whatever they say).
     pub persistence_policies: bool,
@@ -175,15 +177,26 @@ impl LedgerBackend {
             ids: Arc::new(ids),
             clock,
             metrics: BrokerMetrics::new(None),
-            persistence: LedgerMetadata::local(),
+            persistence: Arc::new(Mutex::new(LedgerMetadata::local())),
             persistence_policies: false,
         }
     }
 
-    /// The same backend storing new ledgers as `persistence` says.
+    /// The same backend storing new ledgers as `persistence` says (not shared with `self`'s
+    /// other clones).
     pub fn with_persistence(mut self, persistence: LedgerMetadata) -> Self {
-        self.persistence = persistence;
+        self.persistence = Arc::new(Mutex::new(persistence));
         self
+    }
+
+    /// How the next ledger will be stored.
+    pub fn persistence(&self) -> LedgerMetadata {
+        self.persistence.lock().clone()
+    }
+
+    /// Stores this backend's (and its clones') next ledgers as `persistence` says.
+    pub fn set_persistence(&self, persistence: LedgerMetadata) {
+        *self.persistence.lock() = persistence;
     }
 
     /// The same backend letting `persistence` policies pick each topic's quorums.
@@ -201,7 +214,7 @@ impl LedgerBackend {
     /// A new ledger with an id above `after` (the topic's last ledger), from the allocator.
     async fn create_ledger(&self, after: Option<u64>) -> Result<u64, BrokerError> {
         let id = self.ids.next_after(after).await?;
-        self.storage.create(id, &self.persistence).await?;
+        self.storage.create(id, &self.persistence()).await?;
         Ok(id)
     }
 }

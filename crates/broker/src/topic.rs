@@ -382,6 +382,8 @@ pub struct Topic {
     /// whenever the admin API changes a policy ([`Topic::refresh_policies`]).
     policies: Mutex<Arc<Effective>>,
     policy_defaults: PolicyDefaults,
+    /// How the broker stores ledgers where no policy says (`[ledgers]`).
+    ledger_defaults: magnetar_ledger::LedgerMetadata,
     cluster: String,
     dedup_key: String,
     dedup_snapshot_due: Arc<Notify>,
@@ -459,6 +461,27 @@ async fn read_policy_document<T: serde::de::DeserializeOwned>(
     }
 }
 
+/// How a topic's next ledgers are stored on storage nodes: the namespace's or topic's
+/// `persistence` (else the broker's quorums), and its bookie affinity (else the broker's
+/// `[ledgers] isolation_groups`).
+fn ledger_persistence(
+    effective: &Effective,
+    defaults: &magnetar_ledger::LedgerMetadata,
+) -> magnetar_ledger::LedgerMetadata {
+    let mut persistence = match &effective.persistence {
+        Some(p) => magnetar_ledger::LedgerMetadata {
+            ensemble_size: p.ensemble,
+            write_quorum: p.write_quorum,
+            ack_quorum: p.ack_quorum,
+            properties: Default::default(),
+            isolation: None,
+        },
+        None => defaults.clone(),
+    };
+    persistence.isolation = effective.bookie_affinity.clone().or(defaults.isolation.clone());
+    persistence
+}
+
 impl Topic {
     /// Loads a topic: its managed ledger and its durable subscriptions.
     pub async fn load(
@@ -469,35 +492,22 @@ impl Topic {
     ) -> Result<Arc<Topic>, BrokerError> {
         let full_name = name.to_string();
         // On storage nodes, the namespace's or topic's `persistence` picks the quorums of the
-        // topic's new ledgers, and the namespace's bookie affinity the nodes they may use
-        // (read at load: a change applies from the next load).
-        let with_policy;
+        // topic's new ledgers, and the namespace's bookie affinity the nodes they may use.
+        // Read here for the first ledger; a change applies from the topic's next ledger
+        // (`refresh_policies`), as Pulsar's does.
+        let ledger_defaults = ledgers.persistence();
         let ledgers = if ledgers.persistence_policies {
             let effective =
                 read_effective(&*metadata, &name, &config.policy_defaults(), &config.cluster_name)
                     .await?;
-            let mut persistence = match effective.persistence {
-                Some(p) => magnetar_ledger::LedgerMetadata {
-                    ensemble_size: p.ensemble,
-                    write_quorum: p.write_quorum,
-                    ack_quorum: p.ack_quorum,
-                    properties: Default::default(),
-                    isolation: None,
-                },
-                None => ledgers.persistence.clone(),
-            };
-            // The namespace's affinity, else the broker's `[ledgers] isolation_groups`.
-            persistence.isolation =
-                effective.bookie_affinity.or(ledgers.persistence.isolation.clone());
-            with_policy = ledgers.clone().with_persistence(persistence);
-            &with_policy
+            ledgers.clone().with_persistence(ledger_persistence(&effective, &ledger_defaults))
         } else {
-            ledgers
+            ledgers.clone()
         };
         let managed_ledger = ManagedLedger::open(
             full_name.clone(),
             magnetar_model::keys::managed_ledger_key(&name),
-            ledgers,
+            &ledgers,
             metadata.clone(),
             crate::managed_ledger::RolloverPolicy {
                 max_entries: config.max_entries_per_ledger,
@@ -530,6 +540,7 @@ impl Topic {
                 &config.cluster_name,
             ))),
             policy_defaults: config.policy_defaults(),
+            ledger_defaults,
             cluster: config.cluster_name.clone(),
             dedup_key,
             dedup_snapshot_due: Arc::new(Notify::new()),
@@ -673,6 +684,10 @@ impl Topic {
             self.limits.max_message_size.store(0, Ordering::Relaxed);
         }
         self.producers.set_max_producers(effective.max_producers_per_topic);
+        let backend = self.managed_ledger.backend();
+        if backend.persistence_policies {
+            backend.set_persistence(ledger_persistence(&effective, &self.ledger_defaults));
+        }
         *self.policies.lock() = Arc::new(effective);
         Ok(())
     }
