@@ -42,7 +42,7 @@ use tokio::sync::oneshot;
 
 pub use nodes::Nodes;
 use stats::ClientStats;
-use writer::{Input, OpenLedger, Placement, WriterEnv, WriterTask};
+use writer::{Input, OpenLedger, WriterEnv, WriterTask};
 
 /// How this client replicates (defaults in brackets).
 #[derive(Debug, Clone)]
@@ -322,7 +322,8 @@ impl LedgerStorage for ReplicatedLedgers {
                 metadata.write_quorum
             ))
         })?;
-        let meta = LedgerMeta::new(ensemble, metadata.write_quorum, metadata.ack_quorum);
+        let meta = LedgerMeta::new(ensemble, metadata.write_quorum, metadata.ack_quorum)
+            .with_isolation(metadata.isolation.clone());
         let version = meta::create_meta(&*self.metadata, id, &meta).await?;
         let mut core = Writer::new(id, meta, version, self.writer_config());
         core.set_live_nodes(live);
@@ -334,12 +335,11 @@ impl LedgerStorage for ReplicatedLedgers {
             tick: self.config.tick,
             cache_bytes: self.config.cache_bytes,
         };
-        let placement = Placement { isolation: metadata.isolation.clone(), nodes_seen };
         let ledger = WriterTask::spawn(
             id,
             core,
             env,
-            placement,
+            nodes_seen,
             Box::new(move |id| {
                 open.lock().remove(&id);
             }),

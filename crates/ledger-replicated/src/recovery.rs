@@ -43,8 +43,11 @@ pub(crate) async fn recover(
     let closed_before = meta.state == LedgerState::Closed;
     let (inputs, mut receiver) = mpsc::unbounded_channel();
     let mut out = Vec::new();
+    // A node replaced while recovering (its write-back) keeps to the ledger's groups too.
+    let (groups, size) = (meta.isolation.clone(), meta.write_quorum as usize);
+    let live_nodes = || nodes.live_for(groups.as_ref(), size);
     let mut core = Recovery::start(id, meta, version, config, &mut out);
-    core.set_live_nodes(nodes.live());
+    core.set_live_nodes(live_nodes());
     let mut ticks = tokio::time::interval(tick);
     loop {
         for action in out.drain(..) {
@@ -113,7 +116,7 @@ pub(crate) async fn recover(
                 Input::MetaRead(meta, version) => core.on_meta_read(meta, version, now_ms(), &mut out),
             },
             _ = ticks.tick() => {
-                core.set_live_nodes(nodes.live());
+                core.set_live_nodes(live_nodes());
                 core.tick(now_ms(), &mut out);
             }
         }

@@ -7,7 +7,6 @@ use crate::stats::ClientStats;
 use bytes::Bytes;
 use magnetar_ledger::{AppendCallback, LedgerError};
 use magnetar_metadata::MetadataStore;
-use magnetar_model::storage_nodes::IsolationGroups;
 use magnetar_replication::message::{RequestId, Response};
 use magnetar_replication::meta::{Fragment, LedgerMeta};
 use magnetar_replication::writer::{WriteError, Writer, WriterAction};
@@ -101,8 +100,6 @@ pub(crate) struct WriterTask {
     on_done: Box<dyn Fn(LedgerId) + Send>,
     /// Requests of the batch being carried out, sent together at its end.
     outgoing: Vec<(NodeId, magnetar_replication::message::Request, crate::nodes::Reply)>,
-    /// The node groups replacements keep to (the ledger's bookie affinity), as at creation.
-    isolation: Option<IsolationGroups>,
     /// [`Nodes::generation`] when the core last got the live nodes.
     nodes_seen: u64,
 }
@@ -119,19 +116,12 @@ pub(crate) struct WriterEnv {
     pub cache_bytes: usize,
 }
 
-/// Where one ledger's nodes may come from: its bookie affinity, and the node view
-/// ([`Nodes::generation`]) its ensemble was chosen from.
-pub(crate) struct Placement {
-    pub isolation: Option<IsolationGroups>,
-    pub nodes_seen: u64,
-}
-
 impl WriterTask {
     pub fn spawn(
         id: LedgerId,
         core: Writer,
         env: WriterEnv,
-        placement: Placement,
+        nodes_seen: u64,
         on_done: Box<dyn Fn(LedgerId) + Send>,
     ) -> Arc<OpenLedger> {
         let (inputs, receiver) = mpsc::unbounded_channel();
@@ -158,8 +148,7 @@ impl WriterTask {
             stats,
             on_done,
             outgoing: Vec::new(),
-            isolation: placement.isolation,
-            nodes_seen: placement.nodes_seen,
+            nodes_seen,
         };
         tokio::spawn(task.run(receiver, tick));
         ledger
@@ -171,7 +160,8 @@ impl WriterTask {
         if generation != self.nodes_seen {
             self.nodes_seen = generation;
             let size = self.core.meta().write_quorum as usize;
-            self.core.set_live_nodes(self.nodes.live_for(self.isolation.as_ref(), size));
+            let groups = self.core.meta().isolation.clone();
+            self.core.set_live_nodes(self.nodes.live_for(groups.as_ref(), size));
         }
     }
 

@@ -31,9 +31,12 @@ use bytes::Bytes;
 use magnetar_etcd_testing::{etcd_or_skip, EtcdCluster};
 use magnetar_ledger::{LedgerError, LedgerMetadata, LedgerStorage};
 use magnetar_ledger_replicated::{ReplicatedConfig, ReplicatedLedgers};
-use magnetar_metadata::MetadataStore;
+use magnetar_metadata::{ExpectedVersion, MetadataStore};
 use magnetar_metadata_etcd::{EtcdStore, EtcdStoreConfig};
-use magnetar_model::storage_nodes::StorageNodeRegistration;
+use magnetar_model::keys;
+use magnetar_model::storage_nodes::{
+    IsolationGroups, RackInfo, StorageNodeRacks, StorageNodeRegistration,
+};
 use magnetar_replication::message::{ErrorCode, Request, Response};
 use magnetar_replication::meta::{LedgerMeta, LedgerState};
 use magnetar_replication::wire::{self, Message};
@@ -384,6 +387,79 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
 }
 
 /// One request on a fresh connection to a node, and its answer.
+/// A ledger's bookie affinity is stored with it, so a recovery by another client keeps to
+/// its groups too: the node it replaces while writing back (the writer's node died) comes
+/// from the ledger's groups, not from another group's node that placement would otherwise
+/// prefer (a rack no copy is on yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_replaces_a_node_within_the_ledger_s_groups() {
+    let Some((etcd, url)) = one_etcd("recovery within groups").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = "replicated";
+    let mut nodes: Vec<StorageNode> = (0..4)
+        .map(|i| StorageNode::start(&url, cluster, &dir.path().join(format!("node{i}"))))
+        .collect();
+    let (store, ledgers) = client(etcd.endpoints(), cluster).await;
+    let (other_store, other) = client(etcd.endpoints(), cluster).await;
+    // Three nodes of group g0 on one rack; the fourth, of g1, alone on another rack.
+    let mut racks = StorageNodeRacks::default();
+    for (i, node) in nodes.iter().enumerate() {
+        let (group, rack) = if i == 3 { ("g1", "rack-2") } else { ("g0", "rack-1") };
+        racks.set(&node.address, group, RackInfo { rack: Some(rack.into()), hostname: None });
+    }
+    let racks_json = serde_json::to_vec(&racks).unwrap();
+    store.put(keys::STORAGE_NODE_RACKS, racks_json.into(), ExpectedVersion::Any).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    for client in [&ledgers, &other] {
+        while client_metric(client, "magnetar_ledger_client_storage_node_racks", "") != 2.0 {
+            assert!(tokio::time::Instant::now() < deadline, "the clients see both racks");
+            tokio::time::sleep(Duration::from_millis(10)).await; // a watch in another task
+        }
+    }
+    let group_g0: Vec<NodeId> = nodes[..3].iter().map(|n| NodeId(n.id)).collect();
+
+    let ledger = 1;
+    let persistence = LedgerMetadata {
+        ensemble_size: 2,
+        write_quorum: 2,
+        ack_quorum: 2,
+        properties: BTreeMap::new(),
+        isolation: IsolationGroups::parse("g0", None),
+    };
+    ledgers.create(ledger, &persistence).await.unwrap();
+    let created = stored_meta(&store, ledger).await;
+    assert_eq!(created.isolation, persistence.isolation, "the groups are stored");
+    let ensemble = created.fragments[0].ensemble.clone();
+    assert!(ensemble.iter().all(|n| group_g0.contains(n)), "{ensemble:?}");
+    let total = 10u64;
+    let (acks, mut acked) = mpsc::unbounded_channel();
+    for entry in 0..total {
+        let acks = acks.clone();
+        let done = Box::new(move |result| drop(acks.send(result)));
+        ledgers.append(ledger, entry, data(entry), done).unwrap();
+    }
+    for _ in 0..total {
+        let result = tokio::time::timeout(WAIT, acked.recv()).await.expect("acked").unwrap();
+        assert!(result.is_ok(), "{result:?}");
+    }
+
+    // The last entry is on both nodes, the LAC they hold one below it: the recovery writes it
+    // back, and one node of the ensemble is gone (well before the writer's idle LAC, 1 s on).
+    let victim = nodes.iter_mut().find(|n| NodeId(n.id) == ensemble[0]).unwrap();
+    victim.kill();
+    let count = tokio::time::timeout(WAIT, other.fence(ledger)).await.expect("in time").unwrap();
+    assert_eq!(count, total);
+    let closed = stored_meta(&other_store, ledger).await;
+    assert_eq!(closed.state, LedgerState::Closed);
+    let last = &closed.last_fragment().ensemble;
+    assert!(!last.contains(&ensemble[0]), "the dead node was replaced: {closed:?}");
+    assert!(last.iter().all(|n| group_g0.contains(n)), "kept to g0: {closed:?}");
+    let reader = other.clone();
+    let entries =
+        tokio::task::spawn_blocking(move || reader.read(ledger, 0, total - 1)).await.unwrap();
+    assert_eq!(entries.unwrap().len() as u64, total);
+}
+
 async fn ask_node(address: &str, request: Request) -> Response {
     let stream =
         tokio::time::timeout(WAIT, tokio::net::TcpStream::connect(address)).await.unwrap().unwrap();

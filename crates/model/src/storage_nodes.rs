@@ -78,7 +78,7 @@ impl StorageNodeRacks {
 /// new ledgers go to nodes of the primary groups, then of the secondary ones when the primary
 /// have too few, then to nodes of no group; never to another group's (Pulsar's
 /// `IsolatedBookieEnsemblePlacementPolicy`; placement applies it).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct IsolationGroups {
     pub primary: BTreeSet<String>,
     pub secondary: BTreeSet<String>,

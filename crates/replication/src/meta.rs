@@ -3,6 +3,7 @@
 //! [`LedgerMeta::validate_successor`] before it is proposed.
 
 use crate::{EntryId, Epoch, NodeId};
+use magnetar_model::storage_nodes::IsolationGroups;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,6 +33,11 @@ pub struct LedgerMeta {
     pub fragments: Vec<Fragment>,
     /// Raised by every recovery open.
     pub epoch: Epoch,
+    /// The node groups the ledger's copies keep to (its namespace's bookie affinity when it
+    /// was created), for whoever replaces a node: the writer, a recovery, re-replication.
+    /// BookKeeper keeps its placement policy's settings in the ledger's metadata likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<IsolationGroups>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -52,7 +58,14 @@ impl LedgerMeta {
             last_entry_id: None,
             fragments: vec![Fragment { first_entry: 0, ensemble }],
             epoch: 0,
+            isolation: None,
         }
+    }
+
+    /// The same ledger keeping its copies to `isolation`'s groups.
+    pub fn with_isolation(mut self, isolation: Option<IsolationGroups>) -> LedgerMeta {
+        self.isolation = isolation;
+        self
     }
 
     /// The fragment holding `entry`.
@@ -138,6 +151,9 @@ impl LedgerMeta {
         if next.write_quorum != self.write_quorum || next.ack_quorum != self.ack_quorum {
             return invalid("quorums never change");
         }
+        if next.isolation != self.isolation {
+            return invalid("node groups never change");
+        }
         if next.epoch < self.epoch {
             return invalid("the epoch never decreases");
         }
@@ -203,6 +219,24 @@ mod tests {
         assert!(open_with_last.validate().is_err());
         assert!(LedgerMeta::from_json(b"{\"write_quorum\":1}").is_err());
         assert!(LedgerMeta::from_json(b"\xff").is_err());
+    }
+
+    #[test]
+    fn a_ledger_s_node_groups_are_stored_with_it_and_never_change() {
+        let groups = IsolationGroups::parse("g0,g1", Some("g2"));
+        let isolated = LedgerMeta::new(nodes(&[1, 2]), 2, 2).with_isolation(groups.clone());
+        let decoded = LedgerMeta::from_json(&isolated.to_json()).unwrap();
+        assert_eq!(decoded.isolation, groups);
+        // Metadata written before the field existed (or without groups) has none.
+        let plain = LedgerMeta::new(nodes(&[1, 2]), 2, 2);
+        let json = String::from_utf8(plain.to_json()).unwrap();
+        assert!(!json.contains("isolation"), "{json}");
+        assert_eq!(LedgerMeta::from_json(json.as_bytes()).unwrap().isolation, None);
+        assert!(plain.validate_successor(&isolated).is_err());
+        assert!(isolated.validate_successor(&plain).is_err());
+        let mut replaced = isolated.clone();
+        replaced.fragments[0].ensemble = nodes(&[1, 3]);
+        assert!(isolated.validate_successor(&replaced).is_ok());
     }
 
     #[test]
