@@ -326,7 +326,9 @@ impl LedgerStorage for ReplicatedLedgers {
             .with_isolation(metadata.isolation.clone());
         let version = meta::create_meta(&*self.metadata, id, &meta).await?;
         let mut core = Writer::new(id, meta, version, self.writer_config());
-        core.set_live_nodes(live);
+        // Every live node, not only those `live` allowed: when a node fails, the core
+        // re-applies the groups without it (a group too small lets the secondary in).
+        core.set_live_nodes(self.nodes.live());
         let open = self.open.clone();
         let env = WriterEnv {
             nodes: self.nodes.clone(),

@@ -43,11 +43,9 @@ pub(crate) async fn recover(
     let closed_before = meta.state == LedgerState::Closed;
     let (inputs, mut receiver) = mpsc::unbounded_channel();
     let mut out = Vec::new();
-    // A node replaced while recovering (its write-back) keeps to the ledger's groups too.
-    let (groups, size) = (meta.isolation.clone(), meta.write_quorum as usize);
-    let live_nodes = || nodes.live_for(groups.as_ref(), size);
     let mut core = Recovery::start(id, meta, version, config, &mut out);
-    core.set_live_nodes(live_nodes());
+    // Every live node: the core keeps a replacement to the ledger's groups (its metadata's).
+    core.set_live_nodes(nodes.live());
     let mut ticks = tokio::time::interval(tick);
     loop {
         for action in out.drain(..) {
@@ -116,7 +114,7 @@ pub(crate) async fn recover(
                 Input::MetaRead(meta, version) => core.on_meta_read(meta, version, now_ms(), &mut out),
             },
             _ = ticks.tick() => {
-                core.set_live_nodes(live_nodes());
+                core.set_live_nodes(nodes.live());
                 core.tick(now_ms(), &mut out);
             }
         }

@@ -159,9 +159,8 @@ impl WriterTask {
         let generation = self.nodes.generation();
         if generation != self.nodes_seen {
             self.nodes_seen = generation;
-            let size = self.core.meta().write_quorum as usize;
-            let groups = self.core.meta().isolation.clone();
-            self.core.set_live_nodes(self.nodes.live_for(groups.as_ref(), size));
+            // Every live node: the core keeps a replacement to the ledger's groups.
+            self.core.set_live_nodes(self.nodes.live());
         }
     }
 

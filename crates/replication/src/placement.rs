@@ -67,6 +67,27 @@ pub fn isolate(live: &[NodeInfo], groups: &IsolationGroups, size: usize) -> Vec<
         .collect()
 }
 
+/// The best node of `live` to join `ensemble` of a ledger keeping to `groups` (its bookie
+/// affinity; `None`: any node), in place of the nodes in `exclude`. Those failed: they
+/// neither count toward their group's size (a primary group left too small by a dead node
+/// lets the secondary groups in at once, not only once its registration expires) nor get
+/// chosen.
+pub fn replacement_within(
+    live: &[NodeInfo],
+    groups: Option<&IsolationGroups>,
+    ensemble: &[NodeId],
+    exclude: &[NodeId],
+) -> Option<NodeId> {
+    match groups {
+        None => choose_replacement(live, ensemble, exclude),
+        Some(groups) => {
+            let healthy: Vec<NodeInfo> =
+                live.iter().filter(|n| !exclude.contains(&n.id)).cloned().collect();
+            choose_replacement(&isolate(&healthy, groups, ensemble.len()), ensemble, exclude)
+        }
+    }
+}
+
 /// The best node of `live` to join `ensemble` (a node to replace is passed in `exclude`).
 pub fn choose_replacement(
     live: &[NodeInfo],
@@ -145,6 +166,32 @@ mod tests {
         // Nobody grouped: the fallbacks reach every node.
         let plain = [in_group(1, None), in_group(2, None)];
         assert_eq!(ids(&isolate(&plain, &groups("a", None), 2)), [1, 2]);
+    }
+
+    #[test]
+    fn a_replacement_keeps_to_the_groups_and_a_failed_node_does_not_count_toward_its_group() {
+        let live = [
+            in_group(1, Some("a")),
+            in_group(2, Some("a")),
+            in_group(3, Some("a")),
+            in_group(4, Some("b")),
+            NodeInfo { free_bytes: 900, ..in_group(5, Some("c")) },
+        ];
+        let groups = IsolationGroups::parse("a", Some("b"));
+        let ensemble = [NodeId(1), NodeId(2)];
+        // Without groups the node with the most free disk; with them, the primary group's.
+        assert_eq!(replacement_within(&live, None, &ensemble, &[NodeId(2)]), Some(NodeId(5)));
+        assert_eq!(
+            replacement_within(&live, groups.as_ref(), &ensemble, &[NodeId(2)]),
+            Some(NodeId(3))
+        );
+        // Two of the primary group's three failed: it is too small, the secondary joins.
+        let ensemble = [NodeId(1), NodeId(2)];
+        let failed = [NodeId(2), NodeId(3)];
+        assert_eq!(replacement_within(&live, groups.as_ref(), &ensemble, &failed), Some(NodeId(4)));
+        // No secondary group: another group's node never, so nobody.
+        let strict = IsolationGroups::parse("a", None);
+        assert_eq!(replacement_within(&live, strict.as_ref(), &ensemble, &failed), None);
     }
 
     #[test]

@@ -22,7 +22,7 @@
 
 use crate::message::{ErrorCode, Request, RequestId, Response};
 use crate::meta::{Fragment, LedgerMeta, LedgerState};
-use crate::placement::{choose_replacement, NodeInfo};
+use crate::placement::{replacement_within, NodeInfo};
 use crate::{EntryId, Epoch, LedgerId, MetaWrite, NodeId};
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
@@ -488,7 +488,9 @@ impl Recovery {
         }
         self.failed.insert(node);
         let exclude: Vec<NodeId> = self.failed.iter().copied().collect();
-        let Some(replacement) = choose_replacement(&self.live, &self.write_ensemble, &exclude)
+        let groups = self.meta.isolation.as_ref();
+        let Some(replacement) =
+            replacement_within(&self.live, groups, &self.write_ensemble, &exclude)
         else {
             return; // asked again on a later tick
         };

@@ -13,7 +13,7 @@
 
 use crate::message::{ErrorCode, Request, RequestId, Response};
 use crate::meta::{Fragment, LedgerMeta, LedgerState};
-use crate::placement::{choose_replacement, NodeInfo};
+use crate::placement::{replacement_within, NodeInfo};
 use crate::{EntryId, LedgerId, MetaWrite, NodeId};
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -356,7 +356,8 @@ impl Writer {
         let excluded: Vec<NodeId> = self.failed.iter().copied().collect();
         for slot in 0..ensemble.len() {
             if self.failed.contains(&ensemble[slot]) {
-                match choose_replacement(&self.live, &ensemble, &excluded) {
+                let groups = self.meta.isolation.as_ref();
+                match replacement_within(&self.live, groups, &ensemble, &excluded) {
                     Some(replacement) => ensemble[slot] = replacement,
                     None => {
                         let since = *self.no_replacement_since_ms.get_or_insert(now_ms);
