@@ -4,9 +4,11 @@
 use crate::disk::Disk;
 use crate::rng::Rng;
 use bytes::Bytes;
+use magnetar_model::storage_nodes::IsolationGroups;
 use magnetar_replication::message::{Request, RequestId, Response};
 use magnetar_replication::meta::{LedgerMeta, LedgerState};
 use magnetar_replication::node::{NodeAction, NodeCore};
+use magnetar_replication::placement::{choose_ensemble, isolate};
 use magnetar_replication::recovery::{Recovery, RecoveryAction, RecoveryConfig};
 use magnetar_replication::writer::{WriteError, Writer, WriterAction, WriterConfig};
 use magnetar_replication::{EntryId, LedgerId, MetaWrite, NodeId, NodeInfo};
@@ -68,6 +70,11 @@ pub struct Knobs {
     pub recoveries_at_ms: Vec<u64>,
     /// Rack labels (node i gets `racks[i % len]`); empty: none.
     pub racks: Vec<String>,
+    /// Node groups (node i gets `groups[i % len]`); empty: none.
+    pub groups: Vec<String>,
+    /// The ledger's bookie affinity over `groups`: no fragment may name a node of another
+    /// group (checked with the other invariants).
+    pub isolation: Option<IsolationGroups>,
     /// The ledger is deleted this long after it is closed (by its writer or a recovery), and
     /// the nodes collect it while the run goes on: an old writer still sending must stay
     /// refused. `None`: never deleted.
@@ -99,6 +106,8 @@ impl Knobs {
             writer_crash_at_ms: None,
             recoveries_at_ms: Vec::new(),
             racks: Vec::new(),
+            groups: Vec::new(),
+            isolation: None,
             delete_after_close_ms: None,
             writer: WriterConfig {
                 add_timeout_ms: 200,
@@ -142,6 +151,17 @@ impl Knobs {
         knobs.recovery.window = if rng.chance(300) { 1 } else { rng.range(2, 64) as usize };
         knobs.writer.replacement_wait_ms = if rng.chance(500) { 0 } else { rng.range(1, 1_000) };
         knobs.delete_after_close_ms = rng.chance(300).then(|| rng.range(0, 300));
+        // Drawn last, so that the knobs above stay what each seed drew before groups existed.
+        if rng.chance(300) {
+            // Primary, secondary and another group's nodes, in turn; the ledger keeps to the
+            // first two (when they are enough for its first ensemble).
+            let layout = ["p", "s", "x"];
+            let kept = (0..nodes).filter(|i| i % 3 != 2).count();
+            if kept >= write_quorum as usize {
+                knobs.groups = layout.iter().map(|g| g.to_string()).collect();
+                knobs.isolation = IsolationGroups::parse("p", Some("s"));
+            }
+        }
         knobs
     }
 }
@@ -243,16 +263,21 @@ impl Simulation {
                     free_bytes: rng.range(1, 1_000),
                     rack: (!knobs.racks.is_empty())
                         .then(|| knobs.racks[i % knobs.racks.len()].clone()),
-                    group: None,
+                    group: (!knobs.groups.is_empty())
+                        .then(|| knobs.groups[i % knobs.groups.len()].clone()),
                     read_only: false,
                 },
             })
             .collect();
         let live: Vec<NodeInfo> = nodes.iter().map(|n| n.info.clone()).collect();
-        let ensemble =
-            magnetar_replication::placement::choose_ensemble(&live, knobs.write_quorum as usize)
-                .expect("enough nodes");
-        let meta = LedgerMeta::new(ensemble, knobs.write_quorum, knobs.ack_quorum);
+        let size = knobs.write_quorum as usize;
+        let allowed = match &knobs.isolation {
+            Some(groups) => isolate(&live, groups, size),
+            None => live.clone(),
+        };
+        let ensemble = choose_ensemble(&allowed, size).expect("enough nodes");
+        let meta = LedgerMeta::new(ensemble, knobs.write_quorum, knobs.ack_quorum)
+            .with_isolation(knobs.isolation.clone());
         let mut writer = Writer::new(LEDGER, meta.clone(), 1, knobs.writer.clone());
         writer.set_live_nodes(live);
         let mut sim = Simulation {
@@ -1102,6 +1127,21 @@ impl Simulation {
     /// Every invariant over the current state.
     pub fn check(&self, when: &str) -> Result<(), String> {
         self.meta.validate().map_err(|e| format!("{when}: stored metadata invalid: {e}"))?;
+        if let Some(groups) = &self.meta.isolation {
+            for fragment in &self.meta.fragments {
+                for node in &fragment.ensemble {
+                    let group = self.nodes[node.0 as usize].info.group.as_ref();
+                    if group.is_some_and(|g| {
+                        !groups.primary.contains(g) && !groups.secondary.contains(g)
+                    }) {
+                        return Err(format!(
+                            "{when}: {node} of group {group:?} holds a fragment of a ledger kept to {groups:?}: {:?}",
+                            self.meta.fragments
+                        ));
+                    }
+                }
+            }
+        }
         if !self.deleted {
             for &entry in self.acked.keys() {
                 self.check_entry(entry).map_err(|why| format!("{when}: acknowledged {why}"))?;
