@@ -1352,6 +1352,29 @@ mod tests {
         Hooked::new(inner, script)
     }
 
+    /// A managed ledger (rolling over every `max_entries`) on scripted storage over a
+    /// simulated disk seeded with `seed`; the disk is returned to be kept alive.
+    async fn scripted_ledger(
+        seed: u64,
+        refuse_appends: bool,
+        max_entries: u64,
+    ) -> (SimStorage, Arc<Scripted>, Arc<ManagedLedger>) {
+        let storage = SimStorage::new(seed);
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let scripted = scripted(store(&storage), refuse_appends);
+        let backend = LedgerBackend::new(scripted.clone(), metadata.clone());
+        let ml = ManagedLedger::open(
+            "t".into(),
+            "/ml/t".into(),
+            &backend,
+            metadata,
+            policy(max_entries),
+        )
+        .await
+        .unwrap();
+        (storage, scripted, ml)
+    }
+
     #[async_trait::async_trait]
     impl StorageHooks for Script {
         async fn before_create(&self, _id: u64) {
@@ -1382,13 +1405,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn ledgers_that_fail_one_after_another_are_replaced_with_a_growing_delay() {
-        let storage = SimStorage::new(29);
-        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-        let dead = scripted(store(&storage), true);
-        let backend = LedgerBackend::new(dead.clone(), metadata.clone());
-        let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(1000))
-            .await
-            .unwrap();
+        let (_storage, dead, ml) = scripted_ledger(29, true, 1000).await;
         // A producer resending every 5 ms for a second, every send refused.
         let started = tokio::time::Instant::now();
         let mut refused = 0;
@@ -1416,13 +1433,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_spare_ledger_prepared_after_the_unload_s_close_is_closed_too() {
-        let storage = SimStorage::new(37);
-        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-        let gated = scripted(store(&storage), false);
-        let backend = LedgerBackend::new(gated.clone(), metadata.clone());
-        let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(4))
-            .await
-            .unwrap();
+        let (_storage, gated, ml) = scripted_ledger(37, false, 4).await;
         gated.hooks.open.send_replace(false); // the spare's creation waits
         for _ in 0..3 {
             append(&ml, b"entry").await;
@@ -1451,13 +1462,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_full_ledger_takes_no_more_while_the_next_is_created_appends_wait_in_order() {
-        let storage = SimStorage::new(17);
-        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-        let gated = scripted(store(&storage), false);
-        let backend = LedgerBackend::new(gated.clone(), metadata.clone());
-        let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(10))
-            .await
-            .unwrap();
+        let (_storage, gated, ml) = scripted_ledger(17, false, 10).await;
         gated.hooks.open.send_replace(false); // every ledger creation now waits
         let mut receivers = Vec::new();
         for i in 0..35u8 {
@@ -1496,13 +1501,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn appends_on_the_next_ledger_are_confirmed_only_after_the_full_one_s_last() {
-        let storage = SimStorage::new(23);
-        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-        let slow = scripted(store(&storage), false);
-        let backend = LedgerBackend::new(slow.clone(), metadata.clone());
-        let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(4))
-            .await
-            .unwrap();
+        let (_storage, slow, ml) = scripted_ledger(23, false, 4).await;
         let full = ml.current_ledger();
         *slow.hooks.slow.lock() = Some(full);
         let answered = Arc::new(Mutex::new(Vec::new()));
@@ -1556,13 +1555,7 @@ mod tests {
     /// it counted only durable ones and waited out its 10 s whenever an append had failed.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_unload_after_failed_appends_does_not_wait_out_its_deadline() {
-        let storage = SimStorage::new(41);
-        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-        let slow = scripted(store(&storage), false);
-        let backend = LedgerBackend::new(slow.clone(), metadata.clone());
-        let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(100))
-            .await
-            .unwrap();
+        let (_storage, slow, ml) = scripted_ledger(41, false, 100).await;
         let ledger = ml.current_ledger();
         *slow.hooks.slow.lock() = Some(ledger);
         let answers = Arc::new(Mutex::new(Vec::new()));

@@ -59,6 +59,16 @@ impl StorageNode {
         StorageNode::start_with(url, cluster, dir, &[])
     }
 
+    /// Node number `i` of a test, its data in `dir/node{i}` (the same again after a restart).
+    fn numbered(url: &str, cluster: &str, dir: &Path, i: usize) -> StorageNode {
+        StorageNode::start(url, cluster, &dir.join(format!("node{i}")))
+    }
+
+    /// Nodes `0..n`, see [`StorageNode::numbered`].
+    fn first(n: usize, url: &str, cluster: &str, dir: &Path) -> Vec<StorageNode> {
+        (0..n).map(|i| StorageNode::numbered(url, cluster, dir, i)).collect()
+    }
+
     fn start_with(url: &str, cluster: &str, dir: &Path, extra: &[&str]) -> StorageNode {
         let mut args = vec!["--metadata", url, "--cluster", cluster, "--gc-seconds", "1"];
         args.extend_from_slice(extra);
@@ -166,9 +176,7 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
     let Some((etcd, url)) = one_etcd("replicated ledgers").await else { return };
     let dir = tempfile::tempdir().unwrap();
     let cluster = "replicated";
-    let mut nodes: Vec<StorageNode> = (0..3)
-        .map(|i| StorageNode::start(&url, cluster, &dir.path().join(format!("node{i}"))))
-        .collect();
+    let mut nodes: Vec<StorageNode> = StorageNode::first(3, &url, cluster, dir.path());
 
     let (store, ledgers) = client(etcd.endpoints(), cluster).await;
     assert_eq!(ledgers.nodes().live().len(), 3, "every node registered before it printed its line");
@@ -304,7 +312,7 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
     // once the other node of that fragment is killed too.
     let killed = killed.unwrap();
     let index = nodes.iter().position(|n| NodeId(n.id) == killed).unwrap();
-    nodes[index] = StorageNode::start(&url, cluster, &dir.path().join(format!("node{index}")));
+    nodes[index] = StorageNode::numbered(&url, cluster, dir.path(), index);
     assert_eq!(NodeId(nodes[index].id), killed, "a restarted node keeps its identity");
     // It answers LAC reads with the LAC its last entry carried (at most 256 adds were
     // unacknowledged), not with none: a recovery asking it reads forward from there.
@@ -374,8 +382,7 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
     for restarted in [false, true] {
         if restarted {
             nodes[index].kill();
-            nodes[index] =
-                StorageNode::start(&url, cluster, &dir.path().join(format!("node{index}")));
+            nodes[index] = StorageNode::numbered(&url, cluster, dir.path(), index);
         }
         match ask_node(&nodes[index].address, late_add()).await {
             Response::Error { code: ErrorCode::Fenced, .. } => {}
@@ -386,7 +393,6 @@ async fn quorum_writes_survive_a_killed_node_and_a_recovery_fences_the_writer() 
     }
 }
 
-/// One request on a fresh connection to a node, and its answer.
 /// A ledger's bookie affinity is stored with it, so a recovery by another client keeps to
 /// its groups too: the node it replaces while writing back (the writer's node died) comes
 /// from the ledger's groups, not from another group's node that placement would otherwise
@@ -396,9 +402,7 @@ async fn a_recovery_replaces_a_node_within_the_ledger_s_groups() {
     let Some((etcd, url)) = one_etcd("recovery within groups").await else { return };
     let dir = tempfile::tempdir().unwrap();
     let cluster = "replicated";
-    let mut nodes: Vec<StorageNode> = (0..4)
-        .map(|i| StorageNode::start(&url, cluster, &dir.path().join(format!("node{i}"))))
-        .collect();
+    let mut nodes: Vec<StorageNode> = StorageNode::first(4, &url, cluster, dir.path());
     let (store, ledgers) = client(etcd.endpoints(), cluster).await;
     let (other_store, other) = client(etcd.endpoints(), cluster).await;
     // Three nodes of group g0 on one rack; the fourth, of g1, alone on another rack.
@@ -460,6 +464,7 @@ async fn a_recovery_replaces_a_node_within_the_ledger_s_groups() {
     assert_eq!(entries.unwrap().len() as u64, total);
 }
 
+/// One request on a fresh connection to a node, and its answer.
 async fn ask_node(address: &str, request: Request) -> Response {
     let stream =
         tokio::time::timeout(WAIT, tokio::net::TcpStream::connect(address)).await.unwrap().unwrap();
@@ -743,9 +748,7 @@ async fn a_node_short_of_disk_is_read_only_and_gets_no_new_copies() {
     let Some((etcd, url)) = one_etcd("read-only storage node").await else { return };
     let dir = tempfile::tempdir().unwrap();
     let cluster = "readonly";
-    let _writable: Vec<StorageNode> = (0..2)
-        .map(|i| StorageNode::start(&url, cluster, &dir.path().join(format!("node{i}"))))
-        .collect();
+    let _writable: Vec<StorageNode> = StorageNode::first(2, &url, cluster, dir.path());
     // A threshold of 1 PiB free: short of disk on any machine, from the start.
     let full = StorageNode::start_with(
         &url,

@@ -186,7 +186,6 @@ mod tests {
             Some(NodeId(3))
         );
         // Two of the primary group's three failed: it is too small, the secondary joins.
-        let ensemble = [NodeId(1), NodeId(2)];
         let failed = [NodeId(2), NodeId(3)];
         assert_eq!(replacement_within(&live, groups.as_ref(), &ensemble, &failed), Some(NodeId(4)));
         // No secondary group: another group's node never, so nobody.
