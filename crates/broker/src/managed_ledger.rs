@@ -718,7 +718,7 @@ impl ManagedLedger {
     /// those still waiting for a next ledger after that fail with `error` (never dropped).
     async fn settle(&self, error: BrokerError) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        self.state.lock().settling += 1;
+        let _waiting = SettleWaiter::register(&self.state);
         loop {
             // Registered before the check, so an answer between the two still wakes us.
             let woken = self.settled.notified();
@@ -736,11 +736,7 @@ impl ManagedLedger {
             let recheck = tokio::time::Instant::now() + Duration::from_millis(50);
             let _ = tokio::time::timeout_at(recheck.min(deadline), woken).await;
         }
-        let stuck: Vec<_> = {
-            let mut state = self.state.lock();
-            state.settling -= 1;
-            state.held.drain(..).collect()
-        };
+        let stuck: Vec<_> = self.state.lock().held.drain(..).collect();
         fail_held(stuck.into_iter().map(|held| (held.done, error.clone())).collect());
     }
 
@@ -1109,6 +1105,25 @@ fn confirm_locked(state: &mut State, batch: &[Completed]) {
             }
             state.failure_rolls = 0;
         }
+    }
+}
+
+/// A `settle` waiting, counted in `State::settling` (so completions wake it) until it is
+/// dropped: also when the settling future is dropped before it ends (a caller's timeout).
+struct SettleWaiter<'a>(&'a Mutex<State>);
+
+impl<'a> SettleWaiter<'a> {
+    fn register(state: &'a Mutex<State>) -> SettleWaiter<'a> {
+        state.lock().settling += 1;
+        SettleWaiter(state)
+    }
+}
+
+impl Drop for SettleWaiter<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        assert!(state.settling > 0, "every waiter registered once");
+        state.settling -= 1;
     }
 }
 
@@ -1589,6 +1604,26 @@ mod tests {
         let took = started.elapsed();
         assert!(took < Duration::from_secs(2), "the close waited {took:?}");
         assert_eq!(*answers.lock(), vec![true, false, false], "every append answered once");
+    }
+
+    /// A settle whose caller gives up (its future dropped) stops counting as a waiter.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_settle_dropped_midway_is_no_longer_waited_for() {
+        let (_storage, slow, ml) = scripted_ledger(43, false, 100).await;
+        *slow.hooks.slow.lock() = Some(ml.current_ledger());
+        ml.append(Bytes::from_static(b"held"), |_| {}).unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while slow.hooks.held.lock().is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "the storage took the append");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let error = BrokerError::ServiceNotReady("test".into());
+        let gave_up = tokio::time::timeout(Duration::from_millis(20), ml.settle(error)).await;
+        assert!(gave_up.is_err(), "the append is still held, so the settle was waiting");
+        assert_eq!(ml.state.lock().settling, 0);
+        for (done, result) in std::mem::take(&mut *slow.hooks.held.lock()) {
+            done(result);
+        }
     }
 
     /// Appends `n` entries, letting each rollover finish (a deterministic layout).
