@@ -29,7 +29,7 @@ use magnetar_ledger::{AppendCallback, LedgerError, LedgerMetadata, LedgerStorage
 use magnetar_metadata::MetadataStore;
 use magnetar_replication::message::{Request, Response};
 use magnetar_replication::meta::{LedgerMeta, LedgerState};
-use magnetar_replication::placement::choose_ensemble;
+use magnetar_replication::placement::{allowed, choose_ensemble};
 use magnetar_replication::recovery::RecoveryConfig;
 use magnetar_replication::writer::{Writer, WriterConfig};
 use magnetar_replication::{EntryId, LedgerId};
@@ -305,7 +305,8 @@ impl LedgerStorage for ReplicatedLedgers {
         // its fragment. Same durability, no striping (not built).
         let size = metadata.write_quorum as usize;
         let nodes_seen = self.nodes.generation(); // before the read: a change since shows
-        let live = self.nodes.live_for(metadata.isolation.as_ref(), size);
+        let all = self.nodes.live();
+        let live = allowed(&all, metadata.isolation.as_ref(), size);
         let ensemble = choose_ensemble(&live, size).ok_or_else(|| {
             let read_only = live.iter().filter(|n| n.read_only).count();
             let affinity = match &metadata.isolation {
@@ -326,9 +327,9 @@ impl LedgerStorage for ReplicatedLedgers {
             .with_isolation(metadata.isolation.clone());
         let version = meta::create_meta(&*self.metadata, id, &meta).await?;
         let mut core = Writer::new(id, meta, version, self.writer_config());
-        // Every live node, not only those `live` allowed: when a node fails, the core
+        // Every live node, not only those allowed now: when a node fails, the core
         // re-applies the groups without it (a group too small lets the secondary in).
-        core.set_live_nodes(self.nodes.live());
+        core.set_live_nodes(all);
         let open = self.open.clone();
         let env = WriterEnv {
             nodes: self.nodes.clone(),

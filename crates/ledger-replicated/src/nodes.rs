@@ -14,12 +14,10 @@ use crate::stats::ClientStats;
 use bytes::BytesMut;
 use magnetar_clock::{log_limit::system_ms, warn_limited};
 use magnetar_metadata::{Event, EventKind, MetadataError, MetadataStore, WatchEvent, WatchStream};
-use magnetar_model::storage_nodes::{
-    IsolationGroups, StorageNodeRacks, StorageNodeRegistration as Registration,
-};
+use magnetar_model::storage_nodes::{StorageNodeRacks, StorageNodeRegistration as Registration};
 use magnetar_net::DirectWriter;
 use magnetar_replication::message::{Request, Response};
-use magnetar_replication::placement::{isolate, NodeInfo};
+use magnetar_replication::placement::NodeInfo;
 use magnetar_replication::wire::{self, Message};
 use magnetar_replication::NodeId;
 use parking_lot::{Mutex, RwLock};
@@ -224,16 +222,6 @@ impl Nodes {
     /// Moves whenever what [`Nodes::live`] answers may have changed.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
-    }
-
-    /// The nodes of [`Nodes::live`] a ledger of write quorum `size` may use: those its bookie
-    /// affinity `groups` allow (all without one).
-    pub fn live_for(&self, groups: Option<&IsolationGroups>, size: usize) -> Vec<NodeInfo> {
-        let live = self.live();
-        match groups {
-            Some(groups) => isolate(&live, groups, size),
-            None => live,
-        }
     }
 
     /// Sends `request` to `node`; `reply` gets the answer or `None`.

@@ -78,13 +78,17 @@ pub fn replacement_within(
     ensemble: &[NodeId],
     exclude: &[NodeId],
 ) -> Option<NodeId> {
+    let healthy: Vec<NodeInfo> =
+        live.iter().filter(|n| !exclude.contains(&n.id)).cloned().collect();
+    choose_replacement(&allowed(&healthy, groups, ensemble.len()), ensemble, exclude)
+}
+
+/// The nodes of `live` a ledger of write quorum `size` keeping to `groups` may use
+/// ([`isolate`]; every node without groups).
+pub fn allowed(live: &[NodeInfo], groups: Option<&IsolationGroups>, size: usize) -> Vec<NodeInfo> {
     match groups {
-        None => choose_replacement(live, ensemble, exclude),
-        Some(groups) => {
-            let healthy: Vec<NodeInfo> =
-                live.iter().filter(|n| !exclude.contains(&n.id)).cloned().collect();
-            choose_replacement(&isolate(&healthy, groups, ensemble.len()), ensemble, exclude)
-        }
+        Some(groups) => isolate(live, groups, size),
+        None => live.to_vec(),
     }
 }
 

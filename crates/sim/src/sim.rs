@@ -8,7 +8,7 @@ use magnetar_model::storage_nodes::IsolationGroups;
 use magnetar_replication::message::{Request, RequestId, Response};
 use magnetar_replication::meta::{LedgerMeta, LedgerState};
 use magnetar_replication::node::{NodeAction, NodeCore};
-use magnetar_replication::placement::{choose_ensemble, isolate};
+use magnetar_replication::placement::{allowed, choose_ensemble};
 use magnetar_replication::recovery::{Recovery, RecoveryAction, RecoveryConfig};
 use magnetar_replication::writer::{WriteError, Writer, WriterAction, WriterConfig};
 use magnetar_replication::{EntryId, LedgerId, MetaWrite, NodeId, NodeInfo};
@@ -271,11 +271,8 @@ impl Simulation {
             .collect();
         let live: Vec<NodeInfo> = nodes.iter().map(|n| n.info.clone()).collect();
         let size = knobs.write_quorum as usize;
-        let allowed = match &knobs.isolation {
-            Some(groups) => isolate(&live, groups, size),
-            None => live.clone(),
-        };
-        let ensemble = choose_ensemble(&allowed, size).expect("enough nodes");
+        let ensemble = choose_ensemble(&allowed(&live, knobs.isolation.as_ref(), size), size)
+            .expect("enough nodes");
         let meta = LedgerMeta::new(ensemble, knobs.write_quorum, knobs.ack_quorum)
             .with_isolation(knobs.isolation.clone());
         let mut writer = Writer::new(LEDGER, meta.clone(), 1, knobs.writer.clone());
