@@ -58,7 +58,7 @@
 //! | `GET /admin/v2/brokers/configuration/runtime` | 200 settings by Pulsar's names (those Magnetar has) | |
 //! | `GET /admin/v2/brokers/internal-configuration` | 200 InternalConfigurationData, all null | |
 //! | `POST /admin/v2/brokers/configuration/{name}/{value}`, `DELETE …/configuration/{name}` | | 412 " Can't update non-dynamic configuration" |
-//! | `GET /admin/v2/bookies/all` | 200 `{"bookies":[{"bookieId":"host:port"}]}` (registered storage nodes) | |
+//! | `GET /admin/v2/bookies/all` | 200 `{"bookies":[{"bookieId":"host:port"}]}` (storage nodes with a cookie, up or not) | |
 //! | `GET /admin/v2/bookies/racks-info` | 200 group -> address -> `{"rack","hostname"}` (`{}` for none) | |
 //! | `GET /admin/v2/bookies/racks-info/{bookie}` | 200 `{"rack","hostname"}` | 404 none assigned |
 //! | `POST /admin/v2/bookies/racks-info/{bookie}?group=G` `{"rack","hostname"}` | 204 (placement uses it from the next ledger) | 412 no group, rack empty or of more than one level; 400 body |

@@ -154,6 +154,34 @@ async fn brokers_list_and_the_stored_cluster_record() {
     assert_eq!(r.json()["brokerServiceUrl"], "pulsar://localhost:6650");
 }
 
+/// `pulsar-admin bookies list-bookies`: every node with a cookie, up or not, at its latest
+/// address, and registered nodes without one (an older version's), each address once.
+#[tokio::test]
+async fn bookies_are_listed_by_cookie_and_by_registration() {
+    let app = App::new().await;
+    let r = app.get("/admin/v2/bookies/all").await;
+    assert_eq!((r.status, r.json()), (StatusCode::OK, json!({"bookies": []})));
+    for (id, address) in [(2, "h:2"), (1, "h:1")] {
+        let cookie = json!({"address": address, "instance": "00000000000000aa"});
+        let key = keys::storage_node_cookie(id);
+        app.store.put(&key, cookie.to_string().into(), ExpectedVersion::Absent).await.unwrap();
+    }
+    let unreadable = keys::storage_node_cookie(9);
+    app.store.put(&unreadable, Bytes::from_static(b"{"), ExpectedVersion::Absent).await.unwrap();
+    for (id, address) in [(1, "h:1"), (3, "h:3")] {
+        let registration = json!({"address": address, "freeBytes": 1});
+        let key = keys::storage_node(id);
+        let value = registration.to_string().into();
+        app.store.put_ephemeral(&key, value, ExpectedVersion::Any).await.unwrap();
+    }
+    let listed = |addresses: &[&str]| json!({"bookies": addresses.iter().map(|a| json!({"bookieId": a})).collect::<Vec<_>>()});
+    let r = app.get("/admin/v2/bookies/all").await;
+    assert_eq!((r.status, r.json()), (StatusCode::OK, listed(&["h:1", "h:2", "h:3"])));
+    app.store.expire_session().unwrap();
+    let r = app.get("/admin/v2/bookies/all").await;
+    assert_eq!(r.json(), listed(&["h:1", "h:2"]), "nodes with a cookie stay listed when down");
+}
+
 #[tokio::test]
 async fn unknown_routes_and_methods() {
     let app = App::new().await;

@@ -416,7 +416,8 @@ pub struct StorageArgs {
     #[arg(long)]
     pub rack: Option<String>,
     /// This node's id; chosen at random and kept in DATA_DIR/node-id on first start. Given,
-    /// it must match what DATA_DIR holds.
+    /// it must match what DATA_DIR holds; in a cluster, an id whose cookie (etcd) names
+    /// another data directory is refused (a node id that held ledgers on an emptied disk).
     #[arg(long)]
     pub node_id: Option<u64>,
     /// Seconds between registration refreshes (free disk space).

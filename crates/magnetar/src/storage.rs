@@ -1,6 +1,7 @@
 //! `magnetar storage`: a storage node. Opens its ledger store (journal, fsync before every
 //! acknowledgement), binds the storage protocol, registers in etcd when given a cluster, and
-//! serves until SIGINT/SIGTERM. Everything is checked before any file is opened.
+//! serves until SIGINT/SIGTERM. Everything is checked before any file is opened, and in a
+//! cluster the data directory's cookie before the ledger store is (`cookie.rs`).
 
 use anyhow::Context;
 use magnetar_ledger::LedgerStore;
@@ -46,7 +47,7 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
     store_config.validate().context("ledger store configuration")?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("create data dir {}", args.data_dir.display()))?;
-    let node = node_id(&args.data_dir, args.node_id)?;
+    let (node, drawn) = node_id(&args.data_dir, args.node_id)?;
 
     let runtime = match args.worker_threads {
         Some(1) => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
@@ -76,6 +77,20 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
             }
             None => None,
         };
+        if let (Some(etcd), Some(cluster)) = (&metadata, &args.cluster) {
+            let start = magnetar_storage_node::cookie::check_or_create(
+                etcd.as_ref(),
+                &args.data_dir,
+                node,
+                cluster,
+                &address,
+            )
+            .await?;
+            tracing::info!(?start, "storage node cookie checked");
+        }
+        if drawn {
+            keep_node_id(&args.data_dir, node)?;
+        }
         let (store, recovery) =
             tokio::task::spawn_blocking(move || LedgerStore::open(store_config))
                 .await?
@@ -209,8 +224,9 @@ async fn serve_metrics(listener: tokio::net::TcpListener, scrape: Arc<Scrape>) {
     }
 }
 
-/// The node's identity: kept in DATA_DIR/node-id, drawn at random on first start.
-fn node_id(data_dir: &Path, given: Option<u64>) -> anyhow::Result<NodeId> {
+/// The node's identity: kept in DATA_DIR/node-id, or else `given`, or else drawn at random;
+/// true when it is not kept yet ([`keep_node_id`] once the cookie check let it start).
+fn node_id(data_dir: &Path, given: Option<u64>) -> anyhow::Result<(NodeId, bool)> {
     let path = data_dir.join(NODE_ID_FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
@@ -221,17 +237,21 @@ fn node_id(data_dir: &Path, given: Option<u64>) -> anyhow::Result<NodeId> {
             if let Some(given) = given.filter(|&g| g != stored) {
                 anyhow::bail!("--node-id {given} does not match {} in {}", stored, path.display());
             }
-            Ok(NodeId(stored))
+            Ok((NodeId(stored), false))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let id = given.unwrap_or_else(|| rand::random::<u64>() >> 24);
-            let temporary = data_dir.join(format!("{NODE_ID_FILE}.tmp"));
-            std::fs::write(&temporary, format!("{id}\n"))?;
-            std::fs::File::open(&temporary)?.sync_all()?;
-            std::fs::rename(&temporary, &path)?;
-            std::fs::File::open(data_dir)?.sync_all()?;
-            Ok(NodeId(id))
+            Ok((NodeId(given.unwrap_or_else(|| rand::random::<u64>() >> 24)), true))
         }
         Err(e) => Err(e).with_context(|| format!("read {}", path.display())),
     }
+}
+
+/// Writes DATA_DIR/node-id durably.
+fn keep_node_id(data_dir: &Path, node: NodeId) -> anyhow::Result<()> {
+    let temporary = data_dir.join(format!("{NODE_ID_FILE}.tmp"));
+    std::fs::write(&temporary, format!("{}\n", node.0))?;
+    std::fs::File::open(&temporary)?.sync_all()?;
+    std::fs::rename(&temporary, data_dir.join(NODE_ID_FILE))?;
+    std::fs::File::open(data_dir)?.sync_all()?;
+    Ok(())
 }

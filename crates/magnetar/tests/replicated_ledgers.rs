@@ -35,7 +35,7 @@ use magnetar_metadata::{ExpectedVersion, MetadataStore};
 use magnetar_metadata_etcd::{EtcdStore, EtcdStoreConfig};
 use magnetar_model::keys;
 use magnetar_model::storage_nodes::{
-    IsolationGroups, RackInfo, StorageNodeRacks, StorageNodeRegistration,
+    IsolationGroups, RackInfo, StorageNodeCookie, StorageNodeRacks, StorageNodeRegistration,
 };
 use magnetar_replication::message::{ErrorCode, Request, Response};
 use magnetar_replication::meta::{LedgerMeta, LedgerState};
@@ -799,6 +799,97 @@ async fn a_node_short_of_disk_is_read_only_and_gets_no_new_copies() {
     match ask_node(&registration.address, Request::ReadLac { ledger: 78, fence: Some(1) }).await {
         Response::Lac { ledger: 78, .. } => {}
         other => panic!("a fencing read is answered: {other:?}"),
+    }
+}
+
+/// A node id that holds data, started again on an emptied directory (`--node-id` on a new
+/// disk), is refused before it opens anything: its cookie in etcd names another directory, and
+/// served empty it would answer "no such entry" for entries it held. Its own directory
+/// started against another cluster is refused too (its garbage collection would find none of
+/// its ledgers). Its own directory in its own cluster starts and serves what it held; the
+/// emptied directory without `--node-id` is a new node. Cookies outlive the process (the
+/// admin API lists nodes by them, so a stopped node stays listed, as a bookie does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_id_with_data_is_refused_on_an_emptied_directory() {
+    let Some((etcd, url)) = one_etcd("storage node cookies").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = "cookies";
+    let own = dir.path().join("own");
+    let id = ["--node-id", "4242"];
+    let mut node = StorageNode::start_with(&url, cluster, &own, &id);
+    assert_eq!(node.id, 4242);
+    let (store, ledgers) = client(etcd.endpoints(), cluster).await;
+    let one_copy = LedgerMetadata {
+        ensemble_size: 1,
+        write_quorum: 1,
+        ack_quorum: 1,
+        properties: BTreeMap::new(),
+        isolation: None,
+    };
+    ledgers.create(1, &one_copy).await.unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    ledgers.append(1, 0, data(0), Box::new(move |r| drop(tx.send(r)))).unwrap();
+    let acked = tokio::time::timeout(WAIT, rx).await.expect("acked in time").unwrap();
+    assert_eq!(acked.ok(), Some(0));
+    node.kill();
+
+    let emptied = dir.path().join("emptied");
+    let refused = run_storage(&["--metadata", &url, "--cluster", cluster, id[0], id[1]], &emptied);
+    assert!(!refused.status.success(), "an id with data on an empty directory is refused");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("node 4242 has a cookie") && stderr.contains("without --node-id"),
+        "the error says why and what to do: {stderr}"
+    );
+    assert!(!emptied.join("ledgers").exists(), "no ledger store created");
+
+    let refused = run_storage(&["--metadata", &url, "--cluster", "elsewhere"], &own);
+    assert!(!refused.status.success(), "a directory of another cluster is refused");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains(r#"belongs to cluster "cookies""#), "{stderr}");
+
+    let node = StorageNode::start_with(&url, cluster, &own, &id);
+    match ask_node(&node.address, Request::Read { ledger: 1, entry: 0, fence: None }).await {
+        Response::Entry { data: held, .. } => assert_eq!(held, data(0)),
+        other => panic!("its own directory serves what it held: {other:?}"),
+    }
+    let stopped = node.address.clone();
+    drop(node);
+    let new = StorageNode::start(&url, cluster, &emptied);
+    assert_ne!(new.id, 4242, "a new node, a new id");
+
+    let mut cookies = store.list_children(keys::STORAGE_NODE_COOKIES_ROOT).await.unwrap();
+    cookies.sort();
+    let mut expected = vec!["4242".to_string(), new.id.to_string()];
+    expected.sort();
+    assert_eq!(cookies, expected, "one cookie per node id");
+    let cookie = store.get(&keys::storage_node_cookie(4242)).await.unwrap().expect("kept");
+    let cookie: StorageNodeCookie = serde_json::from_slice(&cookie.value).unwrap();
+    assert_eq!(cookie.address, stopped, "the stopped node's cookie names its latest address");
+}
+
+/// `magnetar storage ARGS --data-dir DIR` run to its exit (bounded: killed by PID after WAIT).
+fn run_storage(args: &[&str], dir: &Path) -> std::process::Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_magnetar"))
+        .env("NO_COLOR", "1")
+        .args(["storage", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .arg("--data-dir")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || drop(tx.send(child.wait_with_output())));
+    match rx.recv_timeout(WAIT) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("magnetar storage {args:?} did not exit within {WAIT:?}");
+        }
     }
 }
 

@@ -226,12 +226,21 @@ pub const STORAGE_NODES_ROOT: &str = "/storage-nodes";
 /// The operator's rack assignments of storage nodes ([`crate::storage_nodes::StorageNodeRacks`],
 /// one JSON document; Pulsar's `/bookies`).
 pub const STORAGE_NODE_RACKS: &str = "/storage-node-racks";
+/// Parent of every storage node's cookie (persistent keys; children are node ids): BookKeeper's
+/// `/ledgers/cookies`, the record that a node id holds data ([`crate::storage_nodes::StorageNodeCookie`]).
+pub const STORAGE_NODE_COOKIES_ROOT: &str = "/storage-node-cookies";
 /// Parent of every replicated ledger's metadata.
 pub const LEDGERS_ROOT: &str = "/ledgers";
 
 /// `/storage-nodes/{id}`: a running storage node's registration (address, free disk, rack).
 pub fn storage_node(id: u64) -> String {
     format!("{STORAGE_NODES_ROOT}/{id}")
+}
+
+/// `/storage-node-cookies/{id}`: node `id`'s cookie, written at its first registration and
+/// kept while it lives on (the registration comes and goes with the process).
+pub fn storage_node_cookie(id: u64) -> String {
+    format!("{STORAGE_NODE_COOKIES_ROOT}/{id}")
 }
 
 /// `/ledgers/{id}`: a replicated ledger's metadata (ensembles, quorums, state), changed only

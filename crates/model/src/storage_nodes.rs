@@ -1,5 +1,5 @@
 //! The documents that describe a cluster's storage nodes: each node's registration (written by
-//! the node itself, ephemeral) and the racks the operator assigned (`pulsar-admin bookies
+//! the node itself, ephemeral), its cookie (persistent) and the racks the operator assigned (`pulsar-admin bookies
 //! set-bookie-rack`, one document for the cluster, as Pulsar's `/bookies`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,6 +20,19 @@ pub struct StorageNodeRegistration {
     /// Its listener speaks TLS (and only TLS): clients connect with TLS or not at all.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tls: bool,
+}
+
+/// What a storage node keeps at `/storage-node-cookies/{id}` (persistent, JSON): BookKeeper's
+/// cookie. Written when the node id first registers, it says the id holds data, in the data
+/// directory that carries the same `instance`; a node whose directory does not match refuses
+/// to start (`magnetar_storage_node::cookie`). The admin API lists nodes by their cookies.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageNodeCookie {
+    /// The node's address at its latest start (`host:port`, its "bookie id").
+    pub address: String,
+    /// Drawn at random with the data directory: which directory is this id's.
+    pub instance: String,
 }
 
 /// One node's assignment: Pulsar's `BookieInfo`.

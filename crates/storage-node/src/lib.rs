@@ -4,6 +4,7 @@
 //! decisions of `magnetar_replication::node::NodeCore`, and registers itself in the metadata
 //! store so that writers can place ledgers on it.
 
+pub mod cookie;
 pub mod registration;
 pub mod server;
 pub mod space;

@@ -1,9 +1,9 @@
 //! Storage nodes in Pulsar's bookies API (`pulsar-admin bookies …`, super-user only, as every
 //! route authorization does not list):
 //!
-//! - `GET /admin/v2/bookies/all`: the registered storage nodes, `{"bookies": [{"bookieId":
-//!   "host:port"}]}` (Pulsar lists every bookie with a cookie; a storage node is listed while
-//!   its registration lives: running, or killed and its lease not yet expired).
+//! - `GET /admin/v2/bookies/all`: every storage node with a cookie, up or not, at the address
+//!   of its latest start, `{"bookies": [{"bookieId": "host:port"}]}` (as Pulsar lists every
+//!   bookie with a cookie), and any registered node without one (an older version's).
 //! - `GET /admin/v2/bookies/racks-info`: the operator's rack assignments, group -> address ->
 //!   `{"rack", "hostname"}` (`{}` for none).
 //! - `GET|DELETE /admin/v2/bookies/racks-info/{bookie}`: one node's assignment; 404 when it
@@ -23,9 +23,10 @@ use axum::Json;
 use magnetar_metadata::ExpectedVersion;
 use magnetar_model::keys;
 use magnetar_model::storage_nodes::{
-    validate_rack, RackInfo, StorageNodeRacks, StorageNodeRegistration,
+    validate_rack, RackInfo, StorageNodeCookie, StorageNodeRacks, StorageNodeRegistration,
 };
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 
 use super::{body_bytes, get_json, query_param, to_json_bytes, update_document, PathSegments};
 use crate::error::AdminError;
@@ -33,20 +34,40 @@ use crate::AdminState;
 
 /// `GET /admin/v2/bookies/all`.
 pub(crate) async fn list_all(State(state): State<AdminState>) -> Result<Json<Value>, AdminError> {
-    let mut addresses = Vec::new();
-    for child in state.store.list_children(keys::STORAGE_NODES_ROOT).await? {
-        let Ok(id) = child.parse::<u64>() else { continue };
+    let mut addresses = BTreeSet::new();
+    for id in node_ids(&state, keys::STORAGE_NODE_COOKIES_ROOT).await? {
+        let Some(stored) = state.store.get(&keys::storage_node_cookie(id)).await? else {
+            continue; // deleted since the listing
+        };
+        match serde_json::from_slice::<StorageNodeCookie>(&stored.value) {
+            Ok(cookie) => addresses.insert(cookie.address),
+            Err(e) => {
+                tracing::warn!(node = id, error = %e, "unreadable storage node cookie");
+                continue;
+            }
+        };
+    }
+    // Registrations too: a node of an older version runs without a cookie.
+    for id in node_ids(&state, keys::STORAGE_NODES_ROOT).await? {
         let Some(stored) = state.store.get(&keys::storage_node(id)).await? else {
             continue; // its lease ended since the listing
         };
         match serde_json::from_slice::<StorageNodeRegistration>(&stored.value) {
-            Ok(registration) => addresses.push(registration.address),
-            Err(e) => tracing::warn!(node = id, error = %e, "unreadable storage node registration"),
-        }
+            Ok(registration) => addresses.insert(registration.address),
+            Err(e) => {
+                tracing::warn!(node = id, error = %e, "unreadable storage node registration");
+                continue;
+            }
+        };
     }
-    addresses.sort();
     let bookies: Vec<Value> = addresses.into_iter().map(|a| json!({ "bookieId": a })).collect();
     Ok(Json(json!({ "bookies": bookies })))
+}
+
+/// The node ids under `root` (children that are not numbers are skipped).
+async fn node_ids(state: &AdminState, root: &str) -> Result<Vec<u64>, AdminError> {
+    let children = state.store.list_children(root).await?;
+    Ok(children.iter().filter_map(|child| child.parse().ok()).collect())
 }
 
 /// `GET /admin/v2/bookies/racks-info`.
