@@ -200,12 +200,17 @@ pub async fn check_or_create(
             write_local(dir, &local)?;
         }
         Start::Known { address_changed } => {
-            let (local, stored) = (local.expect("decided"), stored.expect("decided"));
+            let (mut local, stored) = (local.expect("decided"), stored.expect("decided"));
             if *address_changed {
                 store
                     .put(&key, document(&local.instance), ExpectedVersion::Exactly(stored.version))
                     .await
                     .map_err(raced)?;
+            }
+            // A first start whose metadata write landed but was not confirmed to it.
+            if !local.registered {
+                local.registered = true;
+                write_local(dir, &local)?;
             }
         }
     }
@@ -332,6 +337,19 @@ mod tests {
             start(&store, dir.path(), 7, "h:1").await.unwrap(),
             Start::Known { address_changed: false }
         );
+
+        // The metadata write landed but its answer was lost: the next start completes it.
+        let other = tempfile::tempdir().unwrap();
+        let half = LocalCookie { node_id: 8, instance: "00000000000000bb".into(), ..half };
+        write_local(other.path(), &half).unwrap();
+        let landed = StorageNodeCookie { address: "h:2".into(), instance: half.instance.clone() };
+        let value = Bytes::from(serde_json::to_vec(&landed).unwrap());
+        store.put(&keys::storage_node_cookie(8), value, ExpectedVersion::Absent).await.unwrap();
+        assert_eq!(
+            start(&store, other.path(), 8, "h:2").await.unwrap(),
+            Start::Known { address_changed: false }
+        );
+        assert!(read_local(&other.path().join(COOKIE_FILE)).unwrap().unwrap().registered);
     }
 
     #[tokio::test]
