@@ -78,14 +78,7 @@ impl StorageNode {
     /// `magnetar storage ARGS` on a free port, its data in `dir` and its log beside it;
     /// returns once it says it listens.
     fn spawn(args: &[&str], dir: &Path) -> StorageNode {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_magnetar"))
-            .env("NO_COLOR", "1")
-            .args(["storage", "--listen", "127.0.0.1:0"])
-            .args(args)
-            .arg("--data-dir")
-            .arg(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
+        let mut child = storage_command(args, dir)
             .stderr(std::fs::File::create(dir.with_extension("log")).unwrap())
             .spawn()
             .unwrap();
@@ -868,19 +861,23 @@ async fn a_node_id_with_data_is_refused_on_an_emptied_directory() {
     assert_eq!(cookie.address, stopped, "the stopped node's cookie names its latest address");
 }
 
-/// `magnetar storage ARGS --data-dir DIR` run to its exit (bounded: killed by PID after WAIT).
-fn run_storage(args: &[&str], dir: &Path) -> std::process::Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_magnetar"))
+/// `magnetar storage ARGS` on a free port, its data in `dir`, its stdout piped.
+fn storage_command(args: &[&str], dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_magnetar"));
+    command
         .env("NO_COLOR", "1")
         .args(["storage", "--listen", "127.0.0.1:0"])
         .args(args)
         .arg("--data-dir")
         .arg(dir)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stdout(Stdio::piped());
+    command
+}
+
+/// `magnetar storage ARGS --data-dir DIR` run to its exit (bounded: killed by PID after WAIT).
+fn run_storage(args: &[&str], dir: &Path) -> std::process::Output {
+    let child = storage_command(args, dir).stderr(Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || drop(tx.send(child.wait_with_output())));

@@ -169,50 +169,39 @@ pub async fn check_or_create(
         let cookie = StorageNodeCookie { address: address.to_string(), instance: instance.into() };
         Bytes::from(serde_json::to_vec(&cookie).expect("serializable"))
     };
-    match &start {
-        Start::New => {
-            let mut local = LocalCookie {
+    // The metadata cookie to create (absent only), then the local one to mark registered.
+    let mut local = match (&start, local) {
+        (Start::New, _) => {
+            let new = LocalCookie {
                 node_id: node.0,
                 cluster: cluster.to_string(),
                 instance: format!("{:016x}", rand::random::<u64>()),
                 registered: false,
             };
-            write_local(dir, &local)?;
-            store
-                .put(&key, document(&local.instance), ExpectedVersion::Absent)
-                .await
-                .map_err(raced)?;
-            local.registered = true;
-            write_local(dir, &local)?;
-            tracing::info!(
-                node = node.0,
-                instance = local.instance,
-                "new storage node: cookie written"
-            );
+            write_local(dir, &new)?;
+            tracing::info!(node = node.0, instance = new.instance, "new storage node");
+            new
         }
-        Start::CompleteRegistration => {
-            let mut local = local.expect("decided from a local cookie");
-            store
-                .put(&key, document(&local.instance), ExpectedVersion::Absent)
-                .await
-                .map_err(raced)?;
-            local.registered = true;
-            write_local(dir, &local)?;
-        }
-        Start::Known { address_changed } => {
-            let (mut local, stored) = (local.expect("decided"), stored.expect("decided"));
+        (Start::CompleteRegistration, Some(local)) => local,
+        (Start::Known { address_changed }, Some(local)) => {
+            let stored = stored.expect("decided from a metadata cookie");
             if *address_changed {
                 store
                     .put(&key, document(&local.instance), ExpectedVersion::Exactly(stored.version))
                     .await
                     .map_err(raced)?;
             }
-            // A first start whose metadata write landed but was not confirmed to it.
-            if !local.registered {
-                local.registered = true;
-                write_local(dir, &local)?;
-            }
+            local
         }
+        (_, None) => unreachable!("decided from a local cookie"),
+    };
+    if matches!(start, Start::New | Start::CompleteRegistration) {
+        store.put(&key, document(&local.instance), ExpectedVersion::Absent).await.map_err(raced)?;
+    }
+    // Also a first start whose metadata write landed but was not confirmed to it.
+    if !local.registered {
+        local.registered = true;
+        write_local(dir, &local)?;
     }
     Ok(start)
 }
