@@ -32,6 +32,12 @@ pub enum LedgerError {
     /// metadata store unreachable. Retrying later may succeed.
     #[error("ledger storage unavailable: {0}")]
     Unavailable(String),
+    /// Another process (or another open store) holds the directory's `LOCK`.
+    #[error(
+        "ledger store directory {dir} is in use by another process (its LOCK is held): two \
+         processes writing one journal would corrupt it; stop the other one first"
+    )]
+    InUse { dir: String },
     /// The storage cannot give what the ledger's metadata asks (e.g. replicas on a local store).
     #[error("unsupported ledger metadata: {0}")]
     Unsupported(String),

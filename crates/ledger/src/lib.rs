@@ -7,6 +7,7 @@
 pub mod api;
 pub mod cache;
 pub mod config;
+pub mod dir_lock;
 pub mod error;
 pub mod files;
 pub mod hooked;
@@ -15,5 +16,6 @@ pub mod store;
 
 pub use api::{AppendCallback, LedgerMetadata, LedgerStorage, MemoryLedgers};
 pub use config::LedgerStoreConfig;
+pub use dir_lock::DirLock;
 pub use error::LedgerError;
 pub use store::{Commit, LedgerInfo, LedgerStore, PendingAppend, StoreRecovery, StoreStats};

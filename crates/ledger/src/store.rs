@@ -20,6 +20,7 @@
 
 use crate::cache::{CacheBudget, LedgerCache};
 use crate::config::LedgerStoreConfig;
+use crate::dir_lock::DirLock;
 use crate::error::LedgerError;
 use crate::files::{self, Checkpoint, IndexEntry, LedgerMeta, CHECKPOINT_FILE};
 use crate::idmap::IdMap;
@@ -197,6 +198,8 @@ struct Inner {
 pub struct LedgerStore {
     inner: Arc<Inner>,
     maintenance_thread: Mutex<Option<JoinHandle<()>>>,
+    /// The directory's lock, held while this store is open ([`LedgerStore::open`]).
+    _dir_lock: Option<DirLock>,
 }
 
 /// A staged append; resolves to the entry id once the entry is durable.
@@ -241,11 +244,15 @@ impl PendingIndex {
 }
 
 impl LedgerStore {
-    /// Opens the store in `config.dir` on the real file system.
+    /// Opens the store in `config.dir` on the real file system, which it locks while open.
     pub fn open(config: LedgerStoreConfig) -> Result<(Self, StoreRecovery), LedgerError> {
+        config.validate()?;
+        let lock = DirLock::acquire(&config.dir)?;
         let storage = FsStorage::open(&config.dir)
             .map_err(|e| JournalError::io(format!("open {}", config.dir.display()), e))?;
-        Self::open_with_storage(config, Arc::new(storage))
+        let (mut store, recovery) = Self::open_with_storage(config, Arc::new(storage))?;
+        store._dir_lock = Some(lock);
+        Ok((store, recovery))
     }
 
     /// Opens the store over any storage (the simulator in tests).
@@ -295,7 +302,8 @@ impl LedgerStore {
                 .spawn(move || maintenance_loop(&inner, receiver))
                 .map_err(|e| JournalError::io("spawn ledger maintenance", e))?
         };
-        let store = LedgerStore { inner, maintenance_thread: Mutex::new(Some(thread)) };
+        let store =
+            LedgerStore { inner, maintenance_thread: Mutex::new(Some(thread)), _dir_lock: None };
         Ok((store, recovered.report))
     }
 

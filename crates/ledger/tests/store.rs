@@ -427,3 +427,41 @@ async fn compaction_reads_the_live_entries_not_the_whole_segment() {
         assert_eq!(store.read_entry(keep, entry).unwrap(), big(keep, entry), "after restart");
     }
 }
+
+/// A directory is one store's while it is open: a second open (another process, or a node
+/// started by hand while the old one runs) is refused with `InUse` before it touches the
+/// journal, and the directory is free again once the first store is closed and dropped.
+#[tokio::test]
+async fn a_directory_open_by_one_store_is_refused_to_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LedgerStoreConfig { dir: dir.path().to_path_buf(), ..config() };
+    let (store, _) = LedgerStore::open(config.clone()).unwrap();
+    let ledger = timed(store.create_ledger()).await.unwrap();
+    timed(store.append(ledger, data(ledger, 0)).unwrap()).await.unwrap();
+    let segments = |dir: &std::path::Path| {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = segments(dir.path());
+    match LedgerStore::open(config.clone()) {
+        Err(LedgerError::InUse { dir: named }) => {
+            assert_eq!(named, dir.path().display().to_string());
+        }
+        other => panic!("a second store on an open directory: {:?}", other.map(|_| ())),
+    }
+    assert_eq!(segments(dir.path()), before, "the refused open touched nothing");
+    assert_eq!(store.read_entry(ledger, 0).unwrap(), data(ledger, 0), "the first still serves");
+    tokio::task::spawn_blocking(move || {
+        store.close();
+        drop(store);
+    })
+    .await
+    .unwrap();
+    let (reopened, _) = LedgerStore::open(config).unwrap();
+    assert_eq!(reopened.read_entry(ledger, 0).unwrap(), data(ledger, 0));
+    tokio::task::spawn_blocking(move || reopened.close()).await.unwrap();
+}

@@ -47,6 +47,8 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
     store_config.validate().context("ledger store configuration")?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("create data dir {}", args.data_dir.display()))?;
+    // Before the node reads its identity: one process per data directory.
+    let _data_dir_lock = magnetar_ledger::DirLock::acquire(&args.data_dir)?;
     let (node, drawn) = node_id(&args.data_dir, args.node_id)?;
 
     let runtime = match args.worker_threads {

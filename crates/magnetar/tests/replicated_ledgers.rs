@@ -11,6 +11,8 @@
 //!   that fenced it keeps the fence (the old writer is still refused), also after a restart.
 //! * A node short of disk registers read-only: no new ledger is placed on it, and it refuses a
 //!   normal add sent to it directly while it still answers a fencing read.
+//! * A node id that held data is refused on an emptied directory or in another cluster (its
+//!   cookie), and a second node on a directory in use is refused.
 //! * A node takes its journal settings from `--config` (a bad file refused before anything is
 //!   created) and serves its metrics at `--metrics-listen`.
 //! * Nodes with `[tls]` and client certificates required serve a client with the CA and a
@@ -859,6 +861,24 @@ async fn a_node_id_with_data_is_refused_on_an_emptied_directory() {
     let cookie = store.get(&keys::storage_node_cookie(4242)).await.unwrap().expect("kept");
     let cookie: StorageNodeCookie = serde_json::from_slice(&cookie.value).unwrap();
     assert_eq!(cookie.address, stopped, "the stopped node's cookie names its latest address");
+}
+
+/// One process per data directory: a second node started on a directory in use (by hand,
+/// while the old one still runs) is refused before it reads anything, and the first serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_node_on_a_data_directory_in_use_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("node");
+    let first = StorageNode::spawn(&[], &data_dir);
+    let add =
+        Request::Add { ledger: 5, entry: 0, epoch: 0, lac: None, recovery: false, data: data(0) };
+    assert_eq!(ask_node(&first.address, add).await, Response::Added { ledger: 5, entry: 0 });
+    let refused = run_storage(&[], &data_dir);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "a second node on the same directory is refused");
+    assert!(stderr.contains("in use by another process"), "{stderr}");
+    let read = ask_node(&first.address, Request::Read { ledger: 5, entry: 0, fence: None }).await;
+    assert!(matches!(read, Response::Entry { .. }), "the first serves on: {read:?}");
 }
 
 /// `magnetar storage ARGS` on a free port, its data in `dir`, its stdout piped.
