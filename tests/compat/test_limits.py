@@ -473,3 +473,53 @@ def test_a_message_over_the_topic_max_message_size_is_refused(server):
     finally:
         client.close()  # fails what is still pending
     assert results and results[0] != pulsar.Result.Ok, results
+
+
+def test_a_disk_short_of_space_refuses_new_messages_and_keeps_consumers_and_deletes_going():
+    """`[storage] min_free_mb` (default 1 GiB) above the disk's free space: the broker refuses
+    new messages with why (a SEND_ERROR saying "disk full: N MiB free ... below the M MiB
+    minimum"), while the official client's consumer still receives and acknowledges what was
+    stored before and the topic deletes: what reclaiming the disk needs, which a journal at
+    ENOSPC could not even record. Stored first with the check off, then restarted with a
+    minimum no disk meets."""
+    import pulsar_wire as wire
+    stored = [b"stored %d" % i for i in range(5)]
+    with conftest.private_server("[storage]\nmin_free_mb = 0\n") as srv:
+        topic = unique_topic("disk-short")
+        client = srv.client()
+        try:
+            producer = client.create_producer(topic, batching_enabled=False)
+            consumer = client.subscribe(topic, "sub")
+            for payload in stored:
+                producer.send(payload)
+            consumer.close()
+        finally:
+            client.close()
+        toml_path = srv.cmd[srv.cmd.index("--config") + 1]
+        with open(toml_path, "w") as f:
+            f.write("[storage]\nmin_free_mb = 1099511627776\n")  # 2^40 MiB: no disk has it
+        srv.restart()
+
+        with wire.RawConnection(srv.service_url, timeout=DEADLINE_S) as conn:
+            conn.handshake()
+            producer_name = conn.open_producer(topic)
+            meta = wire.message_metadata(producer_name, 0, int(time.time() * 1000))
+            conn.send(wire.payload_frame(wire.cmd_send(1, 0), meta, b"refused"))
+            fields = conn.expect(wire.SEND_ERROR)
+            reason = fields[4][0].decode()
+            assert "disk full" in reason and "below the" in reason, reason
+
+        client = srv.client()
+        try:
+            consumer = client.subscribe(topic, "sub")
+            received = receive_n(consumer, 5)
+            assert [m.data() for m in received] == stored
+            for message in received:
+                consumer.acknowledge(message)
+            assert_nothing_more(consumer)
+            consumer.close()
+        finally:
+            client.close()
+        path = "/admin/v2/persistent/" + topic.split("://", 1)[1]
+        status, body = http_request("DELETE", srv.web_url + path)
+        assert status == 204, (status, body)

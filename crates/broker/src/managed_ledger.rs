@@ -398,6 +398,11 @@ impl ManagedLedger {
         if self.fence.is_fenced() {
             return Err(self.fence.error());
         }
+        // A local disk short of space takes no new message, so that what is left serves cursor
+        // writes, deletes and compaction: a journal at ENOSPC could not record a delete.
+        if let Some(why) = self.backend.storage.short_of_disk() {
+            return Err(LedgerError::ShortOfDisk(why).into());
+        }
         let failed = {
             let mut state = self.state.lock();
             if state.terminated {
@@ -1279,6 +1284,38 @@ mod tests {
         assert_eq!(reopened.closed_ledgers()[&current].entries, 3);
         let next = append(&reopened, b"after the unload").await;
         assert!(next > *positions.last().unwrap() && next.ledger_id != current);
+    }
+
+    /// Below the store's `min_free_bytes` a topic takes no new message, with why, and stages
+    /// nothing; its ledgers still close and delete (what reclaiming the disk needs).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_disk_short_of_space_refuses_new_messages_with_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = LedgerStoreConfig {
+            dir: dir.path().to_path_buf(),
+            min_free_bytes: 1 << 60, // more than any disk has
+            ..LedgerStoreConfig::default()
+        };
+        let store = Arc::new(LedgerStore::open(config).unwrap().0);
+        store.run_maintenance().unwrap(); // a measurement
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let backend = LedgerBackend::new(store.clone(), metadata.clone());
+        let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata, policy(10))
+            .await
+            .unwrap();
+        let refused = ml
+            .append(Bytes::from_static(b"new"), |_| panic!("a refused append is not answered"))
+            .unwrap_err();
+        let why = refused.to_string();
+        assert!(why.contains("disk full") && why.contains("below the"), "{why}");
+        let persistence = magnetar_protocol::proto::ServerError::PersistenceError;
+        assert_eq!(refused.server_error(), persistence);
+        assert_eq!(ml.last_confirmed(), None, "nothing staged");
+        let current = ml.current_ledger();
+        assert_eq!(LedgerStorage::info(&*store, current).unwrap().entries, 0);
+        LedgerStorage::delete(&*store, current).await.expect("deletes go on");
+        let closing = store.clone();
+        tokio::task::spawn_blocking(move || closing.close()).await.unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

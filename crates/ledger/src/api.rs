@@ -115,6 +115,12 @@ pub trait LedgerStorage: Send + Sync + 'static {
         _labels: magnetar_metrics::Labels,
     ) {
     }
+
+    /// Why new messages should be refused now (a local disk short of space, so that what is
+    /// left serves cursor writes, deletes and compaction); `None` by default.
+    fn short_of_disk(&self) -> Option<String> {
+        None
+    }
 }
 
 #[async_trait]
@@ -178,6 +184,10 @@ impl LedgerStorage for LedgerStore {
         labels: magnetar_metrics::Labels,
     ) {
         LedgerStore::write_metrics(self, out, labels);
+    }
+
+    fn short_of_disk(&self) -> Option<String> {
+        LedgerStore::short_of_disk(self)
     }
 }
 

@@ -15,6 +15,12 @@ pub struct LedgerStoreConfig {
     /// A sealed segment whose live bytes fall below this fraction of its size has its live
     /// entries copied forward so that the whole file can be freed. Default 0.5; 0 disables.
     pub compaction_live_ratio: f64,
+    /// Bytes of free disk below which the store reports itself short of disk
+    /// ([`crate::LedgerStore::short_of_disk`], measured every 100 ms), until twice this is free
+    /// again. It refuses nothing itself: a broker then refuses new messages while cursor
+    /// writes, deletes and compaction go on in what is left, so that the disk can be reclaimed
+    /// (a journal at ENOSPC cannot even record a delete). Default 0: off.
+    pub min_free_bytes: u64,
 }
 
 impl Default for LedgerStoreConfig {
@@ -24,6 +30,7 @@ impl Default for LedgerStoreConfig {
             journal: JournalConfig::default(),
             write_cache_bytes: 32 << 20,
             compaction_live_ratio: 0.5,
+            min_free_bytes: 0,
         }
     }
 }

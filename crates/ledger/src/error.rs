@@ -32,6 +32,9 @@ pub enum LedgerError {
     /// metadata store unreachable. Retrying later may succeed.
     #[error("ledger storage unavailable: {0}")]
     Unavailable(String),
+    /// The local disk is short of space: new messages are refused (`min_free_bytes`).
+    #[error("disk full: {0}")]
+    ShortOfDisk(String),
     /// Another process (or another open store) holds the directory's `LOCK`.
     #[error(
         "ledger store directory {dir} is in use by another process (its LOCK is held): two \

@@ -88,4 +88,8 @@ impl<H: StorageHooks> LedgerStorage for Hooked<H> {
     fn info(&self, ledger: u64) -> Result<LedgerInfo, LedgerError> {
         self.inner.info(ledger)
     }
+
+    fn short_of_disk(&self) -> Option<String> {
+        self.inner.short_of_disk()
+    }
 }

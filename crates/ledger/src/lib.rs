@@ -12,6 +12,7 @@ pub mod error;
 pub mod files;
 pub mod hooked;
 pub mod idmap;
+pub mod space;
 pub mod store;
 
 pub use api::{AppendCallback, LedgerMetadata, LedgerStorage, MemoryLedgers};

@@ -33,7 +33,7 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
@@ -193,6 +193,10 @@ struct Inner {
     covered: AtomicU64,
     maintenance: Mutex<mpsc::Sender<Maintenance>>,
     stats: StoreStats,
+    /// Free bytes at the last measurement, and whether the store is short of disk
+    /// (`config.min_free_bytes`; measured by the maintenance thread).
+    free: AtomicU64,
+    short_of_disk: AtomicBool,
 }
 
 pub struct LedgerStore {
@@ -252,6 +256,8 @@ impl LedgerStore {
             .map_err(|e| JournalError::io(format!("open {}", config.dir.display()), e))?;
         let (mut store, recovery) = Self::open_with_storage(config, Arc::new(storage))?;
         store._dir_lock = Some(lock);
+        // Short of disk from the first append on, not from the first measurement 100 ms later.
+        measure_free_space(&store.inner);
         Ok((store, recovery))
     }
 
@@ -287,6 +293,8 @@ impl LedgerStore {
             covered: AtomicU64::new(recovered.report.checkpoint_covered),
             maintenance: Mutex::new(sender.clone()),
             stats: StoreStats::default(),
+            free: AtomicU64::new(u64::MAX),
+            short_of_disk: AtomicBool::new(false),
         });
         for seq in recovered.to_checkpoint {
             let _ = sender.send(Maintenance::Sealed(SealedSegment { seq, len: 0 }));
@@ -704,6 +712,24 @@ impl LedgerStore {
     }
 
     /// Flushes what is staged, writes a final checkpoint and stops the background threads.
+    /// Why new data should be refused, when the disk is short (see
+    /// [`LedgerStoreConfig::min_free_bytes`]); `None` otherwise.
+    pub fn short_of_disk(&self) -> Option<String> {
+        if !self.inner.short_of_disk.load(Ordering::Acquire) {
+            return None;
+        }
+        let (free, min) =
+            (self.inner.free.load(Ordering::Relaxed), self.inner.config.min_free_bytes);
+        Some(format!(
+            "{} MiB free on {}, below the {} MiB minimum: new messages are refused until {} MiB \
+             are free (cursor writes and deletes go on)",
+            free >> 20,
+            self.inner.config.dir.display(),
+            min >> 20,
+            min.saturating_mul(2) >> 20
+        ))
+    }
+
     pub fn close(&self) {
         self.inner.journal.close();
         let _ = self.inner.maintenance.lock().send(Maintenance::Stop);
@@ -955,6 +981,7 @@ fn maintenance_loop(inner: &Inner, receiver: mpsc::Receiver<Maintenance>) {
         };
         if inner.clock.now() >= next_sweep {
             sweep_caches(inner);
+            measure_free_space(inner);
             next_sweep = inner.clock.now() + CACHE_SWEEP_INTERVAL;
         }
         let Some(message) = message else { continue };
@@ -963,7 +990,10 @@ fn maintenance_loop(inner: &Inner, receiver: mpsc::Receiver<Maintenance>) {
         match message {
             Maintenance::Sealed(segment) => sealed.push(segment.seq),
             Maintenance::LedgerDeleted => {}
-            Maintenance::Run(sender) => reply = Some(sender),
+            Maintenance::Run(sender) => {
+                measure_free_space(inner);
+                reply = Some(sender);
+            }
             Maintenance::Stop => stop = true,
         }
         // Take everything queued, so a burst of seals costs one checkpoint.
@@ -988,6 +1018,27 @@ fn maintenance_loop(inner: &Inner, receiver: mpsc::Receiver<Maintenance>) {
         }
         if stop {
             return;
+        }
+    }
+}
+
+/// Measures the directory's free space (one `statvfs`) when a minimum is set, and flips the
+/// short-of-disk state with the margin of [`crate::space::next_short`].
+fn measure_free_space(inner: &Inner) {
+    let min_free = inner.config.min_free_bytes;
+    if min_free == 0 {
+        return;
+    }
+    let Some(free) = free_bytes(&inner.config.dir) else { return };
+    inner.free.store(free, Ordering::Relaxed);
+    let was = inner.short_of_disk.load(Ordering::Relaxed);
+    let now = crate::space::next_short(was, free, min_free);
+    if now != was {
+        inner.short_of_disk.store(now, Ordering::Release);
+        if now {
+            tracing::warn!(free, min_free, "ledger store short of disk: new messages refused");
+        } else {
+            tracing::info!(free, "ledger store has disk again: new messages taken");
         }
     }
 }

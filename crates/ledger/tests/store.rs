@@ -465,3 +465,31 @@ async fn a_directory_open_by_one_store_is_refused_to_another() {
     assert_eq!(reopened.read_entry(ledger, 0).unwrap(), data(ledger, 0));
     tokio::task::spawn_blocking(move || reopened.close()).await.unwrap();
 }
+
+/// Below `min_free_bytes` a store says it is short of disk, with why, once a measurement saw
+/// it (every 100 ms, and at each maintenance run); it refuses nothing itself (a broker refuses
+/// new messages: see the managed ledger), so appends of cursor ledgers and deletes go on.
+/// Without a minimum it never says so.
+#[tokio::test]
+async fn a_store_short_of_disk_says_why_and_still_appends_and_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let short = LedgerStoreConfig {
+        dir: dir.path().join("short"),
+        min_free_bytes: 1 << 60, // more than any disk has
+        ..config()
+    };
+    let (store, _) = LedgerStore::open(short).unwrap();
+    store.run_maintenance().unwrap();
+    let why = store.short_of_disk().expect("short of disk");
+    assert!(why.contains("MiB free") && why.contains("below the"), "{why}");
+    let ledger = timed(store.create_ledger()).await.unwrap();
+    timed(store.append(ledger, data(ledger, 0)).unwrap()).await.unwrap();
+    timed(store.delete_ledger(ledger)).await.unwrap();
+    tokio::task::spawn_blocking(move || store.close()).await.unwrap();
+
+    let off = LedgerStoreConfig { dir: dir.path().join("off"), ..config() };
+    let (store, _) = LedgerStore::open(off).unwrap();
+    store.run_maintenance().unwrap();
+    assert_eq!(store.short_of_disk(), None);
+    tokio::task::spawn_blocking(move || store.close()).await.unwrap();
+}

@@ -94,6 +94,12 @@ pub struct StorageSection {
     /// 5-10 ms publish stall behind every retention pass at 50 MB/s (ARCHITECTURE.md, "Space
     /// reclamation").
     pub recycled_segments: usize,
+    /// MiB of free disk below which the broker refuses new messages (a producer's send gets
+    /// "disk full: N MiB free ... below the M MiB minimum"), until twice this is free: what is
+    /// left keeps cursor writes, topic deletes, retention and compaction going, so the disk can
+    /// be reclaimed (a journal out of space could not even record a delete). Default 1024; 0:
+    /// off. A storage node ignores it (its `--min-free-mb` puts it in read-only mode).
+    pub min_free_mb: u64,
 }
 
 /// Where a broker keeps its ledgers. `local`: its own journal and ledger store in
@@ -199,6 +205,7 @@ impl Default for StorageSection {
             direct_io: journal.direct_io,
             write_cache_bytes: LedgerStoreConfig::default().write_cache_bytes,
             recycled_segments: RECYCLED_SEGMENTS,
+            min_free_mb: 1024,
         }
     }
 }
@@ -230,6 +237,8 @@ pub enum ConfigError {
     Authorization(&'static str),
     #[error("storage.sync_mode: {0}")]
     SyncMode(String),
+    #[error("storage.min_free_mb: {0} is more than 2^40 (a disk of a zettabyte)")]
+    MinFree(u64),
     #[error("--metadata: {0}")]
     MetadataUrl(MetadataUrlError),
     #[error(
@@ -486,7 +495,8 @@ pub fn storage_node_config(
         None => ServerConfig::default(),
     };
     config.data_dir = data_dir.to_path_buf();
-    let ledger = ledger_store_config(&config)?;
+    // The node's own `--min-free-mb` (read-only mode) applies, not the broker's refusal.
+    let ledger = LedgerStoreConfig { min_free_bytes: 0, ..ledger_store_config(&config)? };
     // One listener, TLS or not: the broker-side ports of the section do not apply.
     config.tls.validate(0, 0).map_err(ConfigError::Tls)?;
     let tls = match config.tls.enabled {
@@ -508,8 +518,12 @@ fn ledger_store_config(config: &ServerConfig) -> Result<LedgerStoreConfig, Confi
         recycled_segments_kept: config.storage.recycled_segments,
         ..JournalConfig::default()
     };
+    if config.storage.min_free_mb > 1 << 40 {
+        return Err(ConfigError::MinFree(config.storage.min_free_mb));
+    }
     Ok(LedgerStoreConfig {
         dir: config.data_dir.join("ledgers"),
+        min_free_bytes: config.storage.min_free_mb << 20,
         journal,
         write_cache_bytes: config.storage.write_cache_bytes,
         ..LedgerStoreConfig::default()

@@ -12,17 +12,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 /// Whether a node that is `read_only` now should be after measuring `free` bytes free, with a
-/// threshold of `min_free` (0: never read-only).
-pub fn next_read_only(read_only: bool, free: u64, min_free: u64) -> bool {
-    if min_free == 0 {
-        return false;
-    }
-    if read_only {
-        free < min_free.saturating_mul(2)
-    } else {
-        free < min_free
-    }
-}
+/// threshold of `min_free` (0: never read-only): the ledger store's rule.
+pub use magnetar_ledger::space::next_short as next_read_only;
 
 pub struct DiskSpace {
     min_free: u64,
@@ -111,21 +102,6 @@ impl DiskSpace {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn read_only_below_the_threshold_writable_again_at_twice_it() {
-        let gib = 1u64 << 30;
-        assert!(!next_read_only(false, gib, gib));
-        assert!(next_read_only(false, gib - 1, gib));
-        // Once read-only, a little freed space is not enough.
-        assert!(next_read_only(true, gib + 1, gib));
-        assert!(next_read_only(true, 2 * gib - 1, gib));
-        assert!(!next_read_only(true, 2 * gib, gib));
-        // 0 turns it off.
-        assert!(!next_read_only(false, 0, 0));
-        assert!(!next_read_only(true, 0, 0));
-        assert!(next_read_only(true, u64::MAX - 1, u64::MAX), "twice the threshold saturates");
-    }
 
     #[test]
     fn observing_flips_the_mode_with_the_margin() {
