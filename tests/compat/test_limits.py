@@ -10,6 +10,7 @@ policies (one `Effective` per topic). The on-demand expiry tests use the admin p
 """
 
 import json
+import re
 import threading
 import time
 
@@ -520,6 +521,9 @@ def test_a_disk_short_of_space_refuses_new_messages_and_keeps_consumers_and_dele
             consumer.close()
         finally:
             client.close()
+        status, metrics = http_request("GET", srv.web_url + "/metrics")
+        short = re.search(rb"\nmagnetar_storage_short_of_disk(\{[^}]*\})? 1(\.0)?\n", metrics)
+        assert status == 200 and short, metrics[-2000:]
         path = "/admin/v2/persistent/" + topic.split("://", 1)[1]
         status, body = http_request("DELETE", srv.web_url + path)
         assert status == 204, (status, body)

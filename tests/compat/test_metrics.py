@@ -303,6 +303,7 @@ def test_storage_metadata_and_process_series_are_plausible(server):
         value(text, "magnetar_journal_fsync_seconds_count")
     assert value(text, "magnetar_storage_disk_used_bytes") > 0
     assert value(text, "magnetar_storage_disk_free_bytes") > 0
+    assert value(text, "magnetar_storage_short_of_disk") == 0, "1 GiB free by default"
     assert value(text, "magnetar_ledger_ledgers") > 0
     assert value(text, "magnetar_metadata_operations_total", op="put") > 0
     assert value(text, "process_resident_memory_bytes") > 1 << 20

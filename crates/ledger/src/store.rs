@@ -609,6 +609,15 @@ impl LedgerStore {
                 free as f64,
             );
         }
+        if self.inner.config.min_free_bytes > 0 {
+            out.gauge(
+                "magnetar_storage_short_of_disk",
+                "1 while free disk is below the minimum ([storage] min_free_mb) and new \
+                 messages are refused, until twice the minimum is free; 0 otherwise.",
+                labels,
+                f64::from(u8::from(self.inner.short_of_disk.load(Ordering::Relaxed))),
+            );
+        }
     }
 
     /// Ids of all ledgers, ascending.
