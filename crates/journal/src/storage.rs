@@ -105,6 +105,17 @@ impl FsStorage {
     }
 }
 
+/// Replaces `dir/name` with `data` durably: a temporary file written and synced, renamed over
+/// it, the directory synced. A crash leaves the old or the new file, never a mix.
+pub fn write_file_atomic(dir: &Path, name: &str, data: &[u8]) -> io::Result<()> {
+    let temp = dir.join(format!("{TEMP_PREFIX}{name}"));
+    let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&temp)?;
+    file.write_all(data)?;
+    file.sync_all()?;
+    fs::rename(&temp, dir.join(name))?;
+    File::open(dir)?.sync_all()
+}
+
 /// Writes `size` zero bytes to a new file and syncs it. With `O_DIRECT` where the file system
 /// allows it: the zeros then bypass the page cache, and do not compete with the journal's own
 /// writeback (measured: see ARCHITECTURE.md, "Preallocated segments").
@@ -240,12 +251,7 @@ impl Storage for FsStorage {
     }
 
     fn write_file_atomic(&self, name: &str, data: &[u8]) -> io::Result<()> {
-        let temp = self.dir.join(format!("{TEMP_PREFIX}{name}"));
-        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&temp)?;
-        file.write_all(data)?;
-        file.sync_all()?;
-        fs::rename(&temp, self.dir.join(name))?;
-        self.sync_dir()
+        write_file_atomic(&self.dir, name, data)
     }
 
     fn read_file(&self, name: &str) -> io::Result<Option<Vec<u8>>> {

@@ -250,10 +250,7 @@ fn node_id(data_dir: &Path, given: Option<u64>) -> anyhow::Result<(NodeId, bool)
 
 /// Writes DATA_DIR/node-id durably.
 fn keep_node_id(data_dir: &Path, node: NodeId) -> anyhow::Result<()> {
-    let temporary = data_dir.join(format!("{NODE_ID_FILE}.tmp"));
-    std::fs::write(&temporary, format!("{}\n", node.0))?;
-    std::fs::File::open(&temporary)?.sync_all()?;
-    std::fs::rename(&temporary, data_dir.join(NODE_ID_FILE))?;
-    std::fs::File::open(data_dir)?.sync_all()?;
-    Ok(())
+    let text = format!("{}\n", node.0);
+    magnetar_journal::storage::write_file_atomic(data_dir, NODE_ID_FILE, text.as_bytes())
+        .with_context(|| format!("write {}", data_dir.join(NODE_ID_FILE).display()))
 }

@@ -15,6 +15,7 @@
 //! registration next time, and a registered local cookie without a metadata one is refused.
 
 use bytes::Bytes;
+use magnetar_journal::storage::write_file_atomic;
 use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
 use magnetar_model::keys;
 use magnetar_model::storage_nodes::StorageNodeCookie;
@@ -216,17 +217,11 @@ fn read_local(path: &Path) -> Result<Option<LocalCookie>, CookieError> {
     }
 }
 
-/// Replaces the local cookie durably (a temporary file renamed over it, both synced).
+/// Replaces the local cookie durably (`write_file_atomic`).
 fn write_local(dir: &Path, cookie: &LocalCookie) -> Result<(), CookieError> {
-    let path = dir.join(COOKIE_FILE);
-    let temporary = dir.join(format!("{COOKIE_FILE}.tmp"));
-    let io = |source| CookieError::Io { path: path.clone(), source };
     let bytes = serde_json::to_vec_pretty(cookie).expect("serializable");
-    std::fs::write(&temporary, bytes).map_err(io)?;
-    std::fs::File::open(&temporary).and_then(|f| f.sync_all()).map_err(io)?;
-    std::fs::rename(&temporary, &path).map_err(io)?;
-    std::fs::File::open(dir).and_then(|f| f.sync_all()).map_err(io)?;
-    Ok(())
+    write_file_atomic(dir, COOKIE_FILE, &bytes)
+        .map_err(|source| CookieError::Io { path: dir.join(COOKIE_FILE), source })
 }
 
 #[cfg(test)]

@@ -35,39 +35,51 @@ use crate::AdminState;
 /// `GET /admin/v2/bookies/all`.
 pub(crate) async fn list_all(State(state): State<AdminState>) -> Result<Json<Value>, AdminError> {
     let mut addresses = BTreeSet::new();
-    for id in node_ids(&state, keys::STORAGE_NODE_COOKIES_ROOT).await? {
-        let Some(stored) = state.store.get(&keys::storage_node_cookie(id)).await? else {
-            continue; // deleted since the listing
-        };
-        match serde_json::from_slice::<StorageNodeCookie>(&stored.value) {
-            Ok(cookie) => addresses.insert(cookie.address),
-            Err(e) => {
-                tracing::warn!(node = id, error = %e, "unreadable storage node cookie");
-                continue;
-            }
-        };
-    }
+    let cookies = keys::STORAGE_NODE_COOKIES_ROOT;
+    add_addresses(
+        &state,
+        cookies,
+        keys::storage_node_cookie,
+        |c: StorageNodeCookie| c.address,
+        &mut addresses,
+    )
+    .await?;
     // Registrations too: a node of an older version runs without a cookie.
-    for id in node_ids(&state, keys::STORAGE_NODES_ROOT).await? {
-        let Some(stored) = state.store.get(&keys::storage_node(id)).await? else {
-            continue; // its lease ended since the listing
-        };
-        match serde_json::from_slice::<StorageNodeRegistration>(&stored.value) {
-            Ok(registration) => addresses.insert(registration.address),
-            Err(e) => {
-                tracing::warn!(node = id, error = %e, "unreadable storage node registration");
-                continue;
-            }
-        };
-    }
+    let registrations = keys::STORAGE_NODES_ROOT;
+    add_addresses(
+        &state,
+        registrations,
+        keys::storage_node,
+        |r: StorageNodeRegistration| r.address,
+        &mut addresses,
+    )
+    .await?;
     let bookies: Vec<Value> = addresses.into_iter().map(|a| json!({ "bookieId": a })).collect();
     Ok(Json(json!({ "bookies": bookies })))
 }
 
-/// The node ids under `root` (children that are not numbers are skipped).
-async fn node_ids(state: &AdminState, root: &str) -> Result<Vec<u64>, AdminError> {
-    let children = state.store.list_children(root).await?;
-    Ok(children.iter().filter_map(|child| child.parse().ok()).collect())
+/// Adds the address of every node document under `root` (children that are node ids; a
+/// document gone since the listing or unreadable is skipped).
+async fn add_addresses<T: serde::de::DeserializeOwned>(
+    state: &AdminState,
+    root: &str,
+    key: fn(u64) -> String,
+    address: fn(T) -> String,
+    addresses: &mut BTreeSet<String>,
+) -> Result<(), AdminError> {
+    for child in state.store.list_children(root).await? {
+        let Ok(id) = child.parse::<u64>() else { continue };
+        let Some(stored) = state.store.get(&key(id)).await? else { continue };
+        match serde_json::from_slice::<T>(&stored.value) {
+            Ok(document) => {
+                addresses.insert(address(document));
+            }
+            Err(e) => {
+                tracing::warn!(root, node = id, error = %e, "unreadable storage node document")
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `GET /admin/v2/bookies/racks-info`.
