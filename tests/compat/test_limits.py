@@ -9,8 +9,12 @@ policies (one `Effective` per topic). The on-demand expiry tests use the admin p
 (a message id body) and `POST …/all_subscription/expireMessages/{seconds}`.
 """
 
+import contextlib
 import json
+import os
 import re
+import shutil
+import subprocess
 import threading
 import time
 
@@ -476,14 +480,156 @@ def test_a_message_over_the_topic_max_message_size_is_refused(server):
     assert results and results[0] != pulsar.Result.Ok, results
 
 
+@contextlib.contextmanager
+def server_on_a_small_disk(toml, size_mb):
+    """A broker of the test's own whose data directory is a file system of `size_mb` MiB (a
+    tmpfs mounted in a user and mount namespace of its own, which goes when the process does),
+    so that the disk really fills: ENOSPC, not a threshold. Skips where namespaces cannot be
+    made (unprivileged user namespaces off) or the suite runs against another server."""
+    if os.environ.get("MAGNETAR_TEST_SERVICE_URL") or os.environ.get("MAGNETAR_TEST_SERVER_CMD"):
+        pytest.skip("needs a magnetar broker of its own on a small disk")
+    unshare = ["unshare", "--user", "--map-root-user", "--mount"]
+    if not shutil.which("unshare") or subprocess.run(unshare + ["true"]).returncode != 0:
+        pytest.skip("cannot create a user and mount namespace here (unshare)")
+    srv = conftest.Server()
+    config = os.path.join(srv._tmp, "small-disk.toml")
+    with open(config, "w") as f:
+        f.write("# written by test_limits.py\n" + toml)
+    mount = 'mount -t tmpfs -o size=%dm magnetar-small-disk "$1" && shift && exec "$@"' % size_mb
+    srv.cmd = unshare + ["sh", "-c", mount, "sh", srv.data_dir] + srv.cmd + ["--config", config]
+    try:
+        srv.start()
+        yield srv
+    except BaseException:
+        print(srv.log_tail())
+        raise
+    finally:
+        srv.close()
+        shutil.rmtree(srv._tmp, ignore_errors=True)
+
+
+def refused_producer_reason(srv, topic):
+    """The reason the broker gives for refusing a new producer on `topic` (raw frames: the
+    official client's exception does not carry the broker's message)."""
+    import pulsar_wire as wire
+    with wire.RawConnection(srv.service_url, timeout=DEADLINE_S) as conn:
+        conn.handshake()
+        conn.send(wire.simple_frame(wire.cmd_lookup(topic, 1)))
+        conn.expect(wire.LOOKUP_RESPONSE)
+        conn.send(wire.simple_frame(wire.cmd_producer(topic, 1, 2)))
+        return conn.expect(wire.ERROR)[3][0].decode()  # CommandError.message = 3
+
+
+def metric(srv, name):
+    status, text = http_request("GET", srv.web_url + "/metrics")
+    assert status == 200, status
+    found = re.search(rb"\n" + name.encode() + rb"(\{[^}]*\})? ([0-9.e+]+)\n", text)
+    assert found, "%s not in /metrics" % name
+    return float(found.group(2))
+
+
+def test_a_disk_that_fills_up_is_reclaimed_through_the_reserve():
+    """The disk really fills (a 48 MiB file system; `min_free_mb = 0`, so no threshold stops the
+    broker first, as when another process fills the disk). The journal meets ENOSPC, the store
+    gives up its reserve (`reserve_mb`) and the broker refuses new messages with why, while
+    everything acknowledged is consumed and the topic deleted: the delete is a journal record,
+    which a journal out of space could not write (with `reserve_mb = 0` the delete fails).
+    Once the deleted topic's segments are freed, the reserve is back and messages are taken.
+    The refusal: the producer is closed and its re-creation refused with
+    ProducerBlockedQuotaExceededException ("disk full: ..."), on which the client fails the
+    send at once (a send error had it reconnect and resend every 100 ms for as long as the
+    disk stayed full, its send timeout never firing)."""
+    with server_on_a_small_disk(SMALL_DISK_TOML, 48) as srv:
+        assert metric(srv, "magnetar_storage_reserve_bytes") == 8 << 20
+        topic = unique_topic("disk-fills")
+        client = srv.client()
+        try:
+            consumer = client.subscribe(topic, "keep")
+            producer = client.create_producer(topic, batching_enabled=False,
+                                              send_timeout_millis=3000)
+            acknowledged, outcome = [], []
+
+            def fill():
+                for i in range(2000):  # 125 MiB: far more than the disk holds
+                    try:
+                        producer.send(i.to_bytes(8, "big") + bytes(64 * 1024 - 8))
+                    except pulsar.PulsarException as e:
+                        outcome.append(e)
+                        return
+                    acknowledged.append(i)
+
+            # In a thread: a send that is never failed (the old send-error loop) must fail this
+            # test, not hang it.
+            filling = threading.Thread(target=fill, daemon=True)
+            filling.start()
+            filling.join(60)
+            assert not filling.is_alive(), "a send neither stored nor failed after 60 s"
+            assert outcome and 300 < len(acknowledged) < 2000, (len(acknowledged), outcome)
+            refused = outcome[0]
+            assert metric(srv, "magnetar_storage_short_of_disk") == 1
+            assert metric(srv, "magnetar_storage_reserve_bytes") == 0
+            assert "ProducerBlockedQuota" in type(refused).__name__, repr(refused)
+            reason = refused_producer_reason(srv, topic)
+            assert "disk full" in reason and "reserve" in reason, reason
+            received = receive_n(consumer, len(acknowledged))
+            seen = [int.from_bytes(m.data()[:8], "big") for m in received]
+            assert seen == acknowledged, "every acknowledged message, in order"
+            consumer.acknowledge_cumulative(received[-1])
+        finally:
+            client.close()
+        delete_and_see_the_reserve_back(srv, topic)
+
+
+SMALL_DISK_TOML = ("[storage]\nmin_free_mb = 0\nreserve_mb = 8\nsegment_size_bytes = 4194304\n"
+                   "max_group_bytes = 1048576\nrecycled_segments = 1\n")
+
+
+def delete_and_see_the_reserve_back(srv, topic):
+    """Deletes `topic` (a journal record, which needs the reserve's space) and waits until the
+    reserve is back and the broker takes messages again."""
+    path = "/admin/v2/persistent/" + topic.split("://", 1)[1]
+    status, body = http_request("DELETE", srv.web_url + path + "?force=true")
+    assert status == 204, (status, body)
+    deadline = time.monotonic() + DEADLINE_S
+    while metric(srv, "magnetar_storage_reserve_bytes") != 8 << 20:
+        assert time.monotonic() < deadline, "the reserve is not back\n" + srv.log_tail()
+        time.sleep(0.2)  # polling the broker's metrics: there is no event to wait on
+    assert metric(srv, "magnetar_storage_short_of_disk") == 0
+    client = srv.client()
+    try:
+        producer = client.create_producer(unique_topic("after"), batching_enabled=False,
+                                          send_timeout_millis=10_000)
+        producer.send(b"taken again")
+    finally:
+        client.close()
+
+
+@needs_go
+@pytest.mark.timeout(GO_BUILD_AND_RUN_TIMEOUT_S + 60)
+def test_go_client_on_a_disk_that_fills_up_gets_its_sends_refused_and_loses_nothing():
+    """The same with the official Go client (tests/go, build tag `smalldisk`): it sends until a
+    send fails with ErrProducerBlockedQuotaExceeded, then consumes everything acknowledged;
+    here the topic is deleted and the reserve comes back."""
+    with server_on_a_small_disk(SMALL_DISK_TOML, 48) as srv:
+        topic = unique_topic("disk-fills-go")
+        out = run_go_test("smalldisk", "TestADiskThatFillsUpFailsSendsAndKeepsWhatWasAcknowledged", {
+            "MAGNETAR_TEST_SERVICE_URL": srv.service_url,
+            "MAGNETAR_TEST_WEB_URL": srv.web_url,
+            "MAGNETAR_SMALL_DISK_TOPIC": topic,
+        })
+        assert "all consumed in order" in out, out[-3000:]
+        assert metric(srv, "magnetar_storage_reserve_bytes") == 0
+        assert "disk full" in refused_producer_reason(srv, topic)
+        delete_and_see_the_reserve_back(srv, topic)
+
+
 def test_a_disk_short_of_space_refuses_new_messages_and_keeps_consumers_and_deletes_going():
     """`[storage] min_free_mb` (default 1 GiB) above the disk's free space: the broker refuses
-    new messages with why (a SEND_ERROR saying "disk full: N MiB free ... below the M MiB
-    minimum"), while the official client's consumer still receives and acknowledges what was
+    new messages with why (a producer is refused, ProducerBlockedQuotaExceededException saying
+    "disk full: N MiB free ... below the M MiB minimum"), while the official client's consumer still receives and acknowledges what was
     stored before and the topic deletes: what reclaiming the disk needs, which a journal at
     ENOSPC could not even record. Stored first with the check off, then restarted with a
     minimum no disk meets."""
-    import pulsar_wire as wire
     stored = [b"stored %d" % i for i in range(5)]
     with conftest.private_server("[storage]\nmin_free_mb = 0\n") as srv:
         topic = unique_topic("disk-short")
@@ -501,14 +647,17 @@ def test_a_disk_short_of_space_refuses_new_messages_and_keeps_consumers_and_dele
             f.write("[storage]\nmin_free_mb = 1099511627776\n")  # 2^40 MiB: no disk has it
         srv.restart()
 
-        with wire.RawConnection(srv.service_url, timeout=DEADLINE_S) as conn:
-            conn.handshake()
-            producer_name = conn.open_producer(topic)
-            meta = wire.message_metadata(producer_name, 0, int(time.time() * 1000))
-            conn.send(wire.payload_frame(wire.cmd_send(1, 0), meta, b"refused"))
-            fields = conn.expect(wire.SEND_ERROR)
-            reason = fields[4][0].decode()
-            assert "disk full" in reason and "below the" in reason, reason
+        reason = refused_producer_reason(srv, topic)
+        assert "disk full" in reason and "below the" in reason, reason
+        client = srv.client()
+        try:
+            started = time.monotonic()
+            with pytest.raises(pulsar.PulsarException) as refused:
+                client.create_producer(topic, batching_enabled=False)
+            assert "ProducerBlockedQuota" in refused.type.__name__, refused
+            assert time.monotonic() - started < DEADLINE_S
+        finally:
+            client.close()
 
         client = srv.client()
         try:

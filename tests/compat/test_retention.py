@@ -11,7 +11,8 @@ small ledgers and a retention pass every second:
   deletes an idle topic and keeps one with a subscription or a producer.
 
 Magnetar's knobs (TOML given with `--config`): `[broker] max_entries_per_ledger`,
-`retention_check_interval_seconds`, `default_retention_size_mb`, `[storage] segment_size_bytes`.
+`retention_check_interval_seconds`, `default_retention_size_mb`, `[storage] segment_size_bytes`
+and `reserve_mb`.
 Pulsar's equivalents are `managedLedgerMaxEntriesPerLedger`, `retentionCheckIntervalInSeconds`
 and `defaultRetentionSizeInMB`; the directory bound is ours."""
 
@@ -32,10 +33,12 @@ SEGMENT = 4 * MIB
 ENTRIES_PER_LEDGER = 64  # 4 MiB ledgers of unbatched 64 KiB messages
 # Freed segment files the server keeps for reuse (its default, set here so the bound says it).
 RECYCLED = 8
+# The disk reserve (`ledgers/RESERVE`, held back for a disk that fills up): two segments.
+RESERVE = 2 * SEGMENT
 # Reclaimed means: the current ledger (4 MiB), the segment being written, the ones kept for
-# reuse and one more that a cursor ledger may still pin until compaction moves it, plus the
-# metadata store.
-RECLAIMED_BOUND = (5 + RECYCLED) * SEGMENT + 8 * MIB
+# reuse and one more that a cursor ledger may still pin until compaction moves it, the reserve,
+# plus the metadata store.
+RECLAIMED_BOUND = (5 + RECYCLED) * SEGMENT + RESERVE + 8 * MIB
 SHRINK_DEADLINE_S = 60
 
 pytestmark = pytest.mark.skipif(
@@ -52,7 +55,9 @@ def _toml(extra_broker=""):
             "[storage]\n"
             "segment_size_bytes = %d\n"
             "max_group_bytes = %d\n"
-            "recycled_segments = %d\n" % (ENTRIES_PER_LEDGER, extra_broker, SEGMENT, MIB, RECYCLED))
+            "recycled_segments = %d\n"
+            "reserve_mb = %d\n" % (ENTRIES_PER_LEDGER, extra_broker, SEGMENT, MIB, RECYCLED,
+                                   RESERVE // MIB))
 
 
 def _start(toml):

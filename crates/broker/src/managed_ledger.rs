@@ -387,6 +387,11 @@ impl ManagedLedger {
         Ok(())
     }
 
+    /// Why new messages are refused now for want of disk (see [`LedgerStorage::short_of_disk`]).
+    pub fn short_of_disk(&self) -> Option<String> {
+        self.backend.storage.short_of_disk()
+    }
+
     /// Stages an append; `done` runs once it is durable (on a storage completion thread: keep
     /// it short). Completions of one managed ledger come in append order, across ledgers too.
     /// An error here means nothing was staged and `done` will not run.

@@ -945,16 +945,32 @@ impl Topic {
         self.subscriptions.lock().values().map(|s| s.consumer_count()).sum()
     }
 
-    /// Closes every producer (they reconnect, and meet the backlog quota check), as Pulsar's
-    /// `BacklogQuotaManager.disconnectProducers`. As an unload does, it first waits (bounded)
+    /// Closes every producer (they reconnect, and meet the backlog quota and disk checks), as
+    /// Pulsar's `BacklogQuotaManager.disconnectProducers`. As an unload does, it first waits (bounded)
     /// for the sends taken before, so that their receipts precede CLOSE_PRODUCER: a client
     /// resends whatever is unanswered when its producer is closed (a receipt after the close
     /// would have that message stored twice). Sends under a closed producer are not taken.
     pub async fn disconnect_producers(&self) {
         let detached = self.producers.detach_all();
+        self.close_detached(detached).await;
+    }
+
+    /// As [`Self::disconnect_producers`], from a path that cannot wait (a send refused for want
+    /// of disk): the producers are detached now, so none of their later sends is taken, and
+    /// their CLOSE_PRODUCER follows from a task once the sends taken before are answered.
+    pub fn disconnect_producers_soon(self: &Arc<Self>) {
+        let detached = self.producers.detach_all();
+        if detached.is_empty() {
+            return;
+        }
+        let topic = self.clone();
+        tokio::spawn(async move { topic.close_detached(detached).await });
+    }
+
+    async fn close_detached(&self, detached: Vec<ProducerEntry>) {
         if !self.publishes_drained(PRODUCER_CLOSE_DRAIN_LIMIT).await {
             tracing::warn!(topic = %self.full_name, in_flight = self.publishes_in_flight.load(Ordering::SeqCst),
-                "backlog quota: sends still being stored after {PRODUCER_CLOSE_DRAIN_LIMIT:?}; closing the producers anyway (their clients may store those twice)");
+                "disconnecting producers: sends still being stored after {PRODUCER_CLOSE_DRAIN_LIMIT:?}; closing them anyway (their clients may store those twice)");
         }
         ProducerRegistry::tell_closed(detached);
     }

@@ -175,6 +175,7 @@ struct Shared {
     prep_changed: Condvar,
     sealed_hook: Mutex<Option<SealedHook>>,
     completions_hook: std::sync::OnceLock<CompletionsHook>,
+    out_of_space_hook: std::sync::OnceLock<OutOfSpaceHook>,
     stats: JournalStats,
     /// The segment being written; locked by whoever holds `Staging::writing`.
     active: Mutex<Option<Active>>,
@@ -187,6 +188,11 @@ pub type SealedHook = Box<dyn FnMut(SealedSegment) + Send>;
 /// one go), on the thread that ran them: completions that each queue a little work (a reply
 /// to a peer) can leave it to this and do it once per run (one socket write for many).
 pub type CompletionsHook = Box<dyn Fn() + Send + Sync>;
+
+/// Called (on the preparer thread) when a segment cannot be prepared for want of space; true
+/// when it freed some (gave up a reserve), and the preparer then tries once more before the
+/// groups waiting for that segment fail with `DiskFull`.
+pub type OutOfSpaceHook = Box<dyn Fn() -> bool + Send + Sync>;
 
 pub struct Journal {
     shared: Arc<Shared>,
@@ -264,6 +270,7 @@ impl Journal {
             prep_changed: Condvar::new(),
             sealed_hook: Mutex::new(None),
             completions_hook: std::sync::OnceLock::new(),
+            out_of_space_hook: std::sync::OnceLock::new(),
             stats: JournalStats::default(),
             active: Mutex::new(None),
         });
@@ -308,6 +315,12 @@ impl Journal {
     /// Sets the hook called after each run of completions (once; later calls are ignored).
     pub fn set_completions_hook(&self, hook: CompletionsHook) {
         let _ = self.shared.completions_hook.set(hook);
+    }
+
+    /// Sets the hook asked for space when a segment cannot be prepared (once; later calls are
+    /// ignored).
+    pub fn set_out_of_space_hook(&self, hook: OutOfSpaceHook) {
+        let _ = self.shared.out_of_space_hook.set(hook);
     }
 
     /// Stages one record. Returns where it will live; `completion` runs once it is durable.
@@ -1004,6 +1017,12 @@ fn preparer_loop(shared: &Shared) {
             }
             None => storage.create_segment(seq, size),
         };
+        let result = match result {
+            Err(e) if is_out_of_space(&e) && space_freed(shared) => {
+                storage.create_segment(seq, size)
+            }
+            other => other,
+        };
         let mut prep = shared.prep.lock();
         prep.requested = None;
         match result {
@@ -1030,6 +1049,11 @@ fn preparer_loop(shared: &Shared) {
         }
         shared.prep_changed.notify_all();
     }
+}
+
+/// Asks the out-of-space hook, if any, to free space.
+fn space_freed(shared: &Shared) -> bool {
+    shared.out_of_space_hook.get().is_some_and(|hook| hook())
 }
 
 /// No segment could be prepared for `group`: fail it and every group queued behind it (they all

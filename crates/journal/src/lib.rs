@@ -21,7 +21,7 @@ pub mod storage;
 pub use config::{JournalConfig, SyncMode};
 pub use error::JournalError;
 pub use journal::{
-    Completion, CompletionsHook, Journal, RecoveryReport, SealedHook, SealedSegment,
+    Completion, CompletionsHook, Journal, OutOfSpaceHook, RecoveryReport, SealedHook, SealedSegment,
 };
 pub use record::RecordHeader;
 pub use scan::RecordLocation;

@@ -46,6 +46,8 @@ struct State {
     bytes_read: u64,
     /// Set by `crash`: the crashed process's handles fail every call until `restart`.
     frozen: bool,
+    /// The reserve file's size (its bytes are not kept: they are never read).
+    reserve: Option<u64>,
 }
 
 /// See the module documentation.
@@ -75,6 +77,7 @@ impl SimStorage {
             syncs: 0,
             bytes_read: 0,
             frozen: false,
+            reserve: None,
         };
         SimStorage { state: Arc::new(Mutex::new(state)) }
     }
@@ -93,9 +96,14 @@ impl SimStorage {
         self.state.lock().bytes_read
     }
 
-    /// Bytes held by all files (their current size).
+    /// Bytes held by all files (their current size), the reserve's included.
     pub fn used_bytes(&self) -> u64 {
-        self.state.lock().files.values().map(|f| f.current.len() as u64).sum()
+        Self::used(&self.state.lock())
+    }
+
+    fn used(state: &State) -> u64 {
+        let files: u64 = state.files.values().map(|f| f.current.len() as u64).sum();
+        files + state.reserve.unwrap_or(0)
     }
 
     /// Simulates a power loss: unsynced writes survive whole, not at all, or torn. Until
@@ -162,7 +170,7 @@ impl SimStorage {
         if state.frozen {
             return Err(eio());
         }
-        let used: u64 = state.files.values().map(|f| f.current.len() as u64).sum();
+        let used = Self::used(state);
         match state.faults.capacity_bytes {
             Some(capacity) if used + extra > capacity => Err(enospc()),
             _ => Ok(()),
@@ -327,5 +335,35 @@ impl Storage for SimStorage {
 
     fn remove_temporaries(&self) -> io::Result<()> {
         Ok(())
+    }
+
+    fn create_reserve(&self, size: u64) -> io::Result<()> {
+        let mut state = self.state.lock();
+        let old = state.reserve.take();
+        if let Err(e) = Self::check_capacity(&state, size) {
+            state.reserve = old;
+            return Err(e);
+        }
+        state.reserve = Some(size);
+        Ok(())
+    }
+
+    fn reserve_len(&self) -> io::Result<Option<u64>> {
+        Ok(self.state.lock().reserve)
+    }
+
+    fn remove_reserve(&self) -> io::Result<()> {
+        let mut state = self.state.lock();
+        if state.frozen {
+            return Err(eio());
+        }
+        state.reserve = None;
+        Ok(())
+    }
+
+    fn free_bytes(&self) -> Option<u64> {
+        let state = self.state.lock();
+        let capacity = state.faults.capacity_bytes?;
+        Some(capacity.saturating_sub(Self::used(&state)))
     }
 }

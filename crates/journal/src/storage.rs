@@ -65,6 +65,15 @@ pub trait Storage: Send + Sync {
     fn remove_file(&self, name: &str) -> io::Result<()>;
     /// Removes leftovers of interrupted creations.
     fn remove_temporaries(&self) -> io::Result<()>;
+    /// Creates the reserve file of `size` bytes, allocated (not a hole), durably, replacing
+    /// any: space held back so that a full disk can still record what frees it.
+    fn create_reserve(&self, size: u64) -> io::Result<()>;
+    /// The reserve file's size, if there is one.
+    fn reserve_len(&self) -> io::Result<Option<u64>>;
+    /// Removes the reserve file, durably, giving its space back (nothing if there is none).
+    fn remove_reserve(&self) -> io::Result<()>;
+    /// Bytes free for this storage's files, where known.
+    fn free_bytes(&self) -> Option<u64>;
 }
 
 /// Writes all of `buf` at `offset`, looping over short writes.
@@ -84,6 +93,8 @@ pub fn write_all_at(file: &dyn SegmentFile, buf: &[u8], mut offset: u64) -> io::
 
 const SEGMENT_SUFFIX: &str = ".journal";
 const TEMP_PREFIX: &str = "tmp-";
+/// The reserve file (see [`Storage::create_reserve`]).
+pub const RESERVE_FILE: &str = "RESERVE";
 
 /// Segment files and side files in one directory of a real file system.
 pub struct FsStorage {
@@ -142,6 +153,43 @@ fn zero_fill(path: &Path, size: u64) -> io::Result<()> {
         file.0.set_len(size)?;
     }
     file.0.sync_all()
+}
+
+/// Allocates `size` bytes to a new file (`fallocate`: no data written, yet the blocks are the
+/// file's, so its removal gives them back), falling back to writing zeros where the file system
+/// cannot allocate without writing. Syncs it.
+fn allocate(path: &Path, size: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let file = OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
+    let len =
+        libc::off_t::try_from(size).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a plain system call on a file descriptor this function owns.
+    if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) } != 0 {
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::EOPNOTSUPP) {
+            return Err(error);
+        }
+        drop(file);
+        return zero_fill(path, size);
+    }
+    file.sync_all()
+}
+
+/// Bytes available to unprivileged users on the file system holding `dir`.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `path` is a valid NUL-terminated string and `stat` is a writable statvfs that
+    // the call fills in; it is read only when the call succeeded.
+    let stat = unsafe {
+        if libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stat.assume_init()
+    };
+    #[allow(clippy::useless_conversion)] // the field types differ between platforms
+    Some(u64::from(stat.f_bavail).saturating_mul(u64::from(stat.f_frsize)))
 }
 
 struct FsFile(File);
@@ -268,6 +316,37 @@ impl Storage for FsStorage {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    fn create_reserve(&self, size: u64) -> io::Result<()> {
+        let temp = self.dir.join(format!("{TEMP_PREFIX}{RESERVE_FILE}"));
+        let result =
+            allocate(&temp, size).and_then(|()| fs::rename(&temp, self.dir.join(RESERVE_FILE)));
+        if result.is_err() {
+            let _ = fs::remove_file(&temp);
+        }
+        result?;
+        self.sync_dir()
+    }
+
+    fn reserve_len(&self) -> io::Result<Option<u64>> {
+        match fs::metadata(self.dir.join(RESERVE_FILE)) {
+            Ok(meta) => Ok(Some(meta.len())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn remove_reserve(&self) -> io::Result<()> {
+        match fs::remove_file(self.dir.join(RESERVE_FILE)) {
+            Ok(()) => self.sync_dir(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn free_bytes(&self) -> Option<u64> {
+        free_bytes(&self.dir)
     }
 
     fn remove_temporaries(&self) -> io::Result<()> {

@@ -277,6 +277,51 @@ fn disk_full_fails_appends_cleanly_and_they_resume_when_space_is_freed() {
     assert!(records.contains_key(&(2, 0)));
 }
 
+/// A journal whose out-of-space hook frees space (gives up a reserve) goes on without a single
+/// failed append: the segment it could not prepare is prepared again at once. Once the hook has
+/// nothing left to free, appends fail with `DiskFull` as without one.
+#[test]
+fn an_out_of_space_hook_that_frees_space_spares_the_appends_their_failure() {
+    use magnetar_journal::storage::Storage;
+    let storage = SimStorage::new(9);
+    let config = small_config();
+    let reserve = 2 * config.segment_size_bytes;
+    storage.create_reserve(reserve).unwrap();
+    let (journal, _) = Journal::open(config, Arc::new(storage.clone())).unwrap();
+    append_sync(&journal, 1, 0).unwrap();
+    storage.set_faults(Faults { capacity_bytes: Some(storage.used_bytes()), ..Faults::default() });
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let hook_storage = storage.clone();
+    let hook_asked = asked.clone();
+    journal.set_out_of_space_hook(Box::new(move || {
+        hook_asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let held = hook_storage.reserve_len().unwrap().is_some();
+        hook_storage.remove_reserve().unwrap();
+        held
+    }));
+    let mut entry = 1;
+    // Two segments' worth more than the disk had: the reserve's.
+    let full_error = loop {
+        match append_sync(&journal, 1, entry) {
+            Ok(_) => {}
+            Err(error) => break error,
+        }
+        entry += 1;
+        assert!(entry < 10_000, "the disk never filled up");
+    };
+    assert!(matches!(full_error, JournalError::DiskFull(_)), "{full_error}");
+    assert_eq!(storage.reserve_len().unwrap(), None, "the reserve was given up");
+    // One record per group, each a 4 KiB block, 64 a segment: the active segment and the spare
+    // (if the preparer had made it before the disk filled) hold 64-128, the reserve's two
+    // segments 128 more (without the hook: DiskFull after 64-128).
+    let per_segment = small_config().segment_size_bytes / 4096;
+    assert!(
+        entry > 2 * per_segment + per_segment / 2,
+        "appends went on into the reserve's space ({entry} records before DiskFull)"
+    );
+    assert!(asked.load(std::sync::atomic::Ordering::SeqCst) >= 2, "asked again once full");
+}
+
 #[test]
 fn released_segments_are_recycled_and_their_stale_records_stay_invisible() {
     let storage = SimStorage::new(8);

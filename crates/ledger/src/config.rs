@@ -21,6 +21,13 @@ pub struct LedgerStoreConfig {
     /// writes, deletes and compaction go on in what is left, so that the disk can be reclaimed
     /// (a journal at ENOSPC cannot even record a delete). Default 0: off.
     pub min_free_bytes: u64,
+    /// Bytes held back in a reserve file (`RESERVE`), given up when the journal or a side file
+    /// meets a full disk anyway (another process filled it, or `min_free_bytes` is 0), so that
+    /// deletes, checkpoints and compaction can still be written and the disk reclaimed; while
+    /// it is given up the store is short of disk. Created again once twice it (plus
+    /// `min_free_bytes`) is free. 0 or at least one journal segment. Default 0 (the servers'
+    /// configuration sets two segments).
+    pub reserve_bytes: u64,
 }
 
 impl Default for LedgerStoreConfig {
@@ -31,6 +38,7 @@ impl Default for LedgerStoreConfig {
             write_cache_bytes: 32 << 20,
             compaction_live_ratio: 0.5,
             min_free_bytes: 0,
+            reserve_bytes: 0,
         }
     }
 }
@@ -42,6 +50,13 @@ impl LedgerStoreConfig {
             return Err(LedgerError::Config(format!(
                 "compaction_live_ratio must be in [0, 1): {}",
                 self.compaction_live_ratio
+            )));
+        }
+        if self.reserve_bytes != 0 && self.reserve_bytes < self.journal.segment_size_bytes {
+            return Err(LedgerError::Config(format!(
+                "the disk reserve ({} bytes) must be 0 or at least one journal segment ({} \
+                 bytes): it is where a full journal goes on",
+                self.reserve_bytes, self.journal.segment_size_bytes
             )));
         }
         Ok(())

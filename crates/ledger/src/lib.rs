@@ -12,6 +12,7 @@ pub mod error;
 pub mod files;
 pub mod hooked;
 pub mod idmap;
+pub mod reserve;
 pub mod space;
 pub mod store;
 

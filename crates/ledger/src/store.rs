@@ -24,6 +24,7 @@ use crate::dir_lock::DirLock;
 use crate::error::LedgerError;
 use crate::files::{self, Checkpoint, IndexEntry, LedgerMeta, CHECKPOINT_FILE};
 use crate::idmap::IdMap;
+use crate::reserve::Reserve;
 use bytes::Bytes;
 use magnetar_clock::{Clock, SystemClock};
 use magnetar_journal::storage::{FsStorage, Storage};
@@ -193,10 +194,12 @@ struct Inner {
     covered: AtomicU64,
     maintenance: Mutex<mpsc::Sender<Maintenance>>,
     stats: StoreStats,
-    /// Free bytes at the last measurement, and whether the store is short of disk
-    /// (`config.min_free_bytes`; measured by the maintenance thread).
+    /// Free bytes at the last measurement, and whether they were short of
+    /// `config.min_free_bytes` (measured by the maintenance thread).
     free: AtomicU64,
     short_of_disk: AtomicBool,
+    /// Space held back for the writes that free space (`reserve.rs`); spent: short of disk.
+    reserve: Arc<Reserve>,
 }
 
 pub struct LedgerStore {
@@ -276,8 +279,18 @@ impl LedgerStore {
         clock: Arc<dyn Clock>,
     ) -> Result<(Self, StoreRecovery), LedgerError> {
         config.validate()?;
+        // Before the journal, which takes its first segment and a spare at once.
+        let reserve = Reserve::open(
+            storage.clone(),
+            config.reserve_bytes,
+            2 * config.journal.segment_size_bytes,
+        )
+        .map_err(|e| JournalError::io("set up the disk reserve", e))?;
+        let reserve = Arc::new(reserve);
         let (journal, journal_report) =
             Journal::open_with_clock(config.journal.clone(), storage.clone(), clock.clone())?;
+        let giving_up = reserve.clone();
+        journal.set_out_of_space_hook(Box::new(move || giving_up.give_up()));
         let recovered = recover(&journal, &*storage, journal_report)?;
         let (sender, receiver) = mpsc::channel();
         let cache = CacheBudget::new(config.write_cache_bytes);
@@ -295,6 +308,7 @@ impl LedgerStore {
             stats: StoreStats::default(),
             free: AtomicU64::new(u64::MAX),
             short_of_disk: AtomicBool::new(false),
+            reserve,
         });
         for seq in recovered.to_checkpoint {
             let _ = sender.send(Maintenance::Sealed(SealedSegment { seq, len: 0 }));
@@ -609,13 +623,24 @@ impl LedgerStore {
                 free as f64,
             );
         }
-        if self.inner.config.min_free_bytes > 0 {
+        let reserve = &self.inner.reserve;
+        if self.inner.config.min_free_bytes > 0 || reserve.size() > 0 {
             out.gauge(
                 "magnetar_storage_short_of_disk",
-                "1 while free disk is below the minimum ([storage] min_free_mb) and new \
-                 messages are refused, until twice the minimum is free; 0 otherwise.",
+                "1 while new messages are refused for want of disk: free disk below the minimum \
+                 ([storage] min_free_mb) until twice the minimum is free, or the disk filled up \
+                 and the reserve was given up, until it is back; 0 otherwise.",
                 labels,
-                f64::from(u8::from(self.inner.short_of_disk.load(Ordering::Relaxed))),
+                f64::from(u8::from(self.short_of_disk().is_some())),
+            );
+        }
+        if reserve.size() > 0 {
+            out.gauge(
+                "magnetar_storage_reserve_bytes",
+                "Bytes held back for the writes that free a full disk (deletes, compaction): \
+                 [storage] reserve_mb while held, 0 once given up.",
+                labels,
+                if reserve.is_spent() { 0.0 } else { reserve.size() as f64 },
             );
         }
     }
@@ -720,15 +745,25 @@ impl LedgerStore {
         &self.inner.journal
     }
 
-    /// Flushes what is staged, writes a final checkpoint and stops the background threads.
     /// Why new data should be refused, when the disk is short (see
-    /// [`LedgerStoreConfig::min_free_bytes`]); `None` otherwise.
+    /// [`LedgerStoreConfig::min_free_bytes`] and [`LedgerStoreConfig::reserve_bytes`]); `None`
+    /// otherwise.
     pub fn short_of_disk(&self) -> Option<String> {
-        if !self.inner.short_of_disk.load(Ordering::Acquire) {
-            return None;
+        let inner = &self.inner;
+        let (free, min) = (inner.free.load(Ordering::Relaxed), inner.config.min_free_bytes);
+        if !inner.short_of_disk.load(Ordering::Acquire) {
+            if !inner.reserve.is_spent() {
+                return None;
+            }
+            return Some(format!(
+                "the disk of {} filled up and the store gave up its {} MiB reserve so that \
+                 deletes and compaction can free space: new messages are refused until {} MiB \
+                 are free (cursor writes and deletes go on)",
+                inner.config.dir.display(),
+                inner.reserve.size() >> 20,
+                inner.reserve.restore_at(min) >> 20
+            ));
         }
-        let (free, min) =
-            (self.inner.free.load(Ordering::Relaxed), self.inner.config.min_free_bytes);
         Some(format!(
             "{} MiB free on {}, below the {} MiB minimum: new messages are refused until {} MiB \
              are free (cursor writes and deletes go on)",
@@ -739,6 +774,7 @@ impl LedgerStore {
         ))
     }
 
+    /// Flushes what is staged, writes a final checkpoint and stops the background threads.
     pub fn close(&self) {
         self.inner.journal.close();
         let _ = self.inner.maintenance.lock().send(Maintenance::Stop);
@@ -1014,9 +1050,21 @@ fn maintenance_loop(inner: &Inner, receiver: mpsc::Receiver<Maintenance>) {
                 Maintenance::Stop => stop = true,
             }
         }
-        let result = checkpoint(inner, &mut sealed)
-            .and_then(|()| free_dead_segments(inner))
-            .and_then(|()| if stop { Ok(()) } else { compact(inner, reply.is_some()) });
+        let pass = |sealed: &mut Vec<u64>| {
+            checkpoint(inner, sealed).and_then(|()| free_dead_segments(inner)).and_then(|()| {
+                if stop {
+                    Ok(())
+                } else {
+                    compact(inner, reply.is_some())
+                }
+            })
+        };
+        let mut result = pass(&mut sealed);
+        // A checkpoint or index file (or compaction's segment) that found the disk full: the
+        // space the reserve gives is what lets this pass free more.
+        if result.as_ref().is_err_and(is_disk_full) && inner.reserve.give_up() {
+            result = pass(&mut sealed);
+        }
         match &result {
             Err(LedgerError::Journal(JournalError::Closed)) => {}
             Err(error) => tracing::error!(%error, "ledger store maintenance failed"),
@@ -1031,14 +1079,29 @@ fn maintenance_loop(inner: &Inner, receiver: mpsc::Receiver<Maintenance>) {
     }
 }
 
-/// Measures the directory's free space (one `statvfs`) when a minimum is set, and flips the
-/// short-of-disk state with the margin of [`crate::space::next_short`].
+/// Whether an error says the disk is full.
+fn is_disk_full(error: &LedgerError) -> bool {
+    match error {
+        LedgerError::Journal(JournalError::DiskFull(_)) => true,
+        LedgerError::Journal(JournalError::Io { source, .. }) => {
+            magnetar_journal::error::is_out_of_space(source)
+        }
+        _ => false,
+    }
+}
+
+/// Measures the directory's free space (one `statvfs`) when a minimum or a reserve is set,
+/// creates a spent reserve again when there is room, and flips the short-of-disk state with
+/// the margin of [`crate::space::next_short`].
 fn measure_free_space(inner: &Inner) {
     let min_free = inner.config.min_free_bytes;
-    if min_free == 0 {
+    if min_free == 0 && inner.reserve.size() == 0 {
         return;
     }
-    let Some(free) = free_bytes(&inner.config.dir) else { return };
+    let Some(mut free) = inner.journal.storage().free_bytes() else { return };
+    if inner.reserve.restore(free, min_free) {
+        free = free.saturating_sub(inner.reserve.size());
+    }
     inner.free.store(free, Ordering::Relaxed);
     let was = inner.short_of_disk.load(Ordering::Relaxed);
     let now = crate::space::next_short(was, free, min_free);
@@ -1266,19 +1329,4 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
         .sum()
 }
 
-/// Bytes available to unprivileged users on the file system holding `dir`.
-pub fn free_bytes(dir: &std::path::Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
-    // SAFETY: `path` is a valid NUL-terminated string and `stat` is a writable statvfs that
-    // the call fills in; it is read only when the call succeeded.
-    let stat = unsafe {
-        if libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) != 0 {
-            return None;
-        }
-        stat.assume_init()
-    };
-    #[allow(clippy::useless_conversion)] // the field types differ between platforms
-    Some(u64::from(stat.f_bavail).saturating_mul(u64::from(stat.f_frsize)))
-}
+pub use magnetar_journal::storage::free_bytes;

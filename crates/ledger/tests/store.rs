@@ -493,3 +493,111 @@ async fn a_store_short_of_disk_says_why_and_still_appends_and_deletes() {
     assert_eq!(store.short_of_disk(), None);
     tokio::task::spawn_blocking(move || store.close()).await.unwrap();
 }
+
+/// Appends an entry to each of `ledgers` in turn until an append fails (or, with
+/// `stop_when_short`, until the store says it is short of disk, as a broker stops taking
+/// messages); returns the (ledger, entry) pairs acknowledged.
+async fn fill_until_full(
+    store: &LedgerStore,
+    ledgers: &[u64],
+    stop_when_short: bool,
+) -> std::collections::BTreeSet<(u64, u64)> {
+    let mut written = std::collections::BTreeSet::new();
+    for entry in 0.. {
+        assert!(entry < 100_000, "the disk never filled up");
+        if stop_when_short && store.short_of_disk().is_some() {
+            break;
+        }
+        let pending: Vec<_> = ledgers
+            .iter()
+            .filter_map(|&l| store.append(l, data(l, entry)).ok().map(|p| (l, p)))
+            .collect();
+        let staged = pending.len();
+        let mut acknowledged = 0;
+        for (ledger, append) in pending {
+            if let Ok(id) = timed(append).await {
+                written.insert((ledger, id));
+                acknowledged += 1;
+            }
+        }
+        if acknowledged < ledgers.len() || staged < ledgers.len() {
+            break;
+        }
+    }
+    written
+}
+
+/// Ten ledgers written in turn until the disk is full, so that every segment holds entries of
+/// all ten, then nine deleted: the disk comes back only through compaction, which needs a
+/// segment to copy the tenth's entries into, and the deletes themselves are journal records.
+/// Without a reserve the first delete already fails (`DiskFull`); with one, the store gives it
+/// up when the journal meets the full disk and says it is short of disk (a broker refuses new
+/// messages then), the deletes and the compaction run in the space it gave, and once they have
+/// freed enough the reserve is back and the store takes messages again.
+#[tokio::test]
+async fn a_full_disk_is_reclaimed_by_deletes_and_compaction_through_the_reserve() {
+    let segment = config().journal.segment_size_bytes;
+    // Without a reserve: the disk fills and nothing can be deleted.
+    let storage = SimStorage::new(11);
+    let store = open(&storage);
+    storage.set_faults(Faults {
+        capacity_bytes: Some(storage.used_bytes() + 16 * segment),
+        ..Faults::default()
+    });
+    let mut ledgers = Vec::new();
+    for _ in 0..10 {
+        ledgers.push(timed(store.create_ledger()).await.unwrap());
+    }
+    fill_until_full(&store, &ledgers, false).await;
+    let refused = timed(store.delete_ledger(ledgers[0])).await;
+    assert!(
+        matches!(refused, Err(LedgerError::Journal(magnetar_journal::JournalError::DiskFull(_)))),
+        "without a reserve a full journal cannot record a delete: {refused:?}"
+    );
+    tokio::task::spawn_blocking(move || store.close()).await.unwrap();
+
+    // With one.
+    let storage = SimStorage::new(12);
+    let with_reserve = LedgerStoreConfig { reserve_bytes: 2 * segment, ..config() };
+    let store = LedgerStore::open_with_storage(with_reserve, Arc::new(storage.clone())).unwrap().0;
+    use magnetar_journal::storage::Storage;
+    assert_eq!(storage.reserve_len().unwrap(), Some(2 * segment));
+    storage.set_faults(Faults {
+        capacity_bytes: Some(storage.used_bytes() + 16 * segment),
+        ..Faults::default()
+    });
+    let mut ledgers = Vec::new();
+    for _ in 0..10 {
+        ledgers.push(timed(store.create_ledger()).await.unwrap());
+    }
+    let written = fill_until_full(&store, &ledgers, true).await;
+    let why = store.short_of_disk().expect("short of disk once the reserve is given up");
+    assert!(why.contains("reserve") && why.contains("filled up"), "{why}");
+    assert_eq!(storage.reserve_len().unwrap(), None, "the reserve was given up");
+    assert!(written.len() > 1000, "the disk filled with entries: {}", written.len());
+    for &ledger in &ledgers[..9] {
+        timed(store.delete_ledger(ledger)).await.expect("a delete is recorded in the reserve");
+    }
+    // The deletes' segments hold the tenth ledger's entries: compaction moves them, then the
+    // segments go; the reserve is back once twice its size is free.
+    let store = Arc::new(store);
+    for _ in 0..5 {
+        let maintained = store.clone();
+        tokio::task::spawn_blocking(move || maintained.run_maintenance()).await.unwrap().unwrap();
+        if store.short_of_disk().is_none() {
+            break;
+        }
+    }
+    assert_eq!(store.short_of_disk(), None, "the reserve is back and messages are taken");
+    assert_eq!(storage.reserve_len().unwrap(), Some(2 * segment));
+    assert!(store.stats().entries_relocated.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    let tenth = ledgers[9];
+    for &(ledger, entry) in &written {
+        if ledger == tenth {
+            assert_eq!(store.read_entry(ledger, entry).unwrap(), data(ledger, entry));
+        }
+    }
+    let next = store.ledger_info(tenth).unwrap().entries;
+    timed(store.append(tenth, data(tenth, next)).unwrap()).await.expect("appends again");
+    tokio::task::spawn_blocking(move || store.close()).await.unwrap();
+}

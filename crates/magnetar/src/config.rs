@@ -100,6 +100,14 @@ pub struct StorageSection {
     /// be reclaimed (a journal out of space could not even record a delete). Default 1024; 0:
     /// off. A storage node ignores it (its `--min-free-mb` puts it in read-only mode).
     pub min_free_mb: u64,
+    /// MiB held back in a reserve file (`ledgers/RESERVE`) for when the disk fills anyway
+    /// (another process filled it, or `min_free_mb` is 0): the store gives it up so that topic
+    /// deletes, retention and compaction can still be written and the disk reclaimed (a journal
+    /// out of space could not even record a delete), and refuses new messages (a storage node:
+    /// read-only) until it can hold it again with as much to spare. 0: none; otherwise at least
+    /// one segment (`segment_size_bytes`). Default 128: two default segments. Brokers and
+    /// storage nodes alike.
+    pub reserve_mb: u64,
 }
 
 /// Where a broker keeps its ledgers. `local`: its own journal and ledger store in
@@ -206,6 +214,7 @@ impl Default for StorageSection {
             write_cache_bytes: LedgerStoreConfig::default().write_cache_bytes,
             recycled_segments: RECYCLED_SEGMENTS,
             min_free_mb: 1024,
+            reserve_mb: 128,
         }
     }
 }
@@ -239,6 +248,14 @@ pub enum ConfigError {
     SyncMode(String),
     #[error("storage.min_free_mb: {0} is more than 2^40 (a disk of a zettabyte)")]
     MinFree(u64),
+    #[error(
+        "storage.reserve_mb: {reserve_mb} MiB is less than one journal segment \
+         (storage.segment_size_bytes = {segment_size_bytes}): a full journal goes on in it; set \
+         it to at least one segment (two are the default) or to 0 for none"
+    )]
+    Reserve { reserve_mb: u64, segment_size_bytes: u64 },
+    #[error("storage.reserve_mb: {0} is more than 2^40 (a disk of a zettabyte)")]
+    ReserveTooLarge(u64),
     #[error("--metadata: {0}")]
     MetadataUrl(MetadataUrlError),
     #[error(
@@ -518,12 +535,22 @@ fn ledger_store_config(config: &ServerConfig) -> Result<LedgerStoreConfig, Confi
         recycled_segments_kept: config.storage.recycled_segments,
         ..JournalConfig::default()
     };
-    if config.storage.min_free_mb > 1 << 40 {
-        return Err(ConfigError::MinFree(config.storage.min_free_mb));
+    let storage = &config.storage;
+    if storage.min_free_mb > 1 << 40 {
+        return Err(ConfigError::MinFree(storage.min_free_mb));
+    }
+    if storage.reserve_mb > 1 << 40 {
+        return Err(ConfigError::ReserveTooLarge(storage.reserve_mb));
+    }
+    let reserve_bytes = storage.reserve_mb << 20;
+    if storage.reserve_mb != 0 && reserve_bytes < storage.segment_size_bytes {
+        let (reserve_mb, segment_size_bytes) = (storage.reserve_mb, storage.segment_size_bytes);
+        return Err(ConfigError::Reserve { reserve_mb, segment_size_bytes });
     }
     Ok(LedgerStoreConfig {
         dir: config.data_dir.join("ledgers"),
-        min_free_bytes: config.storage.min_free_mb << 20,
+        min_free_bytes: storage.min_free_mb << 20,
+        reserve_bytes,
         journal,
         write_cache_bytes: config.storage.write_cache_bytes,
         ..LedgerStoreConfig::default()
@@ -565,6 +592,24 @@ mod tests {
             let knobs = debug.matches(": ").count() - not_in_file;
             assert_eq!(table.len(), knobs, "every {section} knob is listed");
         }
+    }
+
+    #[test]
+    fn the_disk_reserve_is_two_segments_by_default_and_none_or_at_least_one() {
+        let ledger = ledger_store_config(&ServerConfig::default()).unwrap();
+        assert_eq!(ledger.reserve_bytes, 2 * ledger.journal.segment_size_bytes);
+        let with = |reserve_mb: u64, segment_size_bytes: u64| {
+            let mut config = ServerConfig::default();
+            config.storage.reserve_mb = reserve_mb;
+            config.storage.segment_size_bytes = segment_size_bytes;
+            ledger_store_config(&config)
+        };
+        assert_eq!(with(0, 64 << 20).unwrap().reserve_bytes, 0);
+        assert_eq!(with(4, 4 << 20).unwrap().reserve_bytes, 4 << 20);
+        let refused = with(128, 256 << 20).unwrap_err();
+        assert!(matches!(refused, ConfigError::Reserve { reserve_mb: 128, .. }), "{refused}");
+        assert!(refused.to_string().contains("at least one segment"), "{refused}");
+        assert!(matches!(with(1 << 41, 64 << 20), Err(ConfigError::ReserveTooLarge(_))));
     }
 
     #[test]

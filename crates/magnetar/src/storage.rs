@@ -102,7 +102,12 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
         let free = magnetar_ledger::store::free_bytes(&args.data_dir)
             .with_context(|| format!("free space of {}", args.data_dir.display()))?;
         let space = magnetar_storage_node::DiskSpace::new(args.min_free_mb << 20, free);
-        let watcher = space.clone().watch(args.data_dir.clone(), SPACE_CHECK_EVERY);
+        // A store that opened without room for its reserve: read-only from the start.
+        space.observe(free, store.short_of_disk().is_some());
+        let asked = store.clone();
+        let watcher = space.clone().watch(args.data_dir.clone(), SPACE_CHECK_EVERY, move || {
+            asked.short_of_disk().is_some()
+        });
         let registration = match &metadata {
             Some(etcd) => {
                 let session: Arc<dyn SessionStore> = etcd.clone();

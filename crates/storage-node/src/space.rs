@@ -4,6 +4,8 @@
 //! no new copies; it still serves reads, fences and recovery adds, which closing ledgers safely
 //! needs. It takes adds again once twice `min_free` is free (a margin, so that it does not flap
 //! around the threshold). Without this a full disk stops the journal and the node with it.
+//! It is read-only too while its ledger store has given up its disk reserve (the disk filled
+//! anyway: `magnetar_ledger::reserve`), whatever `min_free` is, until the reserve is back.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,6 +19,9 @@ pub use magnetar_ledger::space::next_short as next_read_only;
 
 pub struct DiskSpace {
     min_free: u64,
+    /// Below `min_free` at the last measurement (with the margin).
+    measured_short: AtomicBool,
+    /// `measured_short`, or the store short of disk (its reserve given up).
     read_only: AtomicBool,
     free: AtomicU64,
     changed: Notify,
@@ -31,6 +36,7 @@ impl DiskSpace {
         }
         Arc::new(DiskSpace {
             min_free,
+            measured_short: AtomicBool::new(read_only),
             read_only: AtomicBool::new(read_only),
             free: AtomicU64::new(free),
             changed: Notify::new(),
@@ -46,17 +52,25 @@ impl DiskSpace {
         self.free.load(Ordering::Relaxed)
     }
 
-    /// Takes a measurement; wakes [`DiskSpace::changed`] waiters when the mode flips.
-    pub fn observe(&self, free: u64) {
+    /// Takes a measurement of free bytes and of whether the ledger store is short of disk
+    /// (its reserve given up); wakes [`DiskSpace::changed`] waiters when the mode flips.
+    pub fn observe(&self, free: u64, store_short: bool) {
         self.free.store(free, Ordering::Relaxed);
-        let was = self.is_read_only();
-        let now = next_read_only(was, free, self.min_free);
+        let measured =
+            next_read_only(self.measured_short.load(Ordering::Relaxed), free, self.min_free);
+        self.measured_short.store(measured, Ordering::Relaxed);
+        let now = measured || store_short;
+        let was = self.read_only.swap(now, Ordering::AcqRel);
         if now == was {
             return;
         }
-        self.read_only.store(now, Ordering::Release);
         if now {
-            tracing::warn!(free, min_free = self.min_free, "storage node is read-only: disk short");
+            tracing::warn!(
+                free,
+                min_free = self.min_free,
+                store_short,
+                "storage node is read-only: disk short"
+            );
         } else {
             tracing::info!(free, "storage node takes adds again: disk space freed");
         }
@@ -68,7 +82,7 @@ impl DiskSpace {
     /// (unless read-only mode is off), until measurements show twice the threshold free.
     pub fn journal_full(&self) {
         if self.min_free > 0 {
-            self.observe(0);
+            self.observe(0, false);
         }
     }
 
@@ -78,8 +92,14 @@ impl DiskSpace {
         self.changed.notified().await;
     }
 
-    /// Measures `dir`'s file system every `every` until the task is aborted.
-    pub fn watch(self: Arc<Self>, dir: PathBuf, every: Duration) -> tokio::task::JoinHandle<()> {
+    /// Measures `dir`'s file system every `every`, and asks `store_short` whether the ledger
+    /// store is short of disk, until the task is aborted.
+    pub fn watch(
+        self: Arc<Self>,
+        dir: PathBuf,
+        every: Duration,
+        store_short: impl Fn() -> bool + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(every);
             loop {
@@ -90,7 +110,7 @@ impl DiskSpace {
                 })
                 .await;
                 match measured {
-                    Ok(Some(free)) => self.observe(free),
+                    Ok(Some(free)) => self.observe(free, store_short()),
                     Ok(None) => tracing::warn!(dir = %dir.display(), "free disk space unknown"),
                     Err(_) => return, // the runtime is shutting down
                 }
@@ -107,13 +127,33 @@ mod tests {
     fn observing_flips_the_mode_with_the_margin() {
         let space = DiskSpace::new(100, 1_000);
         assert!(!space.is_read_only());
-        space.observe(99);
+        space.observe(99, false);
         assert!(space.is_read_only());
         assert_eq!(space.free(), 99);
-        space.observe(150);
+        space.observe(150, false);
         assert!(space.is_read_only());
-        space.observe(200);
+        space.observe(200, false);
         assert!(!space.is_read_only());
         assert!(DiskSpace::new(100, 50).is_read_only());
+    }
+
+    #[test]
+    fn a_store_that_gave_up_its_reserve_makes_the_node_read_only_whatever_is_free() {
+        for min_free in [0, 100] {
+            let space = DiskSpace::new(min_free, 1_000);
+            space.observe(1_000, true);
+            assert!(space.is_read_only(), "min_free {min_free}");
+            space.observe(1_000, false);
+            assert!(!space.is_read_only(), "min_free {min_free}");
+        }
+        // Short both ways: writable only when both are over.
+        let space = DiskSpace::new(100, 1_000);
+        space.observe(50, true);
+        space.observe(150, true);
+        assert!(space.is_read_only());
+        space.observe(150, false);
+        assert!(space.is_read_only(), "the measurement's margin still holds");
+        space.observe(200, false);
+        assert!(!space.is_read_only());
     }
 }

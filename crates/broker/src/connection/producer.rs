@@ -278,6 +278,17 @@ impl Connection {
         );
         if let Err(error) = staged {
             producer.topic.entry_failed();
+            if matches!(error, BrokerError::Storage(magnetar_ledger::LedgerError::ShortOfDisk(_))) {
+                // Not stored and not answered: a send error has clients drop the connection and
+                // resend at once, over and over (the C++ client's send timeout never fired in
+                // that loop). The topic's producers are closed instead, and their re-creation is
+                // refused while the disk is short (`producer_admission`), on which clients fail
+                // what they have pending, with why, as for a backlog quota's
+                // `producer_exception`.
+                tracing::warn!(topic = %producer.topic.full_name, %error, "send refused: disconnecting the topic's producers");
+                producer.topic.disconnect_producers_soon();
+                return Ok(());
+            }
             return self.refuse_send(
                 producer_id,
                 sequence_id,
@@ -411,8 +422,14 @@ pub(super) async fn create_producer(
     // Policies may have changed since the topic was loaded (another broker's admin API in
     // cluster mode; here a cheap re-read keeps this path obviously right).
     topic.refresh_policies().await?;
-    // Backlog quotas with a producer policy refuse producers while exceeded.
+    // Backlog quotas with a producer policy refuse producers while exceeded, and a disk short
+    // of space refuses them all.
     crate::backlog_quota::producer_admission(&topic).await?;
+    if let Some(why) = topic.managed_ledger.short_of_disk() {
+        return Err(BrokerError::ProducerBlockedQuotaExceededException(format!(
+            "disk full: {why}"
+        )));
+    }
     let epoch = topic
         .add_producer(producer_name.clone(), key, mode, request.topic_epoch, client, queued)
         .await?;
