@@ -200,6 +200,9 @@ struct Inner {
     short_of_disk: AtomicBool,
     /// Space held back for the writes that free space (`reserve.rs`); spent: short of disk.
     reserve: Arc<Reserve>,
+    /// The journal could not get a segment and there was no reserve left to give: short of
+    /// disk until a measurement finds room for two segments.
+    journal_full: Arc<AtomicBool>,
 }
 
 pub struct LedgerStore {
@@ -290,7 +293,17 @@ impl LedgerStore {
         let (journal, journal_report) =
             Journal::open_with_clock(config.journal.clone(), storage.clone(), clock.clone())?;
         let giving_up = reserve.clone();
-        journal.set_out_of_space_hook(Box::new(move || giving_up.give_up()));
+        let journal_full = Arc::new(AtomicBool::new(false));
+        let full = journal_full.clone();
+        journal.set_out_of_space_hook(Box::new(move || {
+            let freed = giving_up.give_up();
+            if !freed && !full.swap(true, Ordering::AcqRel) {
+                tracing::warn!(
+                    "the journal is out of disk and no reserve is left: new messages are refused"
+                );
+            }
+            freed
+        }));
         let recovered = recover(&journal, &*storage, journal_report)?;
         let (sender, receiver) = mpsc::channel();
         let cache = CacheBudget::new(config.write_cache_bytes);
@@ -309,6 +322,7 @@ impl LedgerStore {
             free: AtomicU64::new(u64::MAX),
             short_of_disk: AtomicBool::new(false),
             reserve,
+            journal_full,
         });
         for seq in recovered.to_checkpoint {
             let _ = sender.send(Maintenance::Sealed(SealedSegment { seq, len: 0 }));
@@ -624,16 +638,15 @@ impl LedgerStore {
             );
         }
         let reserve = &self.inner.reserve;
-        if self.inner.config.min_free_bytes > 0 || reserve.size() > 0 {
-            out.gauge(
-                "magnetar_storage_short_of_disk",
-                "1 while new messages are refused for want of disk: free disk below the minimum \
-                 ([storage] min_free_mb) until twice the minimum is free, or the disk filled up \
-                 and the reserve was given up, until it is back; 0 otherwise.",
-                labels,
-                f64::from(u8::from(self.short_of_disk().is_some())),
-            );
-        }
+        out.gauge(
+            "magnetar_storage_short_of_disk",
+            "1 while new messages are refused for want of disk: free disk below the minimum \
+             ([storage] min_free_mb) until twice the minimum is free, or the disk filled up and \
+             the reserve was given up (or there was none), until there is room again; 0 \
+             otherwise.",
+            labels,
+            f64::from(u8::from(self.short_of_disk().is_some())),
+        );
         if reserve.size() > 0 {
             out.gauge(
                 "magnetar_storage_reserve_bytes",
@@ -753,7 +766,15 @@ impl LedgerStore {
         let (free, min) = (inner.free.load(Ordering::Relaxed), inner.config.min_free_bytes);
         if !inner.short_of_disk.load(Ordering::Acquire) {
             if !inner.reserve.is_spent() {
-                return None;
+                if !inner.journal_full.load(Ordering::Acquire) {
+                    return None;
+                }
+                return Some(format!(
+                    "the journal in {} found no space for a new segment and no reserve was left \
+                     to give: new messages are refused until {} MiB are free",
+                    inner.config.dir.display(),
+                    journal_room(inner) >> 20
+                ));
             }
             return Some(format!(
                 "the disk of {} filled up and the store gave up its {} MiB reserve so that \
@@ -1095,10 +1116,15 @@ fn is_disk_full(error: &LedgerError) -> bool {
 /// the margin of [`crate::space::next_short`].
 fn measure_free_space(inner: &Inner) {
     let min_free = inner.config.min_free_bytes;
-    if min_free == 0 && inner.reserve.size() == 0 {
+    let journal_full = inner.journal_full.load(Ordering::Acquire);
+    if min_free == 0 && inner.reserve.size() == 0 && !journal_full {
         return;
     }
     let Some(mut free) = inner.journal.storage().free_bytes() else { return };
+    if journal_full && free >= journal_room(inner) {
+        inner.journal_full.store(false, Ordering::Release);
+        tracing::info!(free, "the journal has room again: new messages taken");
+    }
     if inner.reserve.restore(free, min_free) {
         free = free.saturating_sub(inner.reserve.size());
     }
@@ -1113,6 +1139,12 @@ fn measure_free_space(inner: &Inner) {
             tracing::info!(free, "ledger store has disk again: new messages taken");
         }
     }
+}
+
+/// Free bytes at which a journal that found no space takes messages again: two segments (the
+/// one it could not get and the spare the preparer makes next).
+fn journal_room(inner: &Inner) -> u64 {
+    2 * inner.config.journal.segment_size_bytes
 }
 
 /// Frees every ledger's stale write-cache entries: what ledgers that stopped appending hold.

@@ -549,6 +549,8 @@ async fn a_full_disk_is_reclaimed_by_deletes_and_compaction_through_the_reserve(
         ledgers.push(timed(store.create_ledger()).await.unwrap());
     }
     fill_until_full(&store, &ledgers, false).await;
+    let why = store.short_of_disk().expect("a journal out of space is short of disk");
+    assert!(why.contains("no space for a new segment"), "{why}");
     let refused = timed(store.delete_ledger(ledgers[0])).await;
     assert!(
         matches!(refused, Err(LedgerError::Journal(magnetar_journal::JournalError::DiskFull(_)))),
