@@ -361,9 +361,10 @@ impl Storage for SimStorage {
         Ok(())
     }
 
+    /// Without a capacity the disk has no end: `u64::MAX` less what is used.
     fn free_bytes(&self) -> Option<u64> {
         let state = self.state.lock();
-        let capacity = state.faults.capacity_bytes?;
+        let capacity = state.faults.capacity_bytes.unwrap_or(u64::MAX);
         Some(capacity.saturating_sub(Self::used(&state)))
     }
 }

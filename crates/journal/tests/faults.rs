@@ -516,3 +516,38 @@ fn the_last_segment_can_be_released_once_the_journal_is_closed() {
     // holds only deleted ledgers frees it then (this asserted "not sealed" before).
     journal.release_segments(&[location.segment]).unwrap();
 }
+
+/// The last owner of a journal may let it go inside a completion, which runs on one of the
+/// journal's own threads (the writer, for a lone group, or the completer): closing it there
+/// must neither panic (a thread joining itself) nor hang (the writer waiting for the completer,
+/// which waits for the writer).
+#[test]
+fn a_journal_dropped_inside_its_own_completion_closes_without_panic_or_hang() {
+    for seed in 0..20 {
+        let storage = SimStorage::new(100 + seed);
+        let (journal, _) = Journal::open(small_config(), Arc::new(storage.clone())).unwrap();
+        let journal = Arc::new(Mutex::new(Some(journal)));
+        let (tx, rx) = mpsc::channel();
+        let owner = journal.clone();
+        let staging = journal.lock();
+        let staged = staging.as_ref().unwrap();
+        // Some appends before the one that drops it, so that either thread may complete it.
+        for entry in 0..seed {
+            staged.append(header(1, entry), &payload(1, entry), Box::new(|_| {})).unwrap();
+        }
+        staged
+            .append(
+                header(1, seed),
+                &payload(1, seed),
+                Box::new(move |result| {
+                    let last = owner.lock().take();
+                    drop(last);
+                    let _ = tx.send(result.is_ok());
+                }),
+            )
+            .unwrap();
+        drop(staging);
+        let durable = rx.recv_timeout(WAIT).expect("the completion that closed it returned");
+        assert!(durable, "seed {seed}: the append itself succeeded");
+    }
+}
