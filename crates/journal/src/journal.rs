@@ -34,7 +34,7 @@ use crate::storage::{write_all_at, SegmentFile, Storage, WriteMode};
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -176,6 +176,9 @@ struct Shared {
     sealed_hook: Mutex<Option<SealedHook>>,
     completions_hook: std::sync::OnceLock<CompletionsHook>,
     out_of_space_hook: std::sync::OnceLock<OutOfSpaceHook>,
+    /// Released segments are kept for reuse (up to `recycled_segments_kept`); off while the
+    /// disk is short, so that what is freed goes back to the file system.
+    recycling: AtomicBool,
     stats: JournalStats,
     /// The segment being written; locked by whoever holds `Staging::writing`.
     active: Mutex<Option<Active>>,
@@ -271,6 +274,7 @@ impl Journal {
             sealed_hook: Mutex::new(None),
             completions_hook: std::sync::OnceLock::new(),
             out_of_space_hook: std::sync::OnceLock::new(),
+            recycling: AtomicBool::new(true),
             stats: JournalStats::default(),
             active: Mutex::new(None),
         });
@@ -575,7 +579,8 @@ impl Journal {
                 continue;
             }
             let mut prep = self.shared.prep.lock();
-            if prep.recyclable.len() < self.shared.config.recycled_segments_kept {
+            let recycling = self.shared.recycling.load(Ordering::Acquire);
+            if recycling && prep.recyclable.len() < self.shared.config.recycled_segments_kept {
                 prep.recyclable.push_back(seq);
                 continue;
             }
@@ -589,6 +594,22 @@ impl Journal {
 
     pub fn storage(&self) -> &Arc<dyn Storage> {
         &self.shared.storage
+    }
+
+    /// Turns keeping released segments for reuse on or off. Off (a disk short of space), the
+    /// segments kept now are removed too: a kept segment saves the next one a zero-fill, but
+    /// the file system counts it as used, and a store waiting for free space would wait for
+    /// ever if every segment its deletes freed were kept.
+    pub fn set_recycling(&self, on: bool) -> Result<(), JournalError> {
+        if self.shared.recycling.swap(on, Ordering::AcqRel) == on || on {
+            return Ok(());
+        }
+        // Not yet taken by the preparer (it takes them under this lock): unused files.
+        let kept: Vec<u64> = self.shared.prep.lock().recyclable.drain(..).collect();
+        self.shared
+            .storage
+            .remove_segments(&kept)
+            .map_err(|e| JournalError::io(format!("remove kept segments {kept:?}"), e))
     }
 
     /// Writes what is staged, then stops the threads. Later appends fail with `Closed`.

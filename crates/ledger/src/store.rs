@@ -1131,6 +1131,12 @@ fn measure_free_space(inner: &Inner) {
     inner.free.store(free, Ordering::Relaxed);
     let was = inner.short_of_disk.load(Ordering::Relaxed);
     let now = crate::space::next_short(was, free, min_free);
+    // Short of disk in any way: what deletes free goes back to the file system, not to the
+    // journal's pool of segments kept for reuse, which the file system counts as used.
+    let short = now || inner.reserve.is_spent() || inner.journal_full.load(Ordering::Acquire);
+    if let Err(error) = inner.journal.set_recycling(!short) {
+        tracing::warn!(%error, "could not remove the journal's kept segments");
+    }
     if now != was {
         inner.short_of_disk.store(now, Ordering::Release);
         if now {

@@ -446,6 +446,17 @@ async fn a_directory_open_by_one_store_is_refused_to_another() {
         names.sort();
         names
     };
+    // The journal prepares its spare segment in the background (a temporary file, then a
+    // rename): wait until it is there, so that only the refused open could change the listing.
+    let deadline = std::time::Instant::now() + WAIT;
+    let settled = |names: &[String]| {
+        names.iter().filter(|n| n.ends_with(".journal")).count() >= 2
+            && !names.iter().any(|n| n.starts_with("tmp-"))
+    };
+    while !settled(&segments(dir.path())) {
+        assert!(std::time::Instant::now() < deadline, "{:?}", segments(dir.path()));
+        std::thread::sleep(Duration::from_millis(5)); // polling the directory: no event to wait on
+    }
     let before = segments(dir.path());
     match LedgerStore::open(config.clone()) {
         Err(LedgerError::InUse { dir: named }) => {
@@ -560,7 +571,10 @@ async fn a_full_disk_is_reclaimed_by_deletes_and_compaction_through_the_reserve(
 
     // With one.
     let storage = SimStorage::new(12);
-    let with_reserve = LedgerStoreConfig { reserve_bytes: 2 * segment, ..config() };
+    // Freed segments would all be kept for reuse (servers keep 8), which gives the file system
+    // nothing back: while short of disk they are removed instead, or the reserve never returns.
+    let mut with_reserve = LedgerStoreConfig { reserve_bytes: 2 * segment, ..config() };
+    with_reserve.journal.recycled_segments_kept = 64;
     let store = LedgerStore::open_with_storage(with_reserve, Arc::new(storage.clone())).unwrap().0;
     use magnetar_journal::storage::Storage;
     assert_eq!(storage.reserve_len().unwrap(), Some(2 * segment));
