@@ -225,10 +225,11 @@ _SESSION_SERVER = None
 
 
 @contextlib.contextmanager
-def private_server(toml, health_headers=None):
+def private_server(toml, health_headers=None, wrap=None):
     """A broker of the test's own, started with the TOML configuration `toml`; stopped and its
     files removed afterwards (its log printed when the test failed). Skips where the suite
-    runs against an external broker or a custom command."""
+    runs against an external broker or a custom command. `wrap(srv)`, if given, returns the
+    command to start instead of `srv.cmd` (which it may run inside another)."""
     if os.environ.get("MAGNETAR_TEST_SERVICE_URL") or os.environ.get("MAGNETAR_TEST_SERVER_CMD"):
         pytest.skip("needs a magnetar broker of its own with this configuration:\n" + toml)
     srv = Server()
@@ -238,6 +239,8 @@ def private_server(toml, health_headers=None):
     with open(config, "w") as f:
         f.write("# written by the compatibility suite for one test\n" + toml)
     srv.cmd += ["--config", config]
+    if wrap is not None:
+        srv.cmd = wrap(srv)
     try:
         srv.start()  # its error carries the server log
     except BaseException:

@@ -9,9 +9,7 @@ policies (one `Effective` per topic). The on-demand expiry tests use the admin p
 (a message id body) and `POST …/all_subscription/expireMessages/{seconds}`.
 """
 
-import contextlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -480,32 +478,17 @@ def test_a_message_over_the_topic_max_message_size_is_refused(server):
     assert results and results[0] != pulsar.Result.Ok, results
 
 
-@contextlib.contextmanager
 def server_on_a_small_disk(toml, size_mb):
     """A broker of the test's own whose data directory is a file system of `size_mb` MiB (a
     tmpfs mounted in a user and mount namespace of its own, which goes when the process does),
     so that the disk really fills: ENOSPC, not a threshold. Skips where namespaces cannot be
     made (unprivileged user namespaces off) or the suite runs against another server."""
-    if os.environ.get("MAGNETAR_TEST_SERVICE_URL") or os.environ.get("MAGNETAR_TEST_SERVER_CMD"):
-        pytest.skip("needs a magnetar broker of its own on a small disk")
     unshare = ["unshare", "--user", "--map-root-user", "--mount"]
     if not shutil.which("unshare") or subprocess.run(unshare + ["true"]).returncode != 0:
         pytest.skip("cannot create a user and mount namespace here (unshare)")
-    srv = conftest.Server()
-    config = os.path.join(srv._tmp, "small-disk.toml")
-    with open(config, "w") as f:
-        f.write("# written by test_limits.py\n" + toml)
     mount = 'mount -t tmpfs -o size=%dm magnetar-small-disk "$1" && shift && exec "$@"' % size_mb
-    srv.cmd = unshare + ["sh", "-c", mount, "sh", srv.data_dir] + srv.cmd + ["--config", config]
-    try:
-        srv.start()
-        yield srv
-    except BaseException:
-        print(srv.log_tail())
-        raise
-    finally:
-        srv.close()
-        shutil.rmtree(srv._tmp, ignore_errors=True)
+    return conftest.private_server(
+        toml, wrap=lambda srv: unshare + ["sh", "-c", mount, "sh", srv.data_dir] + srv.cmd)
 
 
 def refused_producer_reason(srv, topic):

@@ -544,6 +544,23 @@ async fn fill_until_full(
     written
 }
 
+/// Gives the simulated disk room for `room` bytes more than it holds, then creates ten ledgers.
+async fn ten_ledgers_with_room_for(
+    store: &LedgerStore,
+    storage: &SimStorage,
+    room: u64,
+) -> Vec<u64> {
+    storage.set_faults(Faults {
+        capacity_bytes: Some(storage.used_bytes() + room),
+        ..Faults::default()
+    });
+    let mut ledgers = Vec::new();
+    for _ in 0..10 {
+        ledgers.push(timed(store.create_ledger()).await.unwrap());
+    }
+    ledgers
+}
+
 /// Ten ledgers written in turn until the disk is full, so that every segment holds entries of
 /// all ten, then nine deleted: the disk comes back only through compaction, which needs a
 /// segment to copy the tenth's entries into, and the deletes themselves are journal records.
@@ -557,14 +574,7 @@ async fn a_full_disk_is_reclaimed_by_deletes_and_compaction_through_the_reserve(
     // Without a reserve: the disk fills and nothing can be deleted.
     let storage = SimStorage::new(11);
     let store = open(&storage);
-    storage.set_faults(Faults {
-        capacity_bytes: Some(storage.used_bytes() + 16 * segment),
-        ..Faults::default()
-    });
-    let mut ledgers = Vec::new();
-    for _ in 0..10 {
-        ledgers.push(timed(store.create_ledger()).await.unwrap());
-    }
+    let ledgers = ten_ledgers_with_room_for(&store, &storage, 16 * segment).await;
     fill_until_full(&store, &ledgers, false).await;
     let why = store.short_of_disk().expect("a journal out of space is short of disk");
     assert!(why.contains("no space for a new segment"), "{why}");
@@ -584,14 +594,7 @@ async fn a_full_disk_is_reclaimed_by_deletes_and_compaction_through_the_reserve(
     let store = LedgerStore::open_with_storage(with_reserve, Arc::new(storage.clone())).unwrap().0;
     use magnetar_journal::storage::Storage;
     assert_eq!(storage.reserve_len().unwrap(), Some(2 * segment));
-    storage.set_faults(Faults {
-        capacity_bytes: Some(storage.used_bytes() + 16 * segment),
-        ..Faults::default()
-    });
-    let mut ledgers = Vec::new();
-    for _ in 0..10 {
-        ledgers.push(timed(store.create_ledger()).await.unwrap());
-    }
+    let ledgers = ten_ledgers_with_room_for(&store, &storage, 16 * segment).await;
     let written = fill_until_full(&store, &ledgers, true).await;
     let why = store.short_of_disk().expect("short of disk once the reserve is given up");
     assert!(why.contains("reserve") && why.contains("filled up"), "{why}");
