@@ -763,36 +763,34 @@ impl LedgerStore {
     /// otherwise.
     pub fn short_of_disk(&self) -> Option<String> {
         let inner = &self.inner;
-        let (free, min) = (inner.free.load(Ordering::Relaxed), inner.config.min_free_bytes);
-        if !inner.short_of_disk.load(Ordering::Acquire) {
-            if !inner.reserve.is_spent() {
-                if !inner.journal_full.load(Ordering::Acquire) {
-                    return None;
-                }
-                return Some(format!(
-                    "the journal in {} found no space for a new segment and no reserve was left \
-                     to give: new messages are refused until {} MiB are free",
-                    inner.config.dir.display(),
-                    journal_room(inner) >> 20
-                ));
-            }
-            return Some(format!(
-                "the disk of {} filled up and the store gave up its {} MiB reserve so that \
+        let dir = inner.config.dir.display();
+        let min = inner.config.min_free_bytes;
+        if inner.short_of_disk.load(Ordering::Acquire) {
+            let free = inner.free.load(Ordering::Relaxed);
+            Some(format!(
+                "{} MiB free on {dir}, below the {} MiB minimum: new messages are refused until {} \
+                 MiB are free (cursor writes and deletes go on)",
+                free >> 20,
+                min >> 20,
+                min.saturating_mul(2) >> 20
+            ))
+        } else if inner.reserve.is_spent() {
+            Some(format!(
+                "the disk of {dir} filled up and the store gave up its {} MiB reserve so that \
                  deletes and compaction can free space: new messages are refused until {} MiB \
                  are free (cursor writes and deletes go on)",
-                inner.config.dir.display(),
                 inner.reserve.size() >> 20,
                 inner.reserve.restore_at(min) >> 20
-            ));
+            ))
+        } else if inner.journal_full.load(Ordering::Acquire) {
+            Some(format!(
+                "the journal in {dir} found no space for a new segment and no reserve was left to \
+                 give: new messages are refused until {} MiB are free",
+                journal_room(inner) >> 20
+            ))
+        } else {
+            None
         }
-        Some(format!(
-            "{} MiB free on {}, below the {} MiB minimum: new messages are refused until {} MiB \
-             are free (cursor writes and deletes go on)",
-            free >> 20,
-            self.inner.config.dir.display(),
-            min >> 20,
-            min.saturating_mul(2) >> 20
-        ))
     }
 
     /// Flushes what is staged, writes a final checkpoint and stops the background threads.

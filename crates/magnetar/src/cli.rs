@@ -428,7 +428,8 @@ pub struct StorageArgs {
     pub gc_seconds: u64,
     /// MiB of free disk below which the node goes read-only: it refuses new adds (writers
     /// move those ledgers to other nodes) and keeps serving reads; it takes adds again at
-    /// twice this. 0: never read-only (a full disk then stops the node).
+    /// twice this. 0: no threshold (the node still turns read-only when its disk fills anyway
+    /// and its store gives up its reserve, `[storage] reserve_mb`, until the reserve is back).
     #[arg(long, default_value_t = 1024)]
     pub min_free_mb: u64,
     /// Address of an HTTP listener serving the node's Prometheus metrics at `/metrics`

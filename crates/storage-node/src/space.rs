@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 /// Whether a node that is `read_only` now should be after measuring `free` bytes free, with a
-/// threshold of `min_free` (0: never read-only): the ledger store's rule.
+/// threshold of `min_free` (0: never for want of free space measured): the ledger store's rule.
 pub use magnetar_ledger::space::next_short as next_read_only;
 
 pub struct DiskSpace {
@@ -78,12 +78,11 @@ impl DiskSpace {
         self.changed.notify_one();
     }
 
-    /// The journal could not get space before a measurement saw it short: read-only at once
-    /// (unless read-only mode is off), until measurements show twice the threshold free.
+    /// The journal could not get space before a measurement saw it short (its store is short
+    /// of disk now: it marked the journal full): read-only at once rather than at the next
+    /// measurement, which then goes by the store's word and, with a threshold, by its margin.
     pub fn journal_full(&self) {
-        if self.min_free > 0 {
-            self.observe(0, false);
-        }
+        self.observe(0, true);
     }
 
     /// Resolves at the next change of mode (or at once, if one came since the last call). One
