@@ -22,6 +22,8 @@ import pytest
 import conftest
 from go_runner import BUILD_AND_RUN_TIMEOUT_S as GO_BUILD_AND_RUN_TIMEOUT_S
 from go_runner import needs_go, run_go_test
+from java_runner import BUILD_AND_RUN_TIMEOUT_S as JAVA_BUILD_AND_RUN_TIMEOUT_S
+from java_runner import needs_java, run_java_tests
 from compat_util import (assert_nothing_more, drain, http_request, payloads, receive_n,
                          short_name, unique_topic)
 
@@ -601,6 +603,24 @@ def test_go_client_on_a_disk_that_fills_up_gets_its_sends_refused_and_loses_noth
             "MAGNETAR_SMALL_DISK_TOPIC": topic,
         })
         assert "all consumed in order" in out, out[-3000:]
+        assert metric(srv, "magnetar_storage_reserve_bytes") == 0
+        assert "disk full" in refused_producer_reason(srv, topic)
+        delete_and_see_the_reserve_back(srv, topic)
+
+
+@needs_java
+@pytest.mark.timeout(JAVA_BUILD_AND_RUN_TIMEOUT_S + 60)
+def test_java_client_on_a_disk_that_fills_up_gets_its_sends_refused_and_loses_nothing():
+    """The same with the official Java client (tests/java, SmallDiskTest): its send fails with
+    ProducerBlockedQuotaExceededException, everything acknowledged is consumed in order; here
+    the topic is deleted and the reserve comes back."""
+    with server_on_a_small_disk(SMALL_DISK_TOML, 48) as srv:
+        topic = unique_topic("disk-fills-java")
+        passed = run_java_tests({"MAGNETAR_TEST_SERVICE_URL": srv.service_url,
+                                 "MAGNETAR_TEST_WEB_URL": srv.web_url,
+                                 "MAGNETAR_SMALL_DISK_TOPIC": topic},
+                                "SmallDiskTest")
+        assert passed == ["SmallDiskTest.aDiskThatFillsUpFailsSendsAndKeepsWhatWasAcknowledged"], passed
         assert metric(srv, "magnetar_storage_reserve_bytes") == 0
         assert "disk full" in refused_producer_reason(srv, topic)
         delete_and_see_the_reserve_back(srv, topic)
