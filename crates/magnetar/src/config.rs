@@ -256,6 +256,10 @@ pub enum ConfigError {
     Reserve { reserve_mb: u64, segment_size_bytes: u64 },
     #[error("storage.reserve_mb: {0} is more than 2^40 (a disk of a zettabyte)")]
     ReserveTooLarge(u64),
+    /// The ledger store's own checks (journal limits tied together), run at load so that a bad
+    /// `[storage]` section stops the server before it opens anything.
+    #[error("[storage]: {0}")]
+    Storage(magnetar_ledger::LedgerError),
     #[error("--metadata: {0}")]
     MetadataUrl(MetadataUrlError),
     #[error(
@@ -547,14 +551,16 @@ fn ledger_store_config(config: &ServerConfig) -> Result<LedgerStoreConfig, Confi
         let (reserve_mb, segment_size_bytes) = (storage.reserve_mb, storage.segment_size_bytes);
         return Err(ConfigError::Reserve { reserve_mb, segment_size_bytes });
     }
-    Ok(LedgerStoreConfig {
+    let ledger = LedgerStoreConfig {
         dir: config.data_dir.join("ledgers"),
         min_free_bytes: storage.min_free_mb << 20,
         reserve_bytes,
         journal,
         write_cache_bytes: config.storage.write_cache_bytes,
         ..LedgerStoreConfig::default()
-    })
+    };
+    ledger.validate().map_err(ConfigError::Storage)?;
+    Ok(ledger)
 }
 
 #[cfg(test)]
@@ -602,6 +608,7 @@ mod tests {
             let mut config = ServerConfig::default();
             config.storage.reserve_mb = reserve_mb;
             config.storage.segment_size_bytes = segment_size_bytes;
+            config.storage.max_group_bytes = 1 << 20; // a segment holds two groups at least
             ledger_store_config(&config)
         };
         assert_eq!(with(0, 64 << 20).unwrap().reserve_bytes, 0);
@@ -610,6 +617,23 @@ mod tests {
         assert!(matches!(refused, ConfigError::Reserve { reserve_mb: 128, .. }), "{refused}");
         assert!(refused.to_string().contains("at least one segment"), "{refused}");
         assert!(matches!(with(1 << 41, 64 << 20), Err(ConfigError::ReserveTooLarge(_))));
+    }
+
+    #[test]
+    fn journal_limits_are_checked_at_load_before_anything_opens() {
+        let refused = |f: &dyn Fn(&mut StorageSection)| {
+            let mut config = ServerConfig::default();
+            f(&mut config.storage);
+            let error = Settings::validate(config, MetadataBackend::Embedded).unwrap_err();
+            assert!(matches!(error, ConfigError::Storage(_)), "{error}");
+            error.to_string()
+        };
+        let why = refused(&|storage| storage.segment_size_bytes = 1000);
+        assert!(why.contains("segment_size_bytes (1000)"), "{why}");
+        // Two groups no longer fit a default segment.
+        let why = refused(&|storage| storage.max_group_bytes = 48 << 20);
+        assert!(why.contains("at least twice max_group_bytes"), "{why}");
+        assert!(storage_node_config(None, Path::new("unused")).is_ok(), "the defaults are valid");
     }
 
     #[test]
