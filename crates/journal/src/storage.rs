@@ -127,10 +127,19 @@ pub fn write_file_atomic(dir: &Path, name: &str, data: &[u8]) -> io::Result<()> 
     File::open(dir)?.sync_all()
 }
 
-/// Writes `size` zero bytes to a new file and syncs it. With `O_DIRECT` where the file system
-/// allows it: the zeros then bypass the page cache, and do not compete with the journal's own
-/// writeback (measured: see ARCHITECTURE.md, "Preallocated segments").
-fn zero_fill(path: &Path, size: u64) -> io::Result<()> {
+/// What [`fill`] writes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Fill {
+    Zeros,
+    /// Pseudo-random bytes, different in every block and every file: space that a compressing
+    /// or deduplicating file system (ZFS, btrfs) must really allocate, as zeros it would not.
+    Noise,
+}
+
+/// Writes `size` bytes of `content` to a new file and syncs it. With `O_DIRECT` where the file
+/// system allows it: the bytes then bypass the page cache, and do not compete with the
+/// journal's own writeback (measured: see ARCHITECTURE.md, "Preallocated segments").
+fn fill(path: &Path, size: u64, content: Fill) -> io::Result<()> {
     const CHUNK: usize = 256 << 10;
     let open = |flags| {
         OpenOptions::new().write(true).create(true).truncate(true).custom_flags(flags).open(path)
@@ -140,13 +149,17 @@ fn zero_fill(path: &Path, size: u64) -> io::Result<()> {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (FsFile(open(0)?), false),
         Err(e) => return Err(e),
     };
-    let mut zeros = crate::aligned::AlignedBuf::with_capacity(CHUNK);
-    crate::record::Sink::extend_zeros(&mut zeros, CHUNK);
+    let mut chunk = crate::aligned::AlignedBuf::with_capacity(CHUNK);
+    crate::record::Sink::extend_zeros(&mut chunk, CHUNK);
+    let mut noise = Noise::seeded();
     let mut written = 0u64;
     while written < size {
+        if content == Fill::Noise {
+            noise.fill(chunk.as_capacity_slice_mut());
+        }
         let n = (size - written).min(CHUNK as u64) as usize;
         let n = if direct { n.next_multiple_of(4096) } else { n };
-        write_all_at(&file, &zeros.as_slice()[..n], written)?;
+        write_all_at(&file, &chunk.as_slice()[..n], written)?;
         written += n as u64;
     }
     if direct && written != size {
@@ -155,9 +168,32 @@ fn zero_fill(path: &Path, size: u64) -> io::Result<()> {
     file.0.sync_all()
 }
 
+/// xorshift64*: fast, and random enough that no compressor or block dedup finds a pattern.
+struct Noise(u64);
+
+impl Noise {
+    /// Seeded from the clock and the process id, so two stores' reserves differ too.
+    fn seeded() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Noise((nanos ^ (u64::from(std::process::id()) << 32)) | 1)
+    }
+
+    fn fill(&mut self, buf: &mut [u8]) {
+        for word in buf.chunks_mut(8) {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            let bytes = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes();
+            word.copy_from_slice(&bytes[..word.len()]);
+        }
+    }
+}
+
 /// Allocates `size` bytes to a new file (`fallocate`: no data written, yet the blocks are the
-/// file's, so its removal gives them back), falling back to writing zeros where the file system
-/// cannot allocate without writing. Syncs it.
+/// file's, so its removal gives them back), falling back to writing noise where the file system
+/// cannot allocate without writing (zeros would take no space where it compresses). Syncs it.
 fn allocate(path: &Path, size: u64) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let file = OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
@@ -170,7 +206,7 @@ fn allocate(path: &Path, size: u64) -> io::Result<()> {
             return Err(error);
         }
         drop(file);
-        return zero_fill(path, size);
+        return fill(path, size, Fill::Noise);
     }
     file.sync_all()
 }
@@ -275,7 +311,7 @@ impl Storage for FsStorage {
     fn create_segment(&self, seq: u64, size: u64) -> io::Result<()> {
         let temp = self.dir.join(format!("{TEMP_PREFIX}{seq:020}{SEGMENT_SUFFIX}"));
         let result =
-            zero_fill(&temp, size).and_then(|()| fs::rename(&temp, self.segment_path(seq)));
+            fill(&temp, size, Fill::Zeros).and_then(|()| fs::rename(&temp, self.segment_path(seq)));
         if result.is_err() {
             let _ = fs::remove_file(&temp);
         }
@@ -357,5 +393,28 @@ impl Storage for FsStorage {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reserve's fallback where `fallocate` is refused: every 4 KiB block different and
+    /// none of them zeros, so a compressing or deduplicating file system must store it all.
+    #[test]
+    fn a_noise_filled_file_has_no_two_blocks_alike() {
+        let dir = std::env::temp_dir().join(format!("magnetar-fill-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("noise");
+        let size = (1 << 20) + 1000; // not a whole number of chunks or blocks
+        fill(&path, size, Fill::Noise).unwrap();
+        let data = fs::read(&path).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(data.len() as u64, size);
+        let blocks: std::collections::HashSet<&[u8]> = data.chunks(4096).collect();
+        assert_eq!(blocks.len(), data.len().div_ceil(4096), "a block repeats");
+        let zeros = data.iter().filter(|&&b| b == 0).count();
+        assert!(zeros < data.len() / 128, "{zeros} zero bytes: not noise");
     }
 }
