@@ -172,12 +172,11 @@ fn fill(path: &Path, size: u64, content: Fill) -> io::Result<()> {
 struct Noise(u64);
 
 impl Noise {
-    /// Seeded from the clock and the process id, so two stores' reserves differ too.
+    /// Seeded at random (the standard library's hash keys), so two stores' reserves differ too.
     fn seeded() -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        Noise((nanos ^ (u64::from(std::process::id()) << 32)) | 1)
+        use std::hash::{BuildHasher, Hasher};
+        let seed = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        Noise(seed | 1) // xorshift never leaves zero
     }
 
     fn fill(&mut self, buf: &mut [u8]) {
