@@ -54,6 +54,9 @@ pub struct RecoveryReport {
     pub tail: Option<(u64, u64)>,
     /// Bytes of a torn or corrupt write found after the tail's last valid record and zeroed.
     pub discarded_bytes: u64,
+    /// Bytes of the tail segment after its last record given back to the file system (the
+    /// segment is truncated: nothing is written there again).
+    pub freed_tail_bytes: u64,
     /// Why the scan of the tail stopped.
     pub tail_end: Option<EndReason>,
 }
@@ -203,8 +206,9 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Opens (or creates) the journal: finds the tail, zeroes a torn write after it, and starts
-    /// the writer on a fresh segment. Replaying records is the caller's business (`scan`).
+    /// Opens (or creates) the journal: finds the tail, zeroes a torn write after it, gives the
+    /// tail segment's unwritten rest back to the file system, and starts the writer on a fresh
+    /// segment. Replaying records is the caller's business (`scan`).
     pub fn open(
         config: JournalConfig,
         storage: Arc<dyn Storage>,
@@ -232,6 +236,7 @@ impl Journal {
                 if end.reason == EndReason::Invalid {
                     report.discarded_bytes = zero_torn_tail(&*storage, seq, end.valid_end)?;
                 }
+                report.freed_tail_bytes = free_unwritten_tail(&*storage, seq, end.valid_end);
                 report.tail = Some((seq, end.valid_end));
                 report.tail_end = Some(end.reason);
                 tail_index = Some(index);
@@ -714,6 +719,29 @@ fn zero_torn_tail(storage: &dyn Storage, seq: u64, valid_end: u64) -> Result<u64
     Ok(torn)
 }
 
+/// Gives the part of segment `seq` after `valid_end` back to the file system: the segment
+/// written last before a restart, which the writer will not write again (it starts a new one),
+/// so each restart otherwise left up to a segment of zeros (or stale records) on the disk.
+/// Truncated to whole blocks, so aligned reads of the last records stay inside the file; such
+/// a segment is never reused for writing (the preparer reuses full-size ones only). Best
+/// effort: where truncation fails the space is only kept. Returns the bytes freed.
+fn free_unwritten_tail(storage: &dyn Storage, seq: u64, valid_end: u64) -> u64 {
+    let keep = valid_end.next_multiple_of(BLOCK_SIZE as u64);
+    let truncated = storage
+        .open_segment_for_write(seq, WriteMode { direct_io: false, dsync: false })
+        .and_then(|file| match file.len()? {
+            len if len > keep => file.truncate(keep).map(|()| len - keep),
+            _ => Ok(0),
+        });
+    match truncated {
+        Ok(freed) => freed,
+        Err(e) => {
+            tracing::warn!(segment = seq, error = %e, "could not free the unwritten tail of the last segment");
+            0
+        }
+    }
+}
+
 /// Pads a group to a block boundary; returns where the next group starts.
 fn close_group(group: &mut Group) -> (u64, u64) {
     assert!(!group.closed);
@@ -1022,6 +1050,10 @@ fn switch_segment(
     Ok(SegmentWriters { file, small_file, lone_file })
 }
 
+fn segment_len(storage: &dyn Storage, seq: u64) -> Option<u64> {
+    storage.open_segment_for_read(seq).and_then(|file| file.len()).ok()
+}
+
 fn preparer_loop(shared: &Shared) {
     // Attempts in a row that found no space: with the disk full every append retries, so only
     // the first is a warning.
@@ -1042,8 +1074,16 @@ fn preparer_loop(shared: &Shared) {
         let storage = &shared.storage;
         let size = shared.config.segment_size_bytes;
         let result = match recycled {
-            Some(old) => {
+            Some(old) if segment_len(&**storage, old) == Some(size) => {
                 storage.recycle_segment(old, seq).or_else(|_| storage.create_segment(seq, size))
+            }
+            Some(old) => {
+                // Truncated at a restart (or written under another segment size): writing into
+                // it would grow the file, a metadata change every fdatasync would then commit.
+                if let Err(e) = storage.remove_segments(&[old]) {
+                    tracing::warn!(segment = old, error = %e, "could not remove a short segment");
+                }
+                storage.create_segment(seq, size)
             }
             None => storage.create_segment(seq, size),
         };

@@ -66,3 +66,70 @@ fn records_read_back_through_the_aligned_read_path() {
     drop(journal);
     check(&open(dir.path()));
 }
+
+/// A restart seals the segment written last and starts a new one: the old one's unwritten
+/// rest goes back to the file system (each restart left up to a segment of zeros on the disk),
+/// its records still read back, and a truncated segment is never reused for writing.
+#[test]
+fn a_restart_gives_the_last_segment_s_unwritten_rest_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let segment_size = 4u64 << 20;
+    let journal = open(dir.path());
+    let (done, completions) = mpsc::channel();
+    let mut locations = Vec::new();
+    for entry in 0..10u64 {
+        let done = done.clone();
+        let callback = Box::new(move |result| {
+            let _ = done.send(result);
+        });
+        locations.push(journal.append(header(entry), &payload(entry), callback).unwrap());
+    }
+    for _ in 0..10 {
+        completions.recv_timeout(WAIT).expect("completion arrives").expect("durable");
+    }
+    let first = locations[0].segment;
+    assert!(locations.iter().all(|l| l.segment == first), "ten records fit one segment");
+    journal.close();
+    drop(journal);
+    let file = dir.path().join(format!("{first:020}.journal"));
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), segment_size);
+
+    let config = JournalConfig {
+        segment_size_bytes: segment_size,
+        max_group_bytes: 1 << 20,
+        recycled_segments_kept: 4,
+        ..JournalConfig::default()
+    };
+    let storage = Arc::new(FsStorage::open(dir.path()).unwrap());
+    let (journal, report) = Journal::open(config, storage).unwrap();
+    let (tail_seq, valid_end) = report.tail.expect("a tail");
+    assert_eq!(tail_seq, first);
+    let kept = std::fs::metadata(&file).unwrap().len();
+    assert_eq!(kept, valid_end.next_multiple_of(4096), "truncated to its records' blocks");
+    assert_eq!(report.freed_tail_bytes, segment_size - kept);
+    for (entry, location) in locations.iter().enumerate() {
+        assert_eq!(journal.read(*location, header(entry as u64)).unwrap(), payload(entry as u64));
+    }
+
+    // Released with room to keep it for reuse, the short segment is still not reused: the
+    // segments the writer moves on to are all full-size.
+    journal.release_segments(&[first]).unwrap();
+    let big = vec![7u8; 900 << 10];
+    for entry in 100..120u64 {
+        let done = done.clone();
+        let callback = Box::new(move |result| {
+            let _ = done.send(result);
+        });
+        journal.append(header(entry), &big, callback).unwrap();
+    }
+    for _ in 0..20 {
+        completions.recv_timeout(WAIT).expect("completion arrives").expect("durable");
+    }
+    let segments = journal.segments();
+    assert!(segments.len() >= 3, "the writer moved on: {segments:?}");
+    for seq in segments {
+        let path = dir.path().join(format!("{seq:020}.journal"));
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), segment_size, "segment {seq}");
+    }
+    assert!(!file.exists(), "the truncated segment was removed, not reused");
+}
