@@ -10,6 +10,7 @@
 - consumer- and producer-level series (`exposeConsumerLevelMetricsInPrometheus`,
   `exposeProducerLevelMetricsInPrometheus`), a consumer blocked at its unacked limit, and the
   acknowledgement rate;
+- a non-persistent subscription's drop rate (messages its consumer had no permits for);
 - connection counters, Magnetar's storage and metadata series, and `process_*`.
 
 The real Prometheus server scrapes the same endpoint in test_prometheus.py."""
@@ -125,6 +126,49 @@ def test_topic_and_subscription_series_equal_what_the_client_did(server):
     eventually("a non-zero publish rate",
                lambda: value(scrape(server)[1], "pulsar_rate_in", **labels) > 0)
     client.close()
+
+
+def test_a_non_persistent_subscription_s_drops_are_its_drop_rate(server):
+    """A non-persistent topic drops what a consumer has no permits for (Pulsar counts it in
+    `msgDropRate`): a consumer that never receives, with a one-message queue, has nearly every
+    message dropped; the rate shows in `pulsar_subscription_msg_drop_rate` and in the topic's
+    stats (subscription and topic level), while a persistent subscription's is 0."""
+    client = server.client()
+    try:
+        topic = "non-persistent://public/default/drops-%d" % time.monotonic_ns()
+        client.subscribe(topic, "slow", receiver_queue_size=1)
+        producer = client.create_producer(topic, batching_enabled=False)
+        persistent = unique_topic("no-drops")
+        client.subscribe(persistent, "s")
+        produce(client, persistent, 1)
+        stats_url = "%s/admin/v2/non-persistent/public/default/%s/stats" % (
+            server.web_url, topic.rsplit("/", 1)[1])
+        seen = {}
+
+        def dropping():
+            # Sends go on while polling: a rate covers the last second or more, so an idle
+            # stretch between two readings would read 0 again.
+            for _ in range(20):
+                producer.send(bytes(PAYLOAD))
+            status, body = http_request("GET", stats_url)
+            assert status == 200, body
+            stats = json.loads(body)
+            seen["subscription"] = max(seen.get("subscription", 0),
+                                       stats["subscriptions"]["slow"]["msgDropRate"])
+            seen["topic"] = max(seen.get("topic", 0), stats["msgDropRate"])
+            text = scrape(server)[1]
+            seen["metric"] = max(seen.get("metric", 0), value(
+                text, "pulsar_subscription_msg_drop_rate", topic=topic, subscription="slow"))
+            seen["persistent"] = value(text, "pulsar_subscription_msg_drop_rate",
+                                       topic=persistent, subscription="s")
+            return all(seen.get(k, 0) > 0 for k in ("subscription", "topic", "metric"))
+        eventually("drop rates above 0", dropping)
+        assert seen["persistent"] == 0, seen
+        status, body = http_request("GET", server.web_url + "/admin/v2/persistent/public/default/"
+                                    + persistent.rsplit("/", 1)[1] + "/stats")
+        assert status == 200 and "msgDropRate" not in json.loads(body), body
+    finally:
+        client.close()
 
 
 def test_buckets_count_the_last_stats_interval():

@@ -119,6 +119,8 @@ pub struct NpSubscription {
     consumers: Mutex<Consumers>,
     /// What was delivered (stats).
     out_meter: Meter,
+    /// What was dropped for want of permits (stats: `msgDropRate`).
+    drop_meter: Meter,
 }
 
 impl NpSubscription {
@@ -176,6 +178,8 @@ impl NpSubscription {
     fn deliver(&self, entry: &Bytes, messages: u32, key: &[u8]) -> bool {
         let mut consumers = self.consumers.lock();
         let Some(index) = consumers.choose(key) else {
+            drop(consumers);
+            self.drop_meter.record(u64::from(messages), entry.len() as u64);
             return false;
         };
         let consumer = &mut consumers.list[index];
@@ -212,6 +216,7 @@ impl NpSubscription {
                 })
                 .collect(),
             is_durable: false,
+            msg_drop_rate: Some(self.drop_meter.read_at(now).rate),
             ..Default::default()
         }
     }
@@ -263,6 +268,7 @@ impl NonPersistentTopic {
                     partition: self.partition,
                     consumers: Mutex::default(),
                     out_meter: Meter::new(),
+                    drop_meter: Meter::new(),
                 })
             })
             .clone();
@@ -327,6 +333,7 @@ impl NonPersistentTopic {
             },
             publishers: self.producers.stats(now),
             deduplication_status: "Disabled".to_string(),
+            msg_drop_rate: Some(0.0),
             ..Default::default()
         };
         for subscription in subscriptions {
@@ -335,6 +342,8 @@ impl NonPersistentTopic {
             stats.msg_throughput_out += sub.msg_throughput_out;
             stats.msg_out_counter += sub.msg_out_counter;
             stats.bytes_out_counter += sub.bytes_out_counter;
+            stats.msg_drop_rate =
+                Some(stats.msg_drop_rate.unwrap_or(0.0) + sub.msg_drop_rate.unwrap_or(0.0));
             stats.subscriptions.insert(subscription.name.clone(), sub);
         }
         stats
@@ -430,6 +439,33 @@ mod tests {
         assert_eq!(topic.publish(&entry(None)), 1);
         assert_eq!(topic.publish(&entry(None)), 0);
         assert_eq!(count(&mut rx), 2);
+    }
+
+    /// Pulsar's `msgDropRate`: per subscription and summed for the topic, only on
+    /// non-persistent topics' stats.
+    #[test]
+    fn dropped_messages_are_counted_in_the_drop_rate() {
+        use crate::clock::{Clock, ManualClock};
+        let clock = ManualClock::new(0);
+        let topic = topic();
+        let (c, _rx) = consumer(1, "a");
+        let sub = topic.subscribe("s", SubType::Exclusive, c).unwrap();
+        let (d, _rx_d) = consumer(2, "b");
+        topic.subscribe("all-taken", SubType::Exclusive, d).unwrap().flow(2, 100);
+        let before = topic.stats(clock.now()); // the meters' first sample
+        assert_eq!(before.msg_drop_rate, Some(0.0));
+        sub.flow(1, 2);
+        for _ in 0..10 {
+            topic.publish(&entry(None));
+        }
+        clock.advance(std::time::Duration::from_secs(2));
+        let stats = topic.stats(clock.now());
+        assert_eq!(stats.subscriptions["s"].msg_drop_rate, Some(4.0), "8 dropped in 2 s");
+        assert_eq!(stats.subscriptions["all-taken"].msg_drop_rate, Some(0.0));
+        assert_eq!(stats.msg_drop_rate, Some(4.0));
+        let json = serde_json::to_value(&stats).unwrap();
+        assert_eq!(json["msgDropRate"], 4.0);
+        assert_eq!(json["subscriptions"]["s"]["msgDropRate"], 4.0);
     }
 
     #[test]

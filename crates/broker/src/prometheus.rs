@@ -522,7 +522,7 @@ fn write_subscription(
     labels: &(impl SampleLabels + ?Sized),
     sub: &crate::stats::SubscriptionStats,
 ) {
-    let gauges: [(&'static str, &'static str, f64); 17] = [
+    let gauges: [(&'static str, &'static str, f64); 18] = [
         (
             "pulsar_subscription_back_log",
             "Messages in the subscription's backlog.",
@@ -564,6 +564,11 @@ fn write_subscription(
             "pulsar_subscription_msg_rate_expired",
             "Messages expired per second (TTL).",
             sub.msg_rate_expired,
+        ),
+        (
+            "pulsar_subscription_msg_drop_rate",
+            "Messages dropped per second (non-persistent: the consumer had no permits).",
+            sub.msg_drop_rate.unwrap_or(0.0),
         ),
         (
             "pulsar_subscription_total_msg_expired",

@@ -293,6 +293,10 @@ pub struct SubscriptionStats {
     pub filter_accepted_msg_count: u64,
     pub filter_rejected_msg_count: u64,
     pub filter_rescheduled_msg_count: u64,
+    /// Non-persistent subscriptions only (`NonPersistentSubscriptionStatsImpl`): messages
+    /// dropped per second because the consumer they routed to had no permits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub msg_drop_rate: Option<f64>,
 }
 
 /// `TopicStatsImpl` (and, with `metadata` and `partitions`, `PartitionedTopicStatsImpl`).
@@ -324,6 +328,10 @@ pub struct TopicStats {
     pub delayed_message_index_size_in_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub topic_epoch: Option<u64>,
+    /// Non-persistent topics only (`NonPersistentTopicStatsImpl`): messages dropped per second,
+    /// over all subscriptions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub msg_drop_rate: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner_broker: Option<String>,
     /// Partitioned stats only: `{"partitions": N}`.
@@ -351,6 +359,7 @@ impl TopicStats {
         self.backlog_size += other.backlog_size;
         self.offloaded_storage_size += other.offloaded_storage_size;
         self.waiting_publishers += other.waiting_publishers;
+        self.msg_drop_rate = add_rates(self.msg_drop_rate, other.msg_drop_rate);
         self.non_contiguous_deleted_messages_ranges += other.non_contiguous_deleted_messages_ranges;
         self.msg_chunk_published |= other.msg_chunk_published;
         self.average_msg_size =
@@ -370,6 +379,7 @@ impl TopicStats {
                     mine.bytes_out_counter += sub.bytes_out_counter;
                     mine.msg_out_counter += sub.msg_out_counter;
                     mine.msg_rate_redeliver += sub.msg_rate_redeliver;
+                    mine.msg_drop_rate = add_rates(mine.msg_drop_rate, sub.msg_drop_rate);
                     mine.msg_backlog += sub.msg_backlog;
                     mine.backlog_size += sub.backlog_size;
                     mine.msg_backlog_no_delayed += sub.msg_backlog_no_delayed;
@@ -381,6 +391,14 @@ impl TopicStats {
                 }
             }
         }
+    }
+}
+
+/// The sum of two rates that only some topics have (absent where neither has one).
+fn add_rates(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (None, None) => None,
+        _ => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
     }
 }
 
