@@ -480,6 +480,37 @@ def test_a_message_over_the_topic_max_message_size_is_refused(server):
     assert results and results[0] != pulsar.Result.Ok, results
 
 
+def test_a_non_persistent_topic_refuses_a_message_over_its_max_message_size(server):
+    """The same on a non-persistent topic (Pulsar's NonPersistentTopic checks the size too):
+    the policy is read when the producer is created; the oversized send gets SEND_ERROR and
+    reaches no consumer, the smaller one does."""
+    topic = "non-persistent://public/default/max-size-%d" % time.monotonic_ns()
+    url = server.web_url + "/admin/v2/non-persistent/public/default/" + short_name(topic)
+    status, body = http_request("POST", url + "/maxMessageSize", "10000")
+    assert status in (200, 204), (status, body)
+    client = server.client()
+    try:
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=3000)
+        producer.send(b"x" * 5000)
+        results = []
+        producer.send_async(b"y" * 20000, lambda result, _id: results.append(result))
+
+        def refused():
+            # The client drops its connection when told SEND_ERROR.
+            status, body = http_request("GET", url + "/stats")
+            assert status == 200, body
+            stats = json.loads(body)
+            assert stats["msgInCounter"] == 1, "only the 5000-byte message is taken"
+            return not stats["publishers"]
+        _eventually("the oversized message refused", refused)
+        assert receive_n(consumer, 1)[0].data() == b"x" * 5000
+        assert_nothing_more(consumer)
+    finally:
+        client.close()  # fails what is still pending
+    assert results and results[0] != pulsar.Result.Ok, results
+
+
 def server_on_a_small_disk(toml, size_mb):
     """A broker of the test's own whose data directory is a file system of `size_mb` MiB (a
     tmpfs mounted in a user and mount namespace of its own, which goes when the process does),

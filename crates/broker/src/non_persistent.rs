@@ -236,6 +236,9 @@ pub struct NonPersistentTopic {
     subscriptions: Mutex<HashMap<String, Arc<NpSubscription>>>,
     /// What producers published (stats).
     pub in_meter: Meter,
+    /// The topic's own `maxMessageSize` policy when below the broker's (0: none), checked per
+    /// SEND as on persistent topics; the broker's own is the frame limit.
+    max_message_size: std::sync::atomic::AtomicU32,
 }
 
 impl NonPersistentTopic {
@@ -249,7 +252,27 @@ impl NonPersistentTopic {
             partition,
             subscriptions: Mutex::default(),
             in_meter: Meter::new(),
+            max_message_size: std::sync::atomic::AtomicU32::new(0),
         })
+    }
+
+    /// Applies the policies a non-persistent topic obeys (read when a producer is created, as
+    /// persistent topics re-read theirs): the topic's message size limit and its producer cap.
+    pub fn apply_policies(
+        &self,
+        effective: &magnetar_model::policy::Effective,
+        broker_max_size: u32,
+    ) {
+        let own = effective.max_message_size;
+        let limit = if own < broker_max_size { own } else { 0 };
+        self.max_message_size.store(limit, std::sync::atomic::Ordering::Relaxed);
+        self.producers.set_max_producers(effective.max_producers_per_topic);
+    }
+
+    /// Whether an entry of `len` bytes is above the topic's own message size limit.
+    pub fn exceeds_max_message_size(&self, len: usize) -> bool {
+        let limit = self.max_message_size.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        limit > 0 && len > limit
     }
 
     /// Attaches a consumer to subscription `name`, creating it if needed.

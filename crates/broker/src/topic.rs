@@ -432,7 +432,7 @@ impl Drop for PublishTicket {
 /// The topic's and its namespace's policies layered over the broker defaults (Pulsar's order).
 /// A document that does not parse counts as absent (logged): a bad policy must not make the
 /// topic unloadable.
-async fn read_effective(
+pub(crate) async fn read_effective(
     metadata: &dyn MetadataStore,
     name: &TopicName,
     defaults: &magnetar_model::policy::PolicyDefaults,

@@ -123,6 +123,14 @@ impl Connection {
         let entry = entry.ok_or("SEND without payload")?;
         let (producer_id, sequence_id) = (send.producer_id, send.sequence_id);
         if let Some(producer) = self.np_producers.get(&producer_id) {
+            if producer.topic.exceeds_max_message_size(entry.len()) {
+                return self.refuse_send(
+                    producer_id,
+                    sequence_id,
+                    ServerError::NotAllowedError,
+                    "Exceed maximum message size",
+                );
+            }
             // At most once: acknowledged at once with 0:0, as Pulsar's NonPersistentTopic,
             // then handed to the consumers that have permits.
             let highest = send.highest_sequence_id.unwrap_or(0).max(sequence_id);
@@ -404,6 +412,16 @@ pub(super) async fn create_producer(
     };
     if name.domain() == TopicDomain::NonPersistent {
         let topic = service.non_persistent_topic(&name, true).await?;
+        let config = &service.config;
+        let defaults = config.policy_defaults();
+        let effective = crate::topic::read_effective(
+            &*service.metadata,
+            &name,
+            &defaults,
+            &config.cluster_name,
+        )
+        .await?;
+        topic.apply_policies(&effective, defaults.max_message_size);
         let epoch = topic
             .producers
             .add(producer_name.clone(), key, mode, request.topic_epoch, client, queued)
