@@ -146,10 +146,18 @@ def test_messages_without_key_go_to_one_consumer(client):
         c.close()
 
 
-def test_sticky_ranges_are_honoured(client):
-    topic = unique_topic("ks-sticky")
+def in_domain(topic, domain):
+    """`topic` (persistent://...) in `domain`: Key_Shared routes the same on non-persistent
+    topics (Pulsar's non-persistent dispatcher uses the same selectors)."""
+    return domain + "://" + topic.split("://", 1)[1]
+
+
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_sticky_ranges_are_honoured(client, domain):
+    topic = in_domain(unique_topic("ks-sticky"), domain)
     rec = Recorder()
-    ranges = {"low": [(0, 32767)], "high": [(32768, 65535)]}
+    # The upper range joins first: splitting the hash space in join order would not honour it.
+    ranges = {"high": [(32768, 65535)], "low": [(0, 32767)]}
     consumers = [
         _subscribe(client, topic, name, rec, pulsar.ConsumerKeySharedPolicy(
             key_shared_mode=pulsar.KeySharedMode.Sticky, sticky_ranges=r))
@@ -170,8 +178,9 @@ def test_sticky_ranges_are_honoured(client):
         c.close()
 
 
-def test_overlapping_sticky_ranges_are_refused(client):
-    topic = unique_topic("ks-overlap")
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_overlapping_sticky_ranges_are_refused(client, domain):
+    topic = in_domain(unique_topic("ks-overlap"), domain)
     rec = Recorder()
     sticky = pulsar.KeySharedMode.Sticky
     first = _subscribe(client, topic, "a", rec, pulsar.ConsumerKeySharedPolicy(

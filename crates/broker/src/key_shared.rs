@@ -9,6 +9,7 @@
 //! the first point at or after it (wrapping). STICKY uses the ranges the consumer asked for and
 //! refuses a consumer whose ranges overlap another's.
 
+use magnetar_protocol::proto::{KeySharedMeta, KeySharedMode};
 use std::collections::{BTreeMap, HashMap};
 
 /// Number of hash slots.
@@ -72,6 +73,47 @@ impl Selector {
     pub fn is_sticky(&self) -> bool {
         matches!(self, Selector::Sticky(_))
     }
+
+    /// The selector a Key_Shared subscription's first consumer asks for (`meta`): its STICKY
+    /// ranges, else AUTO_SPLIT, by consistent hashing or by halving ranges
+    /// (`subscriptionKeySharedUseConsistentHashing`).
+    pub fn for_first_consumer(meta: Option<&KeySharedMeta>, consistent_hashing: bool) -> Self {
+        if wants_sticky(meta) {
+            Selector::Sticky(StickyRanges::default())
+        } else if consistent_hashing {
+            Selector::AutoSplit(ConsistentRing::default())
+        } else {
+            Selector::RangeSplit(HashRangeSplit::default())
+        }
+    }
+
+    /// Adds a consumer: STICKY takes the ranges it asked for (refused where they overlap
+    /// another's), AUTO_SPLIT gives it its share.
+    pub fn add(
+        &mut self,
+        consumer: u64,
+        name: &str,
+        meta: Option<&KeySharedMeta>,
+    ) -> Result<(), SelectorError> {
+        match self {
+            Selector::Sticky(ranges) => {
+                let wanted: Vec<(i32, i32)> = meta
+                    .map(|m| m.hash_ranges.iter().map(|r| (r.start, r.end)).collect())
+                    .unwrap_or_default();
+                ranges.add(consumer, name, &wanted)
+            }
+            Selector::AutoSplit(ring) => {
+                ring.add(consumer, name);
+                Ok(())
+            }
+            Selector::RangeSplit(split) => split.add(consumer),
+        }
+    }
+}
+
+/// Whether a consumer's Key_Shared metadata asks for STICKY (fixed ranges).
+pub fn wants_sticky(meta: Option<&KeySharedMeta>) -> bool {
+    meta.is_some_and(|m| m.key_shared_mode() == KeySharedMode::Sticky)
 }
 
 /// AUTO_SPLIT: consistent hashing ring.

@@ -11,20 +11,16 @@
 
 use crate::connection::Outbox;
 use crate::error::BrokerError;
-use crate::key_shared::{murmur3_32, HASH_RANGE_SIZE};
+use crate::key_shared::{sticky_key_hash, wants_sticky, Selector, NONE_KEY};
 use crate::stats::{ConsumerStats, Meter, SubscriptionStats, TopicStats};
 use crate::topic::ProducerRegistry;
 use bytes::Bytes;
 use magnetar_model::names::TopicName;
-use magnetar_protocol::proto::command_subscribe::SubType;
+use magnetar_protocol::proto::{command_subscribe::SubType, KeySharedMeta};
 use magnetar_protocol::{commands, parse_metadata_and_payload};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// Key_Shared hash space (Pulsar's `DEFAULT_RANGE_SIZE`).
-/// The sticky key of a message without key, as Pulsar's `peekStickyKey`.
-const NONE_KEY: &[u8] = b"NONE_KEY";
 
 /// A consumer attached to a non-persistent subscription.
 pub struct NpConsumer {
@@ -49,6 +45,10 @@ struct Consumers {
     list: Vec<NpConsumer>,
     round_robin: usize,
     active: Option<u64>,
+    /// Key_Shared: the persistent topics' selectors (Pulsar's non-persistent dispatcher uses
+    /// the same), without their draining: at most once, a key's order is not kept across a
+    /// consumer change.
+    selector: Option<Selector>,
 }
 
 impl Consumers {
@@ -70,7 +70,10 @@ impl Consumers {
                 self.round_robin = (found + 1) % count;
                 found
             }
-            SubType::KeyShared => key_shared_index(key, count),
+            SubType::KeyShared => {
+                let owner = self.selector.as_ref()?.select(sticky_key_hash(key))?;
+                self.list.iter().position(|c| c.key == owner)?
+            }
         };
         (self.list[index].permits > 0).then_some(index)
     }
@@ -103,15 +106,6 @@ impl Consumers {
     }
 }
 
-/// Key_Shared routing: Murmur3_32(key) (made non-negative, as Pulsar's `Murmur3_32Hash`)
-/// modulo 65,536, the hash space split into equal contiguous ranges, one per consumer in join
-/// order. Simpler than Pulsar's AUTO_SPLIT selector (which halves the largest range at each
-/// join), with the same guarantee: one key, one consumer, while the consumers do not change.
-fn key_shared_index(key: &[u8], consumers: usize) -> usize {
-    let slot = (murmur3_32(key, 0) & 0x7fff_ffff) % HASH_RANGE_SIZE;
-    (slot as usize * consumers) / HASH_RANGE_SIZE as usize
-}
-
 /// Murmur3 x86 32-bit, seed 0 (the hash Pulsar's Key_Shared selectors use).
 pub struct NpSubscription {
     pub name: String,
@@ -124,7 +118,13 @@ pub struct NpSubscription {
 }
 
 impl NpSubscription {
-    fn add(&self, consumer: NpConsumer, sub_type: SubType) -> Result<(), BrokerError> {
+    fn add(
+        &self,
+        consumer: NpConsumer,
+        sub_type: SubType,
+        key_shared: Option<&KeySharedMeta>,
+        consistent_hashing: bool,
+    ) -> Result<(), BrokerError> {
         let mut consumers = self.consumers.lock();
         if !consumers.list.is_empty() {
             if consumers.sub_type != Some(sub_type) {
@@ -140,6 +140,20 @@ impl NpSubscription {
                 )));
             }
         }
+        if sub_type == SubType::KeyShared {
+            let selector = consumers.selector.get_or_insert_with(|| {
+                Selector::for_first_consumer(key_shared, consistent_hashing)
+            });
+            if selector.is_sticky() != wants_sticky(key_shared) {
+                return Err(BrokerError::ConsumerBusy(format!(
+                    "subscription {} has a different Key_Shared policy",
+                    self.name
+                )));
+            }
+            selector
+                .add(consumer.key, &consumer.name, key_shared)
+                .map_err(|e| BrokerError::ConsumerAssign(e.to_string()))?;
+        }
         consumers.sub_type = Some(sub_type);
         consumers.list.push(consumer);
         consumers.pick_active(self.partition);
@@ -150,6 +164,12 @@ impl NpSubscription {
     fn remove(&self, key: u64) -> usize {
         let mut consumers = self.consumers.lock();
         consumers.list.retain(|c| c.key != key);
+        if let Some(selector) = &mut consumers.selector {
+            selector.remove(key);
+        }
+        if consumers.list.is_empty() {
+            consumers.selector = None; // the next first consumer sets the policy again
+        }
         consumers.pick_active(self.partition);
         consumers.list.len()
     }
@@ -281,6 +301,8 @@ impl NonPersistentTopic {
         name: &str,
         sub_type: SubType,
         consumer: NpConsumer,
+        key_shared: Option<&KeySharedMeta>,
+        consistent_hashing: bool,
     ) -> Result<Arc<NpSubscription>, BrokerError> {
         let mut subscriptions = self.subscriptions.lock();
         let subscription = subscriptions
@@ -295,7 +317,7 @@ impl NonPersistentTopic {
                 })
             })
             .clone();
-        let added = subscription.add(consumer, sub_type);
+        let added = subscription.add(consumer, sub_type, key_shared, consistent_hashing);
         if added.is_err() && subscription.consumer_count() == 0 {
             subscriptions.remove(name);
         }
@@ -445,17 +467,10 @@ mod tests {
     }
 
     #[test]
-    fn murmur3_matches_reference_vectors() {
-        assert_eq!(murmur3_32(b"", 0), 0);
-        assert_eq!(murmur3_32(b"hello", 0), 0x248b_fa47);
-        assert_eq!(murmur3_32(b"The quick brown fox jumps over the lazy dog", 0), 0x2e4f_f723);
-    }
-
-    #[test]
     fn messages_without_permits_are_dropped() {
         let topic = topic();
         let (c, mut rx) = consumer(1, "a");
-        let sub = topic.subscribe("s", SubType::Exclusive, c).unwrap();
+        let sub = topic.subscribe("s", SubType::Exclusive, c, None, true).unwrap();
         assert_eq!(topic.publish(&entry(None)), 0);
         sub.flow(1, 2);
         assert_eq!(topic.publish(&entry(None)), 1);
@@ -472,9 +487,9 @@ mod tests {
         let clock = ManualClock::new(0);
         let topic = topic();
         let (c, _rx) = consumer(1, "a");
-        let sub = topic.subscribe("s", SubType::Exclusive, c).unwrap();
+        let sub = topic.subscribe("s", SubType::Exclusive, c, None, true).unwrap();
         let (d, _rx_d) = consumer(2, "b");
-        topic.subscribe("all-taken", SubType::Exclusive, d).unwrap().flow(2, 100);
+        topic.subscribe("all-taken", SubType::Exclusive, d, None, true).unwrap().flow(2, 100);
         let before = topic.stats(clock.now()); // the meters' first sample
         assert_eq!(before.msg_drop_rate, Some(0.0));
         sub.flow(1, 2);
@@ -497,9 +512,9 @@ mod tests {
         let (a, mut rx_a) = consumer(1, "a");
         let (b, mut rx_b) = consumer(2, "b");
         let (c, mut rx_c) = consumer(3, "c");
-        let shared = topic.subscribe("shared", SubType::Shared, a).unwrap();
-        topic.subscribe("shared", SubType::Shared, b).unwrap();
-        let other = topic.subscribe("other", SubType::Exclusive, c).unwrap();
+        let shared = topic.subscribe("shared", SubType::Shared, a, None, true).unwrap();
+        topic.subscribe("shared", SubType::Shared, b, None, true).unwrap();
+        let other = topic.subscribe("other", SubType::Exclusive, c, None, true).unwrap();
         for key in 1..=3 {
             shared.flow(key, 100);
             other.flow(key, 100);
@@ -510,9 +525,9 @@ mod tests {
         assert_eq!((count(&mut rx_a), count(&mut rx_b), count(&mut rx_c)), (5, 5, 10));
         // Exclusive admits one consumer; type changes are refused.
         let (d, _rx_d) = consumer(4, "d");
-        assert!(topic.subscribe("other", SubType::Exclusive, d).is_err());
+        assert!(topic.subscribe("other", SubType::Exclusive, d, None, true).is_err());
         let (e, _rx_e) = consumer(5, "e");
-        assert!(topic.subscribe("shared", SubType::Failover, e).is_err());
+        assert!(topic.subscribe("shared", SubType::Failover, e, None, true).is_err());
         // The subscription goes with its last consumer: a later one starts empty.
         topic.unsubscribe_consumer(&other, 3);
         assert_eq!(topic.subscription_names(), vec!["shared".to_string()]);
@@ -523,8 +538,8 @@ mod tests {
         let topic = topic();
         let (a, mut rx_a) = consumer(1, "a");
         let (b, mut rx_b) = consumer(2, "b");
-        let sub = topic.subscribe("ks", SubType::KeyShared, a).unwrap();
-        topic.subscribe("ks", SubType::KeyShared, b).unwrap();
+        let sub = topic.subscribe("ks", SubType::KeyShared, a, None, true).unwrap();
+        topic.subscribe("ks", SubType::KeyShared, b, None, true).unwrap();
         sub.flow(1, 1000);
         sub.flow(2, 1000);
         let keys: Vec<String> = (0..40).map(|i| format!("key-{i}")).collect();
@@ -540,6 +555,37 @@ mod tests {
         }
         let on_a = owner.values().filter(|&&o| o == 1).count();
         assert!(on_a > 0 && on_a < keys.len(), "keys all on one consumer");
-        assert_eq!(key_shared_index(b"k", 1), 0);
+    }
+
+    /// STICKY consumers take the ranges they ask for, as on persistent topics: an overlap is
+    /// refused, and a consumer asking for AUTO_SPLIT beside them is another policy.
+    #[test]
+    fn key_shared_sticky_ranges_are_the_consumers_own() {
+        use magnetar_protocol::proto::{IntRange, KeySharedMode};
+        let sticky = |start, end| KeySharedMeta {
+            key_shared_mode: KeySharedMode::Sticky as i32,
+            hash_ranges: vec![IntRange { start, end }],
+            ..Default::default()
+        };
+        let topic = topic();
+        let (a, mut rx_a) = consumer(1, "a");
+        let (b, mut rx_b) = consumer(2, "b");
+        let sub = topic.subscribe("ks", SubType::KeyShared, a, Some(&sticky(0, 32767)), true);
+        let sub = sub.unwrap();
+        topic.subscribe("ks", SubType::KeyShared, b, Some(&sticky(32768, 65535)), true).unwrap();
+        let (c, _rx_c) = consumer(3, "c");
+        let overlap = topic.subscribe("ks", SubType::KeyShared, c, Some(&sticky(100, 200)), true);
+        assert!(matches!(overlap, Err(BrokerError::ConsumerAssign(_))), "overlap accepted");
+        let (d, _rx_d) = consumer(4, "d");
+        let auto = topic.subscribe("ks", SubType::KeyShared, d, None, true);
+        assert!(matches!(auto, Err(BrokerError::ConsumerBusy(_))), "another policy accepted");
+        sub.flow(1, 1000);
+        sub.flow(2, 1000);
+        for i in 0..50 {
+            let key = format!("key-{i}");
+            topic.publish(&entry(Some(&key)));
+            let want_a = sticky_key_hash(key.as_bytes()) <= 32767;
+            assert_eq!((count(&mut rx_a), count(&mut rx_b)), if want_a { (1, 0) } else { (0, 1) });
+        }
     }
 }

@@ -31,16 +31,13 @@ use crate::cursor::{next_position, AckState, LedgerList, PersistLimits, Position
 use crate::cursor_ledger::CursorLedger;
 use crate::delayed::{DelayConfig, DelayTracker, Rescan};
 use crate::error::BrokerError;
-use crate::key_shared::{
-    sticky_key_hash, ConsistentRing, DrainingHashes, HashRangeSplit, Selector, StickyRanges,
-    NONE_KEY,
-};
+use crate::key_shared::{sticky_key_hash, wants_sticky, DrainingHashes, Selector, NONE_KEY};
 use crate::limits::{unacked_blocked, RateLimiter, TopicLimits};
 use crate::managed_ledger::ManagedLedger;
 use crate::stats::{ClientInfo, ConsumerStats, CursorStats, Meter, SubscriptionStats};
 use bytes::Bytes;
 use magnetar_protocol::proto::{
-    command_ack::AckType, command_subscribe::SubType, KeySharedMeta, KeySharedMode, MessageIdData,
+    command_ack::AckType, command_subscribe::SubType, KeySharedMeta, MessageIdData,
 };
 use magnetar_protocol::{commands, parse_metadata_and_payload};
 use parking_lot::Mutex;
@@ -855,20 +852,12 @@ impl State {
             }
         }
         if sub_type == SubType::KeyShared {
-            let sticky =
-                key_shared_meta.is_some_and(|m| m.key_shared_mode() == KeySharedMode::Sticky);
             let allow_out_of_order =
                 key_shared_meta.and_then(|m| m.allow_out_of_order_delivery).unwrap_or(false);
             if state.consumers.is_empty() || state.key_shared.is_none() {
-                let selector = if sticky {
-                    Selector::Sticky(StickyRanges::default())
-                } else if state.settings.key_shared_consistent_hashing {
-                    Selector::AutoSplit(ConsistentRing::default())
-                } else {
-                    Selector::RangeSplit(HashRangeSplit::default())
-                };
+                let consistent = state.settings.key_shared_consistent_hashing;
                 state.key_shared = Some(KeyShared {
-                    selector,
+                    selector: Selector::for_first_consumer(key_shared_meta, consistent),
                     allow_out_of_order,
                     draining: DrainingHashes::default(),
                 });
@@ -876,27 +865,17 @@ impl State {
             let Some(key_shared) = &mut state.key_shared else {
                 return Err(BrokerError::InvalidRequest("no Key_Shared state".into()));
             };
-            if key_shared.selector.is_sticky() != sticky
+            if key_shared.selector.is_sticky() != wants_sticky(key_shared_meta)
                 || key_shared.allow_out_of_order != allow_out_of_order
             {
                 return Err(BrokerError::ConsumerBusy(format!(
                     "subscription {name} has a different Key_Shared policy"
                 )));
             }
-            match &mut key_shared.selector {
-                Selector::Sticky(ranges) => {
-                    let wanted: Vec<(i32, i32)> = key_shared_meta
-                        .map(|m| m.hash_ranges.iter().map(|r| (r.start, r.end)).collect())
-                        .unwrap_or_default();
-                    ranges
-                        .add(handle.key, &handle.name, &wanted)
-                        .map_err(|e| BrokerError::ConsumerAssign(e.to_string()))?;
-                }
-                Selector::AutoSplit(ring) => ring.add(handle.key, &handle.name),
-                Selector::RangeSplit(split) => {
-                    split.add(handle.key).map_err(|e| BrokerError::ConsumerAssign(e.to_string()))?
-                }
-            }
+            key_shared
+                .selector
+                .add(handle.key, &handle.name, key_shared_meta)
+                .map_err(|e| BrokerError::ConsumerAssign(e.to_string()))?;
         } else {
             state.key_shared = None;
         }

@@ -418,7 +418,13 @@ pub(super) async fn create_consumer(
             request.priority_level.unwrap_or(0),
             outbox.clone(),
         );
-        let subscription = topic.subscribe(&request.subscription, sub_type, consumer)?;
+        let subscription = topic.subscribe(
+            &request.subscription,
+            sub_type,
+            consumer,
+            request.key_shared_meta.as_ref(),
+            service.config.key_shared_use_consistent_hashing,
+        )?;
         return Ok(CreatedConsumer::NonPersistent(NpConsumerContext { topic, subscription, key }));
     }
     let durable = request.durable.unwrap_or(true);

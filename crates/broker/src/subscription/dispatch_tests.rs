@@ -4,7 +4,7 @@
 use super::*;
 use bytes::BytesMut;
 use magnetar_protocol::encode_metadata_and_payload;
-use magnetar_protocol::proto::{IntRange, MessageMetadata};
+use magnetar_protocol::proto::{IntRange, KeySharedMode, MessageMetadata};
 
 struct TestRng(u64);
 
