@@ -30,11 +30,14 @@ pub struct NpConsumer {
     pub priority: i32,
     pub outbox: Outbox,
     permits: i64,
+    /// The client has heard SUBSCRIBE's SUCCESS: it hears consumer events from then on (a
+    /// client that has not registered the consumer yet, as the Go client, drops them).
+    announced: bool,
 }
 
 impl NpConsumer {
     pub fn new(key: u64, consumer_id: u64, name: String, priority: i32, outbox: Outbox) -> Self {
-        NpConsumer { key, consumer_id, name, priority, outbox, permits: 0 }
+        NpConsumer { key, consumer_id, name, priority, outbox, permits: 0, announced: false }
     }
 }
 
@@ -97,7 +100,7 @@ impl Consumers {
         }
         self.active = chosen;
         if sub_type == SubType::Failover {
-            for consumer in &self.list {
+            for consumer in self.list.iter().filter(|c| c.announced) {
                 let is_active = Some(consumer.key) == chosen;
                 let command = commands::active_consumer_change(consumer.consumer_id, is_active);
                 consumer.outbox.send_command(&command);
@@ -172,6 +175,22 @@ impl NpSubscription {
         }
         consumers.pick_active(self.partition);
         consumers.list.len()
+    }
+
+    /// The client has heard SUBSCRIBE's SUCCESS for consumer `key`: from now on it hears the
+    /// subscription's consumer events, starting (Failover) with whether it is the active one.
+    pub fn announce(&self, key: u64) {
+        let mut consumers = self.consumers.lock();
+        let failover = consumers.sub_type == Some(SubType::Failover);
+        let active = consumers.active;
+        if let Some(consumer) = consumers.list.iter_mut().find(|c| c.key == key) {
+            consumer.announced = true;
+            if failover {
+                let is_active = active == Some(key);
+                let command = commands::active_consumer_change(consumer.consumer_id, is_active);
+                consumer.outbox.send_command(&command);
+            }
+        }
     }
 
     pub fn flow(&self, key: u64, permits: u32) {
@@ -504,6 +523,28 @@ mod tests {
         let json = serde_json::to_value(&stats).unwrap();
         assert_eq!(json["msgDropRate"], 4.0);
         assert_eq!(json["subscriptions"]["s"]["msgDropRate"], 4.0);
+    }
+
+    /// Failover: a consumer hears ACTIVE_CONSUMER_CHANGE only once announced (after the
+    /// client has its SUBSCRIBE's SUCCESS), then every change.
+    #[test]
+    fn failover_consumers_hear_changes_only_once_announced() {
+        let topic = topic();
+        let (a, mut rx_a) = consumer(1, "b-second");
+        let sub = topic.subscribe("fo", SubType::Failover, a, None, true).unwrap();
+        assert_eq!(count(&mut rx_a), 0, "nothing before SUCCESS");
+        sub.announce(1);
+        assert_eq!(count(&mut rx_a), 1, "told it is active");
+        let (b, mut rx_b) = consumer(2, "a-first");
+        topic.subscribe("fo", SubType::Failover, b, None, true).unwrap();
+        assert_eq!(count(&mut rx_a), 1, "told it is no longer active");
+        assert_eq!(count(&mut rx_b), 0, "the new one hears nothing before SUCCESS");
+        sub.announce(2);
+        assert_eq!(count(&mut rx_b), 1, "told it is active");
+        topic.publish(&entry(None));
+        sub.flow(2, 1);
+        topic.publish(&entry(None));
+        assert_eq!((count(&mut rx_a), count(&mut rx_b)), (0, 1), "the active one gets it");
     }
 
     #[test]

@@ -77,8 +77,10 @@ impl Connection {
                 tracing::info!(peer = %self.peer, client = %self.client_version,
                     topic = %context.topic.name, subscription = %context.subscription.name,
                     consumer_id, "consumer opened");
+                let (subscription, key) = (context.subscription.clone(), context.key);
                 self.np_consumers.insert(consumer_id, context);
                 self.outbox.send_command(&commands::success(request_id));
+                subscription.announce(key);
             }
             Ok(CreatedConsumer::Persistent(context)) => {
                 let (subscription, key) = (context.subscription.clone(), context.key);
