@@ -135,7 +135,16 @@ def test_namespace_policies_round_trip(admin, server):
         assert inactive == {"inactiveTopicDeleteMode": "delete_when_no_subscriptions",
                             "maxInactiveDurationSeconds": 3600, "deleteWhileInactive": True}
 
-    _sequences(retention_and_quotas, ttl_and_dedup, limits, rates)
+    def schema_policies():
+        # Unset: Pulsar's defaults (auto update allowed, validation not enforced).
+        assert admin("namespaces", "get-is-allow-auto-update-schema", ns).strip() == "true"
+        assert admin("namespaces", "get-schema-validation-enforce", ns).strip() == "false"
+        admin("namespaces", "set-is-allow-auto-update-schema", ns, "--disable")
+        admin("namespaces", "set-schema-validation-enforce", ns, "--enable")
+        assert admin("namespaces", "get-is-allow-auto-update-schema", ns).strip() == "false"
+        assert admin("namespaces", "get-schema-validation-enforce", ns).strip() == "true"
+
+    _sequences(retention_and_quotas, ttl_and_dedup, limits, rates, schema_policies)
 
     p = _json(admin("namespaces", "policies", ns))
     assert p["deduplicationEnabled"] is True
@@ -148,7 +157,21 @@ def test_namespace_policies_round_trip(admin, server):
         "publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": 2048}
     assert p["topicDispatchRate"]["standalone"]["dispatchThrottlingRateInMsg"] == 100
     assert "retention_policies" not in p or p["retention_policies"] is None
-    admin("namespaces", "delete", ns)
+    assert (p["is_allow_auto_update_schema"], p["schema_validation_enforced"]) == (False, True)
+    # Both are honoured. Auto update off: a topic's first schema is not added either.
+    topic = "persistent://%s/schema-policies" % ns
+    client = server.client()
+    try:
+        with pytest.raises(pulsar.IncompatibleSchema):
+            client.create_producer(topic, schema=pulsar.schema.StringSchema())
+        admin("namespaces", "set-is-allow-auto-update-schema", ns, "--enable")
+        client.create_producer(topic, schema=pulsar.schema.StringSchema()).close()
+        # Validation enforced: a producer without a schema is refused on a topic with one.
+        with pytest.raises(pulsar.IncompatibleSchema):
+            client.create_producer(topic)
+    finally:
+        client.close()
+    admin("namespaces", "delete", ns, "--force")
 
 
 def test_permissions_unload_and_deletes(admin, server):

@@ -422,6 +422,16 @@ fn undefined() -> Value {
     Value::String("UNDEFINED".to_string())
 }
 
+/// Pulsar's `isAllowAutoUpdateSchemaEnabled` default: producers may add schema versions.
+fn allow_auto_update_schema_default() -> Value {
+    Value::Bool(true)
+}
+
+/// `schema_validation_enforced` is false unless set.
+fn schema_validation_enforced_default() -> Value {
+    Value::Bool(false)
+}
+
 /// The namespace policies with a simple get / set / remove (`backlogQuota`, `permissions`,
 /// `properties`, `bundles` and `unload` have their own handlers).
 pub(crate) const NAMESPACE_POLICIES: &[PolicySpec] = &[
@@ -521,6 +531,20 @@ pub(crate) const NAMESPACE_POLICIES: &[PolicySpec] = &[
         put: true,
         parse: strategy_body,
         unset: Some(undefined),
+        ..BASE
+    },
+    PolicySpec {
+        path: "isAllowAutoUpdateSchema",
+        field: "is_allow_auto_update_schema",
+        parse: bool_body,
+        unset: Some(allow_auto_update_schema_default),
+        ..BASE
+    },
+    PolicySpec {
+        path: "schemaValidationEnforced",
+        field: "schema_validation_enforced",
+        parse: bool_body,
+        unset: Some(schema_validation_enforced_default),
         ..BASE
     },
     PolicySpec {
