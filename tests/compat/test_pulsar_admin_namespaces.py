@@ -243,5 +243,13 @@ def test_topic_policies(admin, server):
         admin("topicPolicies", "set-deduplication", topic, "--enable")
         assert admin("topicPolicies", "get-deduplication", topic).strip() == "true"
 
-    _sequences(retention, ttl_and_limits, quota)
+    def schema_strategy():
+        admin("topicPolicies", "set-schema-compatibility-strategy", topic, "-s", "BACKWARD_TRANSITIVE")
+        got = admin("topicPolicies", "get-schema-compatibility-strategy", topic).strip().strip('"')
+        assert got == "BACKWARD_TRANSITIVE", got
+        admin("topicPolicies", "remove-schema-compatibility-strategy", topic)
+        got = admin("topicPolicies", "get-schema-compatibility-strategy", topic).strip()
+        assert got in ("null", ""), got
+
+    _sequences(retention, ttl_and_limits, quota, schema_strategy)
     admin("topics", "delete", topic)

@@ -104,6 +104,25 @@ def test_same_schema_keeps_its_version(client, server):
     assert [s["version"] for s in all_versions["getSchemaResponses"]] == [0]
 
 
+def test_a_topic_s_own_compatibility_strategy_wins_over_the_namespace_s(client, server):
+    """`PUT .../{topic}/schemaCompatibilityStrategy` (pulsar-admin topicPolicies
+    set-schema-compatibility-strategy): ALWAYS_INCOMPATIBLE on the topic refuses the compatible
+    new version the namespace's default (FULL) accepts elsewhere; removed, it is accepted."""
+    topic = unique_topic("schema-topic-strategy")
+    url = "%s/admin/v2/persistent/public/default/%s/schemaCompatibilityStrategy" % (
+        server.web_url, short_name(topic))
+    status, body = http_request("PUT", url, '"ALWAYS_INCOMPATIBLE"')
+    assert status in (200, 204), (status, body)
+    status, body = http_request("GET", url)
+    assert status == 200 and json.loads(body) == "ALWAYS_INCOMPATIBLE", (status, body)
+    client.create_producer(topic, schema=AvroSchema(User)).close()  # the first version
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=AvroSchema(_user_v2()))
+    status, body = http_request("DELETE", url)
+    assert status in (200, 204), (status, body)
+    client.create_producer(topic, schema=AvroSchema(_user_v2())).close()
+
+
 def test_compatible_evolution_gets_a_new_version(client, server):
     topic = unique_topic("schema-evolve")
     UserV2 = _user_v2()

@@ -149,28 +149,47 @@ impl SchemaRegistry {
         .await
     }
 
-    /// The schema policies of the topic's namespace (its stored policies; absent fields take
-    /// Pulsar's defaults, `UNDEFINED` strategy meaning the broker default `FULL`).
+    /// The schema policies of the topic: its namespace's stored policies, with the compatibility
+    /// strategy of the topic's own policies over the namespace's (absent fields take Pulsar's
+    /// defaults, `UNDEFINED` strategy meaning the broker default `FULL`).
     pub async fn policies(&self, topic: &TopicName) -> Result<SchemaPolicies, SchemaError> {
-        let key = keys::namespace_key(topic.namespace());
+        let namespace_key = keys::namespace_key(topic.namespace());
+        let topic_key = keys::topic_policies_key(&topic.partitioned_topic());
+        let namespace = self.stored_object(&namespace_key).await?.unwrap_or_default();
+        let own = self.stored_object(&topic_key).await?.unwrap_or_default();
+        let text = |doc: &serde_json::Map<String, Value>, field: &str| {
+            doc.get(field).and_then(Value::as_str).map(str::to_owned)
+        };
         let mut policies = SchemaPolicies::default();
-        let Some(found) = self.store.get(&key).await.map_err(metadata_error)? else {
-            return Ok(policies);
-        };
-        // Unreadable policies are the admin API's to report; schemas fall back to defaults.
-        let Ok(Value::Object(stored)) = serde_json::from_slice::<Value>(&found.value) else {
-            return Ok(policies);
-        };
-        if let Some(name) = stored.get("schema_compatibility_strategy").and_then(Value::as_str) {
-            policies.strategy = CompatibilityStrategy::parse_or_default(name);
+        let strategy = text(&own, "schemaCompatibilityStrategy")
+            .filter(|name| name != "UNDEFINED")
+            .or_else(|| text(&namespace, "schema_compatibility_strategy"));
+        if let Some(name) = strategy {
+            policies.strategy = CompatibilityStrategy::parse_or_default(&name);
         }
-        if let Some(allow) = stored.get("is_allow_auto_update_schema").and_then(Value::as_bool) {
+        if let Some(allow) = namespace.get("is_allow_auto_update_schema").and_then(Value::as_bool) {
             policies.allow_auto_update = allow;
         }
-        if let Some(enforced) = stored.get("schema_validation_enforced").and_then(Value::as_bool) {
+        if let Some(enforced) = namespace.get("schema_validation_enforced").and_then(Value::as_bool)
+        {
             policies.validation_enforced = enforced;
         }
         Ok(policies)
+    }
+
+    /// The JSON object stored at `key`, if any (an unreadable one is the admin API's to report;
+    /// schemas fall back to defaults).
+    async fn stored_object(
+        &self,
+        key: &str,
+    ) -> Result<Option<serde_json::Map<String, Value>>, SchemaError> {
+        let Some(found) = self.store.get(key).await.map_err(metadata_error)? else {
+            return Ok(None);
+        };
+        match serde_json::from_slice::<Value>(&found.value) {
+            Ok(Value::Object(stored)) => Ok(Some(stored)),
+            _ => Ok(None),
+        }
     }
 }
 
@@ -267,6 +286,19 @@ mod tests {
             let read = registry.policies(&topic).await.unwrap();
             assert_eq!(read.strategy, CompatibilityStrategy::Backward);
             assert!(!read.allow_auto_update && !read.validation_enforced);
+            // The topic's own strategy wins over the namespace's; UNDEFINED defers to it.
+            let key = keys::topic_policies_key(&topic.partitioned_topic());
+            let own = br#"{"schemaCompatibilityStrategy":"FORWARD_TRANSITIVE"}"#;
+            store.put(&key, Bytes::from_static(own), ExpectedVersion::Any).await.unwrap();
+            let read = registry.policies(&topic).await.unwrap();
+            assert_eq!(read.strategy, CompatibilityStrategy::ForwardTransitive);
+            assert!(!read.allow_auto_update, "the rest is the namespace's");
+            let undefined = br#"{"schemaCompatibilityStrategy":"UNDEFINED"}"#;
+            store.put(&key, Bytes::from_static(undefined), ExpectedVersion::Any).await.unwrap();
+            assert_eq!(
+                registry.policies(&topic).await.unwrap().strategy,
+                CompatibilityStrategy::Backward
+            );
         });
     }
 }

@@ -632,6 +632,14 @@ fn json<T: Serialize>(value: T) -> Option<Value> {
 /// The topic policies with a simple get / set / remove (`backlogQuota` has its own handlers).
 pub(crate) const TOPIC_POLICIES: &[PolicySpec] = &[
     PolicySpec {
+        path: "schemaCompatibilityStrategy",
+        field: "schemaCompatibilityStrategy",
+        put: true,
+        parse: strategy_body,
+        applied: Applied::Namespace("schema_compatibility_strategy", false),
+        ..BASE
+    },
+    PolicySpec {
         path: "retention",
         field: "retentionPolicies",
         parse: typed_body::<RetentionPolicies>,
