@@ -123,6 +123,24 @@ def test_a_topic_s_own_compatibility_strategy_wins_over_the_namespace_s(client, 
     client.create_producer(topic, schema=AvroSchema(_user_v2())).close()
 
 
+def test_the_version_of_a_schema_is_found_by_its_definition(client, server):
+    """`POST .../version` (Pulsar's getVersionBySchema, `admin.schemas().getVersionBySchema`):
+    the version holding exactly the posted schema, -1 for one the topic never had."""
+    topic = unique_topic("schema-version-of")
+    UserV2 = _user_v2()
+    client.create_producer(topic, schema=AvroSchema(User)).close()
+    client.create_producer(topic, schema=AvroSchema(UserV2)).close()
+    url = schema_url(server, topic, "version")
+
+    def version_of(record):
+        definition = AvroSchema(record).schema_info().schema()
+        status, body = http_request("POST", url, json.dumps(
+            {"type": "AVRO", "schema": definition, "properties": {}}))
+        assert status == 200, (status, body)
+        return json.loads(body)["version"]
+    assert (version_of(User), version_of(UserV2), version_of(_user_age_as_string())) == (0, 1, -1)
+
+
 def test_compatible_evolution_gets_a_new_version(client, server):
     topic = unique_topic("schema-evolve")
     UserV2 = _user_v2()

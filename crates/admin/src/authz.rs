@@ -79,7 +79,7 @@ pub(crate) fn classify(method: &Method, route: &str) -> Required {
     }
     if let Some(rest) = route.strip_prefix("/admin/v2/schemas/{tenant}/{namespace}/{topic}/") {
         return match rest {
-            "compatibility" => R::Topic(T::GetMetadata),
+            "compatibility" | "version" => R::Topic(T::GetMetadata),
             _ if get => R::Topic(T::GetMetadata),
             _ => R::TenantAdmin(read),
         };
@@ -376,6 +376,11 @@ mod tests {
                 Method::POST,
                 "/admin/v2/schemas/{tenant}/{namespace}/{topic}/schema".into(),
                 R::TenantAdmin(Write),
+            ),
+            (
+                Method::POST,
+                "/admin/v2/schemas/{tenant}/{namespace}/{topic}/version".into(),
+                R::Topic(T::GetMetadata),
             ),
             (Method::GET, "/console/api/history".into(), R::SuperUser),
             (Method::GET, "/something/new".into(), R::SuperUser),

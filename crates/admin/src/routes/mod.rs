@@ -103,7 +103,8 @@ pub(crate) fn build(state: AdminState) -> Router {
         .route(
             "/admin/v2/schemas/{tenant}/{namespace}/{topic}/compatibility",
             post(schemas::compatibility),
-        );
+        )
+        .route("/admin/v2/schemas/{tenant}/{namespace}/{topic}/version", post(schemas::version_of));
     let ns = "/admin/v2/namespaces/{tenant}/{namespace}";
     router = policies::policy_routes(router, ns, Level::Namespace)
         .route(&format!("{ns}/permissions"), get(namespaces::get_permissions))

@@ -1,7 +1,7 @@
 //! Schema endpoints under `/admin/v2/schemas/{tenant}/{namespace}/{topic}`, as Pulsar's
 //! `SchemasResource` / `SchemasResourceBase`: the latest schema, one version, every live
-//! version, delete (a tombstone version; `?force=true` removes the history), upload, and a
-//! compatibility check. Partitions share their partitioned topic's schema.
+//! version, delete (a tombstone version; `?force=true` removes the history), upload, a
+//! compatibility check, and the version a given schema has. Partitions share their partitioned topic's schema.
 
 use std::collections::BTreeMap;
 
@@ -162,4 +162,18 @@ pub(crate) async fn compatibility(
             "schemaCompatibilityStrategy": strategy.name(),
         })),
     ))
+}
+
+/// `POST …/version` with a `PostSchemaPayload`: `{"version": N}`, the live version holding
+/// exactly that schema, -1 when none does (Pulsar's `getVersionBySchema`).
+pub(crate) async fn version_of(
+    State(state): State<AdminState>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, AdminError> {
+    let topic = topic_of(&state, &uri).await?;
+    let schema = payload(body)?;
+    let (history, _) = SchemaRegistry::new(state.store.clone()).history(&topic).await?;
+    let version = history.find(&schema).and_then(|v| i64::try_from(v).ok()).unwrap_or(-1);
+    Ok(Json(json!({ "version": version })))
 }
