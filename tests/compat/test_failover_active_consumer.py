@@ -11,6 +11,8 @@ tests/go/failover_listener_test.go checks the same through the Go client's Event
 
 import json
 
+import pytest
+
 from compat_util import http_request, short_name, unique_topic
 import pulsar_wire as wire
 import raw_frames as raw
@@ -48,23 +50,11 @@ def _answered_and_told(label):
                       and _has(label, raw.ACTIVE_CONSUMER_CHANGE)(f))
 
 
-def test_a_non_persistent_failover_consumer_is_told_active_after_success(server):
-    """The same order on a non-persistent topic (its dispatcher notifies at once, without the
-    hand-over delay, as Pulsar's NonPersistentDispatcherSingleActiveConsumer)."""
-    topic = "non-persistent://" + unique_topic("fo-np").split("://", 1)[1]
-    with wire.RawConnection(server.service_url) as conn:
-        conn.handshake()
-        raw.lookup(conn, topic, 1)
-        conn.send(raw.subscribe_frame(topic, "fo", 7, 2, raw.FAILOVER, "only"))
-        w = raw.Watcher(c=conn)
-        w.wait(_answered_and_told("c"), 10, "SUCCESS and ACTIVE_CONSUMER_CHANGE for the only consumer")
-        assert w.first("c", wire.ERROR) is None, w.describe()
-        consumer_id, active, _ = _success_then_change(w, "c", 2)
-        assert (consumer_id, active) == (7, True)
-
-
-def test_first_failover_consumer_is_told_active_after_success(server):
-    topic = unique_topic("fo-raw")
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_first_failover_consumer_is_told_active_after_success(server, domain):
+    """Non-persistent topics too (their dispatcher notifies at once, without the hand-over
+    delay, as Pulsar's NonPersistentDispatcherSingleActiveConsumer)."""
+    topic = domain + "://" + unique_topic("fo-raw").split("://", 1)[1]
     with wire.RawConnection(server.service_url) as conn:
         conn.handshake()
         raw.lookup(conn, topic, 1)

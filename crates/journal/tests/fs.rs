@@ -30,22 +30,34 @@ fn open(dir: &std::path::Path) -> Journal {
     Journal::open(config, storage).unwrap().0
 }
 
+/// Appends the records of `entries` (with the payload `data` gives each) and waits until
+/// every one is durable; returns their locations.
+fn append_durably(
+    journal: &Journal,
+    entries: std::ops::Range<u64>,
+    data: impl Fn(u64) -> Vec<u8>,
+) -> Vec<RecordLocation> {
+    let (done, completions) = mpsc::channel();
+    let locations: Vec<RecordLocation> = entries
+        .map(|entry| {
+            let done = done.clone();
+            let callback = Box::new(move |result| {
+                let _ = done.send(result);
+            });
+            journal.append(header(entry), &data(entry), callback).unwrap()
+        })
+        .collect();
+    for _ in &locations {
+        completions.recv_timeout(WAIT).expect("completion arrives").expect("durable");
+    }
+    locations
+}
+
 #[test]
 fn records_read_back_through_the_aligned_read_path() {
     let dir = tempfile::tempdir().unwrap();
     let journal = open(dir.path());
-    let (done, completions) = mpsc::channel();
-    let mut locations: Vec<RecordLocation> = Vec::new();
-    for entry in 0..200u64 {
-        let done = done.clone();
-        let callback = Box::new(move |result| {
-            let _ = done.send(result);
-        });
-        locations.push(journal.append(header(entry), &payload(entry), callback).unwrap());
-    }
-    for _ in 0..200 {
-        completions.recv_timeout(WAIT).expect("completion arrives").expect("durable");
-    }
+    let locations = append_durably(&journal, 0..200, payload);
     let check = |journal: &Journal| {
         for (entry, location) in locations.iter().enumerate().step_by(7) {
             let read = journal.read(*location, header(entry as u64)).unwrap();
@@ -75,18 +87,7 @@ fn a_restart_gives_the_last_segment_s_unwritten_rest_back() {
     let dir = tempfile::tempdir().unwrap();
     let segment_size = 4u64 << 20;
     let journal = open(dir.path());
-    let (done, completions) = mpsc::channel();
-    let mut locations = Vec::new();
-    for entry in 0..10u64 {
-        let done = done.clone();
-        let callback = Box::new(move |result| {
-            let _ = done.send(result);
-        });
-        locations.push(journal.append(header(entry), &payload(entry), callback).unwrap());
-    }
-    for _ in 0..10 {
-        completions.recv_timeout(WAIT).expect("completion arrives").expect("durable");
-    }
+    let locations = append_durably(&journal, 0..10, payload);
     let first = locations[0].segment;
     assert!(locations.iter().all(|l| l.segment == first), "ten records fit one segment");
     journal.close();
@@ -114,17 +115,7 @@ fn a_restart_gives_the_last_segment_s_unwritten_rest_back() {
     // Released with room to keep it for reuse, the short segment is still not reused: the
     // segments the writer moves on to are all full-size.
     journal.release_segments(&[first]).unwrap();
-    let big = vec![7u8; 900 << 10];
-    for entry in 100..120u64 {
-        let done = done.clone();
-        let callback = Box::new(move |result| {
-            let _ = done.send(result);
-        });
-        journal.append(header(entry), &big, callback).unwrap();
-    }
-    for _ in 0..20 {
-        completions.recv_timeout(WAIT).expect("completion arrives").expect("durable");
-    }
+    append_durably(&journal, 100..120, |_| vec![7u8; 900 << 10]);
     let segments = journal.segments();
     assert!(segments.len() >= 3, "the writer moved on: {segments:?}");
     for seq in segments {
