@@ -109,7 +109,8 @@ impl Consumers {
     }
 }
 
-/// Murmur3 x86 32-bit, seed 0 (the hash Pulsar's Key_Shared selectors use).
+/// A subscription of a non-persistent topic: its consumers, how messages are routed to them,
+/// and what was delivered and dropped.
 pub struct NpSubscription {
     pub name: String,
     partition: i32,
