@@ -1,0 +1,136 @@
+package compat
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math/bits"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+)
+
+// A non-persistent topic's Key_Shared subscription routes with the same selectors as a
+// persistent one (Pulsar's non-persistent dispatcher does): STICKY consumers get exactly the
+// hash ranges they asked for, whatever order they joined in, and an overlapping range is
+// refused.
+func TestNonPersistentKeySharedStickyRanges(t *testing.T) {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	topic := "non-persistent://public/default/go-np-ks-" + hex.EncodeToString(b)
+	c := newClient(t)
+	sticky := func(ranges ...int) *pulsar.KeySharedPolicy {
+		policy, err := pulsar.NewKeySharedPolicySticky(ranges)
+		if err != nil {
+			t.Fatalf("policy: %v", err)
+		}
+		return policy
+	}
+	consumer := func(name string, policy *pulsar.KeySharedPolicy) (pulsar.Consumer, error) {
+		return c.Subscribe(pulsar.ConsumerOptions{
+			Topic: topic, SubscriptionName: "ks", Type: pulsar.KeyShared, Name: name,
+			KeySharedPolicy: policy, ReceiverQueueSize: 1000,
+		})
+	}
+	// The upper range joins first: an even split in join order would give it the lower half.
+	high, err := consumer("high", sticky(32768, 65535))
+	if err != nil {
+		t.Fatalf("subscribe high: %v", err)
+	}
+	defer high.Close()
+	low, err := consumer("low", sticky(0, 32767))
+	if err != nil {
+		t.Fatalf("subscribe low: %v", err)
+	}
+	defer low.Close()
+	if overlap, err := consumer("overlap", sticky(100, 200)); err == nil {
+		overlap.Close()
+		t.Fatalf("a consumer whose range overlaps another's was let in")
+	} else {
+		t.Logf("overlap refused: %v", err)
+	}
+	if got := murmur3([]byte("hello")); got != 0x248bfa47 {
+		t.Fatalf("murmur3 helper: %#x", got) // the published reference vector
+	}
+
+	p := newProducer(t, c, pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	const n = 100
+	for i := 0; i < n; i++ {
+		key := fmt.Sprintf("key-%d", i)
+		send(t, p, &pulsar.ProducerMessage{Key: key, Payload: []byte(key)})
+	}
+	got := 0
+	for _, tc := range []struct {
+		cons     pulsar.Consumer
+		lo, hi   uint32
+		received int
+	}{{cons: low, lo: 0, hi: 32767}, {cons: high, lo: 32768, hi: 65535}} {
+		for {
+			m := receiveOrNil(tc.cons, 700*time.Millisecond)
+			if m == nil {
+				break
+			}
+			hash := stickyHash([]byte(m.Key()))
+			if hash < tc.lo || hash > tc.hi {
+				t.Fatalf("%s got key %s (hash %d), outside %d-%d", tc.cons.Name(), m.Key(), hash, tc.lo, tc.hi)
+			}
+			tc.received++
+			got++
+		}
+		if tc.received == 0 {
+			t.Fatalf("%s received nothing", tc.cons.Name())
+		}
+	}
+	if got != n {
+		t.Fatalf("received %d of %d messages", got, n)
+	}
+}
+
+func receiveOrNil(cons pulsar.Consumer, wait time.Duration) pulsar.Message {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	m, err := cons.Receive(ctx)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// stickyHash is Pulsar 4's sticky key hash: Murmur3_32 (seed 0, sign bit cleared) mod 65536,
+// 0 mapped to 1.
+func stickyHash(key []byte) uint32 {
+	hash := (murmur3(key) & 0x7fffffff) % 65536
+	if hash == 0 {
+		return 1
+	}
+	return hash
+}
+
+func murmur3(data []byte) uint32 {
+	const c1, c2 = 0xcc9e2d51, 0x1b873593
+	mix := func(k uint32) uint32 { return bits.RotateLeft32(k*c1, 15) * c2 }
+	var h uint32
+	n := len(data) / 4
+	for i := 0; i < n; i++ {
+		h ^= mix(binary.LittleEndian.Uint32(data[4*i:]))
+		h = bits.RotateLeft32(h, 13)*5 + 0xe6546b64
+	}
+	var k uint32
+	tail := data[4*n:]
+	for i := len(tail) - 1; i >= 0; i-- {
+		k = k<<8 | uint32(tail[i])
+	}
+	if len(tail) > 0 {
+		h ^= mix(k)
+	}
+	h ^= uint32(len(data))
+	h ^= h >> 16
+	h *= 0x85ebca6b
+	h ^= h >> 13
+	h *= 0xc2b2ae35
+	h ^= h >> 16
+	return h
+}
