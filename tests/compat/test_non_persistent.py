@@ -137,3 +137,18 @@ def test_nothing_survives_restart(server):
         assert_nothing_more(consumer)
     finally:
         c2.close()
+
+
+def test_consumer_limits_apply(server, client):
+    """The topic's `maxConsumers` policy (Pulsar checks it on non-persistent topics too): the
+    consumer one too many is refused with ConsumerBusy."""
+    topic = np_topic("np-max-consumers")
+    url = "%s/admin/v2/non-persistent/public/default/%s/maxConsumers" % (
+        server.web_url, short_name(topic))
+    status, body = http_request("POST", url, "1")
+    assert status in (200, 204), (status, body)
+    first = client.subscribe(topic, "a", consumer_type=pulsar.ConsumerType.Shared)
+    with pytest.raises(pulsar.ConsumerBusy):
+        client.subscribe(topic, "b", consumer_type=pulsar.ConsumerType.Shared)
+    first.close()
+    client.subscribe(topic, "b", consumer_type=pulsar.ConsumerType.Shared).close()

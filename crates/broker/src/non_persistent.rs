@@ -20,6 +20,7 @@ use magnetar_protocol::proto::{command_subscribe::SubType, KeySharedMeta};
 use magnetar_protocol::{commands, parse_metadata_and_payload};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// A consumer attached to a non-persistent subscription.
@@ -278,7 +279,10 @@ pub struct NonPersistentTopic {
     pub in_meter: Meter,
     /// The topic's own `maxMessageSize` policy when below the broker's (0: none), checked per
     /// SEND as on persistent topics; the broker's own is the frame limit.
-    max_message_size: std::sync::atomic::AtomicU32,
+    max_message_size: AtomicU32,
+    /// `maxConsumersPerTopic` and `maxConsumersPerSubscription` (0: no limit).
+    max_consumers: AtomicU32,
+    max_consumers_per_subscription: AtomicU32,
 }
 
 impl NonPersistentTopic {
@@ -292,12 +296,15 @@ impl NonPersistentTopic {
             partition,
             subscriptions: Mutex::default(),
             in_meter: Meter::new(),
-            max_message_size: std::sync::atomic::AtomicU32::new(0),
+            max_message_size: AtomicU32::new(0),
+            max_consumers: AtomicU32::new(0),
+            max_consumers_per_subscription: AtomicU32::new(0),
         })
     }
 
-    /// Applies the policies a non-persistent topic obeys (read when a producer is created, as
-    /// persistent topics re-read theirs): the topic's message size limit and its producer cap.
+    /// Applies the policies a non-persistent topic obeys (read when a producer or consumer is
+    /// created, as persistent topics re-read theirs): the topic's message size limit, its
+    /// producer cap and its consumer caps.
     pub fn apply_policies(
         &self,
         effective: &magnetar_model::policy::Effective,
@@ -305,13 +312,16 @@ impl NonPersistentTopic {
     ) {
         let own = effective.max_message_size;
         let limit = if own < broker_max_size { own } else { 0 };
-        self.max_message_size.store(limit, std::sync::atomic::Ordering::Relaxed);
+        self.max_message_size.store(limit, Ordering::Relaxed);
         self.producers.set_max_producers(effective.max_producers_per_topic);
+        self.max_consumers.store(effective.max_consumers_per_topic, Ordering::Relaxed);
+        let per_subscription = effective.max_consumers_per_subscription;
+        self.max_consumers_per_subscription.store(per_subscription, Ordering::Relaxed);
     }
 
     /// Whether an entry of `len` bytes is above the topic's own message size limit.
     pub fn exceeds_max_message_size(&self, len: usize) -> bool {
-        let limit = self.max_message_size.load(std::sync::atomic::Ordering::Relaxed) as usize;
+        let limit = self.max_message_size.load(Ordering::Relaxed) as usize;
         limit > 0 && len > limit
     }
 
@@ -325,6 +335,18 @@ impl NonPersistentTopic {
         consistent_hashing: bool,
     ) -> Result<Arc<NpSubscription>, BrokerError> {
         let mut subscriptions = self.subscriptions.lock();
+        // Pulsar's `isConsumersExceededOnTopic` / `isConsumersExceededOnSubscription`.
+        let max = self.max_consumers.load(Ordering::Relaxed) as usize;
+        let on_topic: usize = subscriptions.values().map(|s| s.consumer_count()).sum();
+        if max > 0 && on_topic >= max {
+            return Err(BrokerError::ConsumerBusy("Topic reached max consumers limit".into()));
+        }
+        let max = self.max_consumers_per_subscription.load(Ordering::Relaxed) as usize;
+        if max > 0 && subscriptions.get(name).is_some_and(|s| s.consumer_count() >= max) {
+            return Err(BrokerError::ConsumerBusy(
+                "Subscription reached max consumers limit".into(),
+            ));
+        }
         let subscription = subscriptions
             .entry(name.to_string())
             .or_insert_with(|| {
@@ -546,6 +568,30 @@ mod tests {
         sub.flow(2, 1);
         topic.publish(&entry(None));
         assert_eq!((count(&mut rx_a), count(&mut rx_b)), (0, 1), "the active one gets it");
+    }
+
+    /// `maxConsumersPerTopic` and `maxConsumersPerSubscription`, as on persistent topics.
+    #[test]
+    fn consumer_limits_refuse_the_consumer_one_too_many() {
+        use magnetar_model::policy::{Effective, PolicyDefaults};
+        let topic = topic();
+        let mut effective = Effective::resolve(&PolicyDefaults::default(), None, None, "c");
+        effective.max_consumers_per_topic = 3;
+        effective.max_consumers_per_subscription = 2;
+        topic.apply_policies(&effective, u32::MAX);
+        let (a, _ra) = consumer(1, "a");
+        let (b, _rb) = consumer(2, "b");
+        let (c, _rc) = consumer(3, "c");
+        topic.subscribe("s", SubType::Shared, a, None, true).unwrap();
+        topic.subscribe("s", SubType::Shared, b, None, true).unwrap();
+        let refused = topic.subscribe("s", SubType::Shared, c, None, true);
+        assert!(matches!(refused, Err(BrokerError::ConsumerBusy(m)) if m.contains("Subscription")));
+        let (c, _rc) = consumer(3, "c");
+        topic.subscribe("other", SubType::Shared, c, None, true).unwrap();
+        let (d, _rd) = consumer(4, "d");
+        let refused = topic.subscribe("third", SubType::Shared, d, None, true);
+        assert!(matches!(refused, Err(BrokerError::ConsumerBusy(m)) if m.contains("Topic")));
+        assert_eq!(topic.subscription_names().len(), 2, "a refused consumer makes no subscription");
     }
 
     #[test]

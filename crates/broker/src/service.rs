@@ -210,6 +210,27 @@ impl BrokerService {
         Ok(topic.clone())
     }
 
+    /// [`BrokerService::non_persistent_topic`] with its policies read again (its size,
+    /// producer and consumer limits), as a producer or consumer is created: persistent topics
+    /// re-read theirs at the same moments.
+    pub async fn non_persistent_topic_with_policies(
+        &self,
+        name: &TopicName,
+        create: bool,
+    ) -> Result<Arc<NonPersistentTopic>, BrokerError> {
+        let topic = self.non_persistent_topic(name, create).await?;
+        let defaults = self.config.policy_defaults();
+        let effective = crate::topic::read_effective(
+            &*self.metadata,
+            name,
+            &defaults,
+            &self.config.cluster_name,
+        )
+        .await?;
+        topic.apply_policies(&effective, defaults.max_message_size);
+        Ok(topic)
+    }
+
     /// The live non-persistent topic `name`, created on first use if allowed. Nothing about it
     /// is stored.
     pub async fn non_persistent_topic(

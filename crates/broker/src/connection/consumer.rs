@@ -412,7 +412,7 @@ pub(super) async fn create_consumer(
     let create = request.force_topic_creation.unwrap_or(true);
     let key = service.next_key();
     if name.domain() == TopicDomain::NonPersistent {
-        let topic = service.non_persistent_topic(&name, create).await?;
+        let topic = service.non_persistent_topic_with_policies(&name, create).await?;
         let consumer = NpConsumer::new(
             key,
             consumer_id,

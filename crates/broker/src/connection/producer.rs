@@ -411,17 +411,7 @@ pub(super) async fn create_producer(
         outbox.send_command(&waiting);
     };
     if name.domain() == TopicDomain::NonPersistent {
-        let topic = service.non_persistent_topic(&name, true).await?;
-        let config = &service.config;
-        let defaults = config.policy_defaults();
-        let effective = crate::topic::read_effective(
-            &*service.metadata,
-            &name,
-            &defaults,
-            &config.cluster_name,
-        )
-        .await?;
-        topic.apply_policies(&effective, defaults.max_message_size);
+        let topic = service.non_persistent_topic_with_policies(&name, true).await?;
         let epoch = topic
             .producers
             .add(producer_name.clone(), key, mode, request.topic_epoch, client, queued)
