@@ -337,8 +337,7 @@ impl NonPersistentTopic {
         let mut subscriptions = self.subscriptions.lock();
         // Pulsar's `isConsumersExceededOnTopic` / `isConsumersExceededOnSubscription`.
         let max = self.max_consumers.load(Ordering::Relaxed) as usize;
-        let on_topic: usize = subscriptions.values().map(|s| s.consumer_count()).sum();
-        if max > 0 && on_topic >= max {
+        if max > 0 && subscriptions.values().map(|s| s.consumer_count()).sum::<usize>() >= max {
             return Err(BrokerError::ConsumerBusy("Topic reached max consumers limit".into()));
         }
         let max = self.max_consumers_per_subscription.load(Ordering::Relaxed) as usize;

@@ -403,13 +403,11 @@ mod tests {
     /// none of them zeros, so a compressing or deduplicating file system must store it all.
     #[test]
     fn a_noise_filled_file_has_no_two_blocks_alike() {
-        let dir = std::env::temp_dir().join(format!("magnetar-fill-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("noise");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("noise");
         let size = (1 << 20) + 1000; // not a whole number of chunks or blocks
         fill(&path, size, Fill::Noise).unwrap();
         let data = fs::read(&path).unwrap();
-        fs::remove_dir_all(&dir).unwrap();
         assert_eq!(data.len() as u64, size);
         let blocks: std::collections::HashSet<&[u8]> = data.chunks(4096).collect();
         assert_eq!(blocks.len(), data.len().div_ceil(4096), "a block repeats");
