@@ -449,8 +449,8 @@ def test_dispatch_rate_bounds_delivery(knob):
 @pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
 def test_a_message_over_the_topic_max_message_size_is_refused(server, domain):
     """The broker answers SEND_ERROR (NotAllowed, "Exceed maximum message size", as Pulsar) and
-    stores nothing, on non-persistent topics too (Pulsar's NonPersistentTopic checks it; their
-    policy is read when the producer is created). The C++ client (Python's) answers any send
+    stores nothing, on non-persistent topics too (Pulsar's NonPersistentTopic checks it). The
+    policy is set while the producer is open: it applies at once to both kinds. The C++ client (Python's) answers any send
     error but a checksum error by reconnecting and resending, and each reconnect re-arms its
     send timeout: against Pulsar as against us it retries until closed. So the test watches the
     broker: the client drops the connection the error came on, the topic never gets the
@@ -464,11 +464,11 @@ def test_a_message_over_the_topic_max_message_size_is_refused(server, domain):
     consuming = server.client()
     try:
         consumer = consuming.subscribe(topic, "s")  # the topic exists
+        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=3000)
         status, body = http_request("POST", url + "/maxMessageSize", "10000")
         if status in (404, 405):
             pytest.skip("no topic maxMessageSize endpoint on this branch (status %d)" % status)
         assert status in (200, 204), body
-        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=3000)
         producer.send(b"x" * 5000)
         results = []
         producer.send_async(b"y" * 20000, lambda result, _id: results.append(result))

@@ -226,6 +226,34 @@ def test_consumer_schema_rules(client, server):
     assert [s["version"] for s in all_versions["getSchemaResponses"]] == [0]
 
 
+def test_non_persistent_topics_have_schemas_too(client, server):
+    """Pulsar registers and checks schemas on non-persistent topics as on persistent ones (the
+    registry is keyed without the domain): versions, refusals and the idle-topic rule."""
+    name = "schema-np-%s" % unique_topic().rsplit("-", 1)[1]
+    topic = "non-persistent://public/default/" + name
+    # an idle topic takes the consumer's schema
+    consumer = client.subscribe(topic, "s", schema=AvroSchema(User))
+    status, latest = get_json(schema_url(server, topic))
+    assert status == 200 and latest["type"] == "AVRO" and latest["version"] == 0, latest
+    producer = client.create_producer(topic, schema=AvroSchema(User))
+    producer.send(User(name="np", age=7))
+    got = receive_n(consumer, 1)[0]
+    assert (got.value().name, got.value().age) == ("np", 7)
+    assert as_bytes(got.schema_version()) == version_bytes(0)
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=AvroSchema(_user_age_as_string()))
+    user_v2 = _user_v2()
+    evolved = client.create_producer(topic, schema=AvroSchema(user_v2))
+    evolved.send(user_v2(name="v2", age=8, email="e"))
+    assert as_bytes(receive_n(consumer, 1)[0].schema_version()) == version_bytes(1)
+    # a busy topic without a schema refuses a consumer with one
+    busy = "non-persistent://public/default/schema-np-busy-%s" % name.rsplit("-", 1)[1]
+    untyped = client.create_producer(busy)
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(busy, "s", schema=AvroSchema(User))
+    untyped.close()
+
+
 def test_partitions_share_one_schema(client, server):
     topic = unique_topic("schema-part")
     status, body = http_request("PUT", "%s/admin/v2/persistent/public/default/%s/partitions"

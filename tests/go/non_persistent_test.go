@@ -134,3 +134,48 @@ func murmur3(data []byte) uint32 {
 	h ^= h >> 16
 	return h
 }
+
+// A non-persistent topic registers and checks schemas as a persistent one does (Pulsar keys
+// its registry without the domain): the producer's schema gets version 0, the consumer decodes
+// typed values with it, and an incompatible schema is refused.
+func TestNonPersistentSchemas(t *testing.T) {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	topic := "non-persistent://public/default/go-np-schema-" + hex.EncodeToString(b)
+	const user = `{"type":"record","name":"User","fields":[` +
+		`{"name":"name","type":"string"},{"name":"age","type":"int"}]}`
+	const ageAsString = `{"type":"record","name":"User","fields":[` +
+		`{"name":"name","type":"string"},{"name":"age","type":"string"}]}`
+	type User struct {
+		Name string `avro:"name"`
+		Age  int32  `avro:"age"`
+	}
+	c := newClient(t)
+	cons := subscribe(t, c, pulsar.ConsumerOptions{
+		Topic: topic, SubscriptionName: "s", Schema: pulsar.NewAvroSchema(user, nil),
+	})
+	// Batched: the Go client (v0.19) writes the schema version only into batch metadata.
+	p := newProducer(t, c, pulsar.ProducerOptions{
+		Topic: topic, Schema: pulsar.NewAvroSchema(user, nil),
+	})
+	send(t, p, &pulsar.ProducerMessage{Value: &User{Name: "go", Age: 3}})
+	m := receive(t, cons, 10*time.Second)
+	var got User
+	if err := m.GetSchemaValue(&got); err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	if got != (User{Name: "go", Age: 3}) {
+		t.Fatalf("got %+v", got)
+	}
+	if v := m.SchemaVersion(); len(v) != 8 || binary.BigEndian.Uint64(v) != 0 {
+		t.Fatalf("schema version %x, want version 0", v)
+	}
+	bad, err := c.CreateProducer(pulsar.ProducerOptions{
+		Topic: topic, Schema: pulsar.NewAvroSchema(ageAsString, nil),
+	})
+	if err == nil {
+		bad.Close()
+		t.Fatalf("a producer with an incompatible schema was let in")
+	}
+	t.Logf("incompatible schema refused: %v", err)
+}

@@ -325,16 +325,17 @@ impl BrokerHooks for AdminHooks {
             self.0.authorizer.invalidate_namespace(namespace);
         }
         let base = topic.map(|t| t.partitioned_topic());
+        let affected = |name: &TopicName| match &base {
+            Some(base) => name.partitioned_topic() == *base,
+            None => name.namespace() == namespace,
+        };
+        let internal = |e: BrokerError| HookError::Internal(e.to_string());
         for loaded in self.0.loaded_topics() {
-            let affected = match &base {
-                Some(base) => loaded.name.partitioned_topic() == *base,
-                None => loaded.name.namespace() == namespace,
-            };
-            if affected {
-                loaded.refresh_policies().await.map_err(|e| HookError::Internal(e.to_string()))?;
+            if affected(&loaded.name) {
+                loaded.refresh_policies().await.map_err(internal)?;
             }
         }
-        Ok(())
+        self.0.refresh_non_persistent_policies(affected).await.map_err(internal)
     }
 }
 

@@ -23,6 +23,7 @@
 //! Names, metadata keys, policies documents and schema rules come from `magnetar_model`; the
 //! HTTP admin API (`magnetar_admin`) sits above this crate.
 
+pub mod admission;
 mod append_order;
 pub mod authorization;
 pub mod backlog_quota;

@@ -9,6 +9,7 @@
 //! - Nothing is sent to a consumer without a permit (a batch takes one permit per message).
 //! - A subscription exists only while it has consumers (removed with its last one).
 
+use crate::admission;
 use crate::connection::Outbox;
 use crate::error::BrokerError;
 use crate::key_shared::{sticky_key_hash, wants_sticky, Selector, NONE_KEY};
@@ -131,29 +132,14 @@ impl NpSubscription {
         consistent_hashing: bool,
     ) -> Result<(), BrokerError> {
         let mut consumers = self.consumers.lock();
-        if !consumers.list.is_empty() {
-            if consumers.sub_type != Some(sub_type) {
-                return Err(BrokerError::ConsumerBusy(format!(
-                    "subscription {} is of a different type",
-                    self.name
-                )));
-            }
-            if sub_type == SubType::Exclusive {
-                return Err(BrokerError::ConsumerBusy(format!(
-                    "exclusive consumer is already connected to subscription {}",
-                    self.name
-                )));
-            }
-        }
+        let current = consumers.sub_type.filter(|_| !consumers.list.is_empty());
+        admission::type_admits(current, sub_type, &self.name)?;
         if sub_type == SubType::KeyShared {
             let selector = consumers.selector.get_or_insert_with(|| {
                 Selector::for_first_consumer(key_shared, consistent_hashing)
             });
             if selector.is_sticky() != wants_sticky(key_shared) {
-                return Err(BrokerError::ConsumerBusy(format!(
-                    "subscription {} has a different Key_Shared policy",
-                    self.name
-                )));
+                return Err(admission::different_key_shared_policy(&self.name));
             }
             selector
                 .add(consumer.key, &consumer.name, key_shared)
@@ -325,6 +311,13 @@ impl NonPersistentTopic {
         limit > 0 && len > limit
     }
 
+    /// No producer and no consumer (a non-persistent topic holds no data): a consumer's
+    /// schema may become the topic's (Pulsar's `addSchemaIfIdleOrCheckCompatible`).
+    pub fn is_idle(&self) -> bool {
+        self.producers.is_empty()
+            && self.subscriptions.lock().values().all(|s| s.consumer_count() == 0)
+    }
+
     /// Attaches a consumer to subscription `name`, creating it if needed.
     pub fn subscribe(
         &self,
@@ -335,17 +328,12 @@ impl NonPersistentTopic {
         consistent_hashing: bool,
     ) -> Result<Arc<NpSubscription>, BrokerError> {
         let mut subscriptions = self.subscriptions.lock();
-        // Pulsar's `isConsumersExceededOnTopic` / `isConsumersExceededOnSubscription`.
-        let max = self.max_consumers.load(Ordering::Relaxed) as usize;
-        if max > 0 && subscriptions.values().map(|s| s.consumer_count()).sum::<usize>() >= max {
-            return Err(BrokerError::ConsumerBusy("Topic reached max consumers limit".into()));
-        }
-        let max = self.max_consumers_per_subscription.load(Ordering::Relaxed) as usize;
-        if max > 0 && subscriptions.get(name).is_some_and(|s| s.consumer_count() >= max) {
-            return Err(BrokerError::ConsumerBusy(
-                "Subscription reached max consumers limit".into(),
-            ));
-        }
+        admission::topic_has_room(self.max_consumers.load(Ordering::Relaxed), || {
+            subscriptions.values().map(|s| s.consumer_count()).sum()
+        })?;
+        let on_subscription = subscriptions.get(name).map_or(0, |s| s.consumer_count());
+        let max = self.max_consumers_per_subscription.load(Ordering::Relaxed);
+        admission::subscription_has_room(max, on_subscription)?;
         let subscription = subscriptions
             .entry(name.to_string())
             .or_insert_with(|| {

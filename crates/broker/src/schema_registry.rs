@@ -7,7 +7,7 @@ use bytes::Bytes;
 use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
 use magnetar_model::keys;
 use magnetar_model::names::TopicName;
-use magnetar_model::schema::{CompatibilityStrategy, SchemaData, SchemaError, SchemaHistory};
+use magnetar_model::schema::{SchemaData, SchemaError, SchemaHistory};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -20,25 +20,7 @@ fn metadata_error(error: MetadataError) -> SchemaError {
     SchemaError::Metadata(error.to_string())
 }
 
-/// The schema policies of a namespace that the registry obeys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SchemaPolicies {
-    pub strategy: CompatibilityStrategy,
-    /// `is_allow_auto_update_schema`: producers may add new versions.
-    pub allow_auto_update: bool,
-    /// `schema_validation_enforced`: producers without a schema are refused on topics with one.
-    pub validation_enforced: bool,
-}
-
-impl Default for SchemaPolicies {
-    fn default() -> Self {
-        SchemaPolicies {
-            strategy: CompatibilityStrategy::DEFAULT,
-            allow_auto_update: true,
-            validation_enforced: false,
-        }
-    }
-}
+pub use magnetar_model::schema::SchemaPolicies;
 
 #[derive(Clone)]
 pub struct SchemaRegistry {
@@ -149,32 +131,15 @@ impl SchemaRegistry {
         .await
     }
 
-    /// The schema policies of the topic: its namespace's stored policies, with the compatibility
-    /// strategy of the topic's own policies over the namespace's (absent fields take Pulsar's
-    /// defaults, `UNDEFINED` strategy meaning the broker default `FULL`).
+    /// The schema policies of the topic as its stored namespace and topic documents give them
+    /// (for the admin API, which has no loaded topic; a loaded topic carries them in its
+    /// `Effective` policies).
     pub async fn policies(&self, topic: &TopicName) -> Result<SchemaPolicies, SchemaError> {
         let namespace_key = keys::namespace_key(topic.namespace());
         let topic_key = keys::topic_policies_key(&topic.partitioned_topic());
         let namespace = self.stored_object(&namespace_key).await?.unwrap_or_default();
         let own = self.stored_object(&topic_key).await?.unwrap_or_default();
-        let text = |doc: &serde_json::Map<String, Value>, field: &str| {
-            doc.get(field).and_then(Value::as_str).map(str::to_owned)
-        };
-        let mut policies = SchemaPolicies::default();
-        let strategy = text(&own, "schemaCompatibilityStrategy")
-            .filter(|name| name != "UNDEFINED")
-            .or_else(|| text(&namespace, "schema_compatibility_strategy"));
-        if let Some(name) = strategy {
-            policies.strategy = CompatibilityStrategy::parse_or_default(&name);
-        }
-        if let Some(allow) = namespace.get("is_allow_auto_update_schema").and_then(Value::as_bool) {
-            policies.allow_auto_update = allow;
-        }
-        if let Some(enforced) = namespace.get("schema_validation_enforced").and_then(Value::as_bool)
-        {
-            policies.validation_enforced = enforced;
-        }
-        Ok(policies)
+        Ok(SchemaPolicies::from_documents(&namespace, &own))
     }
 
     /// The JSON object stored at `key`, if any (an unreadable one is the admin API's to report;
@@ -197,6 +162,7 @@ impl SchemaRegistry {
 mod tests {
     use super::*;
     use magnetar_metadata::MemoryStore;
+    use magnetar_model::schema::CompatibilityStrategy;
     use magnetar_model::schema::TYPE_AVRO;
     use std::collections::BTreeMap;
 

@@ -16,6 +16,7 @@ use magnetar_model::keys;
 use magnetar_model::names::{
     decode_topic_name, is_system_topic, NamespaceName, TopicDomain, TopicName,
 };
+use magnetar_model::policy::Effective;
 use magnetar_model::PartitionedTopicMetadata;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -211,13 +212,13 @@ impl BrokerService {
     }
 
     /// [`BrokerService::non_persistent_topic`] with its policies read again (its size,
-    /// producer and consumer limits), as a producer or consumer is created: persistent topics
-    /// re-read theirs at the same moments.
+    /// producer and consumer limits applied; the schema policies returned), as a producer or
+    /// consumer is created: persistent topics re-read theirs at the same moments.
     pub async fn non_persistent_topic_with_policies(
         &self,
         name: &TopicName,
         create: bool,
-    ) -> Result<Arc<NonPersistentTopic>, BrokerError> {
+    ) -> Result<(Arc<NonPersistentTopic>, Effective), BrokerError> {
         let topic = self.non_persistent_topic(name, create).await?;
         let defaults = self.config.policy_defaults();
         let effective = crate::topic::read_effective(
@@ -228,7 +229,7 @@ impl BrokerService {
         )
         .await?;
         topic.apply_policies(&effective, defaults.max_message_size);
-        Ok(topic)
+        Ok((topic, effective))
     }
 
     /// The live non-persistent topic `name`, created on first use if allowed. Nothing about it
@@ -395,6 +396,25 @@ impl BrokerService {
     /// Topics loaded now.
     pub fn loaded_topics(&self) -> Vec<Arc<Topic>> {
         self.topics.lock().values().filter_map(|cell| cell.get().cloned()).collect()
+    }
+
+    /// Re-reads and applies the policies of every live non-persistent topic `affected` picks
+    /// (the admin API changed them; persistent topics refresh theirs likewise).
+    pub async fn refresh_non_persistent_policies(
+        &self,
+        affected: impl Fn(&TopicName) -> bool,
+    ) -> Result<(), BrokerError> {
+        let live: Vec<Arc<NonPersistentTopic>> =
+            self.non_persistent.lock().values().filter(|t| affected(&t.name)).cloned().collect();
+        let defaults = self.config.policy_defaults();
+        for topic in live {
+            let cluster = &self.config.cluster_name;
+            let effective =
+                crate::topic::read_effective(&*self.metadata, &topic.name, &defaults, cluster)
+                    .await?;
+            topic.apply_policies(&effective, defaults.max_message_size);
+        }
+        Ok(())
     }
 }
 

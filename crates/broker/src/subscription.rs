@@ -26,6 +26,7 @@
 //! - A cursor reset (seek) detaches every consumer (CLOSE_CONSUMER) and replaces the whole
 //!   dispatch state; a dispatch round that read before the reset sends nothing (`epoch`).
 
+use crate::admission;
 use crate::connection::Outbox;
 use crate::cursor::{next_position, AckState, LedgerList, PersistLimits, Position};
 use crate::cursor_ledger::CursorLedger;
@@ -812,13 +813,8 @@ impl Subscription {
         key_shared_meta: Option<&KeySharedMeta>,
     ) -> Result<(), BrokerError> {
         let mut state = self.state.lock();
-        let max = self.limits.max_consumers_per_subscription.load(Ordering::Relaxed) as usize;
-        if max > 0 && state.consumers.len() >= max {
-            // Pulsar's `isConsumersExceededOnSubscription`.
-            return Err(BrokerError::ConsumerBusy(
-                "Subscription reached max consumers limit".into(),
-            ));
-        }
+        let max = self.limits.max_consumers_per_subscription.load(Ordering::Relaxed);
+        admission::subscription_has_room(max, state.consumers.len())?;
         state.add_consumer(handle, sub_type, key_shared_meta, &self.name)?;
         self.pick_active(&mut state);
         drop(state);
@@ -839,18 +835,8 @@ impl State {
         if state.closed {
             return Err(BrokerError::SubscriptionNotFound(name.to_string()));
         }
-        if !state.consumers.is_empty() {
-            if state.sub_type != sub_type {
-                return Err(BrokerError::ConsumerBusy(format!(
-                    "subscription {name} is of a different type"
-                )));
-            }
-            if sub_type == SubType::Exclusive {
-                return Err(BrokerError::ConsumerBusy(format!(
-                    "exclusive consumer is already connected to subscription {name}"
-                )));
-            }
-        }
+        let current = (!state.consumers.is_empty()).then_some(state.sub_type);
+        admission::type_admits(current, sub_type, name)?;
         if sub_type == SubType::KeyShared {
             let allow_out_of_order =
                 key_shared_meta.and_then(|m| m.allow_out_of_order_delivery).unwrap_or(false);
@@ -868,9 +854,7 @@ impl State {
             if key_shared.selector.is_sticky() != wants_sticky(key_shared_meta)
                 || key_shared.allow_out_of_order != allow_out_of_order
             {
-                return Err(BrokerError::ConsumerBusy(format!(
-                    "subscription {name} has a different Key_Shared policy"
-                )));
+                return Err(admission::different_key_shared_policy(name));
             }
             key_shared
                 .selector

@@ -151,10 +151,10 @@ fn fill(path: &Path, size: u64, content: Fill) -> io::Result<()> {
     };
     let mut chunk = crate::aligned::AlignedBuf::with_capacity(CHUNK);
     crate::record::Sink::extend_zeros(&mut chunk, CHUNK);
-    let mut noise = Noise::seeded();
+    let mut noise = (content == Fill::Noise).then(Noise::seeded);
     let mut written = 0u64;
     while written < size {
-        if content == Fill::Noise {
+        if let Some(noise) = noise.as_mut() {
             noise.fill(chunk.as_capacity_slice_mut());
         }
         let n = (size - written).min(CHUNK as u64) as usize;

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::schema::SchemaPolicies;
 use crate::storage_nodes::IsolationGroups;
 
 use serde::{Deserialize, Serialize};
@@ -263,6 +264,8 @@ pub struct Effective {
     /// Where new ledgers may go (the namespace's `persistence/bookieAffinity`); `None`: any
     /// storage node.
     pub bookie_affinity: Option<IsolationGroups>,
+    /// Schema compatibility and validation (the namespace's, the topic's strategy over it).
+    pub schema: SchemaPolicies,
 }
 
 /// Pulsar's `PersistencePolicies` as a broker acts on it: ensemble, write and ack quorums.
@@ -381,6 +384,7 @@ impl Effective {
                 .and_then(Persistence::from_document)
                 .or_else(|| ns.other.get("persistence").and_then(Persistence::from_document)),
             bookie_affinity: ns.other.get("bookie_affinity_group").and_then(bookie_affinity),
+            schema: SchemaPolicies::from_documents(&ns.other, &tp.other),
             max_message_size: tp.max_message_size.map_or(defaults.max_message_size, |size| {
                 if size > 0 {
                     (size as u32).min(defaults.max_message_size)
@@ -521,6 +525,30 @@ mod tests {
         let tp = TopicPolicies { retention_policies: Some(infinite), ..Default::default() };
         let e = Effective::resolve(&defaults, Some(&ns), Some(&tp), "standalone");
         assert_eq!((e.retention_time_ms(), e.retention_size_bytes()), (None, None));
+    }
+
+    #[test]
+    fn schema_policies_come_from_the_namespace_with_the_topic_strategy_over_it() {
+        use crate::schema::{CompatibilityStrategy, SchemaPolicies};
+        let defaults = PolicyDefaults::default();
+        let none = Effective::resolve(&defaults, None, None, "standalone");
+        assert_eq!(none.schema, SchemaPolicies::default());
+        let ns: NamespacePolicies = serde_json::from_str(
+            r#"{"schema_compatibility_strategy":"BACKWARD","is_allow_auto_update_schema":false,
+                "schema_validation_enforced":true}"#,
+        )
+        .unwrap();
+        let e = Effective::resolve(&defaults, Some(&ns), None, "standalone");
+        assert_eq!(e.schema.strategy, CompatibilityStrategy::Backward);
+        assert!(!e.schema.allow_auto_update && e.schema.validation_enforced);
+        let undefined: TopicPolicies =
+            serde_json::from_str(r#"{"schemaCompatibilityStrategy":"UNDEFINED"}"#).unwrap();
+        let e = Effective::resolve(&defaults, Some(&ns), Some(&undefined), "standalone");
+        assert_eq!(e.schema.strategy, CompatibilityStrategy::Backward);
+        let own: TopicPolicies =
+            serde_json::from_str(r#"{"schemaCompatibilityStrategy":"FORWARD"}"#).unwrap();
+        let e = Effective::resolve(&defaults, Some(&ns), Some(&own), "standalone");
+        assert_eq!(e.schema.strategy, CompatibilityStrategy::Forward);
     }
 
     #[test]

@@ -412,7 +412,10 @@ pub(super) async fn create_consumer(
     let create = request.force_topic_creation.unwrap_or(true);
     let key = service.next_key();
     if name.domain() == TopicDomain::NonPersistent {
-        let topic = service.non_persistent_topic_with_policies(&name, create).await?;
+        let (topic, policies) = service.non_persistent_topic_with_policies(&name, create).await?;
+        if let Some(schema) = request.schema.as_ref().filter(|s| s.r#type != TYPE_AUTO_CONSUME) {
+            consumer_schema(service, &name, topic.is_idle(), policies.schema, schema).await?;
+        }
         let consumer = NpConsumer::new(
             key,
             consumer_id,
@@ -439,13 +442,12 @@ pub(super) async fn create_consumer(
     };
     let topic = service.topic(&name, create).await?;
     if let Some(schema) = request.schema.as_ref().filter(|s| s.r#type != TYPE_AUTO_CONSUME) {
-        consumer_schema(service, &name, &topic, schema).await?;
+        // The loaded topic's policies: the admin API refreshes them on every change.
+        let policies = topic.policies().schema;
+        consumer_schema(service, &name, topic.is_idle(), policies, schema).await?;
     }
-    let max_consumers = topic.policies().max_consumers_per_topic as usize;
-    if max_consumers > 0 && topic.consumer_count() >= max_consumers {
-        // Pulsar's `isConsumersExceededOnTopic`.
-        return Err(BrokerError::ConsumerBusy("Topic reached max consumers limit".into()));
-    }
+    let max_consumers = topic.policies().max_consumers_per_topic;
+    crate::admission::topic_has_room(max_consumers, || topic.consumer_count())?;
     let subscription = topic.subscription(&request.subscription, sub_type, durable, start).await?;
     let handle = ConsumerHandle {
         key,

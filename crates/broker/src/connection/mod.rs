@@ -202,6 +202,9 @@ struct NpProducerContext {
     name: String,
     key: u64,
     info: Arc<ClientInfo>,
+    /// The registered version of the producer's schema (shared with the persistent topic of
+    /// the same name, as Pulsar keys schemas without the domain).
+    schema_version: Option<u64>,
 }
 
 struct NpConsumerContext {

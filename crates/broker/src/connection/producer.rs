@@ -29,7 +29,8 @@ impl Connection {
             return Ok(());
         }
         if let Some(existing) = self.np_producers.get(&producer_id) {
-            let reply = commands::producer_success(request_id, existing.name.clone(), -1, None);
+            let version = existing.schema_version.map(commands::schema_version_bytes);
+            let reply = commands::producer_success(request_id, existing.name.clone(), -1, version);
             self.outbox.send_command(&reply);
             return Ok(());
         }
@@ -105,7 +106,7 @@ impl Connection {
             CreatedProducer::NonPersistent(context, _) => {
                 self.closed_by_broker.remove(&request.producer_id);
                 // No deduplication on non-persistent topics: last_sequence_id is -1.
-                let version = request.schema.as_ref().map(|_| Bytes::from_static(&[0; 8]));
+                let version = context.schema_version.map(commands::schema_version_bytes);
                 self.np_producers.insert(request.producer_id, context);
                 commands::producer_success(request_id, name, -1, version)
             }
@@ -411,25 +412,29 @@ pub(super) async fn create_producer(
         outbox.send_command(&waiting);
     };
     if name.domain() == TopicDomain::NonPersistent {
-        let topic = service.non_persistent_topic_with_policies(&name, true).await?;
+        let (topic, policies) = service.non_persistent_topic_with_policies(&name, true).await?;
+        let schema = request.schema.as_ref();
+        let schema_version = producer_schema(service, &name, schema, policies.schema).await?;
         let epoch = topic
             .producers
             .add(producer_name.clone(), key, mode, request.topic_epoch, client, queued)
             .await?;
-        let context = NpProducerContext { topic, name: producer_name, key, info };
+        let context = NpProducerContext { topic, name: producer_name, key, info, schema_version };
         return Ok(CreatedProducer::NonPersistent(context, epoch));
     }
     let topic = service.topic(&name, true).await?;
+    // Policies may have changed since the topic was loaded (another broker's admin API in
+    // cluster mode; here a cheap re-read keeps this path obviously right).
+    topic.refresh_policies().await?;
     // The schema first: an incompatible one fails the producer (Pulsar's tryAddSchema).
-    let schema_version = producer_schema(service, &name, request.schema.as_ref()).await?;
+    let schema_policies = topic.policies().schema;
+    let schema_version =
+        producer_schema(service, &name, request.schema.as_ref(), schema_policies).await?;
     // The initial subscription (dead-letter producers): created at the earliest position before
     // the producer may publish, as Pulsar's handleProducer does.
     if let Some(initial) = request.initial_subscription_name.as_deref().filter(|n| !n.is_empty()) {
         topic.subscription(initial, SubType::Exclusive, true, StartAt::Earliest).await?;
     }
-    // Policies may have changed since the topic was loaded (another broker's admin API in
-    // cluster mode; here a cheap re-read keeps this path obviously right).
-    topic.refresh_policies().await?;
     // Backlog quotas with a producer policy refuse producers while exceeded, and a disk short
     // of space refuses them all.
     crate::backlog_quota::producer_admission(&topic).await?;

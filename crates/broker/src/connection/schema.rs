@@ -1,6 +1,7 @@
 //! GET_SCHEMA, GET_OR_CREATE_SCHEMA, and the schema checks of producers and consumers.
 
 use super::*;
+use crate::schema_registry::SchemaPolicies;
 
 impl Connection {
     /// GET_SCHEMA: the topic's schema at the requested version (latest when none is given).
@@ -85,8 +86,15 @@ impl Connection {
             let name = BrokerService::topic_name(&request.topic)?;
             let (principal, produce) = (self.principal.as_ref(), TopicOperation::Produce);
             authz::authorize_topic(&self.service, principal, &request.topic, produce, None).await?;
-            self.service.topic(&name, false).await?;
-            let version = producer_schema(&self.service, &name, Some(&request.schema)).await?;
+            let policies = if name.domain() == TopicDomain::NonPersistent {
+                self.service.non_persistent_topic_with_policies(&name, false).await?.1.schema
+            } else {
+                let topic = self.service.topic(&name, false).await?;
+                topic.refresh_policies().await?;
+                topic.policies().schema
+            };
+            let version =
+                producer_schema(&self.service, &name, Some(&request.schema), policies).await?;
             Ok::<_, BrokerError>(version.unwrap_or(0))
         }
         .await;
@@ -99,14 +107,14 @@ impl Connection {
 
 /// The schema version a producer gets (Pulsar's `tryAddSchema`): its schema registered
 /// (or found) when it has one; without one, nothing, unless the namespace enforces schema
-/// validation and the topic has a schema.
+/// validation and the topic has a schema. `policies` are the topic's, freshly read.
 pub(super) async fn producer_schema(
     service: &BrokerService,
     topic: &TopicName,
     schema: Option<&Schema>,
+    policies: SchemaPolicies,
 ) -> Result<Option<u64>, BrokerError> {
     let registry = &service.schemas;
-    let policies = registry.policies(topic).await?;
     match schema {
         Some(schema) => {
             Ok(Some(registry.put_if_absent(topic, &schema_data(schema), policies).await?))
@@ -131,14 +139,14 @@ pub(super) async fn producer_schema(
 pub(super) async fn consumer_schema(
     service: &BrokerService,
     name: &TopicName,
-    topic: &Topic,
+    topic_is_idle: bool,
+    policies: SchemaPolicies,
     schema: &Schema,
 ) -> Result<(), BrokerError> {
     let registry = &service.schemas;
-    let policies = registry.policies(name).await?;
     let data = schema_data(schema);
     let (history, _) = registry.history(name).await?;
-    if history.latest().is_some() || !topic.is_idle() {
+    if history.latest().is_some() || !topic_is_idle {
         history.check_consumer(&data, policies.strategy)?;
     } else {
         registry.put_if_absent(name, &data, policies).await?;

@@ -113,6 +113,56 @@ impl CompatibilityStrategy {
     }
 }
 
+/// The schema policies a topic obeys: its namespace's (`schema_compatibility_strategy`,
+/// `is_allow_auto_update_schema`, `schema_validation_enforced`), with the topic's own
+/// `schemaCompatibilityStrategy` over the namespace's. Absent fields take Pulsar's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemaPolicies {
+    pub strategy: CompatibilityStrategy,
+    /// `is_allow_auto_update_schema`: producers may add new versions.
+    pub allow_auto_update: bool,
+    /// `schema_validation_enforced`: producers without a schema are refused on topics with one.
+    pub validation_enforced: bool,
+}
+
+impl Default for SchemaPolicies {
+    fn default() -> Self {
+        SchemaPolicies {
+            strategy: CompatibilityStrategy::DEFAULT,
+            allow_auto_update: true,
+            validation_enforced: false,
+        }
+    }
+}
+
+impl SchemaPolicies {
+    /// Reads the fields from the stored namespace and topic documents (as JSON objects; an
+    /// `UNDEFINED` topic strategy defers to the namespace's).
+    pub fn from_documents(
+        namespace: &serde_json::Map<String, serde_json::Value>,
+        topic: &serde_json::Map<String, serde_json::Value>,
+    ) -> SchemaPolicies {
+        let text = |doc: &serde_json::Map<String, serde_json::Value>, field: &str| {
+            doc.get(field).and_then(serde_json::Value::as_str).map(str::to_owned)
+        };
+        let flag = |field: &str| namespace.get(field).and_then(serde_json::Value::as_bool);
+        let mut policies = SchemaPolicies::default();
+        let strategy = text(topic, "schemaCompatibilityStrategy")
+            .filter(|name| name != "UNDEFINED")
+            .or_else(|| text(namespace, "schema_compatibility_strategy"));
+        if let Some(name) = strategy {
+            policies.strategy = CompatibilityStrategy::parse_or_default(&name);
+        }
+        if let Some(allow) = flag("is_allow_auto_update_schema") {
+            policies.allow_auto_update = allow;
+        }
+        if let Some(enforced) = flag("schema_validation_enforced") {
+            policies.validation_enforced = enforced;
+        }
+        policies
+    }
+}
+
 /// Why a schema operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchemaError {
