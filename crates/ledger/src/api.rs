@@ -2,7 +2,7 @@
 //! ledgers live in this process ([`LedgerStore`]), on replicated storage nodes, or in tiered
 //! storage. The broker sees only [`LedgerStorage`].
 //!
-//! Semantics every implementation keeps (checked by `tests/conformance.rs`):
+//! Semantics every implementation keeps (checked by `tests/it/conformance.rs`):
 //! * Ledger ids are chosen by the caller (allocated cluster-wide through the metadata store);
 //!   creating an existing id is `LedgerExists`.
 //! * Entries are dense, `0..n`. The writer assigns entry ids: an append names the id it

@@ -4,7 +4,7 @@
 //! (a fresh store plus [`Hooks`] that let the suite drive what the trait cannot: wait for a
 //! remote store's watch events, expire a session, open a second client). The
 //! [`conformance_tests!`](crate::conformance_tests) macro instantiates every case as a
-//! `#[tokio::test]` for one implementation; `tests/conformance.rs` does so for `MemoryStore`
+//! `#[tokio::test]` for one implementation; `tests/it/conformance.rs` does so for `MemoryStore`
 //! and `EmbeddedStore`, and `magnetar-metadata-etcd` for `EtcdStore` on 1- and 3-node etcd.
 //!
 //! Invariants checked: CAS and version semantics, delete semantics, list / list_children,

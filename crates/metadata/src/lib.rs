@@ -9,7 +9,7 @@
 //! out of this one. [`conformance`] exports the suite every implementation must pass.
 //!
 //! Semantics shared by every implementation (checked by the conformance suite in
-//! `tests/conformance.rs`):
+//! `tests/it/conformance.rs`):
 //! * **Keys** are absolute '/'-separated paths (`/topics/public/default/persistent/t1`);
 //!   see [`validate_key`]. Malformed keys give [`MetadataError::InvalidKey`], never a panic.
 //! * **Versions** are per key: the first put of an absent key yields version 1, every later

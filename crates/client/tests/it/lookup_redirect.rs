@@ -1,7 +1,7 @@
 //! LOOKUP redirects and keep-alive against scripted fake brokers (no
 //! Magnetar needed): broker A redirects to broker B, which answers Connect.
 
-mod fake;
+use crate::fake;
 
 use std::sync::Arc;
 use std::time::Duration;

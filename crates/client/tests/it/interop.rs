@@ -4,11 +4,9 @@
 //!
 //! Skipped (with a message) when `/work/main/.venv` has no pulsar-client.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{python, run_python, start_broker, WAIT};
+use crate::common::{python, run_python, start_broker, WAIT};
 use magnetar_client::{Client, Compression, InitialPosition, ProducerMessage};
 use tokio::time::timeout;
 

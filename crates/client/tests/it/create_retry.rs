@@ -4,7 +4,7 @@
 //! authorization) fails at once; a refusal that lasts fails with that error after the client's
 //! operation timeout.
 
-mod fake;
+use crate::fake;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -300,7 +300,11 @@ async fn a_process_frozen_past_its_ttl_loses_its_session_then_reestablishes() {
     let mut watch = observer.watch("/frozen").await.unwrap();
 
     let child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_process_frozen_past_its_ttl_loses_its_session_then_reestablishes"])
+        // The test's name in the harness: its module path inside the test binary, then itself.
+        .args([
+            "--exact",
+            "faults::a_process_frozen_past_its_ttl_loses_its_session_then_reestablishes",
+        ])
         .args(["--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, cluster.endpoint(0))
         .stdin(std::process::Stdio::null())

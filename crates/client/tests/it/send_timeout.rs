@@ -2,7 +2,7 @@
 //! acknowledges a message (what a broker that cannot store, e.g. on a full disk, looks like):
 //! the send fails with a timeout in bounded time instead of waiting for ever.
 
-mod fake;
+use crate::fake;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,12 +1,10 @@
 //! Round trips against a real Magnetar broker.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{start_broker, WAIT};
+use crate::common::{start_broker, WAIT};
 use magnetar_client::{
     partition_for_key, Client, Compression, InitialPosition, Message, MessageId, ProducerMessage,
     SubType,
