@@ -263,7 +263,7 @@ class RawConnection:
         while True:
             try:
                 type_, fields = self.read_frame(max(0.01, deadline - time.monotonic()))
-            except Closed as e:
+            except Closed:
                 return "closed", seen
             except socket.timeout:
                 raise AssertionError("broker neither answered with an error nor closed the "

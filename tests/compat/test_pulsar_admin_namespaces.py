@@ -1,11 +1,10 @@
 """Apache's `pulsar-admin` CLI against the namespace, topic-policy, cluster and broker endpoints:
 what operators type, with the printed values checked (not only exit codes).
 
-Each command is one JVM (about 1.5 s), so independent commands run a few at a time."""
+Commands run one after another in one JVM (`pulsar_admin.PulsarAdmin`)."""
 
 import json
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 import pulsar
 import pytest
@@ -15,20 +14,15 @@ from pulsar_admin import PulsarAdmin, requires_pulsar_admin
 
 pytestmark = requires_pulsar_admin
 
-PARALLEL = 3
-
-
-def _parallel(admin, *commands):
-    """Runs the commands (tuples of arguments) concurrently; returns their stdouts in order."""
-    with ThreadPoolExecutor(PARALLEL) as pool:
-        return list(pool.map(lambda args: admin(*args), commands))
+def _all(admin, *commands):
+    """Runs the commands (tuples of arguments); returns their stdouts in order."""
+    return [admin(*args) for args in commands]
 
 
 def _sequences(*sequences):
-    """Runs each callable (a sequence of dependent commands) concurrently with the others."""
-    with ThreadPoolExecutor(PARALLEL) as pool:
-        for future in [pool.submit(s) for s in sequences]:
-            future.result()
+    """Runs each callable (a sequence of dependent commands), one after the other."""
+    for sequence in sequences:
+        sequence()
 
 
 def _json(text):
@@ -41,7 +35,7 @@ def admin(server):
 
 
 def test_clusters_and_brokers(admin, server):
-    clusters, cluster, brokers, health, leader, active, dyn = _parallel(
+    clusters, cluster, brokers, health, leader, active, dyn = _all(
         admin,
         ("clusters", "list"),
         ("clusters", "get", "standalone"),
@@ -74,7 +68,7 @@ def _http_json(server, path):
 def test_namespace_policies_round_trip(admin, server):
     ns = "public/cli-%s" % uuid.uuid4().hex[:8]
     admin("namespaces", "create", ns, "-b", "4")
-    policies, bundles = _parallel(admin, ("namespaces", "policies", ns),
+    policies, bundles = _all(admin, ("namespaces", "policies", ns),
                                   ("namespaces", "bundles", ns))
     assert _json(policies)["bundles"]["numBundles"] == 4
     assert _json(policies)["replication_clusters"] == ["standalone"]
@@ -181,7 +175,7 @@ def test_permissions_unload_and_deletes(admin, server):
     admin("namespaces", "create", ns)
     admin("namespaces", "grant-permission", ns, "--role", "app", "--actions", "produce,consume")
     admin("namespaces", "grant-subscription-permission", ns, "-s", "sub1", "-rs", "app,ops")
-    perms, sub_perms = _parallel(admin, ("namespaces", "permissions", ns),
+    perms, sub_perms = _all(admin, ("namespaces", "permissions", ns),
                                  ("namespaces", "subscription-permission", ns))
     # Maps print as "key    value" lines.
     assert perms.strip() in ("app    [produce, consume]", "app    [consume, produce]"), perms
@@ -195,7 +189,7 @@ def test_permissions_unload_and_deletes(admin, server):
     try:
         producer = client.create_producer(topic)
         producer.send(b"before")
-        _parallel(admin, ("namespaces", "unload", ns),
+        _all(admin, ("namespaces", "unload", ns),
                   ("namespaces", "unload", ns, "-b", "0x00000000_0xffffffff"))
         producer.send(b"after")  # reconnected
         out = admin.fails("namespaces", "delete", ns)

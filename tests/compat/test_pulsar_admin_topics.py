@@ -6,7 +6,7 @@ data produced and consumed by the official Python client:
   examine-message, get-message-by-id, last-message-id, skip / clear-backlog,
   reset-cursor (by time and by message id), unload, terminate, lookup, properties.
 
-Each CLI call is one JVM (~1.5 s), so the tests share topics where they can.
+The tests share topics where they can (each command is still a fraction of a second).
 """
 
 import json
