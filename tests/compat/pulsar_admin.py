@@ -200,6 +200,11 @@ class PulsarAdmin:
             return _run_java(full, timeout)
         return self._shell.run(full, timeout)
 
+    def run_process(self, *args, timeout=COMMAND_TIMEOUT_S):
+        """Runs one command as its own `pulsar-admin` process (its `main`, System.exit and all)."""
+        full = [self.conf, "--admin-url", self.web_url] + [str(a) for a in args]
+        return _run_java(full, timeout)
+
     def __call__(self, *args, timeout=COMMAND_TIMEOUT_S):
         """Runs one command, asserts exit 0 and returns its stdout."""
         res = self.run(*args, timeout=timeout)

@@ -34,6 +34,16 @@ def admin(server):
     return PulsarAdmin(server.web_url)
 
 
+def test_the_cli_as_its_own_process(admin):
+    """The other tests run commands in one JVM; the CLI as operators start it (its `main`, which
+    ends the process with the command's exit code) answers the same."""
+    listed = admin.run_process("tenants", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split() == admin("tenants", "list").split()
+    refused = admin.run_process("tenants", "get", "no-such-tenant")
+    assert refused.returncode != 0 and "does not exist" in refused.stderr, refused
+
+
 def test_clusters_and_brokers(admin, server):
     clusters, cluster, brokers, health, leader, active, dyn = _all(
         admin,
