@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything Magnetar tests, in the order CI runs it (CI calls exactly this script):
 #   1. a Python venv in .venv with the official Pulsar client and pytest (created if missing)
+#   (from here on, in the background at the lowest CPU priority: tests/compat/warm_up.py builds
+#    the Java and Go suites and resolves the Maven classpaths the compat suite needs)
 #   2. cargo fmt --check and cargo clippy -D warnings, then
 #      cargo test --workspace --release          (Rust unit and integration tests; the etcd
 #      metadata tests start real etcd processes: etcd-server and etcd-client come from Debian when
@@ -146,6 +148,16 @@ export CARGO_PROFILE_RELEASE_LTO=false
 export CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
 export CARGO_PROFILE_RELEASE_DEBUG=line-tables-only
 
+# ------------------------------------------------------------------------ background warm-up
+# What the compat suite would build on its own clock (Maven classpaths, the Java suite's classes,
+# the Go suite's packages) is built now, at the lowest CPU priority, while cargo compiles and the
+# Rust tests mostly wait: tests/compat/warm_up.py. Its output: target/warm-up.log. It runs in a
+# session of its own so that, should this script stop early, the trap ends it and its children.
+mkdir -p target
+setsid nice -n 19 "$PY" tests/compat/warm_up.py > target/warm-up.log 2>&1 &
+WARM_UP_PID=$!
+trap 'kill -- -"$WARM_UP_PID" 2>/dev/null || true' EXIT
+
 # ------------------------------------------------------------------------------------ style
 section "cargo fmt --check, cargo clippy -D warnings"
 bounded "cargo fmt" 120 cargo fmt --all -- --check || fail "cargo fmt --all -- --check (run cargo fmt --all)"
@@ -165,6 +177,12 @@ bounded "cargo build" 1200 cargo build --release --workspace --bin magnetar \
 [ -x target/release/magnetar ] || fail "target/release/magnetar was not built"
 
 # ------------------------------------------------------------------------------------ 4. pytest
+section "waiting for the background warm-up (target/warm-up.log)"
+if ! timeout 600 tail --pid="$WARM_UP_PID" -f /dev/null; then
+  echo "the warm-up did not end within 600 s: ended; what it did not build, the tests build"
+  kill -- -"$WARM_UP_PID" 2>/dev/null || true
+fi
+cat target/warm-up.log
 section "pytest tests/compat (Pulsar compatibility, official Python client)"
 rc=0
 bounded "pytest" 1800 "$PY" -m pytest tests/compat -p no:cacheprovider --timeout=300 -ra --durations=25 "$@" || rc=$?
