@@ -441,12 +441,13 @@ pub(super) async fn create_consumer(
         },
     };
     let topic = service.topic(&name, create).await?;
+    // Read again, as at a producer's creation: another broker's admin API may have changed them.
+    topic.refresh_policies().await?;
+    let policies = topic.policies();
     if let Some(schema) = request.schema.as_ref().filter(|s| s.r#type != TYPE_AUTO_CONSUME) {
-        // The loaded topic's policies: the admin API refreshes them on every change.
-        let policies = topic.policies().schema;
-        consumer_schema(service, &name, topic.is_idle(), policies, schema).await?;
+        consumer_schema(service, &name, topic.is_idle(), policies.schema, schema).await?;
     }
-    let max_consumers = topic.policies().max_consumers_per_topic;
+    let max_consumers = policies.max_consumers_per_topic;
     crate::admission::topic_has_room(max_consumers, || topic.consumer_count())?;
     let subscription = topic.subscription(&request.subscription, sub_type, durable, start).await?;
     let handle = ConsumerHandle {
