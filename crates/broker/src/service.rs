@@ -220,16 +220,22 @@ impl BrokerService {
         create: bool,
     ) -> Result<(Arc<NonPersistentTopic>, Effective), BrokerError> {
         let topic = self.non_persistent_topic(name, create).await?;
-        let defaults = self.config.policy_defaults();
-        let effective = crate::topic::read_effective(
-            &*self.metadata,
-            name,
-            &defaults,
-            &self.config.cluster_name,
-        )
-        .await?;
-        topic.apply_policies(&effective, defaults.max_message_size);
+        let effective = self.apply_non_persistent_policies(&topic).await?;
         Ok((topic, effective))
+    }
+
+    /// Reads a non-persistent topic's policies (topic over namespace over broker) and applies
+    /// them to it; returns them.
+    async fn apply_non_persistent_policies(
+        &self,
+        topic: &NonPersistentTopic,
+    ) -> Result<Effective, BrokerError> {
+        let defaults = self.config.policy_defaults();
+        let cluster = &self.config.cluster_name;
+        let effective =
+            crate::topic::read_effective(&*self.metadata, &topic.name, &defaults, cluster).await?;
+        topic.apply_policies(&effective, defaults.max_message_size);
+        Ok(effective)
     }
 
     /// The live non-persistent topic `name`, created on first use if allowed. Nothing about it
@@ -406,13 +412,8 @@ impl BrokerService {
     ) -> Result<(), BrokerError> {
         let live: Vec<Arc<NonPersistentTopic>> =
             self.non_persistent.lock().values().filter(|t| affected(&t.name)).cloned().collect();
-        let defaults = self.config.policy_defaults();
         for topic in live {
-            let cluster = &self.config.cluster_name;
-            let effective =
-                crate::topic::read_effective(&*self.metadata, &topic.name, &defaults, cluster)
-                    .await?;
-            topic.apply_policies(&effective, defaults.max_message_size);
+            self.apply_non_persistent_policies(&topic).await?;
         }
         Ok(())
     }

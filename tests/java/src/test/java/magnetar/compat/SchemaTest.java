@@ -138,4 +138,25 @@ class SchemaTest extends PulsarTestBase {
         assertEquals("STRING", jsonField(now.body(), "type"), now.body());
         assertTrue(now.body().contains("\"version\""), now.body());
     }
+
+    /** Non-persistent topics register and check schemas as persistent ones do: the producer's
+     * version rides on its messages, the registry shows it, another type is refused. */
+    @Test
+    void nonPersistentTopicsHaveSchemas() throws Exception {
+        PulsarClient c = client();
+        String topic = uniqueTopic("schema-np").replace("persistent://", "non-persistent://");
+        Consumer<User> cons = closeLater(c.newConsumer(Schema.AVRO(User.class)).topic(topic)
+                .subscriptionName("s").subscribe());
+        Producer<User> p = closeLater(c.newProducer(Schema.AVRO(User.class)).topic(topic)
+                .enableBatching(false).create());
+        p.send(new User("np", 5));
+        Message<User> m = receive(cons);
+        assertEquals(new User("np", 5), m.getValue());
+        assertArrayEquals(new byte[8], m.getSchemaVersion(), "version 0 on the message");
+        HttpResult r = http("GET", schemaUrl(topic), null);
+        assertHttpOk(r, "GET schema");
+        assertEquals("AVRO", jsonField(r.body(), "type"), r.body());
+        assertThrows(PulsarClientException.IncompatibleSchemaException.class,
+                () -> c.newProducer(Schema.JSON(User.class)).topic(topic).create());
+    }
 }
