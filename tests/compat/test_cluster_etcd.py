@@ -7,6 +7,8 @@ etcd this test starts on loopback (data on /dev/shm), with the official Python c
   are not redelivered and every unacknowledged one is;
 - the admin API lists the topic, the cluster record, and the broker's registration in etcd
   (`GET /admin/v2/brokers/{cluster}`);
+- two brokers on one etcd: a namespace policy and a topic policy set through one broker's
+  admin API reach a topic loaded on the other while its producer stays open (the policy watch);
 - a broker whose cluster was never initialized, or whose etcd does not answer, exits non-zero
   in bounded time with one clear line and no panic.
 
@@ -139,6 +141,60 @@ def test_metadata_init_then_broker_keeps_acks_across_kill9(etcd):
     finally:
         srv.close()
         shutil.rmtree(srv._tmp, ignore_errors=True)
+
+
+def _is_dup_receipt(message_id):
+    # Pulsar acknowledges a duplicate at once with message id -1:-1.
+    return message_id.ledger_id() == -1 and message_id.entry_id() == -1
+
+
+def test_policies_set_through_one_broker_reach_a_topic_loaded_on_another(etcd):
+    """Deduplication is the probe: a resent sequence id is stored while it is off and answered
+    as a duplicate (-1:-1) while it is on, on the producer opened before the change (a new
+    producer or consumer would re-read the policies anyway). Enabled for the namespace through
+    broker B, then disabled for the topic through B: broker A, which has the topic loaded,
+    follows both, each within the bounded wait."""
+    loader, other = _broker(etcd, CLUSTER), _broker(etcd, CLUSTER)
+    _init(etcd, CLUSTER, "http://127.0.0.1:%d" % loader.web_port, loader.service_url)
+    namespace = "public/policy-watch-%d" % os.getpid()
+    topic = "persistent://%s/%s" % (namespace, unique_topic("watched").rsplit("/", 1)[-1])
+    client = None
+    try:
+        loader.start()
+        other.start()
+        status, body = http_request("PUT", other.web_url + "/admin/v2/namespaces/" + namespace)
+        assert status in (200, 204), (status, body)
+        client = loader.client()
+        producer = client.create_producer(topic, producer_name="p", batching_enabled=False)
+        sequence = [10]
+
+        def resent_is_duplicate():
+            sequence[0] += 1
+            producer.send(b"first", sequence_id=sequence[0])
+            return _is_dup_receipt(producer.send(b"again", sequence_id=sequence[0]))
+
+        def eventually(expected, what):
+            deadline = time.monotonic() + 10
+            while resent_is_duplicate() != expected:
+                assert time.monotonic() < deadline, "%s: not applied on the loading broker " \
+                    "within 10 s\n%s" % (what, loader.log_tail())
+                time.sleep(0.05)  # polled: the client sees no event for a policy change
+
+        assert not resent_is_duplicate(), "deduplication is off to begin with"
+        status, body = http_request("POST", "%s/admin/v2/namespaces/%s/deduplication"
+                                    % (other.web_url, namespace), "true")
+        assert status in (200, 204), (status, body)
+        eventually(True, "namespace deduplication enabled through the other broker")
+        status, body = http_request("POST", "%s/admin/v2/%s/deduplicationEnabled"
+                                    % (other.web_url, topic.replace("://", "/")), "false")
+        assert status in (200, 204), (status, body)
+        eventually(False, "topic deduplication disabled through the other broker")
+    finally:
+        if client is not None:
+            client.close()
+        for srv in (loader, other):
+            srv.close()
+            shutil.rmtree(srv._tmp, ignore_errors=True)
 
 
 def test_broker_refuses_an_uninitialized_cluster(etcd, tmp_path):

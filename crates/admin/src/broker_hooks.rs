@@ -329,13 +329,7 @@ impl BrokerHooks for AdminHooks {
             Some(base) => name.partitioned_topic() == *base,
             None => name.namespace() == namespace,
         };
-        let internal = |e: BrokerError| HookError::Internal(e.to_string());
-        for loaded in self.0.loaded_topics() {
-            if affected(&loaded.name) {
-                loaded.refresh_policies().await.map_err(internal)?;
-            }
-        }
-        self.0.refresh_non_persistent_policies(affected).await.map_err(internal)
+        self.0.refresh_policies_of(affected).await.map_err(|e| HookError::Internal(e.to_string()))
     }
 }
 

@@ -46,6 +46,7 @@ pub mod managed_ledger;
 pub mod metrics;
 pub mod non_persistent;
 pub mod ownership;
+pub mod policy_watch;
 pub mod prometheus;
 pub mod registration;
 pub mod retention;

@@ -269,6 +269,9 @@ pub struct NonPersistentTopic {
     /// `maxConsumersPerTopic` and `maxConsumersPerSubscription` (0: no limit).
     max_consumers: AtomicU32,
     max_consumers_per_subscription: AtomicU32,
+    /// Held while the topic's policies are read and applied (`BrokerService`), so refreshes
+    /// apply in the order they read.
+    pub(crate) policy_refresh: tokio::sync::Mutex<()>,
 }
 
 impl NonPersistentTopic {
@@ -285,6 +288,7 @@ impl NonPersistentTopic {
             max_message_size: AtomicU32::new(0),
             max_consumers: AtomicU32::new(0),
             max_consumers_per_subscription: AtomicU32::new(0),
+            policy_refresh: tokio::sync::Mutex::new(()),
         })
     }
 

@@ -38,6 +38,9 @@ pub struct BrokerService {
     /// Live non-persistent topics: in memory only, gone with the process (as in Pulsar).
     non_persistent: Mutex<HashMap<String, Arc<NonPersistentTopic>>>,
     next_key: AtomicU64,
+    /// Bumped before every policy refresh of the loaded topics: a topic whose load started
+    /// before a bump re-reads its policies once loaded (it was not among the loaded ones).
+    policy_changes: AtomicU64,
     /// The recent totals and topic series the web console charts (`history`: bounded, filled
     /// by the sampler task `history::start`).
     pub history: Mutex<crate::history::History>,
@@ -94,6 +97,7 @@ impl BrokerService {
             topics: Mutex::default(),
             non_persistent: Mutex::default(),
             next_key: AtomicU64::new(1),
+            policy_changes: AtomicU64::new(0),
             history: Mutex::default(),
         })
     }
@@ -190,6 +194,7 @@ impl BrokerService {
                 Err(e) => return Err(e.into()),
             }
         }
+        let policy_changes = self.policy_changes.load(Ordering::SeqCst);
         let topic = cell
             .get_or_try_init(|| async {
                 let loaded =
@@ -208,6 +213,10 @@ impl BrokerService {
                 Ok::<_, BrokerError>(topic)
             })
             .await?;
+        if self.policy_changes.load(Ordering::SeqCst) != policy_changes {
+            // Policies changed while it loaded, and the refresh did not see it yet.
+            topic.refresh_policies().await?;
+        }
         Ok(topic.clone())
     }
 
@@ -230,6 +239,9 @@ impl BrokerService {
         &self,
         topic: &NonPersistentTopic,
     ) -> Result<Effective, BrokerError> {
+        // Read and applied under the topic's lock: a refresh that read older documents
+        // cannot apply them after one that read newer.
+        let _serial = topic.policy_refresh.lock().await;
         let defaults = self.config.policy_defaults();
         let cluster = &self.config.cluster_name;
         let effective =
@@ -404,18 +416,30 @@ impl BrokerService {
         self.topics.lock().values().filter_map(|cell| cell.get().cloned()).collect()
     }
 
-    /// Re-reads and applies the policies of every live non-persistent topic `affected` picks
-    /// (the admin API changed them; persistent topics refresh theirs likewise).
-    pub async fn refresh_non_persistent_policies(
+    /// Re-reads and applies the policies of every loaded topic, persistent or not, that
+    /// `affected` picks (a policy changed: through this broker's admin API, or anywhere in the
+    /// cluster as `policy_watch` learns). Every topic is tried; the first error is returned.
+    pub async fn refresh_policies_of(
         &self,
         affected: impl Fn(&TopicName) -> bool,
     ) -> Result<(), BrokerError> {
+        self.policy_changes.fetch_add(1, Ordering::SeqCst);
+        let mut first_error = None;
+        for topic in self.loaded_topics() {
+            if affected(&topic.name) {
+                if let Err(error) = topic.refresh_policies().await {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
         let live: Vec<Arc<NonPersistentTopic>> =
             self.non_persistent.lock().values().filter(|t| affected(&t.name)).cloned().collect();
         for topic in live {
-            self.apply_non_persistent_policies(&topic).await?;
+            if let Err(error) = self.apply_non_persistent_policies(&topic).await {
+                first_error.get_or_insert(error);
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 }
 

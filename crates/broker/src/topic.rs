@@ -381,6 +381,8 @@ pub struct Topic {
     /// What the topic obeys (topic over namespace over broker policies), re-read at load and
     /// whenever the admin API changes a policy ([`Topic::refresh_policies`]).
     policies: Mutex<Arc<Effective>>,
+    /// Held while policies are read and applied, so refreshes apply in the order they read.
+    policy_refresh: tokio::sync::Mutex<()>,
     policy_defaults: PolicyDefaults,
     /// How the broker stores ledgers where no policy says (`[ledgers]`).
     ledger_defaults: magnetar_ledger::LedgerMetadata,
@@ -539,6 +541,7 @@ impl Topic {
                 None,
                 &config.cluster_name,
             ))),
+            policy_refresh: tokio::sync::Mutex::new(()),
             policy_defaults: config.policy_defaults(),
             ledger_defaults,
             cluster: config.cluster_name.clone(),
@@ -673,6 +676,10 @@ impl Topic {
     /// defaults (Pulsar's order). A document that does not parse counts as absent (logged): a
     /// bad policy must not make the topic unloadable.
     pub async fn refresh_policies(&self) -> Result<(), BrokerError> {
+        // Read and applied under the lock: a refresh that read older documents cannot apply
+        // them after one that read newer (the admin API, the policy watch and producer or
+        // consumer creation refresh concurrently).
+        let _serial = self.policy_refresh.lock().await;
         let effective =
             read_effective(&*self.metadata, &self.name, &self.policy_defaults, &self.cluster)
                 .await?;

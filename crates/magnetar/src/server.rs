@@ -114,6 +114,18 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
                 tracing::error!(%error, "authorization: cannot watch permission changes");
             }
         });
+        if !matches!(settings.metadata, MetadataBackend::Embedded) {
+            // Policies changed through another broker reach the topics loaded here (this
+            // broker's own admin API refreshes them directly; standalone has only that).
+            let service = service.clone();
+            tokio::spawn(async move {
+                if let Err(error) =
+                    magnetar_broker::policy_watch::follow_policy_changes(service).await
+                {
+                    tracing::error!(%error, "cannot watch policy changes");
+                }
+            });
+        }
         // Retention, idle-ledger rollover and inactive-topic deletion.
         magnetar_broker::housekeeping::start(&service);
         // The recent totals and topic series the web console charts (bounded, in memory).

@@ -5,4 +5,5 @@
 mod connection_loop;
 mod cursor_ledgers;
 mod fencing;
+mod policy_watch;
 mod unload;
