@@ -426,6 +426,38 @@ def test_publish_rate_bounds_throughput_without_failing_sends():
             client.close()
 
 
+@pytest.mark.parametrize("domain", ["persistent", "non-persistent"])
+def test_a_topic_publish_rate_set_while_producing_holds_on_both_domains(server, domain):
+    """The topic's `publishRate` policy, set while its producer is open, paces it on
+    non-persistent topics too (Pulsar's NonPersistentTopic has the same publish rate limiter):
+    every send succeeds, later; the stats count the pauses (`publishRateLimitedTimes`) and the
+    consumer gets every message in order."""
+    name = short_name(unique_topic("publish-rate-policy"))
+    topic = "%s://public/default/%s" % (domain, name)
+    url = "%s/admin/v2/%s/public/default/%s" % (server.web_url, domain, name)
+    client = server.client()
+    try:
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"before")
+        rate = json.dumps({"publishThrottlingRateInMsg": RATE, "publishThrottlingRateInByte": -1})
+        status, body = http_request("POST", url + "/publishRate", rate)
+        assert status in (200, 204), (status, body)
+        started = time.monotonic()
+        for i in range(3 * RATE):
+            producer.send(b"m-%d" % i)
+        elapsed = time.monotonic() - started
+        # A burst of RATE, then RATE per second: 2 s for the other 2 * RATE.
+        assert elapsed >= 1.5, "%d messages in %.2f s" % (3 * RATE, elapsed)
+        status, body = http_request("GET", url + "/stats")
+        assert status == 200, body
+        assert json.loads(body)["publishRateLimitedTimes"] > 0, body
+        got = receive_n(consumer, 1 + 3 * RATE)
+        assert payloads(got) == ["before"] + ["m-%d" % i for i in range(3 * RATE)]
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("knob", ["dispatch_throttling_rate_per_topic_in_msg",
                                   "dispatch_throttling_rate_per_subscription_in_msg"])
 def test_dispatch_rate_bounds_delivery(knob):

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math/bits"
 	"testing"
@@ -178,4 +179,46 @@ func TestNonPersistentSchemas(t *testing.T) {
 		t.Fatalf("a producer with an incompatible schema was let in")
 	}
 	t.Logf("incompatible schema refused: %v", err)
+}
+
+// TestNonPersistentPublishRate: a topic publishRate policy, set while the producer is open,
+// paces a non-persistent topic's producer as a persistent one's (Pulsar's NonPersistentTopic
+// has the same publish rate limiter): every send succeeds, later, and the topic's stats count
+// the pauses.
+func TestNonPersistentPublishRate(t *testing.T) {
+	const rate = 20
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	name := "go-np-publish-rate-" + hex.EncodeToString(b)
+	topic := "non-persistent://public/default/" + name
+	c := newClient(t)
+	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s"})
+	p := newProducer(t, c, pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	send(t, p, &pulsar.ProducerMessage{Payload: []byte("before")})
+	path := "/admin/v2/non-persistent/public/default/" + name
+	adminOK(t, "POST", path+"/publishRate",
+		fmt.Sprintf(`{"publishThrottlingRateInMsg":%d,"publishThrottlingRateInByte":-1}`, rate))
+	started := time.Now()
+	for i := 0; i < 3*rate; i++ {
+		send(t, p, &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%d", i))})
+	}
+	// A burst of `rate`, then `rate` a second: 2 s for the other 2 * rate.
+	if elapsed := time.Since(started); elapsed < 1500*time.Millisecond {
+		t.Fatalf("%d sends took %v: the publish rate did not hold", 3*rate, elapsed)
+	}
+	var stats struct {
+		PublishRateLimitedTimes int64 `json:"publishRateLimitedTimes"`
+	}
+	if err := json.Unmarshal([]byte(adminOK(t, "GET", path+"/stats", "")), &stats); err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	if stats.PublishRateLimitedTimes == 0 {
+		t.Fatalf("publishRateLimitedTimes is 0 after paced sends")
+	}
+	got := receiveN(t, cons, 1+3*rate)
+	for i, m := range got[1:] {
+		if want := fmt.Sprintf("m-%d", i); string(m.Payload()) != want {
+			t.Fatalf("message %d is %q, want %q", i, m.Payload(), want)
+		}
+	}
 }

@@ -31,6 +31,8 @@ pub struct TopicLimits {
     pub max_message_size: AtomicU32,
     /// Messages and bytes published per second to the topic.
     pub publish_rate: RateLimiter,
+    /// Times the publish rate paused the topic's producers (Pulsar's `publishRateLimitedTimes`).
+    pub publish_rate_limited_times: AtomicU64,
     /// Messages and bytes dispatched per period from the topic, all subscriptions together.
     pub dispatch_rate: RateLimiter,
     /// The rate each subscription's own limiter follows (messages, bytes, period ms).
@@ -68,8 +70,30 @@ impl TopicLimits {
     }
 }
 
+/// Counts a SEND of `messages` and `bytes` against a topic's publish rate and answers how long
+/// its connection stops reading (Pulsar pauses auto-read: sends are delayed, never failed);
+/// each pause is counted in `limited_times`. `None`: no pause (or no rate).
+pub fn throttle_publish(
+    rate: &RateLimiter,
+    limited_times: &AtomicU64,
+    messages: u64,
+    bytes: u64,
+    now_ms: u64,
+) -> Option<std::time::Duration> {
+    if rate.is_unlimited() {
+        return None;
+    }
+    rate.consume(messages, bytes);
+    let wait = rate.wait_ms(now_ms);
+    if wait == 0 {
+        return None;
+    }
+    limited_times.fetch_add(1, Ordering::Relaxed);
+    Some(std::time::Duration::from_millis(wait))
+}
+
 /// Pulsar's `PublishRate` as (messages, bytes) per second; `-1`/`0`: unlimited (0).
-fn publish_rate(rate: Option<PublishRate>) -> (u64, u64) {
+pub(crate) fn publish_rate(rate: Option<PublishRate>) -> (u64, u64) {
     rate.map_or((0, 0), |r| {
         (
             u64::try_from(r.publish_throttling_rate_in_msg).unwrap_or(0),

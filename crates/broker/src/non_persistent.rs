@@ -272,6 +272,11 @@ pub struct NonPersistentTopic {
     /// Held while the topic's policies are read and applied (`BrokerService`), so refreshes
     /// apply in the order they read.
     pub(crate) policy_refresh: tokio::sync::Mutex<()>,
+    /// The topic's and namespace's publish rate, as on persistent topics (SEND pauses the
+    /// connection past it); no dispatch rates, as Pulsar's non-persistent dispatchers.
+    pub publish_rate: crate::limits::RateLimiter,
+    /// Times the publish rate paused the topic's producers (`publishRateLimitedTimes`).
+    pub publish_rate_limited_times: std::sync::atomic::AtomicU64,
 }
 
 impl NonPersistentTopic {
@@ -289,17 +294,23 @@ impl NonPersistentTopic {
             max_consumers: AtomicU32::new(0),
             max_consumers_per_subscription: AtomicU32::new(0),
             policy_refresh: tokio::sync::Mutex::new(()),
+            publish_rate: crate::limits::RateLimiter::default(),
+            publish_rate_limited_times: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
     /// Applies the policies a non-persistent topic obeys (read when a producer or consumer is
     /// created, as persistent topics re-read theirs): the topic's message size limit, its
-    /// producer cap and its consumer caps.
+    /// publish rate (a changed rate starts full at `now_ms`), its producer cap and its
+    /// consumer caps.
     pub fn apply_policies(
         &self,
         effective: &magnetar_model::policy::Effective,
         broker_max_size: u32,
+        now_ms: u64,
     ) {
+        let (messages, bytes) = crate::limits::publish_rate(effective.publish_rate);
+        self.publish_rate.set(messages, bytes, 1_000, now_ms);
         let own = effective.max_message_size;
         let limit = if own < broker_max_size { own } else { 0 };
         self.max_message_size.store(limit, Ordering::Relaxed);
@@ -412,6 +423,7 @@ impl NonPersistentTopic {
             publishers: self.producers.stats(now),
             deduplication_status: "Disabled".to_string(),
             msg_drop_rate: Some(0.0),
+            publish_rate_limited_times: self.publish_rate_limited_times.load(Ordering::Relaxed),
             ..Default::default()
         };
         for subscription in subscriptions {
@@ -569,7 +581,7 @@ mod tests {
         let mut effective = Effective::resolve(&PolicyDefaults::default(), None, None, "c");
         effective.max_consumers_per_topic = 3;
         effective.max_consumers_per_subscription = 2;
-        topic.apply_policies(&effective, u32::MAX);
+        topic.apply_policies(&effective, u32::MAX, 0);
         let (a, _ra) = consumer(1, "a");
         let (b, _rb) = consumer(2, "b");
         let (c, _rc) = consumer(3, "c");

@@ -246,7 +246,7 @@ impl BrokerService {
         let cluster = &self.config.cluster_name;
         let effective =
             crate::topic::read_effective(&*self.metadata, &topic.name, &defaults, cluster).await?;
-        topic.apply_policies(&effective, defaults.max_message_size);
+        topic.apply_policies(&effective, defaults.max_message_size, self.ledgers.clock.now_ms());
         Ok(effective)
     }
 

@@ -359,6 +359,7 @@ impl TopicStats {
         self.backlog_size += other.backlog_size;
         self.offloaded_storage_size += other.offloaded_storage_size;
         self.waiting_publishers += other.waiting_publishers;
+        self.publish_rate_limited_times += other.publish_rate_limited_times;
         self.msg_drop_rate = add_rates(self.msg_drop_rate, other.msg_drop_rate);
         self.non_contiguous_deleted_messages_ranges += other.non_contiguous_deleted_messages_ranges;
         self.msg_chunk_published |= other.msg_chunk_published;

@@ -138,6 +138,19 @@ impl Connection {
             let partition = (producer.topic.partition >= 0).then_some(producer.topic.partition);
             let id = crate::non_persistent::message_id(partition);
             let messages = u64::try_from(send.num_messages.unwrap_or(1)).unwrap_or(1).max(1);
+            // The publish rate holds here as on persistent topics (Pulsar's
+            // `AbstractTopic.incrementPublishCount` serves both).
+            let pause = crate::limits::throttle_publish(
+                &producer.topic.publish_rate,
+                &producer.topic.publish_rate_limited_times,
+                messages,
+                entry.len() as u64,
+                self.service.ledgers.clock.now_ms(),
+            );
+            if let Some(pause) = pause {
+                let until = tokio::time::Instant::now() + pause;
+                self.paused_until = Some(self.paused_until.map_or(until, |at| at.max(until)));
+            }
             producer.info.meter.record(messages, entry.len() as u64);
             self.outbox.send_command(&commands::send_receipt(
                 producer_id,
@@ -204,18 +217,19 @@ impl Connection {
                 "Exceed maximum message size",
             );
         }
-        if !limits.publish_rate.is_unlimited() {
-            // Publish rate: counted here, and past it the connection stops reading (the
-            // producer's sends wait in its socket), as Pulsar pauses auto-read.
-            let messages = u64::try_from(send.num_messages.unwrap_or(1).max(1)).unwrap_or(1);
-            limits.publish_rate.consume(messages, entry.len() as u64);
-            let now = producer.topic.managed_ledger.clock().now_ms();
-            let wait = limits.publish_rate.wait_ms(now);
-            if wait > 0 {
-                // (Fields, not a method: `producer` borrows `self.producers`.)
-                let until = tokio::time::Instant::now() + Duration::from_millis(wait);
-                self.paused_until = Some(self.paused_until.map_or(until, |at| at.max(until)));
-            }
+        // Publish rate: counted here, and past it the connection stops reading (the
+        // producer's sends wait in its socket), as Pulsar pauses auto-read.
+        let pause = crate::limits::throttle_publish(
+            &limits.publish_rate,
+            &limits.publish_rate_limited_times,
+            u64::try_from(send.num_messages.unwrap_or(1).max(1)).unwrap_or(1),
+            entry.len() as u64,
+            producer.topic.managed_ledger.clock().now_ms(),
+        );
+        if let Some(pause) = pause {
+            // (Fields, not a method: `producer` borrows `self.producers`.)
+            let until = tokio::time::Instant::now() + pause;
+            self.paused_until = Some(self.paused_until.map_or(until, |at| at.max(until)));
         }
         // Chunks before a message's last share its sequence id: only the last one is checked
         // and recorded (metadata parsed only where deduplication is on).

@@ -61,6 +61,10 @@ impl Topic {
             deduplication_status: if self.deduplication_enabled() { "Enabled" } else { "Disabled" }
                 .to_string(),
             topic_epoch: self.producers.epoch(),
+            publish_rate_limited_times: self
+                .limits()
+                .publish_rate_limited_times
+                .load(std::sync::atomic::Ordering::Relaxed),
             ..Default::default()
         };
         let mut slowest: Option<Option<Position>> = None;
