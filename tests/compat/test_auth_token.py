@@ -8,6 +8,7 @@ A refused CONNECT is checked on the wire (ERROR AuthenticationError, then close)
 under the Python one closes on any frame but CONNECTED during its handshake and retries, so it
 reports a timeout, exactly as it does against Apache Pulsar."""
 
+import json
 import os
 import re
 import tempfile
@@ -119,6 +120,59 @@ def test_magnetar_perf_with_a_token(keys):
         refused = subprocess.run(base + [unique_topic("perf")], capture_output=True, timeout=60)
         assert refused.returncode != 0
         assert b"Unable to authenticate" in refused.stderr, refused.stderr[-2000:]
+
+
+def test_magnetar_perf_answers_challenges_with_a_rotated_token_file(keys):
+    """`magnetar perf produce --auth-token-file`: tokens live 2 s, the broker checks every
+    second and challenges an expired one, and this test rotates the file every 0.5 s. Our
+    client announces that it can refresh, answers each AUTH_CHALLENGE with the file's current
+    token on the same connection, and every message is acknowledged; the broker closed no
+    connection for expired credentials and counted the refreshes as successful logins."""
+    import subprocess
+    token_file = os.path.join(keys.dir, "rotated-token")
+
+    def write_token():
+        fresh = keys.hs_token("perf", "2s")
+        with open(token_file + ".tmp", "w") as f:
+            f.write(fresh + "\n")
+        os.replace(token_file + ".tmp", token_file)  # never half written
+
+    def logins(srv):
+        _, text = http_request("GET", srv.web_url + "/metrics",
+                               headers=bearer(keys.hs_token("admin")))
+        found = re.findall(rb'pulsar_authentication_success_total\{[^}]*auth_method="token"[^}]*\}'
+                           rb' (\d+)', text)
+        return sum(int(n) for n in found)
+
+    write_token()
+    stop = threading.Event()
+
+    def rotate():
+        while not stop.wait(0.5):
+            write_token()
+
+    extra = "refresh_check_seconds = 1\n"
+    with conftest.private_server(keys.secret_toml(extra),
+                                 health_headers=bearer(keys.hs_token("admin"))) as srv:
+        before = logins(srv)
+        rotator = threading.Thread(target=rotate, daemon=True)
+        rotator.start()
+        try:
+            done = subprocess.run([conftest.magnetar_binary(), "perf", "produce", "-u",
+                                   srv.service_url, "-m", "1000", "-r", "200", "--json",
+                                   "--auth-token-file", token_file, unique_topic("perf-rotated")],
+                                  capture_output=True, timeout=60)
+        finally:
+            stop.set()
+            rotator.join(timeout=10)
+        assert done.returncode == 0, done.stderr[-2000:]
+        publish = json.loads(done.stdout)["streams"][0]
+        assert (publish["messages"], publish["errors"]) == (1000, 0), done.stdout
+        log = srv.log_tail(400)
+        assert "credentials expired" not in log, log
+        assert "refresh timed out" not in log and "authentication refresh failed" not in log, log
+        # 5 s of 2-second tokens checked every second: at least two challenges answered.
+        assert logins(srv) - before >= 3, "one connect and at least two refreshes"
 
 
 def test_rs256_token_from_magnetar_key_pair(keys):

@@ -12,6 +12,7 @@ use magnetar_protocol::proto::{CommandLookupTopic, CommandPartitionedTopicMetada
 use magnetar_protocol::{commands, BaseCommand};
 use tokio::sync::Mutex;
 
+use crate::auth::Credentials;
 use crate::connection::{socket_address, Connection};
 use crate::consumer::{ConsumerBuilder, ReaderBuilder};
 use crate::error::{Error, Result};
@@ -58,8 +59,12 @@ pub struct Client {
 pub struct ClientOptions {
     /// PEM CAs verifying `pulsar+ssl://` brokers (the official clients' `tlsTrustCertsFilePath`).
     pub tls_trust_certs_file: Option<std::path::PathBuf>,
-    /// A token sent at CONNECT (`auth_method_name` `token`).
+    /// A token sent at CONNECT (`auth_method_name` `token`) and again when the broker
+    /// challenges it.
     pub auth_token: Option<String>,
+    /// A file holding the token, read afresh at each connection and each challenge (a token
+    /// another process rotates: the official clients' `file://` token). Not with `auth_token`.
+    pub auth_token_file: Option<std::path::PathBuf>,
     /// How long creating a producer or subscribing retries errors that may pass (a broker not
     /// ready, storage unavailable, a dropped connection) before failing with the last one
     /// (the official clients' `operationTimeout`) [`DEFAULT_OPERATION_TIMEOUT`: 30 s].
@@ -71,8 +76,8 @@ pub struct ClientOptions {
 #[derive(Debug)]
 pub(crate) struct ClientInner {
     service_url: String,
-    /// A token sent at CONNECT (`auth_method_name: "token"`), when the broker wants one.
-    auth_token: Option<String>,
+    /// The token presented at CONNECT and at each AUTH_CHALLENGE, when the broker wants one.
+    credentials: Option<Arc<Credentials>>,
     pool: Mutex<HashMap<String, Arc<Connection>>>,
     /// How `pulsar+ssl://` brokers are verified (None: plain `pulsar://` only).
     tls: Option<Arc<rustls::ClientConfig>>,
@@ -149,14 +154,25 @@ impl Client {
             Some(file) => Some(Arc::new(tls_client_config(file)?)),
             None => None,
         };
-        let auth_token = options.auth_token;
+        let credentials = match (options.auth_token, options.auth_token_file) {
+            (Some(_), Some(_)) => {
+                return Err(Error::Config("a token or a token file, not both".into()));
+            }
+            (Some(token), None) => Some(Credentials::Token(token)),
+            (None, Some(path)) => Some(Credentials::TokenFile(path)),
+            (None, None) => None,
+        };
+        if let Some(credentials) = &credentials {
+            credentials.token()?; // a missing or empty token file fails here, not at first use
+        }
+        let credentials = credentials.map(Arc::new);
         let operation_timeout =
             options.operation_timeout.unwrap_or(crate::error::DEFAULT_OPERATION_TIMEOUT);
         socket_address(&service_url)?;
         let client = Client {
             inner: Arc::new(ClientInner {
                 service_url,
-                auth_token,
+                credentials,
                 pool: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
                 tls,
@@ -215,7 +231,7 @@ impl Client {
             }
         }
         let conn =
-            Connection::connect(url, self.inner.tls.as_ref(), self.inner.auth_token.as_deref())
+            Connection::connect(url, self.inner.tls.as_ref(), self.inner.credentials.clone())
                 .await?;
         pool.insert(url.to_string(), conn.clone());
         Ok(conn)

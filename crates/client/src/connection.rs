@@ -9,16 +9,22 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use magnetar_protocol::proto::base_command::Type;
-use magnetar_protocol::proto::{BaseCommand, CommandMessage, CommandSendError, CommandSendReceipt};
+use magnetar_protocol::proto::{
+    BaseCommand, CommandMessage, CommandSendError, CommandSendReceipt, FeatureFlags,
+};
 use magnetar_protocol::{commands, encode_command, FrameDecoder, PayloadSection};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::auth::{Credentials, TOKEN_METHOD};
 use crate::error::{Error, Result};
 
 /// Protocol version announced in CONNECT.
 pub const PROTOCOL_VERSION: i32 = 19;
+
+/// The client version announced in CONNECT and AUTH_RESPONSE.
+const CLIENT_VERSION: &str = concat!("magnetar-client-rust ", env!("CARGO_PKG_VERSION"));
 
 /// Idle time after which the client pings the broker; the connection is
 /// closed after two silent intervals.
@@ -61,6 +67,8 @@ struct Routes {
 struct Shared {
     routes: Mutex<Routes>,
     out: mpsc::UnboundedSender<Bytes>,
+    /// What AUTH_CHALLENGE is answered with (None: no authentication).
+    credentials: Option<Arc<Credentials>>,
 }
 
 impl Shared {
@@ -151,11 +159,12 @@ pub(crate) fn is_tls_url(url: &str) -> bool {
 
 impl Connection {
     /// Connects (TLS for `pulsar+ssl://`, verified with `tls`) and performs the handshake,
-    /// authenticating with `auth_token` when given.
+    /// authenticating with `credentials` when given (and answering the broker's challenges
+    /// with them for as long as the connection lives).
     pub(crate) async fn connect(
         url: &str,
         tls: Option<&Arc<rustls::ClientConfig>>,
-        auth_token: Option<&str>,
+        credentials: Option<Arc<Credentials>>,
     ) -> Result<Arc<Self>> {
         let address = socket_address(url)?;
         let stream = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(&address))
@@ -164,7 +173,7 @@ impl Connection {
         stream.set_nodelay(true)?;
         if !is_tls_url(url) {
             // The socket's own halves: no lock between reader and writer.
-            return Self::start(url, stream, TcpStream::into_split, auth_token).await;
+            return Self::start(url, stream, TcpStream::into_split, credentials).await;
         }
         let config = tls.ok_or_else(|| {
             Error::Config(format!("{url} needs a trust store (Client::connect_tls)"))
@@ -177,7 +186,7 @@ impl Connection {
         let stream = tokio::time::timeout(REQUEST_TIMEOUT, connector.connect(name, stream))
             .await
             .map_err(|_| Error::Timeout("TLS handshake"))??;
-        Self::start(url, stream, tokio::io::split, auth_token).await
+        Self::start(url, stream, tokio::io::split, credentials).await
     }
 
     /// The CONNECT/CONNECTED handshake on `stream`, then the reader and writer tasks on the
@@ -186,20 +195,20 @@ impl Connection {
         url: &str,
         mut stream: S,
         split: fn(S) -> (R, W),
-        auth_token: Option<&str>,
+        credentials: Option<Arc<Credentials>>,
     ) -> Result<Arc<Self>>
     where
         S: AsyncRead + AsyncWrite + Unpin,
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let mut connect = commands::connect(
-            concat!("magnetar-client-rust ", env!("CARGO_PKG_VERSION")),
-            PROTOCOL_VERSION,
-        );
-        if let (Some(token), Some(body)) = (auth_token, connect.connect.as_mut()) {
-            body.auth_method_name = Some("token".to_string());
-            body.auth_data = Some(token.as_bytes().to_vec().into());
+        let mut connect = commands::connect(CLIENT_VERSION, PROTOCOL_VERSION);
+        if let (Some(credentials), Some(body)) = (&credentials, connect.connect.as_mut()) {
+            body.auth_method_name = Some(TOKEN_METHOD.to_string());
+            body.auth_data = Some(credentials.token()?.into_bytes().into());
+            // The broker challenges expired credentials instead of closing the connection.
+            body.feature_flags =
+                Some(FeatureFlags { supports_auth_refresh: Some(true), ..Default::default() });
         }
         stream.write_all(&encode(&connect)?).await?;
 
@@ -220,6 +229,12 @@ impl Connection {
                         Some(Type::Error) => {
                             let e = frame.command.error.unwrap_or_default();
                             return Err(Error::server(e.error, e.message));
+                        }
+                        Some(Type::AuthChallenge) if credentials.is_some() => {
+                            // A method with more than one round (the token has one, but a
+                            // broker may still ask): answer and wait on.
+                            let response = auth_response(credentials.as_deref())?;
+                            stream.write_all(&encode(&response)?).await?;
                         }
                         other => {
                             return Err(Error::Protocol(format!(
@@ -244,7 +259,7 @@ impl Connection {
         tracing::debug!(url, server = %connected.server_version, "connected");
 
         let (out_tx, out_rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared { routes: Mutex::default(), out: out_tx });
+        let shared = Arc::new(Shared { routes: Mutex::default(), out: out_tx, credentials });
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (read_half, write_half) = split(stream);
         tokio::spawn(write_loop(write_half, out_rx, shutdown_rx.clone(), shared.clone()));
@@ -443,6 +458,18 @@ async fn write_frames<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// AUTH_RESPONSE with the current token (read afresh from its file, if that is its source).
+fn auth_response(credentials: Option<&Credentials>) -> Result<BaseCommand> {
+    let credentials =
+        credentials.ok_or_else(|| Error::Protocol("AUTH_CHALLENGE without credentials".into()))?;
+    Ok(commands::auth_response(
+        CLIENT_VERSION,
+        TOKEN_METHOD,
+        credentials.token()?.into_bytes().into(),
+        PROTOCOL_VERSION,
+    ))
+}
+
 async fn read_loop<R: AsyncRead + Unpin>(
     mut socket: R,
     mut buf: BytesMut,
@@ -502,6 +529,15 @@ fn dispatch(shared: &Shared, mut command: BaseCommand, payload: Option<PayloadSe
             }
         }
         Type::Pong => {}
+        Type::AuthChallenge => {
+            match auth_response(shared.credentials.as_deref()).and_then(|c| encode(&c)) {
+                Ok(response) => {
+                    let _ = shared.out.send(response);
+                }
+                // Unanswered, the broker closes the connection; the next one reads the token again.
+                Err(error) => tracing::warn!(%error, "cannot answer the broker's AUTH_CHALLENGE"),
+            }
+        }
         Type::SendReceipt => {
             if let Some(receipt) = command.send_receipt.take() {
                 if let Some(tx) = shared.routes().producers.get(&receipt.producer_id) {

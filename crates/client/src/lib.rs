@@ -34,6 +34,7 @@
 
 #![warn(missing_docs)]
 
+mod auth;
 mod client;
 mod compression;
 mod connection;

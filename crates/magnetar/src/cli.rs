@@ -178,7 +178,8 @@ pub struct PerfTargetArgs {
     /// with AuthenticationToken).
     #[arg(long, conflicts_with = "auth_token_file")]
     pub auth_token: Option<String>,
-    /// A file holding the token (whitespace around it ignored).
+    /// A file holding the token (whitespace around it ignored), read again at each connection
+    /// and whenever the broker challenges an expired token: another process may rotate it.
     #[arg(long)]
     pub auth_token_file: Option<std::path::PathBuf>,
 }

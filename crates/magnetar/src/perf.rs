@@ -38,18 +38,10 @@ pub fn e2e(args: PerfE2eArgs) -> anyhow::Result<()> {
 }
 
 fn target_and_run(args: &PerfTargetArgs) -> anyhow::Result<(Target, RunOptions)> {
-    let auth_token = match (&args.auth_token, &args.auth_token_file) {
-        (Some(token), _) => Some(token.trim().to_string()),
-        (None, Some(path)) => Some(
-            std::fs::read_to_string(path)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
-                .trim()
-                .to_string(),
-        ),
-        (None, None) => None,
-    };
     let target = Target {
-        auth_token,
+        // The file is read by the client, afresh at each connection and challenge.
+        auth_token: args.auth_token.as_ref().map(|token| token.trim().to_string()),
+        auth_token_file: args.auth_token_file.clone(),
         service_url: args.service_url.clone(),
         admin_url: args.admin_url.clone(),
         topic: args.topic.clone(),

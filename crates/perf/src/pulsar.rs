@@ -40,6 +40,9 @@ pub struct Target {
     pub tls_trust_certs_file: Option<std::path::PathBuf>,
     /// A token for the broker's CONNECT and the admin API (`Authorization: Bearer`).
     pub auth_token: Option<String>,
+    /// A file holding the token instead, read afresh at each connection and each time the
+    /// broker challenges an expired one (a token another process rotates).
+    pub auth_token_file: Option<std::path::PathBuf>,
 }
 
 /// When to stop and how to report.
@@ -350,6 +353,7 @@ async fn connect(target: &Target) -> anyhow::Result<Client> {
     let options = magnetar_client::ClientOptions {
         tls_trust_certs_file: target.tls_trust_certs_file.clone(),
         auth_token: target.auth_token.clone(),
+        auth_token_file: target.auth_token_file.clone(),
         ..Default::default()
     };
     Client::connect_with_options(target.service_url.clone(), options)
@@ -383,11 +387,29 @@ fn prepare_topics(target: &Target) -> anyhow::Result<Vec<String>> {
     let topics = topics(target);
     if target.partitions > 0 {
         for topic in &topics {
-            let token = target.auth_token.as_deref();
-            create_partitioned_topic(&target.admin_url, token, topic, target.partitions)?;
+            let token = admin_token(target)?;
+            create_partitioned_topic(
+                &target.admin_url,
+                token.as_deref(),
+                topic,
+                target.partitions,
+            )?;
         }
     }
     Ok(topics)
+}
+
+/// The token for the admin API: the given one, or the token file's current content.
+fn admin_token(target: &Target) -> anyhow::Result<Option<String>> {
+    match (&target.auth_token, &target.auth_token_file) {
+        (Some(token), _) => Ok(Some(token.clone())),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the token file {}", path.display()))?;
+            Ok(Some(text.trim().to_string()))
+        }
+        (None, None) => Ok(None),
+    }
 }
 
 /// Producers created at once, at most: a broker's topic-load rate is measured, not our round
@@ -765,6 +787,7 @@ mod tests {
             partitions: 0,
             tls_trust_certs_file: None,
             auth_token: None,
+            auth_token_file: None,
         };
         assert_eq!(topics(&target), vec!["t"]);
         target.num_topics = 3;

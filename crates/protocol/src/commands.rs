@@ -12,12 +12,12 @@ use crate::proto::command_lookup_topic_response::LookupType;
 use crate::proto::command_partitioned_topic_metadata_response::LookupType as PartitionedLookupType;
 use crate::proto::{
     AuthData, BaseCommand, CommandAckResponse, CommandActiveConsumerChange, CommandAuthChallenge,
-    CommandCloseConsumer, CommandCloseProducer, CommandConnect, CommandConnected, CommandError,
-    CommandFlow, CommandGetLastMessageIdResponse, CommandGetOrCreateSchemaResponse,
-    CommandGetSchemaResponse, CommandLookupTopicResponse, CommandMessage,
-    CommandPartitionedTopicMetadataResponse, CommandPing, CommandPong, CommandProducerSuccess,
-    CommandReachedEndOfTopic, CommandSend, CommandSendError, CommandSendReceipt, CommandSuccess,
-    FeatureFlags, MessageIdData, Schema, ServerError,
+    CommandAuthResponse, CommandCloseConsumer, CommandCloseProducer, CommandConnect,
+    CommandConnected, CommandError, CommandFlow, CommandGetLastMessageIdResponse,
+    CommandGetOrCreateSchemaResponse, CommandGetSchemaResponse, CommandLookupTopicResponse,
+    CommandMessage, CommandPartitionedTopicMetadataResponse, CommandPing, CommandPong,
+    CommandProducerSuccess, CommandReachedEndOfTopic, CommandSend, CommandSendError,
+    CommandSendReceipt, CommandSuccess, FeatureFlags, MessageIdData, Schema, ServerError,
 };
 
 /// The command type, or `None` for a type number unknown to this crate.
@@ -95,6 +95,26 @@ pub fn auth_challenge(
             protocol_version: Some(protocol_version),
         })),
         ..base(Type::AuthChallenge)
+    }
+}
+
+/// AUTH_RESPONSE: a client's answer to AUTH_CHALLENGE (fresh credentials of `auth_method_name`).
+pub fn auth_response(
+    client_version: impl Into<String>,
+    auth_method_name: impl Into<String>,
+    auth_data: Bytes,
+    protocol_version: i32,
+) -> BaseCommand {
+    BaseCommand {
+        auth_response: Some(Box::new(CommandAuthResponse {
+            client_version: Some(client_version.into()),
+            response: Some(AuthData {
+                auth_method_name: Some(auth_method_name.into()),
+                auth_data: Some(auth_data),
+            }),
+            protocol_version: Some(protocol_version),
+        })),
+        ..base(Type::AuthResponse)
     }
 }
 
