@@ -127,6 +127,8 @@ mod tests {
         let data = ClusterData {
             service_url: Some("http://h:8080".into()),
             broker_service_url: Some("pulsar://h:6650".into()),
+            service_url_tls: Some("https://h:8443".into()),
+            broker_service_url_tls: None,
         };
         let first = initialize_cluster(&store, "c1", &data).await.unwrap();
         assert_eq!(first.created(), 5);
@@ -140,6 +142,16 @@ mod tests {
         let stored = store.get(&keys::cluster("c1")).await.unwrap().unwrap();
         let stored: ClusterData = serde_json::from_slice(&stored.value).unwrap();
         assert_eq!(stored.service_url.as_deref(), Some("http://h:8080"), "record kept");
+        assert_eq!(stored.service_url_tls.as_deref(), Some("https://h:8443"));
+        let json = String::from_utf8(
+            store.get(&keys::cluster("c1")).await.unwrap().unwrap().value.to_vec(),
+        )
+        .unwrap();
+        assert!(
+            json.contains(r#""serviceUrlTls":"https://h:8443""#),
+            "Pulsar's field name: {json}"
+        );
+        assert!(!json.contains("brokerServiceUrlTls"), "unset fields are left out: {json}");
         assert!(initialize_cluster(&store, "", &ClusterData::default()).await.is_err());
     }
 }

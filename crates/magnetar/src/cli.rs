@@ -101,22 +101,28 @@ pub struct MetadataInitArgs {
     /// The cluster's binary protocol URL, recorded in its ClusterData (pulsar://host:6650).
     #[arg(long)]
     pub broker_service_url: Option<String>,
+    /// The cluster's HTTPS admin URL, recorded in its ClusterData (https://host:8443).
+    #[arg(long)]
+    pub web_service_url_tls: Option<String>,
+    /// The cluster's TLS binary protocol URL, recorded in its ClusterData
+    /// (pulsar+ssl://host:6651).
+    #[arg(long)]
+    pub broker_service_url_tls: Option<String>,
 }
 
 impl MetadataInitArgs {
     fn validate(&self) -> Result<(), String> {
-        if let Some(url) = &self.web_service_url {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(format!(
-                    "--web-service-url {url:?} must start with http:// or https://"
-                ));
-            }
-        }
-        if let Some(url) = &self.broker_service_url {
-            if !(url.starts_with("pulsar://") || url.starts_with("pulsar+ssl://")) {
-                return Err(format!(
-                    "--broker-service-url {url:?} must start with pulsar:// or pulsar+ssl://"
-                ));
+        let flags = [
+            ("--web-service-url", &self.web_service_url, &["http://", "https://"][..]),
+            ("--broker-service-url", &self.broker_service_url, &["pulsar://", "pulsar+ssl://"]),
+            ("--web-service-url-tls", &self.web_service_url_tls, &["https://"]),
+            ("--broker-service-url-tls", &self.broker_service_url_tls, &["pulsar+ssl://"]),
+        ];
+        for (flag, url, schemes) in flags {
+            if let Some(url) = url {
+                if !schemes.iter().any(|scheme| url.starts_with(scheme)) {
+                    return Err(format!("{flag} {url:?} must start with {}", schemes.join(" or ")));
+                }
             }
         }
         Ok(())

@@ -28,6 +28,8 @@ pub fn init(args: MetadataInitArgs) -> anyhow::Result<()> {
     let data = ClusterData {
         service_url: args.web_service_url.clone(),
         broker_service_url: args.broker_service_url.clone(),
+        service_url_tls: args.web_service_url_tls.clone(),
+        broker_service_url_tls: args.broker_service_url_tls.clone(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async move {

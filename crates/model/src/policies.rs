@@ -73,6 +73,12 @@ pub struct ClusterData {
     /// Binary protocol URL of the cluster (`pulsar://host:6650`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broker_service_url: Option<String>,
+    /// HTTPS admin URL of the cluster (`https://host:8443`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_url_tls: Option<String>,
+    /// TLS binary protocol URL of the cluster (`pulsar+ssl://host:6651`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broker_service_url_tls: Option<String>,
 }
 
 /// What a running broker publishes about itself at `/brokers/{host}:{web-port}`, an ephemeral

@@ -82,6 +82,8 @@ fn init(url: &str, name: &str) -> Output {
             "http://127.0.0.1:8080",
             "--broker-service-url",
             "pulsar://127.0.0.1:6650",
+            "--broker-service-url-tls",
+            "pulsar+ssl://127.0.0.1:6651",
         ]),
         WAIT,
     );
@@ -241,6 +243,8 @@ async fn metadata_init_is_idempotent_and_brokers_need_it() {
     let record = store.get(&keys::cluster("c1")).await.unwrap().unwrap();
     let record: serde_json::Value = serde_json::from_slice(&record.value).unwrap();
     assert_eq!(record["brokerServiceUrl"], "pulsar://127.0.0.1:6650");
+    assert_eq!(record["brokerServiceUrlTls"], "pulsar+ssl://127.0.0.1:6651");
+    assert!(record.get("serviceUrlTls").is_none(), "not given, not stored: {record}");
 
     let second = text(&init(&url, "c1").stdout);
     assert!(second.contains("nothing changed"), "{second}");
@@ -278,6 +282,25 @@ fn bad_metadata_urls_and_unreachable_etcd_exit_with_one_line() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains(expect), "{args:?}: {stderr}");
         assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    }
+    // Cluster URLs with the wrong scheme are refused before anything is contacted.
+    for (flag, url, expect) in [
+        ("--web-service-url", "ftp://h", "must start with http:// or https://"),
+        ("--web-service-url-tls", "http://h:8080", "must start with https://"),
+        ("--broker-service-url-tls", "pulsar://h:6650", "must start with pulsar+ssl://"),
+    ] {
+        let out = run_bounded(
+            magnetar().args(["metadata", "init", "--metadata", "etcd://127.0.0.1:1"]).args([
+                "--cluster",
+                "c",
+                flag,
+                url,
+            ]),
+            WAIT,
+        );
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "a usage error, as clap's: {flag}: {stderr}");
+        assert!(stderr.contains(&format!("{flag} \"{url}\" {expect}")), "{flag}: {stderr}");
     }
     // Nothing listens on port 1: bounded by connect_timeout_seconds (1 here).
     let dir = tempfile::tempdir().unwrap();
