@@ -289,8 +289,15 @@ impl Authorizer {
         if !self.config.enabled {
             return Ok(());
         }
-        let mut tenants = self.metadata.watch(&format!("{}/", keys::TENANTS_ROOT)).await?;
-        let mut namespaces = self.metadata.watch(&format!("{}/", keys::NAMESPACES_ROOT)).await?;
+        let retrying = crate::policy_watch::watch_retrying;
+        let tenant_prefix = format!("{}/", keys::TENANTS_ROOT);
+        let Some(mut tenants) = retrying(&*self.metadata, &tenant_prefix).await else {
+            return Ok(());
+        };
+        let namespace_prefix = format!("{}/", keys::NAMESPACES_ROOT);
+        let Some(mut namespaces) = retrying(&*self.metadata, &namespace_prefix).await else {
+            return Ok(());
+        };
         // Anything cached before the watches started may be stale.
         self.invalidate_all();
         loop {

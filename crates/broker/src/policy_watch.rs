@@ -16,10 +16,11 @@
 
 use crate::error::BrokerError;
 use crate::service::BrokerService;
-use magnetar_metadata::{WatchEvent, WatchStream};
+use magnetar_metadata::{MetadataError, MetadataStore, WatchEvent, WatchStream};
 use magnetar_model::keys;
 use magnetar_model::names::{NamespaceName, TopicDomain, TopicName};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Which loaded topics a changed policy document concerns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,12 +68,18 @@ impl PolicyScope {
 
 /// Watches the namespace and topic-policy documents for as long as the metadata store lives,
 /// refreshing the loaded topics each change concerns (a burst of changes is read off the
-/// watches first and refreshed once). Errors of a refresh are logged and the watch goes on;
-/// it returns an error only when a watch cannot be started.
+/// watches first and refreshed once). Errors of a refresh are logged and the watch goes on; a
+/// watch that cannot start yet (etcd unreachable) is retried. Returns once the store closes.
 pub async fn follow_policy_changes(service: Arc<BrokerService>) -> Result<(), BrokerError> {
     let metadata = service.metadata.clone();
-    let mut namespaces = metadata.watch(&format!("{}/", keys::NAMESPACES_ROOT)).await?;
-    let mut topics = metadata.watch(&format!("{}/", keys::TOPIC_POLICIES_ROOT)).await?;
+    let namespace_prefix = format!("{}/", keys::NAMESPACES_ROOT);
+    let Some(mut namespaces) = watch_retrying(&*metadata, &namespace_prefix).await else {
+        return Ok(());
+    };
+    let topic_prefix = format!("{}/", keys::TOPIC_POLICIES_ROOT);
+    let Some(mut topics) = watch_retrying(&*metadata, &topic_prefix).await else {
+        return Ok(());
+    };
     // Whatever changed before the watches started is not announced by them.
     let mut pending = vec![PolicyScope::Everything];
     loop {
@@ -91,6 +98,26 @@ pub async fn follow_policy_changes(service: Arc<BrokerService>) -> Result<(), Br
         note(first, &mut pending);
         drain(&mut namespaces, &mut pending);
         drain(&mut topics, &mut pending);
+    }
+}
+
+/// Starts a watch on `prefix`, retrying (backing off to 5 s) while the store cannot answer;
+/// `None` once the store is closed.
+pub(crate) async fn watch_retrying(
+    metadata: &dyn MetadataStore,
+    prefix: &str,
+) -> Option<WatchStream> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match metadata.watch(prefix).await {
+            Ok(watch) => return Some(watch),
+            Err(MetadataError::Closed) => return None,
+            Err(error) => {
+                tracing::warn!(prefix, %error, retry_in = ?backoff, "cannot start a metadata watch");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
     }
 }
 
@@ -154,6 +181,77 @@ mod tests {
         assert!(!partitioned.covers(&topic("non-persistent://acme/orders/t")));
         assert!(!partitioned.covers(&topic("persistent://acme/orders/t2")));
         assert!(PolicyScope::Everything.covers(&other));
+    }
+
+    /// A memory store whose first `failures` watches fail as an unreachable etcd's do.
+    struct FlakyWatches {
+        inner: magnetar_metadata::MemoryStore,
+        failures: std::sync::atomic::AtomicU32,
+    }
+
+    #[async_trait::async_trait]
+    impl MetadataStore for FlakyWatches {
+        async fn get(
+            &self,
+            key: &str,
+        ) -> magnetar_metadata::Result<Option<magnetar_metadata::Versioned>> {
+            self.inner.get(key).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            value: bytes::Bytes,
+            expected: magnetar_metadata::ExpectedVersion,
+        ) -> magnetar_metadata::Result<u64> {
+            self.inner.put(key, value, expected).await
+        }
+        async fn delete(
+            &self,
+            key: &str,
+            expected: magnetar_metadata::ExpectedVersion,
+        ) -> magnetar_metadata::Result<()> {
+            self.inner.delete(key, expected).await
+        }
+        async fn list(&self, prefix: &str) -> magnetar_metadata::Result<Vec<String>> {
+            self.inner.list(prefix).await
+        }
+        async fn list_children(&self, path: &str) -> magnetar_metadata::Result<Vec<String>> {
+            self.inner.list_children(path).await
+        }
+        async fn watch(&self, prefix: &str) -> magnetar_metadata::Result<WatchStream> {
+            let left = self.failures.load(std::sync::atomic::Ordering::SeqCst);
+            if left > 0 {
+                self.failures.store(left - 1, std::sync::atomic::Ordering::SeqCst);
+                return Err(MetadataError::Io {
+                    context: "starting a watch".into(),
+                    source: std::io::Error::other("etcd unreachable"),
+                });
+            }
+            self.inner.watch(prefix).await
+        }
+        async fn close(&self) -> magnetar_metadata::Result<()> {
+            self.inner.close().await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watch_that_cannot_start_is_retried_until_the_store_closes() {
+        let store = FlakyWatches {
+            inner: magnetar_metadata::MemoryStore::new(),
+            failures: std::sync::atomic::AtomicU32::new(2),
+        };
+        let started = tokio::time::Instant::now();
+        let watch = tokio::time::timeout(
+            Duration::from_secs(10),
+            watch_retrying(&store, "/admin/namespaces/"),
+        )
+        .await
+        .expect("bounded");
+        assert!(watch.is_some(), "started on the third try");
+        assert!(started.elapsed() >= Duration::from_millis(300), "backed off 100 + 200 ms");
+        assert_eq!(store.failures.load(std::sync::atomic::Ordering::SeqCst), 0);
+        store.close().await.unwrap();
+        assert!(watch_retrying(&store, "/admin/namespaces/").await.is_none(), "closed: given up");
     }
 
     #[test]
