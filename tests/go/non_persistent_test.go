@@ -222,3 +222,53 @@ func TestNonPersistentPublishRate(t *testing.T) {
 		}
 	}
 }
+
+// TestNonPersistentLimits: a non-persistent topic's maxConsumers, maxProducers and
+// maxMessageSize policies, set while clients are attached, hold for the Go client too: one
+// consumer and one producer more are refused (ConsumerBusy, ProducerBusy), and a message over
+// the size fails and is not delivered while the ones under it are (the broker answers
+// SEND_ERROR NotAllowed; the Go client v0.19 reconnects and resends on it until its send
+// timeout, 3 s here, as it does against Pulsar).
+func TestNonPersistentLimits(t *testing.T) {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	name := "go-np-limits-" + hex.EncodeToString(b)
+	topic := "non-persistent://public/default/" + name
+	path := "/admin/v2/non-persistent/public/default/" + name
+	c := newClient(t)
+	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s"})
+	p := newProducer(t, c, pulsar.ProducerOptions{
+		Topic: topic, DisableBatching: true, SendTimeout: 3 * time.Second,
+	})
+	adminOK(t, "POST", path+"/maxConsumers", "1")
+	adminOK(t, "POST", path+"/maxProducers", "1")
+	adminOK(t, "POST", path+"/maxMessageSize", "10000")
+
+	if extra, err := c.Subscribe(pulsar.ConsumerOptions{
+		Topic: topic, SubscriptionName: "other",
+	}); err == nil {
+		extra.Close()
+		t.Fatalf("a second consumer was let in past maxConsumers 1")
+	} else {
+		t.Logf("second consumer refused: %v", err)
+	}
+	if extra, err := c.CreateProducer(pulsar.ProducerOptions{Topic: topic}); err == nil {
+		extra.Close()
+		t.Fatalf("a second producer was let in past maxProducers 1")
+	} else {
+		t.Logf("second producer refused: %v", err)
+	}
+
+	send(t, p, &pulsar.ProducerMessage{Payload: []byte("small")})
+	if got := receive(t, cons, 10*time.Second); string(got.Payload()) != "small" {
+		t.Fatalf("got %q, want small", got.Payload())
+	}
+	_, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: make([]byte, 20000)})
+	if err == nil {
+		t.Fatalf("a 20000-byte message was accepted over maxMessageSize 10000")
+	}
+	t.Logf("oversized message refused: %v", err)
+	if m := receiveOrNil(cons, 500*time.Millisecond); m != nil {
+		t.Fatalf("the refused message was delivered (%d bytes)", len(m.Payload()))
+	}
+}

@@ -378,8 +378,9 @@ pub struct Topic {
     /// enabling it later needs no replay.
     dedup: Mutex<DedupState>,
     dedup_enabled: AtomicBool,
-    /// What the topic obeys (topic over namespace over broker policies), re-read at load and
-    /// whenever the admin API changes a policy ([`Topic::refresh_policies`]).
+    /// What the topic obeys (topic over namespace over broker policies), re-read at load, at
+    /// each producer's and consumer's creation and whenever a policy changes, here or through
+    /// another broker ([`Topic::refresh_policies`], `policy_watch`).
     policies: Mutex<Arc<Effective>>,
     /// Held while policies are read and applied, so refreshes apply in the order they read.
     policy_refresh: tokio::sync::Mutex<()>,
