@@ -209,7 +209,7 @@ impl Nodes {
     /// The registered nodes this client can write to (a node that serves TLS only with a
     /// trust file), for placing ledgers and replacing failed nodes.
     pub fn live(&self) -> Vec<NodeInfo> {
-        let reachable = |r: &Registration| !r.tls || self.tls.is_some();
+        let reachable = |r: &Registration| !r.tls || r.plain_clients || self.tls.is_some();
         let racks = self.racks.read();
         self.live
             .read()
@@ -274,15 +274,17 @@ impl Nodes {
                 return Some(connection.clone());
             }
         }
-        let (address, node_tls) = {
+        let (address, node_tls, node_plain) = {
             let live = self.live.read();
             let registration = live.get(&node)?;
-            (registration.address.clone(), registration.tls)
+            (registration.address.clone(), registration.tls, registration.plain_clients)
         };
+        // A client with a trust file speaks TLS to every node that serves it.
         let tls = match (node_tls, &self.tls) {
             (false, _) => Tls::Off,
-            (true, None) => Tls::Missing,
             (true, Some(config)) => Tls::On(config.clone()),
+            (true, None) if node_plain => Tls::Off,
+            (true, None) => Tls::Missing,
         };
         let connection =
             Connection::open(node, address, tls, self.connect_timeout, self.stats.clone());

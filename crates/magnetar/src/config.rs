@@ -507,10 +507,12 @@ fn valid_host(host: &str) -> bool {
 /// A storage node's ledger store: the `[storage]` section of the file at `path` (the
 /// defaults without one), in `<data_dir>/ledgers` (checked by `LedgerStoreConfig::validate`);
 /// and its listener's TLS, from the `[tls]` section (its files read and checked here).
+/// What a storage node takes from the configuration file: its ledger store's settings, its
+/// TLS (None: plain text only) and whether it serves plain-text clients next to TLS ones.
 pub fn storage_node_config(
     path: Option<&Path>,
     data_dir: &Path,
-) -> Result<(LedgerStoreConfig, Option<Arc<ServerTls>>), ConfigError> {
+) -> Result<(LedgerStoreConfig, Option<Arc<ServerTls>>, bool), ConfigError> {
     let mut config = match path {
         Some(path) => read_file(path)?,
         None => ServerConfig::default(),
@@ -524,7 +526,7 @@ pub fn storage_node_config(
         true => Some(Arc::new(ServerTls::load(&config.tls).map_err(ConfigError::Tls)?)),
         false => None,
     };
-    Ok((ledger, tls))
+    Ok((ledger, tls, config.tls.storage_plain_clients))
 }
 
 fn ledger_store_config(config: &ServerConfig) -> Result<LedgerStoreConfig, ConfigError> {
@@ -800,8 +802,12 @@ mod tests {
         std::fs::write(&path, "[tls]\nenabled = true\n").unwrap();
         let error = storage_node_config(Some(&path), dir.path()).expect_err("no cert_file");
         assert!(matches!(error, ConfigError::Tls(TlsError::Missing { key: "cert_file" })));
-        let (_, tls) = storage_node_config(None, dir.path()).unwrap();
-        assert!(tls.is_none());
+        let (_, tls, plain_clients) = storage_node_config(None, dir.path()).unwrap();
+        assert!(tls.is_none() && !plain_clients);
+        // Plain-text clients next to TLS ones only where TLS is on.
+        std::fs::write(&path, "[tls]\nstorage_plain_clients = true\n").unwrap();
+        let error = storage_node_config(Some(&path), dir.path()).expect_err("TLS off");
+        assert!(matches!(error, ConfigError::Tls(TlsError::PlainClientsWithoutTls)), "{error}");
     }
 
     #[test]

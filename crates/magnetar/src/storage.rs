@@ -8,6 +8,7 @@ use magnetar_ledger::LedgerStore;
 use magnetar_metadata::{MetadataStore, SessionStore};
 use magnetar_metadata_etcd::{parse_metadata_url, EtcdStoreConfig};
 use magnetar_metrics::{Exposition, Format};
+use magnetar_model::storage_nodes::StorageNodeRegistration;
 use magnetar_replication::NodeId;
 use std::path::Path;
 use std::sync::Arc;
@@ -42,7 +43,7 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let (store_config, tls) =
+    let (store_config, tls, plain_clients) =
         crate::config::storage_node_config(args.config.as_deref(), &args.data_dir)?;
     store_config.validate().context("ledger store configuration")?;
     std::fs::create_dir_all(&args.data_dir)
@@ -116,9 +117,14 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
                     magnetar_storage_node::register(
                         session,
                         node,
-                        address.clone(),
-                        args.rack.clone(),
-                        tls.is_some(),
+                        StorageNodeRegistration {
+                            address: address.clone(),
+                            rack: args.rack.clone(),
+                            tls: tls.is_some(),
+                            plain_clients,
+                            free_bytes: 0,
+                            read_only: false,
+                        },
                         space.clone(),
                         refresh,
                     )
@@ -149,13 +155,13 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
             None => None,
         };
         // The line test harnesses and operators wait for.
-        tracing::info!(tls = tls.is_some(), "storage protocol listener");
+        tracing::info!(tls = tls.is_some(), plain_clients, "storage protocol listener");
         println!("storage node {} listening on {address}", node.0);
         let gc = metadata.as_ref().map(|etcd| magnetar_storage_node::GarbageCollection {
             metadata: etcd.clone(),
             every: Duration::from_secs(args.gc_seconds),
         });
-        let listener = magnetar_storage_node::Listener { tcp: listener, tls };
+        let listener = magnetar_storage_node::Listener { tcp: listener, tls, plain_clients };
         let served =
             magnetar_storage_node::serve(node, store.clone(), space, listener, gc, stats, async {
                 if let Err(e) = crate::shutdown_signal().await {

@@ -17,9 +17,14 @@ pub struct StorageNodeRegistration {
     /// Below its free-disk threshold: it refuses normal adds until space is freed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,
-    /// Its listener speaks TLS (and only TLS): clients connect with TLS or not at all.
+    /// Its listener speaks TLS: clients connect with TLS, or not at all unless
+    /// `plain_clients` says otherwise.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tls: bool,
+    /// With `tls`: plain-text clients are served too, on the same port (a move to TLS in
+    /// progress, `[tls] storage_plain_clients`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plain_clients: bool,
 }
 
 /// What a storage node keeps at `/storage-node-cookies/{id}` (persistent, JSON): BookKeeper's
@@ -191,7 +196,7 @@ mod tests {
     fn registrations_read_without_the_optional_fields() {
         let old: StorageNodeRegistration =
             serde_json::from_str(r#"{"address":"h:1","freeBytes":5}"#).expect("parses");
-        assert!(!old.read_only && !old.tls && old.rack.is_none());
+        assert!(!old.read_only && !old.tls && !old.plain_clients && old.rack.is_none());
         let full = StorageNodeRegistration { read_only: true, ..old.clone() };
         let text = serde_json::to_string(&full).expect("serializes");
         assert!(text.contains(r#""readOnly":true"#), "{text}");

@@ -233,6 +233,7 @@ mod tests {
             rack: Some("/own/".to_string()),
             read_only: false,
             tls: false,
+            plain_clients: false,
         };
         let none = StorageNodeRacks::default();
         let own = NodeInfo::new(NodeId(1), &registration, &none);

@@ -64,6 +64,11 @@ pub struct TlsConfig {
     pub protocols: Vec<String>,
     /// Keep the plain-text ports (`broker_port`, `web_port`) open next to the TLS ones.
     pub plain_ports_enabled: bool,
+    /// Storage nodes only: serve plain-text clients too, on the same port (a TLS client's
+    /// first byte, a handshake record's 0x16, tells them apart), so that brokers can move to
+    /// TLS one at a time. Off: TLS clients only. Brokers ignore it (their plain port is
+    /// `plain_ports_enabled`).
+    pub storage_plain_clients: bool,
 }
 
 impl Default for TlsConfig {
@@ -79,6 +84,7 @@ impl Default for TlsConfig {
             cert_refresh_check_seconds: 300,
             protocols: vec!["TLSv1.3".into(), "TLSv1.2".into()],
             plain_ports_enabled: true,
+            storage_plain_clients: false,
         }
     }
 }
@@ -106,6 +112,8 @@ pub enum TlsError {
     RequireWithoutTrust,
     #[error("[tls] plain_ports_enabled = false needs enabled = true (no listener would be left)")]
     NoListener,
+    #[error("[tls] storage_plain_clients needs enabled = true (plain-text clients are all it serves without)")]
+    PlainClientsWithoutTls,
     #[error("[tls] {a} and {b} are both port {port}: each listener needs its own port")]
     PortClash { a: &'static str, b: &'static str, port: u16 },
     #[error("[tls] cannot build the TLS configuration: {0}")]
@@ -117,6 +125,9 @@ impl TlsConfig {
     /// the plain ports (`0`, any free port, never clashes), protocols known, a listener left.
     pub fn validate(&self, broker_port: u16, web_port: u16) -> Result<(), TlsError> {
         if !self.enabled {
+            if self.storage_plain_clients {
+                return Err(TlsError::PlainClientsWithoutTls);
+            }
             return if self.plain_ports_enabled { Ok(()) } else { Err(TlsError::NoListener) };
         }
         if self.cert_file.as_os_str().is_empty() {

@@ -13,13 +13,12 @@ use crate::space::DiskSpace;
 use magnetar_model::storage_nodes::StorageNodeRegistration;
 
 /// Writes the registration now (an error if that fails), then keeps it current in a task
-/// that ends when the store closes.
+/// that ends when the store closes. `node_info` gives what does not change while the node
+/// runs (address, rack, TLS); its free space and read-only state come from `space`.
 pub async fn register(
     store: Arc<dyn SessionStore>,
     node: NodeId,
-    address: String,
-    rack: Option<String>,
-    tls: bool,
+    node_info: StorageNodeRegistration,
     space: Arc<DiskSpace>,
     refresh: Duration,
 ) -> Result<tokio::task::JoinHandle<()>, magnetar_metadata::MetadataError> {
@@ -28,11 +27,10 @@ pub async fn register(
         let space = space.clone();
         move || {
             let info = StorageNodeRegistration {
-                address: address.clone(),
                 free_bytes: space.free(),
-                rack: rack.clone(),
                 read_only: space.is_read_only(),
-                tls,
+                plain_clients: node_info.tls && node_info.plain_clients,
+                ..node_info.clone()
             };
             Bytes::from(serde_json::to_vec(&info).expect("serializable"))
         }

@@ -36,7 +36,7 @@ use magnetar_replication::message::{ErrorCode, Request, RequestId, Response};
 use magnetar_replication::node::{NodeAction, NodeCore, Peer, Token};
 use magnetar_replication::wire::{self, Message, NodeStatus};
 use magnetar_replication::{LedgerId, NodeId};
-use magnetar_security::tls::{accept, ServerTls};
+use magnetar_security::tls::{accept, ServerTls, HANDSHAKE_TIMEOUT};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -103,10 +103,26 @@ pub struct GarbageCollection {
     pub every: Duration,
 }
 
-/// Where a node takes connections: a TCP listener, speaking TLS (and only TLS) with `tls`.
+/// Where a node takes connections: a TCP listener, speaking TLS with `tls`, and then plain
+/// text as well only with `plain_clients` (told apart by a connection's first byte).
 pub struct Listener {
     pub tcp: TcpListener,
     pub tls: Option<Arc<ServerTls>>,
+    pub plain_clients: bool,
+}
+
+/// Whether a new connection's client opens with a TLS handshake (its first byte is a
+/// handshake record's, 0x16; a storage-protocol frame starts with its length, whose first
+/// byte is 0 or 1 under the frame limit). `None`: it hung up, or sent nothing within the
+/// handshake timeout.
+async fn speaks_tls(stream: &tokio::net::TcpStream) -> Option<bool> {
+    const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+    let mut first = [0u8; 1];
+    let peeked = tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await;
+    match peeked {
+        Ok(Ok(1)) => Some(first[0] == TLS_HANDSHAKE_RECORD),
+        _ => None,
+    }
 }
 
 /// Serves the storage protocol on `listener` from `store` until `shutdown` resolves.
@@ -228,8 +244,17 @@ async fn accept_loop(
         let stats = stats.clone();
         let inputs = inputs.clone();
         let tls = listener.tls.clone();
+        let plain_clients = listener.plain_clients;
         let peer = next_peer;
         tokio::spawn(async move {
+            let tls = match tls {
+                Some(tls) if plain_clients => match speaks_tls(&stream).await {
+                    Some(true) => Some(tls),
+                    Some(false) => None,
+                    None => return, // gone, or silent for the whole handshake timeout
+                },
+                other => other,
+            };
             match tls {
                 None => {
                     let (reader, writer) = stream.into_split();

@@ -626,6 +626,103 @@ async fn storage_nodes_over_tls_answer_only_trusted_clients() {
     assert!(matches!(refused, Err(LedgerError::Unavailable(_))), "{refused:?}");
 }
 
+/// A move to TLS one broker at a time: nodes with `[tls]` on and `storage_plain_clients` say so
+/// in their registrations and serve both a TLS client (with a trusted certificate) and a
+/// plain-text one on the same port, each writing and reading a quorum-2 ledger; a TLS client
+/// with another CA's certificate is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_nodes_serve_tls_and_plain_clients_while_brokers_move_to_tls() {
+    let Some((etcd, url)) = one_etcd("storage nodes, TLS and plain").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, other_ca) = (TestCa::new("cluster-ca"), TestCa::new("other-ca"));
+    let (ca_path, node_cert, node_key) = tls_files(dir.path(), &ca, "cluster-ca", "storage-node");
+    let (_, broker_cert, broker_key) = tls_files(dir.path(), &ca, "cluster-ca", "broker");
+    let (_, stranger_cert, stranger_key) = tls_files(dir.path(), &other_ca, "other-ca", "stranger");
+    let config = dir.path().join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[tls]\nenabled = true\ncert_file = {node_cert:?}\nkey_file = {node_key:?}\n\
+             trust_certs_file = {ca_path:?}\nrequire_trusted_client_cert = true\n\
+             storage_plain_clients = true\n"
+        ),
+    )
+    .unwrap();
+    let cluster = "tls-and-plain";
+    let config_arg = config.to_str().unwrap();
+    let nodes: Vec<StorageNode> = (0..2)
+        .map(|i| {
+            let dir = dir.path().join(format!("node{i}"));
+            StorageNode::start_with(&url, cluster, &dir, &["--config", config_arg])
+        })
+        .collect();
+    let (store, plain) = client(etcd.endpoints(), cluster).await;
+    for node in &nodes {
+        let key = magnetar_model::keys::storage_node(node.id);
+        let value = store.get(&key).await.unwrap().expect("registered");
+        let registration: StorageNodeRegistration = serde_json::from_slice(&value.value).unwrap();
+        assert!(registration.tls && registration.plain_clients, "{registration:?}");
+    }
+    let trusted = magnetar_security::tls::client_config(
+        &ca_path,
+        Some((broker_cert.as_path(), broker_key.as_path())),
+    )
+    .unwrap();
+    let config = ReplicatedConfig {
+        add_timeout: Duration::from_secs(2),
+        tls: Some(Arc::new(trusted)),
+        ..ReplicatedConfig::default()
+    };
+    let over_tls = ReplicatedLedgers::start(store.clone(), config).await.unwrap();
+    let persistence = LedgerMetadata {
+        ensemble_size: 2,
+        write_quorum: 2,
+        ack_quorum: 2,
+        properties: BTreeMap::new(),
+        isolation: None,
+    };
+    for (ledger, ledgers) in [(1, &over_tls), (2, &plain)] {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while ledgers.nodes().live().len() < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "ledger {ledger}: nodes not seen");
+            tokio::time::sleep(Duration::from_millis(10)).await; // polled: no event to await
+        }
+        ledgers.create(ledger, &persistence).await.unwrap();
+        let (acks, mut acked) = mpsc::unbounded_channel();
+        for entry in 0..50 {
+            let acks = acks.clone();
+            let done = Box::new(move |result| drop(acks.send(result)));
+            ledgers.append(ledger, entry, data(entry), done).unwrap();
+        }
+        for entry in 0..50 {
+            let result = tokio::time::timeout(WAIT, acked.recv()).await.unwrap().unwrap();
+            assert_eq!(result.ok(), Some(entry), "ledger {ledger}: entry {entry} acknowledged");
+        }
+        let reader = ledgers.clone();
+        let entries =
+            tokio::task::spawn_blocking(move || reader.read(ledger, 0, 49)).await.unwrap().unwrap();
+        assert!(entries.iter().enumerate().all(|(e, b)| *b == data(e as u64)), "ledger {ledger}");
+    }
+    // TLS clients still need a certificate the node's CAs signed.
+    let address = nodes[0].address.clone();
+    let tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let config = magnetar_security::tls::client_config(
+        &ca_path,
+        Some((stranger_cert.as_path(), stranger_key.as_path())),
+    )
+    .unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let server_name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let lac = Request::ReadLac { ledger: 1, fence: None };
+    if let Ok(stream) = connector.connect(server_name, tcp).await {
+        assert_eq!(ask_over(stream, lac).await, None, "a stranger's certificate is answered");
+    }
+    // A plain-text request on a fresh connection is answered.
+    let lac = Request::ReadLac { ledger: 2, fence: None };
+    let answer = ask_node(&address, lac).await;
+    assert!(matches!(answer, Response::Lac { .. }), "a plain-text request: {answer:?}");
+}
+
 /// Whatever a peer sends, a node answers with an error or closes that one connection, and
 /// goes on serving the others: bytes that are not a frame (an HTTP request, a length under the
 /// checksum's, a length over the limit), a damaged checksum, a body that is not a message, a
