@@ -19,11 +19,12 @@ use crate::service::BrokerService;
 use magnetar_metadata::{MetadataError, MetadataStore, WatchEvent, WatchStream};
 use magnetar_model::keys;
 use magnetar_model::names::{NamespaceName, TopicDomain, TopicName};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Which loaded topics a changed policy document concerns.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum PolicyScope {
     /// Every topic of the namespace (its policies document changed).
     Namespace(NamespaceName),
@@ -56,13 +57,19 @@ impl PolicyScope {
         TopicName::new(domain, namespace, &local_name).ok().map(PolicyScope::Topic)
     }
 
+    /// The scopes a topic named `name` is in: every topic, its namespace, and its own (for a
+    /// partition, its partitioned topic's) policies.
+    pub fn covering(name: &TopicName) -> [PolicyScope; 3] {
+        [
+            PolicyScope::Everything,
+            PolicyScope::Namespace(name.namespace().clone()),
+            PolicyScope::Topic(name.partitioned_topic()),
+        ]
+    }
+
     /// Whether a topic named `name` is in this scope.
     pub fn covers(&self, name: &TopicName) -> bool {
-        match self {
-            PolicyScope::Namespace(namespace) => name.namespace() == namespace,
-            PolicyScope::Topic(topic) => name.partitioned_topic() == *topic,
-            PolicyScope::Everything => true,
-        }
+        PolicyScope::covering(name).contains(self)
     }
 }
 
@@ -81,11 +88,14 @@ pub async fn follow_policy_changes(service: Arc<BrokerService>) -> Result<(), Br
         return Ok(());
     };
     // Whatever changed before the watches started is not announced by them.
-    let mut pending = vec![PolicyScope::Everything];
+    let mut pending = HashSet::from([PolicyScope::Everything]);
     loop {
         if !pending.is_empty() {
             let scopes = std::mem::take(&mut pending);
-            let affected = |name: &TopicName| scopes.iter().any(|scope| scope.covers(name));
+            // Looked up per loaded topic: a burst of many changes costs no scope-by-topic scan.
+            let affected = |name: &TopicName| {
+                PolicyScope::covering(name).iter().any(|scope| scopes.contains(scope))
+            };
             if let Err(error) = service.refresh_policies_of(affected).await {
                 tracing::warn!(%error, "policies changed but a loaded topic could not re-read them");
             }
@@ -121,8 +131,8 @@ pub(crate) async fn watch_retrying(
     }
 }
 
-/// Adds what `event` asks to refresh to `pending` (once).
-fn note(event: WatchEvent, pending: &mut Vec<PolicyScope>) {
+/// Adds what `event` asks to refresh to `pending`.
+fn note(event: WatchEvent, pending: &mut HashSet<PolicyScope>) {
     let scope = match event {
         WatchEvent::Changed(change) => match PolicyScope::of_key(&change.key) {
             Some(scope) => scope,
@@ -130,13 +140,11 @@ fn note(event: WatchEvent, pending: &mut Vec<PolicyScope>) {
         },
         WatchEvent::Lagged => PolicyScope::Everything,
     };
-    if !pending.contains(&scope) {
-        pending.push(scope);
-    }
+    pending.insert(scope);
 }
 
 /// Notes every event already queued on `watch`.
-fn drain(watch: &mut WatchStream, pending: &mut Vec<PolicyScope>) {
+fn drain(watch: &mut WatchStream, pending: &mut HashSet<PolicyScope>) {
     while let Some(event) = watch.try_recv() {
         note(event, pending);
     }
@@ -256,7 +264,7 @@ mod tests {
 
     #[test]
     fn a_burst_is_noted_once_and_a_lag_means_everything() {
-        let mut pending = Vec::new();
+        let mut pending = HashSet::new();
         let change = |key: String| {
             WatchEvent::Changed(magnetar_metadata::Event {
                 key,
@@ -267,8 +275,8 @@ mod tests {
         note(change(keys::namespace_key(&namespace)), &mut pending);
         note(change(keys::namespace_key(&namespace)), &mut pending);
         note(change("/admin/namespaces/acme".into()), &mut pending);
-        assert_eq!(pending, vec![PolicyScope::Namespace(namespace)]);
+        assert_eq!(pending, HashSet::from([PolicyScope::Namespace(namespace)]));
         note(WatchEvent::Lagged, &mut pending);
-        assert_eq!(pending.last(), Some(&PolicyScope::Everything));
+        assert!(pending.contains(&PolicyScope::Everything));
     }
 }
