@@ -301,6 +301,8 @@ def test_go_client_backlog_quota_hold_under_load_stores_every_message_once():
         out = run_go_test("quota", "TestBacklogQuotaHoldUnderLoadStoresEveryMessageOnce", {
             "MAGNETAR_TEST_SERVICE_URL": srv.service_url,
             "MAGNETAR_TEST_WEB_URL": srv.web_url,
+            # The test sends until the log shows 3 disconnects (at least 8 s, at most 40 s).
+            "MAGNETAR_TEST_SERVER_LOG": srv.log_path,
         })
         assert "each stored once" in out, out[-3000:]
         with open(srv.log_path) as log:

@@ -9,7 +9,9 @@ package compat
 
 import (
 	"context"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,6 +26,10 @@ import (
 // ones the client writes after it (the client resends those on its re-created producer). Every
 // send ends acknowledged, and every message is stored exactly once: the Go client writes sends
 // while it re-creates its producer, so it is the client that meets the dropped-unanswered path.
+// How many times the quota should have closed the producer before sending stops (the Python
+// harness checks the broker's log for as many).
+const quotaDisconnectsWanted = 3
+
 func TestBacklogQuotaHoldUnderLoadStoresEveryMessageOnce(t *testing.T) {
 	const sendingFor = 8 * time.Second
 	c := newClient(t)
@@ -81,9 +87,29 @@ func TestBacklogQuotaHoldUnderLoadStoresEveryMessageOnce(t *testing.T) {
 	}()
 
 	var sends sendTally
-	stopAt := time.Now().Add(sendingFor)
+	// At least sendingFor, and on a slow machine longer: until the broker's log (when the
+	// harness names it) shows the quota disconnecting the producer three times, at most 40 s.
+	minimumUntil, atMostUntil := time.Now().Add(sendingFor), time.Now().Add(40*time.Second)
+	disconnectsSeen := func() int {
+		path := os.Getenv("MAGNETAR_TEST_SERVER_LOG")
+		if path == "" {
+			return quotaDisconnectsWanted
+		}
+		log, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("server log: %v", err)
+		}
+		return strings.Count(string(log), "backlog quota exceeded: disconnecting producers")
+	}
 	n := 0
-	for ; time.Now().Before(stopAt); n++ {
+	lastLook := time.Now()
+	for ; time.Now().Before(atMostUntil); n++ {
+		if now := time.Now(); !now.Before(minimumUntil) && now.Sub(lastLook) > 200*time.Millisecond {
+			lastLook = now
+			if disconnectsSeen() >= quotaDisconnectsWanted {
+				break
+			}
+		}
 		sends.send(p, n)
 		sent.Store(int64(n + 1))
 	}

@@ -101,8 +101,9 @@ impl ClientStats {
             out.gauge(
                 "magnetar_ledger_client_storage_nodes",
                 "Storage nodes registered in the cluster that this broker can write to (one \
-                 serving TLS only with [ledgers] tls_trust_certs_file) as it last read them, by \
-                 state (read_only: short of disk, refusing new entries).",
+                 serving TLS only with [ledgers] tls_trust_certs_file, unless it serves \
+                 plain-text clients too) as it last read them, by state (read_only: short of \
+                 disk, refusing new entries).",
                 &labels,
                 count as f64,
             );
