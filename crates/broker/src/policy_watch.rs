@@ -191,62 +191,33 @@ mod tests {
         assert!(PolicyScope::Everything.covers(&other));
     }
 
-    /// A memory store whose first `failures` watches fail as an unreachable etcd's do.
-    struct FlakyWatches {
-        inner: magnetar_metadata::MemoryStore,
-        failures: std::sync::atomic::AtomicU32,
-    }
+    /// The first watches it sees fail, as an unreachable etcd's do.
+    struct FailingWatches(std::sync::atomic::AtomicU32);
 
     #[async_trait::async_trait]
-    impl MetadataStore for FlakyWatches {
-        async fn get(
+    impl magnetar_metadata::Interceptor for FailingWatches {
+        async fn before(
             &self,
-            key: &str,
-        ) -> magnetar_metadata::Result<Option<magnetar_metadata::Versioned>> {
-            self.inner.get(key).await
-        }
-        async fn put(
-            &self,
-            key: &str,
-            value: bytes::Bytes,
-            expected: magnetar_metadata::ExpectedVersion,
-        ) -> magnetar_metadata::Result<u64> {
-            self.inner.put(key, value, expected).await
-        }
-        async fn delete(
-            &self,
-            key: &str,
-            expected: magnetar_metadata::ExpectedVersion,
+            operation: magnetar_metadata::Operation<'_>,
         ) -> magnetar_metadata::Result<()> {
-            self.inner.delete(key, expected).await
-        }
-        async fn list(&self, prefix: &str) -> magnetar_metadata::Result<Vec<String>> {
-            self.inner.list(prefix).await
-        }
-        async fn list_children(&self, path: &str) -> magnetar_metadata::Result<Vec<String>> {
-            self.inner.list_children(path).await
-        }
-        async fn watch(&self, prefix: &str) -> magnetar_metadata::Result<WatchStream> {
-            let left = self.failures.load(std::sync::atomic::Ordering::SeqCst);
-            if left > 0 {
-                self.failures.store(left - 1, std::sync::atomic::Ordering::SeqCst);
+            use std::sync::atomic::Ordering::SeqCst;
+            if matches!(operation, magnetar_metadata::Operation::Watch(_))
+                && self.0.fetch_update(SeqCst, SeqCst, |left| left.checked_sub(1)).is_ok()
+            {
                 return Err(MetadataError::Io {
                     context: "starting a watch".into(),
                     source: std::io::Error::other("etcd unreachable"),
                 });
             }
-            self.inner.watch(prefix).await
-        }
-        async fn close(&self) -> magnetar_metadata::Result<()> {
-            self.inner.close().await
+            Ok(())
         }
     }
 
     #[tokio::test]
     async fn a_watch_that_cannot_start_is_retried_until_the_store_closes() {
-        let store = FlakyWatches {
+        let store = magnetar_metadata::InterceptedStore {
             inner: magnetar_metadata::MemoryStore::new(),
-            failures: std::sync::atomic::AtomicU32::new(2),
+            interceptor: FailingWatches(std::sync::atomic::AtomicU32::new(2)),
         };
         let started = tokio::time::Instant::now();
         let watch = tokio::time::timeout(
@@ -257,7 +228,7 @@ mod tests {
         .expect("bounded");
         assert!(watch.is_some(), "started on the third try");
         assert!(started.elapsed() >= Duration::from_millis(300), "backed off 100 + 200 ms");
-        assert_eq!(store.failures.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(store.interceptor.0.load(std::sync::atomic::Ordering::SeqCst), 0);
         store.close().await.unwrap();
         assert!(watch_retrying(&store, "/admin/namespaces/").await.is_none(), "closed: given up");
     }

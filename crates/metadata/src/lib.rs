@@ -59,6 +59,7 @@ pub mod conformance;
 mod counting;
 mod embedded;
 mod error;
+mod intercept;
 mod key;
 mod memory;
 mod session;
@@ -76,6 +77,7 @@ pub use embedded::{
     RecoveryReport,
 };
 pub use error::{MetadataError, Result};
+pub use intercept::{InterceptedStore, Interceptor, Operation};
 pub use key::{validate_key, validate_path, validate_prefix, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use memory::{MemoryStore, DEFAULT_WATCH_CAPACITY};
 pub use session::{

@@ -8,46 +8,22 @@ use crate::managed_ledger::RolloverPolicy;
 use async_trait::async_trait;
 use magnetar_journal::sim::SimStorage;
 use magnetar_ledger::{LedgerStore, LedgerStoreConfig};
-use magnetar_metadata::{ExpectedVersion, MemoryStore, MetadataStore, Versioned, WatchStream};
+use magnetar_metadata::{InterceptedStore, Interceptor, MemoryStore, MetadataStore, Operation};
 use magnetar_protocol::proto::MessageIdData;
 use tokio::sync::Semaphore;
 
-/// A memory store whose cursor writes wait for a permit: the test decides when they land.
-struct GatedStore {
-    inner: MemoryStore,
-    gate: Semaphore,
-}
+/// Cursor writes wait for a permit: the test decides when they land.
+struct CursorGate(Semaphore);
 
 #[async_trait]
-impl MetadataStore for GatedStore {
-    async fn get(&self, key: &str) -> magnetar_metadata::Result<Option<Versioned>> {
-        self.inner.get(key).await
-    }
-    async fn put(
-        &self,
-        key: &str,
-        value: Bytes,
-        expected: ExpectedVersion,
-    ) -> magnetar_metadata::Result<u64> {
-        if key.starts_with("/cursors/") {
-            self.gate.acquire().await.expect("gate open").forget();
+impl Interceptor for CursorGate {
+    async fn before(&self, operation: Operation<'_>) -> magnetar_metadata::Result<()> {
+        if let Operation::Put(key) = operation {
+            if key.starts_with("/cursors/") {
+                self.0.acquire().await.expect("gate open").forget();
+            }
         }
-        self.inner.put(key, value, expected).await
-    }
-    async fn delete(&self, key: &str, expected: ExpectedVersion) -> magnetar_metadata::Result<()> {
-        self.inner.delete(key, expected).await
-    }
-    async fn list(&self, prefix: &str) -> magnetar_metadata::Result<Vec<String>> {
-        self.inner.list(prefix).await
-    }
-    async fn list_children(&self, path: &str) -> magnetar_metadata::Result<Vec<String>> {
-        self.inner.list_children(path).await
-    }
-    async fn watch(&self, prefix: &str) -> magnetar_metadata::Result<WatchStream> {
-        self.inner.watch(prefix).await
-    }
-    async fn close(&self) -> magnetar_metadata::Result<()> {
-        self.inner.close().await
+        Ok(())
     }
 }
 
@@ -57,7 +33,10 @@ async fn ack_receipt_waits_for_the_cursor_write() {
     let store = Arc::new(
         LedgerStore::open_with_storage(LedgerStoreConfig::default(), Arc::new(storage)).unwrap().0,
     );
-    let gated = Arc::new(GatedStore { inner: MemoryStore::new(), gate: Semaphore::new(0) });
+    let gated = Arc::new(InterceptedStore {
+        inner: MemoryStore::new(),
+        interceptor: CursorGate(Semaphore::new(0)),
+    });
     let metadata: Arc<dyn MetadataStore> = gated.clone();
     let policy =
         RolloverPolicy { max_entries: 100, max_bytes: u64::MAX, max_age: Duration::from_secs(60) };
@@ -107,7 +86,7 @@ async fn ack_receipt_waits_for_the_cursor_write() {
     assert!(!waiting.is_finished(), "receipt sent before the cursor was written");
     assert!(metadata.get(&cursor_key).await.unwrap().is_none());
 
-    gated.gate.add_permits(1);
+    gated.interceptor.0.add_permits(1);
     let result = tokio::time::timeout(Duration::from_secs(10), waiting)
         .await
         .expect("receipt once the write lands")

@@ -2,12 +2,12 @@
 //! load must not delay a producer on another topic on the same connection.
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use magnetar_broker::connection::run_listener;
 use magnetar_broker::{BrokerConfig, BrokerService};
 use magnetar_journal::sim::SimStorage;
 use magnetar_ledger::{LedgerStore, LedgerStoreConfig};
-use magnetar_metadata::{ExpectedVersion, MemoryStore, MetadataStore, Versioned, WatchStream};
+use magnetar_metadata::{InterceptedStore, Interceptor, MemoryStore, MetadataStore, Operation};
 use magnetar_protocol::proto::base_command::Type;
 use magnetar_protocol::proto::{BaseCommand, CommandProducer};
 use magnetar_protocol::{commands, encode_command, FrameDecoder};
@@ -19,42 +19,19 @@ use tokio::time::Instant; // real time is what this test measures (the clock ban
 
 const SLOW_LOAD: Duration = Duration::from_secs(2);
 
-/// Metadata whose reads of one topic's ledger list take [`SLOW_LOAD`]: that topic's load is slow.
-struct SlowTopicStore {
-    inner: MemoryStore,
-    slow_key_part: &'static str,
-}
+/// Reads of the ledger list of topics whose name contains the text take [`SLOW_LOAD`]: those
+/// topics' loads are slow.
+struct SlowTopic(&'static str);
 
 #[async_trait]
-impl MetadataStore for SlowTopicStore {
-    async fn get(&self, key: &str) -> magnetar_metadata::Result<Option<Versioned>> {
-        if key.starts_with("/managed-ledgers/") && key.contains(self.slow_key_part) {
-            tokio::time::sleep(SLOW_LOAD).await;
+impl Interceptor for SlowTopic {
+    async fn before(&self, operation: Operation<'_>) -> magnetar_metadata::Result<()> {
+        if let Operation::Get(key) = operation {
+            if key.starts_with("/managed-ledgers/") && key.contains(self.0) {
+                tokio::time::sleep(SLOW_LOAD).await;
+            }
         }
-        self.inner.get(key).await
-    }
-    async fn put(
-        &self,
-        key: &str,
-        value: Bytes,
-        expected: ExpectedVersion,
-    ) -> magnetar_metadata::Result<u64> {
-        self.inner.put(key, value, expected).await
-    }
-    async fn delete(&self, key: &str, expected: ExpectedVersion) -> magnetar_metadata::Result<()> {
-        self.inner.delete(key, expected).await
-    }
-    async fn list(&self, prefix: &str) -> magnetar_metadata::Result<Vec<String>> {
-        self.inner.list(prefix).await
-    }
-    async fn list_children(&self, path: &str) -> magnetar_metadata::Result<Vec<String>> {
-        self.inner.list_children(path).await
-    }
-    async fn watch(&self, prefix: &str) -> magnetar_metadata::Result<WatchStream> {
-        self.inner.watch(prefix).await
-    }
-    async fn close(&self) -> magnetar_metadata::Result<()> {
-        self.inner.close().await
+        Ok(())
     }
 }
 
@@ -109,8 +86,10 @@ async fn a_slow_topic_load_does_not_delay_other_producers_on_the_connection() {
         LedgerStore::open_with_storage(LedgerStoreConfig::default(), Arc::new(SimStorage::new(11)))
             .unwrap()
             .0;
-    let metadata: Arc<dyn MetadataStore> =
-        Arc::new(SlowTopicStore { inner: MemoryStore::new(), slow_key_part: "slow-topic" });
+    let metadata: Arc<dyn MetadataStore> = Arc::new(InterceptedStore {
+        inner: MemoryStore::new(),
+        interceptor: SlowTopic("slow-topic"),
+    });
     let service = BrokerService::new(BrokerConfig::default(), Arc::new(store), metadata);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();

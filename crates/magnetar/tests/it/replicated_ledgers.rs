@@ -505,46 +505,48 @@ fn tls_files(dir: &Path, ca: &TestCa, ca_name: &str, cn: &str) -> (PathBuf, Path
     (ca_path, cert_path, key_path)
 }
 
-/// Storage nodes with `[tls]` on and client certificates required: a replication client with
-/// the CA and a certificate it signed writes and reads a quorum-2 ledger through them (their
-/// registrations say TLS); a plain-TCP request, a TLS client without a certificate and one with
-/// a certificate of another CA get no answer, and the nodes go on serving the trusted client.
-/// Failed handshakes are logged, a line a second at most however many come.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn storage_nodes_over_tls_answer_only_trusted_clients() {
-    let Some((etcd, url)) = one_etcd("storage nodes over TLS").await else { return };
-    let dir = tempfile::tempdir().unwrap();
+/// Two storage nodes with `[tls]` on and client certificates required (plus `extra_tls`, keys
+/// of the same section), in cluster `cluster`, and what the tests around them need.
+struct TlsNodes {
+    nodes: Vec<StorageNode>,
+    store: Arc<EtcdStore>,
+    /// A replication client with the CA and a certificate it signed (a broker's).
+    trusted: Arc<ReplicatedLedgers>,
+    /// The CA file, and a certificate and key another CA signed.
+    ca_path: PathBuf,
+    stranger: (PathBuf, PathBuf),
+}
+
+async fn tls_nodes(
+    etcd: &EtcdCluster,
+    url: &str,
+    dir: &Path,
+    cluster: &str,
+    extra_tls: &str,
+) -> TlsNodes {
     let (ca, other_ca) = (TestCa::new("cluster-ca"), TestCa::new("other-ca"));
-    let (ca_path, node_cert, node_key) = tls_files(dir.path(), &ca, "cluster-ca", "storage-node");
-    let (_, broker_cert, broker_key) = tls_files(dir.path(), &ca, "cluster-ca", "broker");
-    let (_, stranger_cert, stranger_key) = tls_files(dir.path(), &other_ca, "other-ca", "stranger");
-    let config = dir.path().join("node.toml");
+    let (ca_path, node_cert, node_key) = tls_files(dir, &ca, "cluster-ca", "storage-node");
+    let (_, broker_cert, broker_key) = tls_files(dir, &ca, "cluster-ca", "broker");
+    let (_, stranger_cert, stranger_key) = tls_files(dir, &other_ca, "other-ca", "stranger");
+    let config = dir.join("node.toml");
     std::fs::write(
         &config,
         format!(
             "[tls]\nenabled = true\ncert_file = {node_cert:?}\nkey_file = {node_key:?}\n\
-             trust_certs_file = {ca_path:?}\nrequire_trusted_client_cert = true\n"
+             trust_certs_file = {ca_path:?}\nrequire_trusted_client_cert = true\n{extra_tls}"
         ),
     )
     .unwrap();
-    let cluster = "tls";
     let config_arg = config.to_str().unwrap();
     let nodes: Vec<StorageNode> = (0..2)
         .map(|i| {
-            let dir = dir.path().join(format!("node{i}"));
-            StorageNode::start_with(&url, cluster, &dir, &["--config", config_arg])
+            let dir = dir.join(format!("node{i}"));
+            StorageNode::start_with(url, cluster, &dir, &["--config", config_arg])
         })
         .collect();
-
     let store = Arc::new(
         EtcdStore::connect(EtcdStoreConfig::new(etcd.endpoints(), cluster)).await.unwrap(),
     );
-    for node in &nodes {
-        let key = magnetar_model::keys::storage_node(node.id);
-        let value = store.get(&key).await.unwrap().expect("registered");
-        let registration: StorageNodeRegistration = serde_json::from_slice(&value.value).unwrap();
-        assert!(registration.tls, "{registration:?}");
-    }
     let trusted = magnetar_security::tls::client_config(
         &ca_path,
         Some((broker_cert.as_path(), broker_key.as_path())),
@@ -555,53 +557,101 @@ async fn storage_nodes_over_tls_answer_only_trusted_clients() {
         tls: Some(Arc::new(trusted)),
         ..ReplicatedConfig::default()
     };
-    let ledgers = ReplicatedLedgers::start(store.clone(), config).await.unwrap();
-    let persistence = LedgerMetadata {
+    let trusted = ReplicatedLedgers::start(store.clone(), config).await.unwrap();
+    TlsNodes { nodes, store, trusted, ca_path, stranger: (stranger_cert, stranger_key) }
+}
+
+impl TlsNodes {
+    /// The nodes' registrations in etcd.
+    async fn registrations(&self) -> Vec<StorageNodeRegistration> {
+        let mut found = Vec::new();
+        for node in &self.nodes {
+            let key = magnetar_model::keys::storage_node(node.id);
+            let value = self.store.get(&key).await.unwrap().expect("registered");
+            found.push(serde_json::from_slice(&value.value).unwrap());
+        }
+        found
+    }
+}
+
+/// Ensemble 2, write quorum 2, ack quorum 2.
+fn two_copies() -> LedgerMetadata {
+    LedgerMetadata {
         ensemble_size: 2,
         write_quorum: 2,
         ack_quorum: 2,
         properties: BTreeMap::new(),
         isolation: None,
-    };
-    let append_all = |ledger: u64, entries: std::ops::Range<u64>| {
-        let ledgers = ledgers.clone();
-        async move {
-            let (acks, mut acked) = mpsc::unbounded_channel();
-            for entry in entries.clone() {
-                let acks = acks.clone();
-                let done = Box::new(move |result| drop(acks.send(result)));
-                ledgers.append(ledger, entry, data(entry), done).unwrap();
-            }
-            for entry in entries {
-                let result = tokio::time::timeout(WAIT, acked.recv()).await.unwrap().unwrap();
-                assert_eq!(result.ok(), Some(entry), "entry {entry} acknowledged over TLS");
-            }
-        }
-    };
-    ledgers.create(1, &persistence).await.unwrap();
-    append_all(1, 0..200).await;
+    }
+}
+
+/// Appends `entries` to `ledger` through `ledgers` and waits for each acknowledgement, in order.
+async fn append_all(ledgers: &Arc<ReplicatedLedgers>, ledger: u64, entries: std::ops::Range<u64>) {
+    let (acks, mut acked) = mpsc::unbounded_channel();
+    for entry in entries.clone() {
+        let acks = acks.clone();
+        let done = Box::new(move |result| drop(acks.send(result)));
+        ledgers.append(ledger, entry, data(entry), done).unwrap();
+    }
+    for entry in entries {
+        let result = tokio::time::timeout(WAIT, acked.recv()).await.unwrap().unwrap();
+        assert_eq!(result.ok(), Some(entry), "ledger {ledger}: entry {entry} acknowledged");
+    }
+}
+
+/// Whether a TLS client presenting `client_cert` (and trusting `ca_path`) is answered a request
+/// by the node at `address`.
+async fn answered_over_tls(
+    address: &str,
+    ca_path: &Path,
+    client_cert: Option<(&Path, &Path)>,
+    request: Request,
+) -> bool {
+    let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    let config = magnetar_security::tls::client_config(ca_path, client_cert).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let server_name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    // TLS 1.3: the client may finish its side before the node checks its certificate; either
+    // the handshake or the request then fails.
+    match connector.connect(server_name, tcp).await {
+        Ok(stream) => ask_over(stream, request).await.is_some(),
+        Err(_) => false,
+    }
+}
+
+/// Storage nodes with `[tls]` on and client certificates required: a replication client with
+/// the CA and a certificate it signed writes and reads a quorum-2 ledger through them (their
+/// registrations say TLS); a plain-TCP request, a TLS client without a certificate and one with
+/// a certificate of another CA get no answer, and the nodes go on serving the trusted client.
+/// Failed handshakes are logged, a line a second at most however many come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_nodes_over_tls_answer_only_trusted_clients() {
+    let Some((etcd, url)) = one_etcd("storage nodes over TLS").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = "tls";
+    let tls = tls_nodes(&etcd, &url, dir.path(), cluster, "").await;
+    for registration in tls.registrations().await {
+        assert!(registration.tls && !registration.plain_clients, "{registration:?}");
+    }
+    let ledgers = &tls.trusted;
+    ledgers.create(1, &two_copies()).await.unwrap();
+    append_all(ledgers, 1, 0..200).await;
     let reader = ledgers.clone();
     let entries =
         tokio::task::spawn_blocking(move || reader.read(1, 0, 199)).await.unwrap().unwrap();
     assert!(entries.iter().enumerate().all(|(e, b)| *b == data(e as u64)));
 
     let lac = || Request::ReadLac { ledger: 1, fence: None };
-    let address = nodes[0].address.clone();
+    let address = tls.nodes[0].address.clone();
     let tcp = || async { tokio::net::TcpStream::connect(&address).await.unwrap() };
     let refusals_began = std::time::Instant::now();
     assert_eq!(ask_over(tcp().await, lac()).await, None, "a plain-TCP request is answered");
-    let server_name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    for (who, client_cert) in [
-        ("no certificate", None),
-        ("a certificate of another CA", Some((stranger_cert.as_path(), stranger_key.as_path()))),
-    ] {
-        let config = magnetar_security::tls::client_config(&ca_path, client_cert).unwrap();
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-        // TLS 1.3: the client may finish its side before the node checks its certificate;
-        // either the handshake or the request then fails.
-        if let Ok(stream) = connector.connect(server_name.clone(), tcp().await).await {
-            assert_eq!(ask_over(stream, lac()).await, None, "a client with {who} is answered");
-        }
+    let stranger = (tls.stranger.0.as_path(), tls.stranger.1.as_path());
+    for (who, client_cert) in
+        [("no certificate", None), ("another CA's certificate", Some(stranger))]
+    {
+        let answered = answered_over_tls(&address, &tls.ca_path, client_cert, lac()).await;
+        assert!(!answered, "a client with {who} is answered");
     }
     // A peer that keeps failing handshakes does not flood the log: a line a second at most.
     let flood = 30;
@@ -610,10 +660,10 @@ async fn storage_nodes_over_tls_answer_only_trusted_clients() {
     }
     let refusing = refusals_began.elapsed();
     // The nodes go on serving the trusted client, on its open connections and new ones.
-    append_all(1, 200..300).await;
-    ledgers.create(2, &persistence).await.unwrap();
-    append_all(2, 0..10).await;
-    let log = std::fs::read_to_string(&nodes[0].log).unwrap();
+    append_all(ledgers, 1, 200..300).await;
+    ledgers.create(2, &two_copies()).await.unwrap();
+    append_all(ledgers, 2, 0..10).await;
+    let log = std::fs::read_to_string(&tls.nodes[0].log).unwrap();
     let lines = log.matches("TLS handshake failed").count() as u64;
     let at_most = refusing.as_secs() + 2;
     assert!((1..=at_most).contains(&lines), "{} failures, {lines} lines:\n{log}", flood + 3);
@@ -622,7 +672,7 @@ async fn storage_nodes_over_tls_answer_only_trusted_clients() {
     // them): new ledgers are refused at once, with why.
     let (_, plain) = client(etcd.endpoints(), cluster).await;
     assert!(plain.nodes().live().is_empty());
-    let refused = plain.create(3, &persistence).await;
+    let refused = plain.create(3, &two_copies()).await;
     assert!(matches!(refused, Err(LedgerError::Unavailable(_))), "{refused:?}");
 }
 
@@ -634,92 +684,33 @@ async fn storage_nodes_over_tls_answer_only_trusted_clients() {
 async fn storage_nodes_serve_tls_and_plain_clients_while_brokers_move_to_tls() {
     let Some((etcd, url)) = one_etcd("storage nodes, TLS and plain").await else { return };
     let dir = tempfile::tempdir().unwrap();
-    let (ca, other_ca) = (TestCa::new("cluster-ca"), TestCa::new("other-ca"));
-    let (ca_path, node_cert, node_key) = tls_files(dir.path(), &ca, "cluster-ca", "storage-node");
-    let (_, broker_cert, broker_key) = tls_files(dir.path(), &ca, "cluster-ca", "broker");
-    let (_, stranger_cert, stranger_key) = tls_files(dir.path(), &other_ca, "other-ca", "stranger");
-    let config = dir.path().join("node.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[tls]\nenabled = true\ncert_file = {node_cert:?}\nkey_file = {node_key:?}\n\
-             trust_certs_file = {ca_path:?}\nrequire_trusted_client_cert = true\n\
-             storage_plain_clients = true\n"
-        ),
-    )
-    .unwrap();
     let cluster = "tls-and-plain";
-    let config_arg = config.to_str().unwrap();
-    let nodes: Vec<StorageNode> = (0..2)
-        .map(|i| {
-            let dir = dir.path().join(format!("node{i}"));
-            StorageNode::start_with(&url, cluster, &dir, &["--config", config_arg])
-        })
-        .collect();
-    let (store, plain) = client(etcd.endpoints(), cluster).await;
-    for node in &nodes {
-        let key = magnetar_model::keys::storage_node(node.id);
-        let value = store.get(&key).await.unwrap().expect("registered");
-        let registration: StorageNodeRegistration = serde_json::from_slice(&value.value).unwrap();
+    let extra = "storage_plain_clients = true\n";
+    let tls = tls_nodes(&etcd, &url, dir.path(), cluster, extra).await;
+    for registration in tls.registrations().await {
         assert!(registration.tls && registration.plain_clients, "{registration:?}");
     }
-    let trusted = magnetar_security::tls::client_config(
-        &ca_path,
-        Some((broker_cert.as_path(), broker_key.as_path())),
-    )
-    .unwrap();
-    let config = ReplicatedConfig {
-        add_timeout: Duration::from_secs(2),
-        tls: Some(Arc::new(trusted)),
-        ..ReplicatedConfig::default()
-    };
-    let over_tls = ReplicatedLedgers::start(store.clone(), config).await.unwrap();
-    let persistence = LedgerMetadata {
-        ensemble_size: 2,
-        write_quorum: 2,
-        ack_quorum: 2,
-        properties: BTreeMap::new(),
-        isolation: None,
-    };
-    for (ledger, ledgers) in [(1, &over_tls), (2, &plain)] {
+    let (_, plain) = client(etcd.endpoints(), cluster).await;
+    for (ledger, ledgers) in [(1, &tls.trusted), (2, &plain)] {
         let deadline = tokio::time::Instant::now() + WAIT;
         while ledgers.nodes().live().len() < 2 {
             assert!(tokio::time::Instant::now() < deadline, "ledger {ledger}: nodes not seen");
             tokio::time::sleep(Duration::from_millis(10)).await; // polled: no event to await
         }
-        ledgers.create(ledger, &persistence).await.unwrap();
-        let (acks, mut acked) = mpsc::unbounded_channel();
-        for entry in 0..50 {
-            let acks = acks.clone();
-            let done = Box::new(move |result| drop(acks.send(result)));
-            ledgers.append(ledger, entry, data(entry), done).unwrap();
-        }
-        for entry in 0..50 {
-            let result = tokio::time::timeout(WAIT, acked.recv()).await.unwrap().unwrap();
-            assert_eq!(result.ok(), Some(entry), "ledger {ledger}: entry {entry} acknowledged");
-        }
+        ledgers.create(ledger, &two_copies()).await.unwrap();
+        append_all(ledgers, ledger, 0..50).await;
         let reader = ledgers.clone();
         let entries =
             tokio::task::spawn_blocking(move || reader.read(ledger, 0, 49)).await.unwrap().unwrap();
         assert!(entries.iter().enumerate().all(|(e, b)| *b == data(e as u64)), "ledger {ledger}");
     }
     // TLS clients still need a certificate the node's CAs signed.
-    let address = nodes[0].address.clone();
-    let tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
-    let config = magnetar_security::tls::client_config(
-        &ca_path,
-        Some((stranger_cert.as_path(), stranger_key.as_path())),
-    )
-    .unwrap();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let server_name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    let lac = Request::ReadLac { ledger: 1, fence: None };
-    if let Ok(stream) = connector.connect(server_name, tcp).await {
-        assert_eq!(ask_over(stream, lac).await, None, "a stranger's certificate is answered");
-    }
+    let address = tls.nodes[0].address.clone();
+    let stranger = (tls.stranger.0.as_path(), tls.stranger.1.as_path());
+    let lac = |ledger| Request::ReadLac { ledger, fence: None };
+    assert!(!answered_over_tls(&address, &tls.ca_path, Some(stranger), lac(1)).await);
     // A plain-text request on a fresh connection is answered.
-    let lac = Request::ReadLac { ledger: 2, fence: None };
-    let answer = ask_node(&address, lac).await;
+    let answer = ask_node(&address, lac(2)).await;
     assert!(matches!(answer, Response::Lac { .. }), "a plain-text request: {answer:?}");
 }
 
