@@ -72,19 +72,20 @@ impl TopicLimits {
 
 /// Counts a SEND of `messages` and `bytes` against a topic's publish rate and answers how long
 /// its connection stops reading (Pulsar pauses auto-read: sends are delayed, never failed);
-/// each pause is counted in `limited_times`. `None`: no pause (or no rate).
+/// each pause is counted in `limited_times`. `None`: no pause (or no rate). The clock is read
+/// (`now_ms`) only when there is a rate: an unlimited SEND costs one check.
 pub fn throttle_publish(
     rate: &RateLimiter,
     limited_times: &AtomicU64,
     messages: u64,
     bytes: u64,
-    now_ms: u64,
+    now_ms: impl FnOnce() -> u64,
 ) -> Option<std::time::Duration> {
     if rate.is_unlimited() {
         return None;
     }
     rate.consume(messages, bytes);
-    let wait = rate.wait_ms(now_ms);
+    let wait = rate.wait_ms(now_ms());
     if wait == 0 {
         return None;
     }

@@ -145,11 +145,10 @@ impl Connection {
                 &producer.topic.publish_rate_limited_times,
                 messages,
                 entry.len() as u64,
-                self.service.ledgers.clock.now_ms(),
+                || self.service.ledgers.clock.now_ms(),
             );
             if let Some(pause) = pause {
-                let until = tokio::time::Instant::now() + pause;
-                self.paused_until = Some(self.paused_until.map_or(until, |at| at.max(until)));
+                pause_reading(&mut self.paused_until, pause);
             }
             producer.info.meter.record(messages, entry.len() as u64);
             self.outbox.send_command(&commands::send_receipt(
@@ -224,12 +223,11 @@ impl Connection {
             &limits.publish_rate_limited_times,
             u64::try_from(send.num_messages.unwrap_or(1).max(1)).unwrap_or(1),
             entry.len() as u64,
-            producer.topic.managed_ledger.clock().now_ms(),
+            || producer.topic.managed_ledger.clock().now_ms(),
         );
         if let Some(pause) = pause {
-            // (Fields, not a method: `producer` borrows `self.producers`.)
-            let until = tokio::time::Instant::now() + pause;
-            self.paused_until = Some(self.paused_until.map_or(until, |at| at.max(until)));
+            // (A field, not a method: `producer` borrows `self.producers`.)
+            pause_reading(&mut self.paused_until, pause);
         }
         // Chunks before a message's last share its sequence id: only the last one is checked
         // and recorded (metadata parsed only where deduplication is on).
@@ -471,4 +469,11 @@ pub(super) async fn create_producer(
         closed,
     };
     Ok(CreatedProducer::Persistent(context, epoch))
+}
+
+/// Stops the connection reading for `pause` from now (the later of two pauses wins): the
+/// publish rate's hold, as Pulsar pauses auto-read.
+fn pause_reading(paused_until: &mut Option<tokio::time::Instant>, pause: std::time::Duration) {
+    let until = tokio::time::Instant::now() + pause;
+    *paused_until = Some(paused_until.map_or(until, |at| at.max(until)));
 }
