@@ -28,8 +28,9 @@ driven by the official Python client.
   with its `[ledgers] tls_*` files, and its next process reads everything back.
 - The broker is frozen (SIGSTOP) and another broker opens the topic: it recovers the frozen
   broker's ledger (closed in etcd at or above every acknowledged entry) and serves every
-  message. The frozen broker, resumed (SIGCONT), cannot lose what is acknowledged: whatever it
-  acknowledges afterwards is read back too.
+  message. The frozen broker, resumed (SIGCONT), is fenced (its ledger writer's adds are
+  refused: `magnetar_ledger_client_fenced_writers_total`) and cannot lose what is
+  acknowledged: whatever it acknowledges afterwards is read back too.
 
 Every wait is bounded; only processes started here are signalled, by PID. Skipped without etcd
 unless MAGNETAR_REQUIRE_ETCD=1; skipped on an external broker or another server command."""
@@ -572,12 +573,18 @@ def test_a_frozen_broker_s_ledger_is_recovered_by_another_and_nothing_acked_is_l
         assert data["last_entry_id"] >= n - 1, \
             "closed at or above every acknowledged entry: %s" % data
 
-        # Resumed, the old broker still thinks it writes the topic. A send through it is either
-        # refused (its writer is fenced) or, if acknowledged at all, stored where every reader
-        # finds it. Raw frames, so that the wait is bounded (the C++ client resends on errors).
+        # Resumed, the old broker still thinks it writes the topic. Its ledger writer gets
+        # fenced (the nodes refuse its adds), and a send through it is either refused or, if
+        # acknowledged at all, stored where every reader finds it. Raw frames, so that the wait
+        # is bounded (the C++ client resends on errors).
         os.kill(a.proc.pid, signal.SIGCONT)
         acked_late = _send_through(a.service_url, topic, b"late")
         print("late send through the resumed broker acknowledged:", acked_late, "; recovered:", data)
+        deadline = time.monotonic() + 10
+        while _broker_metric(a, "magnetar_ledger_client_fenced_writers_total") < 1:
+            assert time.monotonic() < deadline, \
+                "the resumed broker's writer was not fenced:\n" + a.log_tail()
+            time.sleep(0.05)  # the writer counts its fence after failing the send: no event here
         a.kill()
         reader = client_b.subscribe(topic, "check-%d" % time.monotonic_ns(),
                                     initial_position=pulsar.InitialPosition.Earliest)

@@ -1281,18 +1281,24 @@ impl Subscription {
 
     async fn run_dispatcher(self: Arc<Self>) {
         let mut read_ahead = ReadAhead::default();
+        // Rounds failed in a row, and when to try again after the last: a read that failed
+        // (storage nodes frozen or unreachable) is retried by itself, not only at the next
+        // publish or FLOW, which may never come for a consumer that waits on its backlog.
+        let mut failures = 0u32;
+        let mut retry_at = None;
         loop {
             // Sleep until woken, or until the next delayed message is due (only when a consumer
-            // could take it: permits arrive with a wake-up).
+            // could take it: permits arrive with a wake-up), or a failed round's retry.
             let deadline = {
                 self.switch_if_due();
                 let state = self.state.lock();
                 let delayed = if state.capacity() > 0 { state.delayed.next_wake() } else { None };
-                [delayed, state.failover_switch_at, state.throttled_until]
+                [delayed, state.failover_switch_at, state.throttled_until, retry_at]
                     .into_iter()
                     .flatten()
                     .min()
             };
+            retry_at = None;
             match deadline {
                 Some(at) => {
                     // A deadline already passed but blocked (queue full) is retried at a
@@ -1311,13 +1317,22 @@ impl Subscription {
                     return;
                 }
                 match self.dispatch_round(&mut read_ahead).await {
-                    Ok(true) => continue,
+                    Ok(true) => failures = 0,
                     Ok(false) => {
+                        failures = 0;
                         self.tell_end_of_topic();
                         break;
                     }
                     Err(error) => {
-                        tracing::warn!(subscription = %self.name, %error, "dispatch failed");
+                        failures += 1;
+                        let backoff = dispatch_retry_backoff(failures);
+                        tracing::warn!(
+                            subscription = %self.name,
+                            %error,
+                            retry_in_ms = backoff,
+                            "dispatch failed"
+                        );
+                        retry_at = Some(self.now_ms() + backoff);
                         break;
                     }
                 }
@@ -1424,6 +1439,15 @@ impl Subscription {
         .await
         .map_err(|_| BrokerError::ShuttingDown)?
     }
+}
+
+/// How long the dispatcher waits before its next round after `failures` failed rounds in a
+/// row: 100 ms doubling to 10 s (Pulsar's dispatcher backs off its read failures too, from
+/// `dispatcherReadFailureBackoffInitialTimeInMs`). A replicated read fails only after its own
+/// read timeout (5 s), so a frozen cluster is asked about once per read timeout plus this.
+fn dispatch_retry_backoff(failures: u32) -> u64 {
+    assert!(failures >= 1);
+    (100u64 << (failures - 1).min(7)).min(10_000)
 }
 
 /// What the dispatcher needs of an entry's metadata.

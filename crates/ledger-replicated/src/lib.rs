@@ -7,8 +7,9 @@
 //! * `create` places the ledger on `write_quorum` live nodes (most free disk, spread over
 //!   racks) and stores its metadata (absent → version 1).
 //! * `append` is acknowledged once `ack_quorum` nodes have the entry durably, in entry order.
-//! * `read` asks one node of the entry's ensemble and, after `speculative_read_ms` without an
-//!   answer or on an error, the next; the first copy wins.
+//! * `read` asks one node of the entry's ensemble and, after an error or when that node has
+//!   been silent for `speculative_read`, the next; the first copy wins; with no entry found
+//!   for `read_timeout` it fails (`read`).
 //! * `fence` and `close` of a ledger written elsewhere run a recovery; of one written here,
 //!   they close it through its writer.
 //! * `delete` removes the metadata. Each node frees the entries when its garbage collection
@@ -18,6 +19,7 @@
 
 mod meta;
 mod nodes;
+mod read;
 mod recovery;
 mod stats;
 mod writer;
@@ -27,7 +29,7 @@ use bytes::Bytes;
 use magnetar_ledger::store::LedgerInfo;
 use magnetar_ledger::{AppendCallback, LedgerError, LedgerMetadata, LedgerStorage};
 use magnetar_metadata::MetadataStore;
-use magnetar_replication::message::{Request, Response};
+use magnetar_replication::message::Request;
 use magnetar_replication::meta::{LedgerMeta, LedgerState};
 use magnetar_replication::placement::{allowed, choose_ensemble};
 use magnetar_replication::recovery::RecoveryConfig;
@@ -41,6 +43,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 pub use nodes::Nodes;
+use read::{Ask, RangeRead, ReadTimes};
 use stats::ClientStats;
 use writer::{Input, OpenLedger, WriterEnv, WriterTask};
 
@@ -50,8 +53,13 @@ pub struct ReplicatedConfig {
     /// A node that has not answered an add for this long is replaced [5 s]; a failed node that
     /// no live node can replace is waited for this long too before the ledger's adds fail.
     pub add_timeout: Duration,
-    /// A read unanswered for this long is also asked of the next replica [200 ms].
+    /// A read's replica silent this long (no answer to anything since the entry was asked of
+    /// it) and the entry is asked of the next replica too [200 ms].
     pub speculative_read: Duration,
+    /// A read that finds no entry for this long fails with `Unavailable` [5 s, BookKeeper's
+    /// `readEntryTimeoutSec`]: frozen replicas whose connections stay open get an error, not a
+    /// wait for ever. Longer than `speculative_read`.
+    pub read_timeout: Duration,
     /// Recovery re-asks what went unanswered for this long [1 s].
     pub recovery_retry: Duration,
     /// Longest a recovery may take before `fence`/`close` give up [60 s].
@@ -77,6 +85,7 @@ impl Default for ReplicatedConfig {
         ReplicatedConfig {
             add_timeout: Duration::from_secs(5),
             speculative_read: Duration::from_millis(200),
+            read_timeout: Duration::from_secs(5),
             recovery_retry: Duration::from_secs(1),
             recovery_deadline: Duration::from_secs(60),
             tick: Duration::from_millis(50),
@@ -214,10 +223,9 @@ impl ReplicatedLedgers {
         Ok(meta.last_entry_id.map_or(0, |l| l + 1))
     }
 
-    /// Entries `first..=last` from the replicas of their ensembles, all asked at once: each
-    /// entry from one replica (a different one per entry, to spread the load), and from the
-    /// next one after an error, a "no entry", or `speculative_read` without an answer. The
-    /// first copy of each entry wins.
+    /// Entries `first..=last` from the replicas of their ensembles (the `read` core decides
+    /// whom to ask: one replica per entry, the next after an error or a silence, an error
+    /// after `read_timeout` without progress). The first asks leave in one write per node.
     async fn read_range(
         &self,
         meta: &LedgerMeta,
@@ -225,74 +233,47 @@ impl ReplicatedLedgers {
         first: EntryId,
         last: EntryId,
     ) -> Result<Vec<Bytes>, LedgerError> {
-        let count = (last - first + 1) as usize;
-        let (answers, mut replies) = tokio::sync::mpsc::unbounded_channel();
-        let mut found: Vec<Option<Bytes>> = vec![None; count];
-        // Per entry: replicas asked so far and answers that did not have it.
-        let mut asked = vec![0usize; count];
-        let mut missed = vec![0usize; count];
-        let ask = |index: usize, attempt: usize| {
-            let entry = first + index as u64;
-            let ensemble = meta.ensemble_for(entry);
-            let node = ensemble[(entry as usize + attempt) % ensemble.len()];
-            let answers = answers.clone();
-            let request = Request::Read { ledger: id, entry, fence: None };
-            self.nodes.send(
-                node,
-                &request,
-                Box::new(move |response| {
-                    let _ = answers.send((index, response));
-                }),
-            );
+        let times = ReadTimes {
+            speculative: self.config.speculative_read,
+            timeout: self.config.read_timeout,
         };
-        for (index, asked) in asked.iter_mut().enumerate() {
-            ask(index, 0);
-            *asked = 1;
-        }
-        let mut remaining = count;
-        while remaining > 0 {
-            match tokio::time::timeout(self.config.speculative_read, replies.recv()).await {
-                Ok(Some((index, Some(Response::Entry { data, .. })))) => {
-                    if found[index].is_none() {
-                        found[index] = Some(data);
-                        remaining -= 1;
-                    }
+        let (answers, mut replies) = tokio::sync::mpsc::unbounded_channel();
+        let request = |ask: Ask| {
+            let answers = answers.clone();
+            let entry = first + ask.index as u64;
+            let reply: nodes::Reply =
+                Box::new(move |response| drop(answers.send((ask.index, ask.node, response))));
+            (ask.node, Request::Read { ledger: id, entry, fence: None }, reply)
+        };
+        let mut asks = Vec::new();
+        let mut read = RangeRead::new(id, meta.clone(), first, last, times, &mut asks);
+        let mut sends: Vec<_> = asks.drain(..).map(request).collect();
+        self.nodes.send_all(&mut sends);
+        let started = tokio::time::Instant::now();
+        // Silences are noticed within a quarter of the speculative wait.
+        let mut ticks =
+            tokio::time::interval((times.speculative / 4).max(Duration::from_millis(1)));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let outcome = loop {
+            tokio::select! {
+                reply = replies.recv() => {
+                    let (index, node, response) = reply.expect("a sender is held here");
+                    read.on_reply(index, node, response, started.elapsed(), &mut asks);
                 }
-                Ok(Some((index, _))) => {
-                    // No entry there, an error, or the node failed: the next replica.
-                    missed[index] += 1;
-                    let replicas = meta.ensemble_for(first + index as u64).len();
-                    if found[index].is_some() {
-                        continue;
-                    }
-                    if asked[index] < replicas {
-                        self.stats.read_retry();
-                        ask(index, asked[index]);
-                        asked[index] += 1;
-                    } else if missed[index] == replicas {
-                        return Err(LedgerError::NoSuchEntry {
-                            ledger: id,
-                            entry: first + index as u64,
-                        });
-                    }
-                }
-                Ok(None) => unreachable!("a sender is held here"),
-                Err(_) => {
-                    // Slow replicas: ask the next one of every entry still missing.
-                    let mut speculative = 0;
-                    for index in 0..count {
-                        let replicas = meta.ensemble_for(first + index as u64).len();
-                        if found[index].is_none() && asked[index] < replicas {
-                            ask(index, asked[index]);
-                            asked[index] += 1;
-                            speculative += 1;
-                        }
-                    }
-                    self.stats.speculative_reads(speculative);
-                }
+                _ = ticks.tick() => read.on_tick(started.elapsed(), &mut asks),
             }
+            if let Some(outcome) = read.outcome() {
+                break outcome;
+            }
+            sends.extend(asks.drain(..).map(request));
+            self.nodes.send_all(&mut sends);
+        };
+        self.stats.speculative_reads(read.speculative);
+        self.stats.read_retries(read.retries);
+        if matches!(outcome, Err(LedgerError::Unavailable(_))) {
+            self.stats.read_timed_out();
         }
-        Ok(found.into_iter().map(|data| data.expect("every entry found")).collect())
+        outcome
     }
 }
 

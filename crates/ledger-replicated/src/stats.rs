@@ -37,6 +37,8 @@ pub(crate) struct ClientStats {
     recovered_entries_written_back: AtomicU64,
     speculative_reads: AtomicU64,
     read_retries: AtomicU64,
+    read_timeouts: AtomicU64,
+    fenced_writers: AtomicU64,
     unanswered_requests: AtomicU64,
     /// The write quorum of new ledgers when no namespace policy names one.
     default_write_quorum: u32,
@@ -51,6 +53,8 @@ impl ClientStats {
             recovered_entries_written_back: AtomicU64::new(0),
             speculative_reads: AtomicU64::new(0),
             read_retries: AtomicU64::new(0),
+            read_timeouts: AtomicU64::new(0),
+            fenced_writers: AtomicU64::new(0),
             unanswered_requests: AtomicU64::new(0),
             default_write_quorum,
         }
@@ -71,14 +75,24 @@ impl ClientStats {
         self.recovered_entries_written_back.fetch_add(written_back, Ordering::Relaxed);
     }
 
-    /// Entries asked of another replica because the first had not answered in time.
+    /// Entries asked of another replica because the one asked had been silent too long.
     pub(crate) fn speculative_reads(&self, count: u64) {
         self.speculative_reads.fetch_add(count, Ordering::Relaxed);
     }
 
     /// An entry asked of another replica after an error or a "no entry".
-    pub(crate) fn read_retry(&self) {
-        self.read_retries.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn read_retries(&self, count: u64) {
+        self.read_retries.fetch_add(count, Ordering::Relaxed);
+    }
+
+    /// A read that found no entry for `read_timeout` and failed.
+    pub(crate) fn read_timed_out(&self) {
+        self.read_timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A writer of this process found its ledger fenced by another's recovery and stopped.
+    pub(crate) fn writer_fenced(&self) {
+        self.fenced_writers.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A request whose node failed (or was not live) before it answered.
@@ -158,7 +172,7 @@ impl ClientStats {
             sum_ms,
             1e3,
         );
-        let counters: [(&'static str, &'static str, &AtomicU64); 5] = [
+        let counters: [(&'static str, &'static str, &AtomicU64); 7] = [
             (
                 "magnetar_ledger_client_ensemble_changes",
                 "Ensemble changes: a storage node of an open ledger failed and was replaced, the \
@@ -174,14 +188,28 @@ impl ClientStats {
             ),
             (
                 "magnetar_ledger_client_speculative_reads",
-                "Entry reads also asked of another replica because the first had not answered \
-                 within speculative_read_millis (BookKeeper's SPECULATIVE_READ_COUNT).",
+                "Entry reads also asked of another replica because the one asked had answered \
+                 nothing for speculative_read_millis (BookKeeper's SPECULATIVE_READ_COUNT).",
                 &self.speculative_reads,
             ),
             (
                 "magnetar_ledger_client_read_retries",
                 "Entry reads asked of another replica after an error or a missing entry.",
                 &self.read_retries,
+            ),
+            (
+                "magnetar_ledger_client_read_timeouts",
+                "Entry reads that failed because no replica answered with an entry for \
+                 read_timeout_millis (nodes frozen or cut off with their connections open); \
+                 the reader tries again later.",
+                &self.read_timeouts,
+            ),
+            (
+                "magnetar_ledger_client_fenced_writers",
+                "Ledgers this broker was writing that another process's recovery fenced: its \
+                 adds were refused from then on (a broker that was frozen or cut off while \
+                 another took its topics over; the topic is fenced here too).",
+                &self.fenced_writers,
             ),
             (
                 "magnetar_ledger_client_unanswered_requests",

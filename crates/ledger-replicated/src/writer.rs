@@ -202,6 +202,13 @@ impl WriterTask {
                     });
                 }
                 if matches!(error, Some(WriteError::Closed | WriteError::Fenced)) {
+                    if error == Some(WriteError::Fenced) {
+                        tracing::warn!(
+                            ledger = self.ledger.id,
+                            "ledger fenced by another process's recovery: its writer stops"
+                        );
+                        self.stats.writer_fenced();
+                    }
                     (self.on_done)(self.ledger.id);
                     // Late inputs (answers to abandoned requests) are dropped with the receiver.
                     return;

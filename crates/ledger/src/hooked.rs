@@ -1,5 +1,5 @@
 //! A ledger storage that hands every call to another one, with hooks where a test steps in:
-//! refuse, fail or hold an append, hold a creation or a close. One fault injected at one
+//! refuse, fail or hold an append, hold a creation or a close, fail reads. One fault injected at one
 //! point, everything else real. For tests: no shipped code uses it.
 
 use crate::{AppendCallback, LedgerError, LedgerInfo, LedgerMetadata, LedgerStorage};
@@ -26,6 +26,11 @@ pub trait StorageHooks: Send + Sync + 'static {
 
     /// Before `ledger` is closed: wait here to hold the close.
     async fn before_close(&self, _ledger: u64) {}
+
+    /// A read of `ledger` (cached or not): `Err` fails it, as a storage that cannot answer.
+    fn on_read(&self, _ledger: u64) -> Result<(), LedgerError> {
+        Ok(())
+    }
 }
 
 /// `inner` with `hooks` in front of it.
@@ -61,10 +66,12 @@ impl<H: StorageHooks> LedgerStorage for Hooked<H> {
     }
 
     fn read(&self, ledger: u64, first: u64, last: u64) -> Result<Vec<Bytes>, LedgerError> {
+        self.hooks.on_read(ledger)?;
         self.inner.read(ledger, first, last)
     }
 
     fn read_cached(&self, ledger: u64, first: u64, last: u64) -> Option<Vec<Bytes>> {
+        self.hooks.on_read(ledger).ok()?;
         self.inner.read_cached(ledger, first, last)
     }
 

@@ -129,8 +129,14 @@ pub struct LedgersSection {
     pub ack_quorum: u32,
     /// A node that has not answered an add for this long is replaced (milliseconds).
     pub add_timeout_millis: u64,
-    /// A read unanswered for this long is also sent to the next replica (milliseconds).
+    /// A read's replica silent this long (milliseconds; no answer to anything since the
+    /// entry was asked of it): the entry is also asked of the next replica.
     pub speculative_read_millis: u64,
+    /// A read that gets no entry from any replica for this long fails (milliseconds;
+    /// BookKeeper's `readEntryTimeoutSec`, 5 s), and the reader tries again later: frozen
+    /// nodes whose connections stay open cannot hold a consumer for ever. Longer than
+    /// `speculative_read_millis`.
+    pub read_timeout_millis: u64,
     /// PEM CAs the certificates of storage nodes that serve TLS are verified against (Pulsar's
     /// `bookkeeperTLSTrustCertsFilePath`); empty: such nodes cannot be written to.
     pub tls_trust_certs_file: PathBuf,
@@ -157,6 +163,7 @@ impl Default for LedgersSection {
             ack_quorum: 2,
             add_timeout_millis: 5_000,
             speculative_read_millis: 200,
+            read_timeout_millis: 5_000,
             tls_trust_certs_file: PathBuf::new(),
             tls_cert_file: PathBuf::new(),
             tls_key_file: PathBuf::new(),
@@ -444,6 +451,12 @@ fn persistence(
     if !(1..=60_000).contains(&section.speculative_read_millis) {
         return invalid("speculative_read_millis must be 1..=60000".into());
     }
+    let (speculative, timeout) = (section.speculative_read_millis, section.read_timeout_millis);
+    if !(speculative < timeout && timeout <= 600_000) {
+        return invalid(format!(
+            "need speculative_read_millis {speculative} < read_timeout_millis {timeout} <= 600000"
+        ));
+    }
     let isolation = IsolationGroups::parse(
         &section.isolation_groups,
         Some(section.secondary_isolation_groups.as_str()),
@@ -664,6 +677,8 @@ mod tests {
         refused(&|l| l.ensemble_size = 3, &etcd);
         refused(&|l| l.add_timeout_millis = 0, &etcd);
         refused(&|l| l.speculative_read_millis = 0, &etcd);
+        refused(&|l| l.read_timeout_millis = 200, &etcd);
+        refused(&|l| l.read_timeout_millis = 600_001, &etcd);
         refused(&|l| l.secondary_isolation_groups = "g2".into(), &etcd);
         let isolated = with(
             &|l| {

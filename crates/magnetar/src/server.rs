@@ -251,6 +251,7 @@ async fn open_ledgers(
         let config = magnetar_ledger_replicated::ReplicatedConfig {
             add_timeout: std::time::Duration::from_millis(section.add_timeout_millis),
             speculative_read: std::time::Duration::from_millis(section.speculative_read_millis),
+            read_timeout: std::time::Duration::from_millis(section.read_timeout_millis),
             default_write_quorum: section.write_quorum,
             tls: settings.ledger_client_tls.clone(),
             ..Default::default()

@@ -513,3 +513,69 @@ impl Writer {
         self.maybe_close(out);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEDGER: LedgerId = 7;
+
+    fn adds(out: &[WriterAction]) -> Vec<(NodeId, RequestId, EntryId)> {
+        out.iter()
+            .filter_map(|action| match action {
+                WriterAction::Send { to, request, body: Request::Add { entry, .. } } => {
+                    Some((*to, *request, *entry))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn explicit_lacs(out: &[WriterAction]) -> Vec<(NodeId, EntryId)> {
+        out.iter()
+            .filter_map(|action| match action {
+                WriterAction::Send { to, body: Request::WriteLac { lac, .. }, .. } => {
+                    Some((*to, *lac))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Adds an entry at `now_ms` and has every node answer `Added`; it is acknowledged.
+    fn add_and_ack(writer: &mut Writer, now_ms: u64) -> EntryId {
+        let mut out = Vec::new();
+        let entry = writer.add(Bytes::from_static(b"entry"), now_ms, &mut out).unwrap();
+        let sent = adds(&out);
+        assert_eq!(sent.len(), 2, "{out:?}");
+        out.clear();
+        for (node, request, _) in sent {
+            let added = Response::Added { ledger: LEDGER, entry };
+            writer.on_response(node, request, added, now_ms, &mut out);
+        }
+        assert!(out.contains(&WriterAction::Acked { entry }), "{out:?}");
+        entry
+    }
+
+    #[test]
+    fn an_idle_writer_sends_each_new_lac_once_to_the_last_fragment_s_nodes() {
+        let meta = LedgerMeta::new(vec![NodeId(1), NodeId(2)], 2, 2);
+        let mut writer = Writer::new(LEDGER, meta, 1, WriterConfig::default());
+        let mut out = Vec::new();
+        writer.tick(5_000, &mut out);
+        assert!(explicit_lacs(&out).is_empty(), "no entry, no LAC to send");
+
+        assert_eq!(add_and_ack(&mut writer, 10_000), 0);
+        writer.tick(10_999, &mut out);
+        assert!(explicit_lacs(&out).is_empty(), "not idle yet: {out:?}");
+        writer.tick(11_000, &mut out);
+        assert_eq!(explicit_lacs(&out), [(NodeId(1), 0), (NodeId(2), 0)]);
+        out.clear();
+        writer.tick(20_000, &mut out);
+        assert!(explicit_lacs(&out).is_empty(), "the same LAC is sent once: {out:?}");
+
+        assert_eq!(add_and_ack(&mut writer, 30_000), 1);
+        writer.tick(31_000, &mut out);
+        assert_eq!(explicit_lacs(&out), [(NodeId(1), 1), (NodeId(2), 1)]);
+    }
+}

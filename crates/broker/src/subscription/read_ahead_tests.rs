@@ -1,5 +1,6 @@
 //! A catching-up subscription (entries no longer in the write cache) reads ahead: everything
 //! arrives once and in order, across ledgers, and from the new position after a cursor reset.
+//! Reads that fail are retried by the dispatcher itself.
 
 use super::*;
 use crate::connection::OutFrame;
@@ -7,10 +8,12 @@ use crate::managed_ledger::RolloverPolicy;
 use bytes::BytesMut;
 use magnetar_journal::sim::SimStorage;
 use magnetar_journal::JournalConfig;
-use magnetar_ledger::{LedgerStore, LedgerStoreConfig};
+use magnetar_ledger::hooked::{Hooked, StorageHooks};
+use magnetar_ledger::{LedgerError, LedgerStorage, LedgerStore, LedgerStoreConfig};
 use magnetar_metadata::{MemoryStore, MetadataStore};
 use magnetar_protocol::encode_metadata_and_payload;
 use magnetar_protocol::proto::MessageMetadata;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 const ENTRIES: usize = 300;
@@ -28,6 +31,13 @@ fn entry(index: usize) -> Bytes {
 
 /// A topic whose backlog is far larger than the write cache, over several ledgers.
 async fn topic_with_backlog() -> (Arc<ManagedLedger>, Arc<dyn MetadataStore>, Vec<Position>) {
+    topic_with_backlog_over(|store| store).await
+}
+
+/// The same, its ledger store seen through `wrap`.
+async fn topic_with_backlog_over(
+    wrap: impl FnOnce(Arc<LedgerStore>) -> Arc<dyn LedgerStorage>,
+) -> (Arc<ManagedLedger>, Arc<dyn MetadataStore>, Vec<Position>) {
     // Small segments keep the simulated fsyncs (a copy of the segment) cheap.
     let journal = JournalConfig {
         segment_size_bytes: 1 << 20,
@@ -41,7 +51,7 @@ async fn topic_with_backlog() -> (Arc<ManagedLedger>, Arc<dyn MetadataStore>, Ve
     let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
     let policy =
         RolloverPolicy { max_entries: 70, max_bytes: u64::MAX, max_age: Duration::from_secs(60) };
-    let backend = crate::managed_ledger::LedgerBackend::new(store, metadata.clone());
+    let backend = crate::managed_ledger::LedgerBackend::new(wrap(store), metadata.clone());
     let ml = ManagedLedger::open("t".into(), "/ml/t".into(), &backend, metadata.clone(), policy)
         .await
         .unwrap();
@@ -135,4 +145,77 @@ async fn a_drain_reads_ahead_and_delivers_everything_once_in_order() {
     }
     let expected: Vec<(Position, usize)> = positions.iter().copied().zip(0..).skip(50).collect();
     assert_eq!(got, expected, "the stream restarts at the reset position");
+}
+
+/// Reads fail while `failing` is set (as with storage nodes frozen or cut off), counted.
+#[derive(Default)]
+struct FailingReads {
+    failing: AtomicBool,
+    failed: AtomicU64,
+}
+
+impl StorageHooks for FailingReads {
+    fn on_read(&self, ledger: u64) -> Result<(), LedgerError> {
+        if !self.failing.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.failed.fetch_add(1, Ordering::SeqCst);
+        Err(LedgerError::Unavailable(format!("ledger {ledger}: no replica answered (test)")))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_read_is_retried_by_the_dispatcher_without_a_new_flow_or_publish() {
+    let hooks = Arc::new(std::sync::OnceLock::new());
+    let keep = hooks.clone();
+    let (ml, metadata, positions) = topic_with_backlog_over(move |store| {
+        let hooked = Hooked::new(store, FailingReads::default());
+        let _ = keep.set(hooked.clone());
+        hooked
+    })
+    .await;
+    let storage: Arc<Hooked<FailingReads>> = hooks.get().expect("wrapped").clone();
+    let subscription = Subscription::start(
+        "sub".into(),
+        SubType::Exclusive,
+        -1,
+        ml.clone(),
+        Some(CursorLedger::for_test(&ml, metadata, "/cursors/t/sub", LIMITS)),
+        AckState::new(None),
+        None,
+        DispatchSettings::new(8),
+    );
+    let (outbox, mut frames) = crate::connection::Outbox::channel();
+    let handle = ConsumerHandle {
+        key: 1,
+        consumer_id: 7,
+        name: "c".into(),
+        priority: 0,
+        outbox,
+        info: Default::default(),
+    };
+    storage.hooks.failing.store(true, Ordering::SeqCst);
+    subscription.add_consumer(handle, SubType::Exclusive, None).unwrap();
+    subscription.flow(1, 20);
+    // The dispatcher tries, fails, and tries again by itself (backing off).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while storage.hooks.failed.load(Ordering::SeqCst) < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "the dispatcher stopped trying");
+        // The dispatcher's retries run on their own clock: nothing to await but the count.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    while let Ok(frame) = frames.try_recv() {
+        assert!(frame.decode().command.message.is_none(), "nothing to send while reads fail");
+    }
+    // Storage answers again: the permits given before are used, with no FLOW or publish since.
+    storage.hooks.failing.store(false, Ordering::SeqCst);
+    let got = receive(&mut frames, 20).await;
+    let expected: Vec<(Position, usize)> = positions.iter().copied().zip(0..).take(20).collect();
+    assert_eq!(got, expected, "delivered once storage answers, in order");
+}
+
+#[test]
+fn dispatch_retries_back_off_from_100_ms_to_10_s() {
+    let waits: Vec<u64> = (1..=10).map(dispatch_retry_backoff).collect();
+    assert_eq!(waits, [100, 200, 400, 800, 1_600, 3_200, 6_400, 10_000, 10_000, 10_000]);
 }

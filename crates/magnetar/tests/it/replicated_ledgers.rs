@@ -9,6 +9,8 @@
 //!   it alone once the other node of its fragment is killed).
 //! * Deleted, the ledger is freed on the nodes that hold it (their garbage collection); a node
 //!   that fenced it keeps the fence (the old writer is still refused), also after a restart.
+//! * Reads go around a frozen (SIGSTOPped) replica after the speculative wait, and fail within
+//!   the read timeout when every replica is frozen.
 //! * A node short of disk registers read-only: no new ledger is placed on it, and it refuses a
 //!   normal add sent to it directly while it still answers a fencing read.
 //! * A node id that held data is refused on an emptied directory or in another cluster (its
@@ -130,14 +132,22 @@ async fn one_etcd(test: &str) -> Option<(EtcdCluster, String)> {
 }
 
 async fn client(endpoints: Vec<String>, cluster: &str) -> (Arc<EtcdStore>, Arc<ReplicatedLedgers>) {
+    let config =
+        ReplicatedConfig { add_timeout: Duration::from_secs(2), ..ReplicatedConfig::default() };
+    client_with(endpoints, cluster, config).await
+}
+
+async fn client_with(
+    endpoints: Vec<String>,
+    cluster: &str,
+    config: ReplicatedConfig,
+) -> (Arc<EtcdStore>, Arc<ReplicatedLedgers>) {
     let store = Arc::new(
         tokio::time::timeout(WAIT, EtcdStore::connect(EtcdStoreConfig::new(endpoints, cluster)))
             .await
             .expect("connect in time")
             .expect("connect to etcd"),
     );
-    let config =
-        ReplicatedConfig { add_timeout: Duration::from_secs(2), ..ReplicatedConfig::default() };
     let ledgers =
         ReplicatedLedgers::start(store.clone(), config).await.expect("replication client");
     (store, ledgers)
@@ -469,22 +479,30 @@ async fn ask_node(address: &str, request: Request) -> Response {
 /// One request over `stream` and its answer; None when the node closes the connection (or
 /// the stream fails) without one, or sends bytes that are not a frame (a TLS alert).
 async fn ask_over(
-    mut stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     request: Request,
 ) -> Option<Response> {
+    match exchange(stream, Message::Request(request)).await? {
+        Message::Response(response) => Some(response),
+        other => panic!("not a response: {other:?}"),
+    }
+}
+
+/// One message over `stream` and the node's answer, as [`ask_over`].
+async fn exchange(
+    mut stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    message: Message,
+) -> Option<Message> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut frame = bytes::BytesMut::new();
-    wire::encode(7, &Message::Request(request), &mut frame);
+    wire::encode(7, &message, &mut frame);
     stream.write_all(&frame).await.ok()?;
     stream.flush().await.ok()?;
     let mut buf = bytes::BytesMut::new();
     loop {
         if let Some((id, message)) = wire::decode(&mut buf).ok()? {
             assert_eq!(id, 7);
-            match message {
-                Message::Response(response) => return Some(response),
-                other => panic!("not a response: {other:?}"),
-            }
+            return Some(message);
         }
         match tokio::time::timeout(WAIT, stream.read_buf(&mut buf)).await.expect("bounded") {
             Ok(0) | Err(_) => return None,
@@ -800,6 +818,108 @@ async fn a_storage_node_survives_bad_input_and_keeps_serving() {
     let log = std::fs::read_to_string(&node.log).unwrap();
     assert!(log.contains("bad frame"), "{log}");
     node.kill();
+}
+
+/// A storage node stopped with SIGSTOP, continued (SIGCONT) when dropped: its connections
+/// stay open and nothing answers, as a node in a long pause or behind a silent partition.
+struct Frozen(u32);
+
+impl Frozen {
+    fn new(node: &StorageNode) -> Frozen {
+        let pid = node.child.id();
+        // SAFETY: signals a child this test started, by its PID.
+        assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) }, 0);
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGCONT) };
+    }
+}
+
+/// Reads of a ledger on two nodes: with one node frozen, the entries asked of it go to the
+/// other after the speculative wait (no error to retry on: the wait alone moves them) and the
+/// read succeeds; with both frozen it fails with `Unavailable` once the read timeout passes
+/// without an entry, instead of waiting for ever; continued, the nodes serve it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_go_around_a_frozen_replica_and_fail_in_bounded_time_when_all_are_frozen() {
+    let Some((etcd, url)) = one_etcd("frozen replicas").await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = "replicated";
+    let nodes = StorageNode::first(2, &url, cluster, dir.path());
+    let (_store, writer) = client(etcd.endpoints(), cluster).await;
+    let (ledger, count) = (1, 40);
+    writer.create(ledger, &two_copies()).await.unwrap();
+    append_all(&writer, ledger, 0..count).await;
+    assert_eq!(tokio::time::timeout(WAIT, writer.close(ledger)).await.unwrap().unwrap(), count);
+
+    // A reader of its own (the writer's cache of recent entries would answer), quick to move on.
+    let times = (Duration::from_millis(100), Duration::from_millis(1_500));
+    let config = ReplicatedConfig {
+        speculative_read: times.0,
+        read_timeout: times.1,
+        ..ReplicatedConfig::default()
+    };
+    let (_reader_store, reader) = client_with(etcd.endpoints(), cluster, config).await;
+    let read_all = || {
+        let reader = reader.clone();
+        async move {
+            let started = std::time::Instant::now();
+            let result = tokio::time::timeout(
+                WAIT,
+                tokio::task::spawn_blocking(move || reader.read(ledger, 0, count - 1)),
+            )
+            .await
+            .expect("a read ends by itself")
+            .unwrap();
+            (result, started.elapsed())
+        }
+    };
+    let metric = |name: &str| client_metric(&reader, name, "");
+    let (both_up, _) = read_all().await;
+    assert_eq!(both_up.unwrap().len() as u64, count);
+    assert_eq!(metric("magnetar_ledger_client_speculative_reads_total"), 0.0);
+
+    // Node status (the protocol's fifth request): its id, the ledger it holds, free disk.
+    let stream = tokio::time::timeout(WAIT, tokio::net::TcpStream::connect(&nodes[0].address))
+        .await
+        .unwrap()
+        .unwrap();
+    match exchange(stream, Message::StatusRequest).await {
+        Some(Message::Status(status)) => {
+            assert_eq!(status.node, NodeId(nodes[0].id));
+            assert_eq!(status.ledgers, 1, "{status:?}");
+            assert!(status.free_bytes > 0, "{status:?}");
+        }
+        other => panic!("a status request answered {other:?}"),
+    }
+
+    let first_frozen = Frozen::new(&nodes[0]);
+    let (around, took) = read_all().await;
+    let entries = around.expect("read from the replica that answers");
+    assert!(entries.iter().enumerate().all(|(e, b)| *b == data(e as u64)));
+    assert!(took < times.1, "moved on after the speculative wait, not the timeout: {took:?}");
+    // Half the entries were asked of the frozen node first; each went to the other once.
+    assert_eq!(metric("magnetar_ledger_client_speculative_reads_total"), (count / 2) as f64);
+    assert_eq!(metric("magnetar_ledger_client_read_retries_total"), 0.0, "no error to retry on");
+
+    let second_frozen = Frozen::new(&nodes[1]);
+    let (nothing, took) = read_all().await;
+    match nothing {
+        Err(LedgerError::Unavailable(why)) => {
+            assert!(why.contains("no replica answered"), "{why}")
+        }
+        other => panic!("a read of frozen replicas: {:?}", other.map(|e| e.len())),
+    }
+    assert!(took >= times.1 && took < times.1 + Duration::from_secs(5), "{took:?}");
+    assert_eq!(metric("magnetar_ledger_client_read_timeouts_total"), 1.0);
+
+    drop((first_frozen, second_frozen));
+    let (again, _) = read_all().await;
+    assert_eq!(again.expect("continued nodes serve the ledger").len() as u64, count);
 }
 
 /// A node that registers while a client runs is known to it at once (a watch on the
