@@ -924,7 +924,8 @@ async fn reads_go_around_a_frozen_replica_and_fail_in_bounded_time_when_all_are_
 
 /// A node that registers while a client runs is known to it at once (a watch on the
 /// registrations), not at the client's next periodic re-read, here a minute away: a writer that
-/// needs a replacement for a failed or full node finds the one just started.
+/// needs a replacement for a failed or full node finds the one just started, with the rack
+/// label it registered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_registers_is_seen_by_a_running_client_at_once() {
     let Some((etcd, url)) = one_etcd("storage node registration watch").await else { return };
@@ -936,13 +937,19 @@ async fn a_node_that_registers_is_seen_by_a_running_client_at_once() {
     let config = ReplicatedConfig { refresh: Duration::from_secs(60), ..Default::default() };
     let ledgers = ReplicatedLedgers::start(store.clone(), config).await.unwrap();
     assert!(ledgers.nodes().live().is_empty(), "no node yet");
-    let node = StorageNode::start(&url, cluster, &dir.path().join("node"));
+    let node = StorageNode::start_with(&url, cluster, &dir.path().join("node"), &["--rack", "r7"]);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !ledgers.nodes().live().iter().any(|n| n.id.0 == node.id) {
+    let seen = loop {
+        if let Some(seen) = ledgers.nodes().live().into_iter().find(|n| n.id.0 == node.id) {
+            break seen;
+        }
         assert!(std::time::Instant::now() < deadline, "not seen within 10 s (the period is 60)");
         // The watch's update lands on the client's task: nothing here to await but the state.
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
+    // With its own `--rack` label (no operator assignment to win over it) and its free disk.
+    assert_eq!(seen.rack.as_deref(), Some("r7"), "{seen:?}");
+    assert!(seen.free_bytes > 0 && !seen.read_only, "{seen:?}");
     drop(node);
 }
 
