@@ -89,28 +89,42 @@ async fn receive(frames: &mut UnboundedReceiver<OutFrame>, count: usize) -> Vec<
     got
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_drain_reads_ahead_and_delivers_everything_once_in_order() {
-    let (ml, metadata, positions) = topic_with_backlog().await;
-    let subscription = Subscription::start(
+/// An exclusive subscription `sub` of `ml` from its start, its cursor in a cursor ledger.
+fn exclusive_subscription(
+    ml: &Arc<ManagedLedger>,
+    metadata: Arc<dyn MetadataStore>,
+) -> Arc<Subscription> {
+    Subscription::start(
         "sub".into(),
         SubType::Exclusive,
         -1,
         ml.clone(),
-        Some(CursorLedger::for_test(&ml, metadata, "/cursors/t/sub", LIMITS)),
+        Some(CursorLedger::for_test(ml, metadata, "/cursors/t/sub", LIMITS)),
         AckState::new(None),
         None,
         DispatchSettings::new(8),
-    );
-    let (outbox, mut frames) = crate::connection::Outbox::channel();
+    )
+}
+
+/// A consumer (connection key `key`) and the frames sent to it.
+fn consumer(key: u64, consumer_id: u64) -> (ConsumerHandle, UnboundedReceiver<OutFrame>) {
+    let (outbox, frames) = crate::connection::Outbox::channel();
     let handle = ConsumerHandle {
-        key: 1,
-        consumer_id: 7,
+        key,
+        consumer_id,
         name: "c".into(),
         priority: 0,
         outbox,
         info: Default::default(),
     };
+    (handle, frames)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_reads_ahead_and_delivers_everything_once_in_order() {
+    let (ml, metadata, positions) = topic_with_backlog().await;
+    let subscription = exclusive_subscription(&ml, metadata);
+    let (handle, mut frames) = consumer(1, 7);
     subscription.add_consumer(handle, SubType::Exclusive, None).unwrap();
 
     // Permits in small steps, like a client's FLOW at half its queue: every round after the
@@ -128,15 +142,7 @@ async fn a_drain_reads_ahead_and_delivers_everything_once_in_order() {
         .reset_cursor(previous_position(&subscription.managed_ledger.ledgers(), positions[50]))
         .await
         .unwrap();
-    let (outbox, mut frames) = crate::connection::Outbox::channel();
-    let handle = ConsumerHandle {
-        key: 2,
-        consumer_id: 8,
-        name: "c".into(),
-        priority: 0,
-        outbox,
-        info: Default::default(),
-    };
+    let (handle, mut frames) = consumer(2, 8);
     subscription.add_consumer(handle, SubType::Exclusive, None).unwrap();
     let mut got = Vec::new();
     while got.len() < ENTRIES - 50 {
@@ -175,25 +181,8 @@ async fn a_failed_read_is_retried_by_the_dispatcher_without_a_new_flow_or_publis
     })
     .await;
     let storage: Arc<Hooked<FailingReads>> = hooks.get().expect("wrapped").clone();
-    let subscription = Subscription::start(
-        "sub".into(),
-        SubType::Exclusive,
-        -1,
-        ml.clone(),
-        Some(CursorLedger::for_test(&ml, metadata, "/cursors/t/sub", LIMITS)),
-        AckState::new(None),
-        None,
-        DispatchSettings::new(8),
-    );
-    let (outbox, mut frames) = crate::connection::Outbox::channel();
-    let handle = ConsumerHandle {
-        key: 1,
-        consumer_id: 7,
-        name: "c".into(),
-        priority: 0,
-        outbox,
-        info: Default::default(),
-    };
+    let subscription = exclusive_subscription(&ml, metadata);
+    let (handle, mut frames) = consumer(1, 7);
     storage.hooks.failing.store(true, Ordering::SeqCst);
     subscription.add_consumer(handle, SubType::Exclusive, None).unwrap();
     subscription.flow(1, 20);
