@@ -5,7 +5,9 @@
 //!   entry 0 is a header naming `first` and local entry `i + 1` is entry `first + i`. An add
 //!   that would leave a hole (below `first`, or above `next`) is refused with an I/O error:
 //!   the writer or recovery then places that entry on another node. An add of an entry the
-//!   node has is answered as stored (writers resend after reconnections).
+//!   node has is answered as stored if its bytes are the same (writers resend after
+//!   reconnections, recoveries write back what they found), and refused with `Conflict`
+//!   otherwise: an entry is never overwritten.
 //! * Each entry is stored after the LAC its writer sent with it (8 bytes: LAC + 1, 0 for
 //!   none), as a bookie keeps it in the entry: a restarted node reads its last entry's and
 //!   answers LAC reads with it. Without it a restarted node knows no LAC, and a recovery that
@@ -92,10 +94,11 @@ impl Completion {
     }
 }
 
-/// Adds staged and not yet settled, with the tokens of resends waiting on each. Shared with
-/// the journal's completion thread. (Where a run failed is the store's to know: it refuses
-/// appends after a failed one, and counts only durable entries.)
-type Unsettled = Mutex<HashMap<(LedgerId, EntryId), Vec<Token>>>;
+/// Adds staged and not yet settled: each one's data (a resend is compared with it) and the
+/// tokens of resends waiting on it. Shared with the journal's completion thread. (Where a run
+/// failed is the store's to know: it refuses appends after a failed one, and counts only
+/// durable entries.)
+type Unsettled = Mutex<HashMap<(LedgerId, EntryId), (Bytes, Vec<Token>)>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Run {
@@ -242,13 +245,27 @@ impl NodeStorage {
             // which: it counts only durable entries, and records an outcome before the add's
             // callback takes it out of `unsettled`.
             let mut unsettled = self.unsettled.lock();
-            if let Some(waiting) = unsettled.get_mut(&(ledger, entry)) {
+            if let Some((staged, waiting)) = unsettled.get_mut(&(ledger, entry)) {
+                if *staged != data {
+                    return Err(conflict(ledger, entry));
+                }
                 waiting.push(token);
                 return Ok(());
             }
+            drop(unsettled);
+            let local = entry - run.first + 1;
             let durable = self.store.ledger_info(ledger).map_or(0, |info| info.entries);
-            if entry - run.first + 1 >= durable {
+            if local >= durable {
                 return Err(ErrorCode::Io); // it failed (a full disk)
+            }
+            // Held: the same bytes again are answered as stored, others refused. (A read of
+            // the stored copy, blocking briefly: resends come only after reconnections and
+            // from recoveries writing back what they found.)
+            let at = Located { entry, local, lac_prefixed: run.lac_prefixed };
+            match read_local(&self.store, ledger, at) {
+                Ok(Some(held)) if held == data => {}
+                Ok(Some(_)) => return Err(conflict(ledger, entry)),
+                Ok(None) | Err(_) => return Err(ErrorCode::Io),
             }
             (self.completions)(Completion::now(token, Ok(())));
             return Ok(());
@@ -266,20 +283,21 @@ impl NodeStorage {
         let local = entry - run.first + 1;
         let stored = match run.lac_prefixed {
             true => with_lac(lac, &data),
-            false => data,
+            false => data.clone(),
         };
         let completions = self.completions.clone();
         let unsettled = self.unsettled.clone();
         let callback = Box::new(move |result: Result<u64, LedgerError>| {
             // The store has recorded the outcome before this runs, so a resend that finds the
             // add unsettled (under this lock) is answered here.
-            let resends = unsettled.lock().remove(&(ledger, entry)).unwrap_or_default();
+            let resends =
+                unsettled.lock().remove(&(ledger, entry)).map(|(_, r)| r).unwrap_or_default();
             completions(Completion::of(token, &result));
             for resend in resends {
                 completions(Completion { fatal: None, ..Completion::of(resend, &result) });
             }
         });
-        self.unsettled.lock().insert((ledger, entry), Vec::new());
+        self.unsettled.lock().insert((ledger, entry), (data, Vec::new()));
         // After a failed add the store refuses the ledger's next ones: no hole after it.
         let staged = self.store.append_at(ledger, local, stored, callback, Commit::Caller);
         if let Err(e) = staged {
@@ -406,6 +424,14 @@ fn split_lac(mut stored: Bytes) -> Option<(Option<EntryId>, Bytes)> {
     Some((lac, stored))
 }
 
+/// An add of an entry this node holds (or has staged) with other bytes: never overwritten,
+/// refused with `Conflict` (the writer or recovery takes it for a failed node). Only a bug or
+/// a damaged copy sends different bytes for one entry id.
+fn conflict(ledger: LedgerId, entry: EntryId) -> ErrorCode {
+    tracing::error!(ledger, entry, "an add of an entry held with other bytes: refused");
+    ErrorCode::Conflict
+}
+
 /// Reads a located entry's data; `None` when it is not durable yet. Blocking.
 pub fn read_local(
     store: &LedgerStore,
@@ -480,6 +506,40 @@ mod tests {
         let at = storage.locate(7, 11).expect("held");
         let data = read_local(storage.store(), 7, at).expect("read").expect("durable");
         assert_eq!(&data[..], &[11, 11, 11], "the data as sent, without its LAC");
+    }
+
+    /// A resend with the same bytes is answered as stored, staged or durable; with other bytes
+    /// it is refused with `Conflict` and the entry keeps its first bytes.
+    #[tokio::test]
+    async fn a_resend_is_stored_once_and_other_bytes_are_a_conflict() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (sink, seen) = recorder();
+        let (mut storage, _) = open(dir.path(), sink);
+        let other = |e: EntryId| Record::Entry {
+            ledger: 7,
+            entry: e,
+            lac: None,
+            recovery: true,
+            data: Bytes::from_static(b"other bytes"),
+        };
+        storage.persist(0, entry(7, 0, None)).await;
+        // Staged (not durable yet, unless the run's header took it along): the same bytes get
+        // its outcome, others are refused.
+        storage.persist(1, entry(7, 0, None)).await;
+        storage.persist(2, other(0)).await;
+        storage.commit();
+        let mut settled = [next(&seen), next(&seen), next(&seen)];
+        settled.sort_by_key(|s| s.0);
+        let expected = [(0, Ok(())), (1, Ok(())), (2, Err(ErrorCode::Conflict))];
+        assert_eq!(settled, expected.map(|(token, result)| (token, result, false, false)));
+        // Durable: the same again (its LAC may differ), then other bytes.
+        storage.persist(3, entry(7, 0, Some(0))).await;
+        assert_eq!(next(&seen), (3, Ok(()), false, false));
+        storage.persist(4, other(0)).await;
+        assert_eq!(next(&seen), (4, Err(ErrorCode::Conflict), false, false));
+        let at = storage.locate(7, 0).expect("held");
+        let data = read_local(storage.store(), 7, at).expect("read").expect("durable");
+        assert_eq!(&data[..], &[0, 0, 0], "never overwritten");
     }
 
     /// What the completion sink saw of one record.
