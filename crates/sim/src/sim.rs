@@ -230,6 +230,8 @@ pub struct Simulation {
     writer: Option<Writer>,
     writer_added: u64,
     writer_crashed: bool,
+    /// The highest LAC the writer has had (it must never go back).
+    writer_lac: Option<EntryId>,
     recoveries: Vec<Option<Recovery>>,
     meta: LedgerMeta,
     meta_version: u64,
@@ -290,6 +292,7 @@ impl Simulation {
             writer: Some(writer),
             writer_added: 0,
             writer_crashed: false,
+            writer_lac: None,
             recoveries: Vec::new(),
             meta,
             meta_version: 1,
@@ -515,6 +518,7 @@ impl Simulation {
             trace.push(format!("{at:>7} {event:?}"));
         }
         self.handle(event);
+        self.check_lacs();
         if let Some(delay) = self.knobs.delete_after_close_ms {
             if self.meta.state == LedgerState::Closed && !self.delete_scheduled {
                 self.delete_scheduled = true;
@@ -1088,6 +1092,34 @@ impl Simulation {
                 "entry {entry} acknowledged above the closed ledger's last entry {:?}",
                 self.meta.last_entry_id
             ));
+        }
+    }
+
+    /// After every event: the writer's LAC never goes back, and no node holds a LAC above
+    /// what the writer acknowledged (a reader trusts a node's LAC as confirmed, and a recovery
+    /// starts from it: one too high would close the ledger over entries never at Qa).
+    fn check_lacs(&mut self) {
+        if let Some(writer) = &self.writer {
+            let lac = writer.last_add_confirmed();
+            if lac < self.writer_lac {
+                let before = self.writer_lac;
+                return self
+                    .violate(format!("the writer's LAC went back from {before:?} to {lac:?}"));
+            }
+            self.writer_lac = lac;
+        }
+        if self.deleted {
+            return;
+        }
+        let acked = self.acked.keys().next_back().copied();
+        for (index, node) in self.nodes.iter().enumerate() {
+            let Some(core) = &node.core else { continue };
+            let lac = core.summary(LEDGER).lac;
+            if lac > acked {
+                return self.violate(format!(
+                    "node {index} holds LAC {lac:?} above the highest acknowledged entry {acked:?}"
+                ));
+            }
         }
     }
 
