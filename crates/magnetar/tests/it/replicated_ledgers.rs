@@ -825,10 +825,26 @@ async fn a_storage_node_survives_bad_input_and_keeps_serving() {
 struct Frozen(u32);
 
 impl Frozen {
+    /// Returns once every thread of the node is stopped (a stop takes effect a little after
+    /// the signal: until then the node may still answer what it is sent).
     fn new(node: &StorageNode) -> Frozen {
         let pid = node.child.id();
         // SAFETY: signals a child this test started, by its PID.
         assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) }, 0);
+        let stopped = || {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the node's threads");
+            tasks.flatten().all(|task| {
+                let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+                // "pid (name) S ...": the state follows the name's closing parenthesis.
+                matches!(stat.rsplit_once(") ").map(|(_, rest)| rest.as_bytes()[0]), Some(b'T'))
+            })
+        };
+        let deadline = std::time::Instant::now() + WAIT;
+        while !stopped() {
+            assert!(std::time::Instant::now() < deadline, "node {} never stopped", node.id);
+            // Another process's state: nothing to await but /proc.
+            std::thread::sleep(Duration::from_millis(1));
+        }
         Frozen(pid)
     }
 }
@@ -902,8 +918,10 @@ async fn reads_go_around_a_frozen_replica_and_fail_in_bounded_time_when_all_are_
     let entries = around.expect("read from the replica that answers");
     assert!(entries.iter().enumerate().all(|(e, b)| *b == data(e as u64)));
     assert!(took < times.1, "moved on after the speculative wait, not the timeout: {took:?}");
-    // Half the entries were asked of the frozen node first; each went to the other once.
-    assert_eq!(metric("magnetar_ledger_client_speculative_reads_total"), (count / 2) as f64);
+    // Half the entries were asked of the frozen node first; each went to the other once
+    // (and the other's own entries too if it was slower than the wait: at most once each).
+    let speculative = metric("magnetar_ledger_client_speculative_reads_total");
+    assert!((count / 2) as f64 <= speculative && speculative <= count as f64, "{speculative}");
     assert_eq!(metric("magnetar_ledger_client_read_retries_total"), 0.0, "no error to retry on");
 
     let second_frozen = Frozen::new(&nodes[1]);
