@@ -265,12 +265,14 @@ impl ReplicatedLedgers {
             if let Some(outcome) = read.outcome() {
                 break outcome;
             }
-            sends.extend(asks.drain(..).map(request));
-            self.nodes.send_all(&mut sends);
+            if !asks.is_empty() {
+                sends.extend(asks.drain(..).map(request));
+                self.nodes.send_all(&mut sends);
+            }
         };
         self.stats.speculative_reads(read.speculative);
         self.stats.read_retries(read.retries);
-        if matches!(outcome, Err(LedgerError::Unavailable(_))) {
+        if read.timed_out {
             self.stats.read_timed_out();
         }
         outcome

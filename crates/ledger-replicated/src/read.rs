@@ -70,6 +70,8 @@ pub(crate) struct RangeRead {
     /// Entries asked of another replica after an error or a "no entry" / after silence.
     pub retries: u64,
     pub speculative: u64,
+    /// The read failed for want of any entry within `timeout` (not for failed replicas).
+    pub timed_out: bool,
 }
 
 impl RangeRead {
@@ -111,6 +113,7 @@ impl RangeRead {
             over: false,
             retries: 0,
             speculative: 0,
+            timed_out: false,
         }
     }
 
@@ -190,6 +193,7 @@ impl RangeRead {
                 .collect();
             let asked: std::collections::BTreeSet<u64> =
                 self.entries.iter().filter(|e| e.found.is_none()).map(|e| e.asked_of.0).collect();
+            self.timed_out = true;
             self.failed = Some(LedgerError::Unavailable(format!(
                 "ledger {}: {} entries ({}..={}) not read: no replica answered with them for {} \
                  ms (last asked of nodes {asked:?})",
@@ -257,6 +261,14 @@ mod tests {
         RangeRead::new(1, meta, 0, 3, TIMES, asks)
     }
 
+    /// [`four_entries`] with its first asks sent (taken out of the buffer).
+    fn four_entries_asked() -> (RangeRead, Vec<Ask>) {
+        let mut asks = Vec::new();
+        let read = four_entries(&mut asks);
+        asks.clear();
+        (read, asks)
+    }
+
     fn nodes(asks: &[Ask]) -> Vec<(usize, u64)> {
         asks.iter().map(|a| (a.index, a.node.0)).collect()
     }
@@ -280,10 +292,8 @@ mod tests {
 
     #[test]
     fn a_silent_replica_s_entries_go_to_the_next_while_the_other_s_answers_keep_coming() {
-        let mut asks = Vec::new();
-        let mut read = four_entries(&mut asks);
-        asks.clear();
-        // Node 2 answers its entries at 150 and 300 ms; node 1 says nothing.
+        let (mut read, mut asks) = four_entries_asked();
+        // Node 2 answers entry 1 at 150 ms; node 1 says nothing.
         read.on_reply(1, NodeId(2), entry(1), ms(150), &mut asks);
         read.on_tick(ms(199), &mut asks);
         assert!(asks.is_empty(), "not yet {} ms of silence", 199);
@@ -309,9 +319,7 @@ mod tests {
 
     #[test]
     fn a_replica_that_keeps_answering_is_waited_for() {
-        let mut asks = Vec::new();
-        let mut read = four_entries(&mut asks);
-        asks.clear();
+        let (mut read, mut asks) = four_entries_asked();
         // Node 1 answers entry 0 at 150 ms, node 2 answers entry 1 at 150 ms: at 300 ms
         // neither has been silent for 200 ms, so entries 2 and 3 are not asked again.
         read.on_reply(0, NodeId(1), entry(0), ms(150), &mut asks);
@@ -328,9 +336,7 @@ mod tests {
 
     #[test]
     fn an_entry_every_replica_says_it_lacks_is_absent() {
-        let mut asks = Vec::new();
-        let mut read = four_entries(&mut asks);
-        asks.clear();
+        let (mut read, mut asks) = four_entries_asked();
         read.on_reply(3, NodeId(2), no_entry(3), ms(3), &mut asks);
         assert_eq!(nodes(&asks), [(3, 1)], "a no goes to the next replica");
         assert!(read.outcome().is_none());
@@ -344,9 +350,7 @@ mod tests {
 
     #[test]
     fn an_entry_is_unavailable_not_absent_when_a_replica_failed() {
-        let mut asks = Vec::new();
-        let mut read = four_entries(&mut asks);
-        asks.clear();
+        let (mut read, mut asks) = four_entries_asked();
         read.on_reply(0, NodeId(1), None, ms(1), &mut asks);
         assert_eq!(nodes(&asks), [(0, 2)], "a failure goes to the next replica");
         assert_eq!(read.retries, 1);
@@ -356,7 +360,8 @@ mod tests {
                 assert!(
                     why.contains("entry 0") && why.contains("1 of its 2 replicas failed"),
                     "{why}"
-                )
+                );
+                assert!(!read.timed_out, "failed replicas, not a time-out");
             }
             other => panic!("{other:?}"),
         }
@@ -364,9 +369,7 @@ mod tests {
 
     #[test]
     fn no_entry_for_the_timeout_fails_the_read_with_the_nodes_asked() {
-        let mut asks = Vec::new();
-        let mut read = four_entries(&mut asks);
-        asks.clear();
+        let (mut read, mut asks) = four_entries_asked();
         read.on_reply(0, NodeId(1), entry(0), ms(10), &mut asks);
         read.on_tick(ms(300), &mut asks);
         assert_eq!(asks.len(), 3, "the silent entries asked of the other replica");
@@ -375,7 +378,8 @@ mod tests {
         read.on_tick(ms(5_010), &mut asks);
         match read.outcome() {
             Some(Err(LedgerError::Unavailable(why))) => {
-                assert!(why.contains("3 entries (1..=3)") && why.contains("5000 ms"), "{why}")
+                assert!(why.contains("3 entries (1..=3)") && why.contains("5000 ms"), "{why}");
+                assert!(read.timed_out);
             }
             other => panic!("{other:?}"),
         }
