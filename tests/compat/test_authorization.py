@@ -295,3 +295,36 @@ def test_pulsar_admin_with_a_token_sees_403():
         out = tenant_a.fails("tenants", "create", "tc", "--allowed-clusters", "standalone")
         assert "Reason: admin-a is not a super-user" in out, out
         cli(SUPER)("tenants", "create", "tc", "--allowed-clusters", "standalone")
+
+
+def test_missing_tenant_is_not_found_before_any_permission_and_subscription_grants_revoke():
+    # Pulsar's validateTenantAdminAccess: for a role that is not a super-user, a tenant that does
+    # not exist is NOT_FOUND before any permission is looked at: a producer there fails with
+    # TopicNotFound (Python asyncio test_create_producer_failure), an admin call with 404
+    # "Tenant does not exist" (namespaces set-schema-compatibility-strategy).
+    with secured_server() as srv:
+        setup_tenants(srv)
+        c = client(srv, "nobody")
+        try:
+            with pytest.raises(pulsar.TopicNotFound):
+                c.create_producer("persistent://no-such-tenant/ns/t")
+            with pytest.raises(pulsar.AuthorizationError):
+                c.create_producer("persistent://ta/ns/t")
+        finally:
+            c.close()
+        status, body = admin(srv, "PUT", "/admin/v2/namespaces/no-such-tenant/ns/schemaCompatibilityStrategy",
+                             "FULL", role="nobody")
+        assert (status, body) == (404, {"reason": "Tenant does not exist"}), (status, body)
+        status, body = admin(srv, "PUT", "/admin/v2/namespaces/ta/ns/schemaCompatibilityStrategy",
+                             "FULL", role="nobody")
+        assert status == 403, (status, body)
+
+        # Subscription permissions: granted, then revoked through the path pulsar-admin's
+        # `namespaces revoke-subscription-permission` uses.
+        path = "/admin/v2/namespaces/ta/ns/permissions/subscription"
+        status, body = admin(srv, "POST", path + "/locked", ["carol", "dave"])
+        assert status == 204, (status, body)
+        status, body = admin(srv, "DELETE", path + "/locked/carol")
+        assert status == 204, (status, body)
+        status, body = admin(srv, "GET", path)
+        assert (status, body) == (200, {"locked": ["dave"]}), (status, body)

@@ -190,6 +190,38 @@ def test_backlog_quota_producer_exception_refuses_producers_and_fails_sends():
             client.close()
 
 
+def test_a_small_namespace_quota_set_with_a_string_limit_holds_the_eleventh_send():
+    # The Go client's TestSendTimeout: a 10 KiB producer_request_hold quota posted as
+    # {"limit": "10240"} (a string, which Pulsar's JSON binding takes as the number), ten 1 KiB
+    # sends under a resting subscription, then, a check later, a send is held until it times out.
+    with private_server("backlog_quota_check_interval_seconds = 1\n") as srv:
+        url = srv.web_url + "/admin/v2/namespaces/public/default/backlogQuota"
+        status, body = http_request("POST", url, '{"limit": "10240", "policy": "producer_request_hold"}')
+        assert status == 204, body
+        status, body = http_request("GET", srv.web_url + "/admin/v2/namespaces/public/default/backlogQuotaMap")
+        assert status == 200 and json.loads(body)["destination_storage"]["limitSize"] == 10240, body
+        topic = unique_topic("quota-small")
+        client = srv.client()
+        try:
+            _make_subscription(client, topic, "send_timeout_sub")
+            producer = client.create_producer(topic, send_timeout_millis=2000,
+                                              batching_enabled=False)
+            for _ in range(10):
+                producer.send(bytes(1024))
+
+            def held():
+                try:
+                    producer.send(bytes(1024))
+                    return False
+                except pulsar.Timeout:
+                    return True
+            # Pulsar's entries with their metadata come to more than 10 KiB: held at the first
+            # check after the tenth (Magnetar checks every second here).
+            _eventually("a send is held by the quota", held, deadline_s=10)
+        finally:
+            client.close()
+
+
 def _try_producer(client, topic):
     try:
         return client.create_producer(topic)

@@ -81,3 +81,21 @@ def test_reader_on_empty_topic_from_earliest_gets_later_messages(client):
     assert not reader.has_message_available()
     _produce(client, topic, 2)
     assert payloads(read_n(reader, 2)) == ["m-0", "m-1"]
+
+
+def test_reader_at_latest_inclusive_has_the_last_message_available(client):
+    # Pulsar's python test_seek_latest_message_id: a reader at `latest` with an inclusive start
+    # reads the last stored message, and says so through has_message_available (which compares
+    # the subscription's mark-delete position with the last message id).
+    topic = unique_topic("rd-latest-incl")
+    _produce(client, topic, 3)
+    reader = client.create_reader(topic, pulsar.MessageId.latest, start_message_id_inclusive=True)
+    assert reader.has_message_available()
+    got = []
+    while reader.has_message_available():
+        got.append(reader.read_next(timeout_millis=5000).data().decode())
+    assert got == ["m-2"]
+    assert_nothing_more(reader)
+    # exclusive at latest: nothing yet
+    other = client.create_reader(topic, pulsar.MessageId.latest)
+    assert not other.has_message_available()

@@ -2,6 +2,7 @@ package compat
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,5 +180,98 @@ func TestAdminStatsCountBatchIndexAcks(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("msgAckRate (subscription or consumer) still 0 after 4 batch-index acks: %+v", s)
 		}
+	}
+}
+
+// Stats as the Go admin client reads them: each producer's and consumer's metadata (the
+// properties the client gave it), per-partition stats with the partition count and the last
+// publish time, excludePublishers / excludeConsumers; a topic's properties set at its
+// creation (partitioned or not); a message id found by publish time (GetMessageID).
+func TestAdminStatsMetadataPropertiesAndMessageIDByTime(t *testing.T) {
+	a := newTopicAdmin(t)
+	c := newClient(t)
+
+	plain := topicName(t, uniqueTopic("admin-props"))
+	if err := a.Topics().CreateWithProperties(plain, 0, map[string]string{"k": "v"}); err != nil {
+		t.Fatalf("create with properties: %v", err)
+	}
+	if got, err := a.Topics().GetProperties(plain); err != nil || got["k"] != "v" || len(got) != 1 {
+		t.Fatalf("properties of a non-partitioned topic: %v, %v", got, err)
+	}
+
+	topic := uniqueTopic("admin-stats-meta")
+	name := topicName(t, topic)
+	if err := a.Topics().CreateWithProperties(name, 4, map[string]string{"owner": "tests"}); err != nil {
+		t.Fatalf("create partitioned with properties: %v", err)
+	}
+	if got, err := a.Topics().GetProperties(name); err != nil || got["owner"] != "tests" {
+		t.Fatalf("properties of a partitioned topic: %v, %v", got, err)
+	}
+	cons := subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "s",
+		Properties: map[string]string{"consumer-key": "consumer-value"}})
+	p := newProducer(t, c, pulsar.ProducerOptions{Topic: topic, DisableBatching: true,
+		Properties: map[string]string{"producer-key": "producer-value"}})
+	for i := 0; i < 10; i++ {
+		send(t, p, &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%d", i)), Key: "pulsar"})
+	}
+
+	stats, err := a.Topics().GetPartitionedStatsWithOption(name, true, utils.GetStatsOptions{})
+	if err != nil {
+		t.Fatalf("partitioned stats: %v", err)
+	}
+	if len(stats.Partitions) != 4 || stats.Metadata.Partitions != 4 {
+		t.Fatalf("partitioned stats list %d partitions (metadata %d), want 4",
+			len(stats.Partitions), stats.Metadata.Partitions)
+	}
+	if stats.LastPublishTimestamp < time.Now().Add(-time.Minute).UnixMilli() {
+		t.Fatalf("lastPublishTimeStamp %d, want the last send's time", stats.LastPublishTimestamp)
+	}
+	var producerMeta, consumerMeta bool
+	for _, part := range stats.Partitions {
+		for _, pub := range part.Publishers {
+			producerMeta = producerMeta || pub.Metadata["producer-key"] == "producer-value"
+		}
+		for _, sub := range part.Subscriptions {
+			for _, cs := range sub.Consumers {
+				consumerMeta = consumerMeta || cs.Metadata["consumer-key"] == "consumer-value"
+			}
+		}
+	}
+	if !producerMeta || !consumerMeta {
+		t.Fatalf("stats lack the client's properties: producer %v, consumer %v", producerMeta, consumerMeta)
+	}
+	bare, err := a.Topics().GetPartitionedStatsWithOption(name, true, utils.GetStatsOptions{
+		ExcludePublishers: true, ExcludeConsumers: true})
+	if err != nil {
+		t.Fatalf("partitioned stats without publishers and consumers: %v", err)
+	}
+	for partition, part := range bare.Partitions {
+		if len(part.Publishers) != 0 {
+			t.Fatalf("%s lists publishers with excludePublishers", partition)
+		}
+		for _, sub := range part.Subscriptions {
+			if len(sub.Consumers) != 0 {
+				t.Fatalf("%s lists consumers with excludeConsumers", partition)
+			}
+		}
+	}
+
+	// GetMessageID: the first message published at or after a time, on one partition.
+	m := receive(t, cons, receiveTimeout)
+	ack(t, cons, m)
+	partition := topicName(t, m.Topic())
+	id, err := a.Topics().GetMessageID(partition, m.PublishTime().UnixMilli()-1000)
+	if err != nil {
+		t.Fatalf("message id by time: %v", err)
+	}
+	if id.LedgerID != m.ID().LedgerID() || id.EntryID != m.ID().EntryID() || id.PartitionIndex != int(m.ID().PartitionIdx()) {
+		t.Fatalf("message id by time %+v, want the partition's first message %v", id, m.ID())
+	}
+	if _, err := a.Topics().GetMessageID(partition, time.Now().Add(time.Hour).UnixMilli()); err == nil ||
+		!strings.Contains(err.Error(), "Message ID not found") {
+		t.Fatalf("message id after every message: %v, want 404 Message ID not found", err)
+	}
+	if _, err := a.Topics().GetMessageID(name, 0); err == nil || !strings.Contains(err.Error(), "partitioned topic") {
+		t.Fatalf("message id on a partitioned topic: %v, want 405", err)
 	}
 }

@@ -132,3 +132,27 @@ func TestFailoverActiveConsumerChange(t *testing.T) {
 		t.Fatalf("b received %q, want m3", m.Payload())
 	}
 }
+
+// One Failover consumer on a 3-partition topic hears "became active" for every partition (the
+// Go client's TestPartitionTopic_ActiveConsumerChanged). Its partition consumers subscribe on
+// one connection at once, and each registers for events only after reading its SUBSCRIBE's
+// success: a notification sent right behind the success is dropped ("Consumer not found while
+// active consumer change"), so the broker tells a first pick after the failover delay, as
+// Pulsar does.
+func TestPartitionedFailoverConsumerBecomesActiveOnEveryPartition(t *testing.T) {
+	topic := uniqueTopic("failover-partitions")
+	createPartitioned(t, topic, 3)
+	c := newClient(t)
+	rec := newEventRecorder()
+	subscribe(t, c, pulsar.ConsumerOptions{
+		Topic: topic, SubscriptionName: "fo", Type: pulsar.Failover, EventListener: rec,
+	})
+	active := map[string]bool{}
+	for len(active) < 3 {
+		e := rec.next(t, "on a 3-partition topic", 10*time.Second)
+		if !e.active {
+			t.Fatalf("the only consumer was told it is inactive on %s", e.topic)
+		}
+		active[e.topic] = true
+	}
+}

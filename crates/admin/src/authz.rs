@@ -122,7 +122,9 @@ pub(crate) fn classify(method: &Method, route: &str) -> Required {
             R::Topic(T::GetStats)
         }
         "/subscriptions" => R::Topic(T::GetSubscriptions),
-        "/examinemessage" | "/lastMessageId" => R::Topic(T::PeekMessages),
+        "/examinemessage" | "/lastMessageId" | "/messageid/{timestamp}" => {
+            R::Topic(T::PeekMessages)
+        }
         _ if rest.starts_with("/ledger/") => R::Topic(T::PeekMessages),
         "/unload" => R::Topic(T::Unload),
         "/terminate" | "/terminate/partitions" => R::Topic(T::Terminate),
@@ -234,6 +236,10 @@ async fn decide(
         },
         None => None,
     };
+    // Pulsar's `validateTenantAdminAccess`: a missing tenant is 404 before any permission.
+    if target.tenant.is_some() && admins.is_none() && role.is_some() {
+        return Err(AdminError::NotFound("Tenant does not exist".to_string()));
+    }
     let namespace = match &target.namespace {
         Some(ns) => match state.store.get(&keys::namespace_key(ns)).await? {
             Some(found) => Some(NamespaceAuth::from_policies_json(&found.value).map_err(|e| {

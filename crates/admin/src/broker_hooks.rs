@@ -198,6 +198,16 @@ impl BrokerHooks for AdminHooks {
         Ok(self.loaded(topic).await?.last_message_id())
     }
 
+    async fn message_id_by_publish_time(
+        &self,
+        topic: &TopicName,
+        publish_time: u64,
+    ) -> Result<Option<(u64, u64)>, HookError> {
+        let loaded = self.loaded(topic).await?;
+        let found = loaded.first_published_at_or_after(publish_time).await.map_err(hook_error)?;
+        Ok(found.map(|p| (p.ledger_id, p.entry_id)))
+    }
+
     async fn unload_topic(&self, topic: &TopicName) -> Result<(), HookError> {
         self.0.unload_topic(topic).await.map(|_| ()).map_err(hook_error)
     }

@@ -235,6 +235,17 @@ pub trait BrokerHooks: Send + Sync {
         Err(no_broker(topic))
     }
 
+    /// The first entry published at or after `publish_time` (ms): `(ledger, entry)`, `None`
+    /// when every entry is older. Default: `NotFound`.
+    async fn message_id_by_publish_time(
+        &self,
+        topic: &TopicName,
+        publish_time: u64,
+    ) -> Result<Option<(u64, u64)>, HookError> {
+        let _ = publish_time;
+        Err(no_broker(topic))
+    }
+
     /// Unloads the topic if loaded (clients reconnect). Default: no-op.
     async fn unload_topic(&self, topic: &TopicName) -> Result<(), HookError> {
         let _ = topic;

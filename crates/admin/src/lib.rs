@@ -131,7 +131,7 @@
 //! | `GET /admin/v2/schemas/{t}/{ns}/{topic}/schemas` | 200 `{"getSchemaResponses":[…]}` | 404, 412 |
 //! | `POST /admin/v2/schemas/{t}/{ns}/{topic}/schema` PostSchemaPayload | 202 `{"version":{"version":N}}` | 400, 409, 422 |
 //! | `DELETE /admin/v2/schemas/{t}/{ns}/{topic}/schema[?force=true]` | 200 `{"version":N}` | 404, 412 |
-//! | `POST /admin/v2/schemas/{t}/{ns}/{topic}/compatibility` PostSchemaPayload | 202 `{"isCompatibility":…,"schemaCompatibilityStrategy":…}` | 400 |
+//! | `POST /admin/v2/schemas/{t}/{ns}/{topic}/compatibility` PostSchemaPayload | 202 `{"compatibility":true,"schemaCompatibilityStrategy":…}` | 400, 409 incompatible |
 //!
 //! Each handler documents its exact semantics (see `routes`).
 //!

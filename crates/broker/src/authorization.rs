@@ -191,6 +191,15 @@ impl Authorizer {
             return decided;
         }
         let admins = self.tenant_admins(topic.tenant()).await?;
+        if admins.is_none() {
+            // Pulsar's `validateTenantAdminAccess` throws NOT_FOUND, which its ServerCnx
+            // answers as TopicNotFound: existence is checked before permission.
+            return Err(BrokerError::TopicNotFound(format!(
+                "Tenant or namespace or topic does not exist: {}",
+                topic.namespace()
+            ))
+            .into());
+        }
         let namespace = self.namespace_auth(topic.namespace()).await?;
         let facts = Facts {
             role: principal.map(|p| p.role.as_str()),

@@ -135,6 +135,9 @@ pub struct ClientInfo {
     /// Epoch ms of a consumer's last acknowledgement and of the last message sent to it.
     pub last_acked_ms: std::sync::atomic::AtomicU64,
     pub last_consumed_ms: std::sync::atomic::AtomicU64,
+    /// The properties the client gave the producer or consumer (PRODUCER's and SUBSCRIBE's
+    /// `metadata`): stats' `metadata`.
+    pub metadata: BTreeMap<String, String>,
 }
 
 impl ClientInfo {
@@ -146,6 +149,12 @@ impl ClientInfo {
             connected_since_ms,
             ..ClientInfo::default()
         }
+    }
+
+    /// With the producer's or consumer's own properties.
+    pub fn with_metadata(mut self, metadata: &[magnetar_protocol::proto::KeyValue]) -> Self {
+        self.metadata = metadata.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect();
+        self
     }
 }
 
@@ -326,6 +335,9 @@ pub struct TopicStats {
     pub non_contiguous_deleted_messages_ranges: u64,
     pub non_contiguous_deleted_messages_ranges_serialized_size: u64,
     pub delayed_message_index_size_in_bytes: u64,
+    /// Epoch ms of the last publish (0: none since the topic was loaded); partitioned stats
+    /// take the latest partition's.
+    pub last_publish_time_stamp: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub topic_epoch: Option<u64>,
     /// Non-persistent topics only (`NonPersistentTopicStatsImpl`): messages dropped per second,
@@ -360,6 +372,8 @@ impl TopicStats {
         self.offloaded_storage_size += other.offloaded_storage_size;
         self.waiting_publishers += other.waiting_publishers;
         self.publish_rate_limited_times += other.publish_rate_limited_times;
+        self.last_publish_time_stamp =
+            self.last_publish_time_stamp.max(other.last_publish_time_stamp);
         self.msg_drop_rate = add_rates(self.msg_drop_rate, other.msg_drop_rate);
         self.non_contiguous_deleted_messages_ranges += other.non_contiguous_deleted_messages_ranges;
         self.msg_chunk_published |= other.msg_chunk_published;

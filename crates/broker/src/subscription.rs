@@ -76,6 +76,12 @@ struct ConsumerSlot {
     /// The client has heard SUBSCRIBE's SUCCESS ([`Subscription::announce`]): consumer events
     /// may go to it (clients drop events for consumers they do not know yet).
     announced: bool,
+    /// Failover: when (clock ms) it hears its first ACTIVE_CONSUMER_CHANGE. Pulsar tells a
+    /// first pick [`DispatchSettings::failover_delay_ms`] after the subscribe (its delayed
+    /// read), and the Go client relies on that: it registers a consumer for events only once it
+    /// has read SUBSCRIBE's success, so an event right behind the success is dropped when
+    /// several partitions subscribe on one connection at once.
+    tell_active_at: Option<u64>,
     /// Told REACHED_END_OF_TOPIC (the topic is terminated and everything was read).
     told_end: bool,
     /// Messages sent to it and not acknowledged (Shared and Key_Shared count them).
@@ -868,6 +874,7 @@ impl State {
             handle,
             permits: 0,
             announced: false,
+            tell_active_at: None,
             told_end: false,
             unacked: 0,
             blocked: false,
@@ -956,7 +963,8 @@ impl Subscription {
             state.requeue(held, false);
         }
         if state.sub_type == SubType::Failover {
-            for slot in state.consumers.iter().filter(|slot| slot.announced) {
+            for slot in state.consumers.iter_mut().filter(|slot| slot.announced) {
+                slot.tell_active_at = None;
                 let is_active = Some(slot.handle.key) == chosen;
                 let command = commands::active_consumer_change(slot.handle.consumer_id, is_active);
                 slot.handle.outbox.send_command(&command);
@@ -964,11 +972,22 @@ impl Subscription {
         }
     }
 
-    /// Makes a Failover hand-over whose delay has passed.
+    /// Makes a Failover hand-over whose delay has passed, and tells the consumers whose first
+    /// ACTIVE_CONSUMER_CHANGE is due.
     fn switch_if_due(&self) {
         let mut state = self.state.lock();
-        if state.failover_switch_at.is_some_and(|at| self.now_ms() >= at) {
+        let now = self.now_ms();
+        if state.failover_switch_at.is_some_and(|at| now >= at) {
             self.pick_active(&mut state);
+        }
+        let active = state.active;
+        for slot in &mut state.consumers {
+            if slot.tell_active_at.is_some_and(|at| now >= at) {
+                slot.tell_active_at = None;
+                let is_active = active == Some(slot.handle.key);
+                let command = commands::active_consumer_change(slot.handle.consumer_id, is_active);
+                slot.handle.outbox.send_command(&command);
+            }
         }
     }
 
@@ -979,9 +998,13 @@ impl Subscription {
         // With a hand-over pending, everyone hears the outcome when it happens.
         let failover = state.sub_type == SubType::Failover && state.failover_switch_at.is_none();
         let active = state.active;
+        let delay = state.settings.failover_delay_ms;
+        let now = self.now_ms();
         if let Some(slot) = state.consumers.iter_mut().find(|slot| slot.handle.key == key) {
             slot.announced = true;
-            if failover {
+            if failover && delay > 0 {
+                slot.tell_active_at = Some(now + delay);
+            } else if failover {
                 let is_active = active == Some(key);
                 let command = commands::active_consumer_change(slot.handle.consumer_id, is_active);
                 slot.handle.outbox.send_command(&command);
@@ -1293,7 +1316,8 @@ impl Subscription {
                 self.switch_if_due();
                 let state = self.state.lock();
                 let delayed = if state.capacity() > 0 { state.delayed.next_wake() } else { None };
-                [delayed, state.failover_switch_at, state.throttled_until, retry_at]
+                let tell_active = state.consumers.iter().filter_map(|s| s.tell_active_at).min();
+                [delayed, state.failover_switch_at, state.throttled_until, retry_at, tell_active]
                     .into_iter()
                     .flatten()
                     .min()

@@ -18,7 +18,7 @@ use magnetar_model::policy::{
 use magnetar_protocol::commands;
 use magnetar_protocol::proto::{command_subscribe::SubType, MessageIdData, ProducerAccessMode};
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use tokio::sync::Notify;
@@ -73,6 +73,9 @@ struct Producers {
     by_name: HashMap<String, ProducerEntry>,
     /// WaitForExclusive producers queued for the topic, first come first served (keys).
     waiting: VecDeque<u64>,
+    /// Queued producers an ExclusiveWithFencing producer took the topic from: each hears
+    /// ProducerFenced when it looks again (keys).
+    fenced_waiters: HashSet<u64>,
     /// Bumped each time an exclusive producer takes the topic; a reconnecting exclusive producer
     /// whose epoch is behind it has been replaced and is fenced.
     epoch: u64,
@@ -96,7 +99,8 @@ impl Producers {
 
     /// Pulsar's `AbstractTopic.incrementTopicEpochIfNeeded`, with the same error kinds: Shared
     /// meets an exclusive producer (held or queued) with ProducerBusy; Exclusive meets any
-    /// producer, a queue, or its own stale epoch with ProducerFenced; WaitForExclusive queues.
+    /// producer, a queue, or its own stale epoch with ProducerFenced; WaitForExclusive queues;
+    /// ExclusiveWithFencing always takes the topic (`add` fences out whoever holds or waits).
     fn admission(
         &self,
         topic: &str,
@@ -105,7 +109,10 @@ impl Producers {
         mode: ProducerAccessMode,
         client_epoch: Option<u64>,
     ) -> Admission {
-        if self.by_name.contains_key(name) {
+        if self.fenced_waiters.contains(&key) {
+            return Admission::Reject(BrokerError::ProducerFenced("Fenced out".into()));
+        }
+        if self.by_name.contains_key(name) && mode != ProducerAccessMode::ExclusiveWithFencing {
             return Admission::Reject(BrokerError::ProducerBusy(format!(
                 "Producer with name '{name}' is already connected to topic {topic}"
             )));
@@ -132,8 +139,8 @@ impl Producers {
                     Admission::Admit
                 }
             }
-            // Exclusive (and ExclusiveWithFencing, which we treat as Exclusive).
-            _ => match holder {
+            ProducerAccessMode::ExclusiveWithFencing => Admission::Admit,
+            ProducerAccessMode::Exclusive => match holder {
                 Some(holder) => Admission::Reject(BrokerError::ProducerFenced(format!(
                     "Topic has an existing exclusive producer: {holder}"
                 ))),
@@ -155,6 +162,18 @@ impl Producers {
             self.epoch,
             client_epoch.unwrap_or_default()
         ))
+    }
+
+    /// What an ExclusiveWithFencing producer takes the topic from: the producers attached
+    /// (detached here and marked closed; the caller tells their clients) and those in line
+    /// (each hears ProducerFenced when it looks again).
+    fn fence_out(&mut self) -> Vec<ProducerEntry> {
+        self.fenced_waiters.extend(self.waiting.drain(..));
+        let fenced: Vec<ProducerEntry> = self.by_name.drain().map(|(_, entry)| entry).collect();
+        for entry in &fenced {
+            entry.client.closed.store(true, Ordering::SeqCst);
+        }
+        fenced
     }
 
     /// Registers an admitted producer; returns the topic epoch it is told.
@@ -201,6 +220,7 @@ impl Drop for LeaveQueue<'_> {
         let mut producers = self.registry.producers.lock();
         let before = producers.waiting.len();
         producers.waiting.retain(|&k| k != self.key);
+        producers.fenced_waiters.remove(&self.key);
         let left = producers.waiting.len() != before;
         drop(producers);
         if left {
@@ -254,11 +274,22 @@ impl ProducerRegistry {
                     ));
                 }
                 match producers.admission(&self.topic, &name, key, mode, epoch) {
+                    Admission::Admit if mode == ProducerAccessMode::ExclusiveWithFencing => {
+                        let fenced = producers.fence_out();
+                        let epoch = producers.admit(name, key, mode, epoch, client);
+                        drop(producers);
+                        // Pulsar disconnects the fenced producers: CLOSE_PRODUCER; an exclusive
+                        // one reconnecting then meets this holder and is fenced for good.
+                        Self::tell_closed(fenced);
+                        self.released.notify_waiters();
+                        return Ok(epoch);
+                    }
                     Admission::Admit => {
                         return Ok(producers.admit(name, key, mode, epoch, client));
                     }
                     Admission::Reject(error) => {
                         producers.waiting.retain(|&k| k != key);
+                        producers.fenced_waiters.remove(&key);
                         return Err(error);
                     }
                     Admission::Wait => {
@@ -319,6 +350,7 @@ impl ProducerRegistry {
                     client_version: info.client_version.clone(),
                     msg_in_counter: reading.messages,
                     bytes_in_counter: reading.bytes,
+                    metadata: info.metadata.clone(),
                     ..Default::default()
                 }
             })
@@ -400,6 +432,12 @@ pub struct Topic {
     /// When the broker's housekeeping last saw a producer or consumer on the topic (clock ms;
     /// starts at load): what inactive-topic deletion measures idleness from.
     last_active_ms: AtomicU64,
+    /// When the topic was loaded (monotonic), and the last send taken since, as nanoseconds
+    /// after it plus one (0: none): stats' `lastPublishTimeStamp`, as Pulsar's ledger keeps
+    /// its last add time. Kept as an offset so the send path stores a number, reading no clock
+    /// of its own.
+    loaded_at: std::time::Instant,
+    last_publish_nanos: AtomicU64,
     /// Set once an unload starts: the broker loads the topic afresh on next use.
     unloaded: AtomicBool,
     /// Sends taken for storing whose answer (receipt or error) is not queued yet: an unload
@@ -552,6 +590,8 @@ impl Topic {
             dedup_snapshot_position: Mutex::new(None),
             deleted: AtomicBool::new(false),
             last_active_ms: AtomicU64::new(ledgers.clock.now_ms()),
+            loaded_at: ledgers.clock.now(),
+            last_publish_nanos: AtomicU64::new(0),
             unloaded: AtomicBool::new(false),
             publishes_in_flight: AtomicUsize::new(0),
             publishes_drained: Notify::new(),
@@ -782,6 +822,25 @@ impl Topic {
         )
     }
 
+    /// A send was taken at `at` (the send path's own clock reading).
+    pub fn note_publish(&self, at: std::time::Instant) {
+        let nanos = at.saturating_duration_since(self.loaded_at).as_nanos();
+        let stored = u64::try_from(nanos).unwrap_or(u64::MAX - 1) + 1;
+        self.last_publish_nanos.fetch_max(stored, Ordering::Relaxed);
+    }
+
+    /// Epoch ms of the last send taken since the topic was loaded (0: none).
+    pub fn last_publish_ms(&self) -> u64 {
+        let stored = self.last_publish_nanos.load(Ordering::Relaxed);
+        if stored == 0 {
+            return 0;
+        }
+        let clock = self.managed_ledger.clock();
+        let at = self.loaded_at + std::time::Duration::from_nanos(stored - 1);
+        let ago = clock.now().saturating_duration_since(at).as_millis();
+        clock.now_ms().saturating_sub(u64::try_from(ago).unwrap_or(u64::MAX))
+    }
+
     /// Registers a producer. Returns the topic epoch.
     pub async fn add_producer(
         &self,
@@ -847,8 +906,14 @@ impl Topic {
                 previous_position(&ledgers, Position::new(id.ledger_id, id.entry_id))
             }
         };
+        // A durable subscription at the latest entry starts with everything before acknowledged.
+        // A non-durable one (a reader's) starts acknowledged up to the entry before its start, as
+        // Pulsar's non-durable cursor does: GET_LAST_MESSAGE_ID then answers a mark-delete
+        // position, which a reader at `latest` with an inclusive start compares with the last
+        // entry (`hasMessageAvailable`).
         let ack = match (durable, &start) {
             (true, StartAt::Latest) => AckState::new(last_confirmed),
+            (false, _) => AckState::new(last_read),
             _ => AckState::new(None),
         };
         // A new cursor: its first write expects no key (another owner's would fence us).
@@ -1169,7 +1234,7 @@ mod admin_tests;
 #[cfg(test)]
 mod producer_access_tests {
     use super::*;
-    use ProducerAccessMode::{Exclusive, Shared, WaitForExclusive};
+    use ProducerAccessMode::{Exclusive, ExclusiveWithFencing, Shared, WaitForExclusive};
 
     fn add_now(
         registry: &ProducerRegistry,
@@ -1227,6 +1292,46 @@ mod producer_access_tests {
         );
         // "b" reconnecting with the current epoch keeps it.
         assert_eq!(add_now(&registry, "b", 4, Exclusive, Some(2)).unwrap(), 2);
+    }
+
+    #[tokio::test]
+    async fn exclusive_with_fencing_takes_the_topic_from_the_holder_and_the_waiters() {
+        let registry = Arc::new(ProducerRegistry::new("t".into()));
+        let (held, mut held_outbox) = {
+            let (outbox, rx) = crate::connection::Outbox::channel();
+            (ProducerClient::new(1, outbox, Default::default()), rx)
+        };
+        let held_closed = held.closed.clone();
+        futures_now(registry.add("a".into(), 1, Exclusive, None, held, || panic!("queued")))
+            .unwrap();
+        let (told, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let waiter = {
+            let registry = registry.clone();
+            tokio::spawn(async move {
+                registry
+                    .add("w".into(), 2, WaitForExclusive, None, client(2), move || {
+                        told.send(()).unwrap()
+                    })
+                    .await
+            })
+        };
+        heard.recv().await.unwrap();
+        let epoch = add_now(&registry, "f", 3, ExclusiveWithFencing, None).unwrap();
+        assert_eq!(epoch, 2, "the fencing producer moves the epoch on");
+        assert!(held_closed.load(Ordering::SeqCst), "the holder is closed");
+        assert!(held_outbox.try_recv().is_ok(), "the holder's client is told (CLOSE_PRODUCER)");
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter is answered")
+            .unwrap();
+        assert!(matches!(waited, Err(BrokerError::ProducerFenced(ref why)) if why == "Fenced out"));
+        assert_eq!((registry.len(), registry.waiting()), (1, 0));
+        // The old holder reconnecting with its epoch meets the new holder: fenced.
+        let back = add_now(&registry, "a", 4, Exclusive, Some(1)).unwrap_err();
+        assert!(matches!(back, BrokerError::ProducerFenced(_)), "{back:?}");
+        // A second fencing producer takes it in turn, from shared producers too.
+        assert_eq!(add_now(&registry, "g", 5, ExclusiveWithFencing, None).unwrap(), 3);
+        assert_eq!(registry.len(), 1);
     }
 
     #[test]

@@ -49,11 +49,13 @@ pub enum BacklogQuotaPolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BacklogQuota {
-    /// Bytes (`-1`: none). Pulsar 2.x wrote `limit`; accepted on input.
-    #[serde(default = "minus_one", alias = "limit")]
+    /// Bytes (`-1`: none). Pulsar 2.x wrote `limit`; accepted on input. Like Pulsar's JSON
+    /// binding, a number written as a string (`"limit": "10240"`, as the Go client's tests
+    /// send it) is taken as that number.
+    #[serde(default = "minus_one", alias = "limit", deserialize_with = "number_or_string")]
     pub limit_size: i64,
     /// Seconds (`-1`: none).
-    #[serde(default = "minus_one_i32")]
+    #[serde(default = "minus_one_i32", deserialize_with = "number_or_string")]
     pub limit_time: i32,
     pub policy: BacklogQuotaPolicy,
 }
@@ -412,6 +414,27 @@ impl Effective {
     }
 }
 
+/// A number, or a string holding one (Jackson's coercion, which Pulsar's admin API inherits).
+fn number_or_string<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr + Deserialize<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Lenient<T> {
+        Number(T),
+        Text(String),
+    }
+    match Lenient::<T>::deserialize(d)? {
+        Lenient::Number(n) => Ok(n),
+        Lenient::Text(text) => text
+            .trim()
+            .parse()
+            .map_err(|_| serde::de::Error::custom(format!("'{text}' is not a number"))),
+    }
+}
+
 fn minus_one() -> i64 {
     -1
 }
@@ -476,6 +499,19 @@ mod tests {
             .expect("the namespace's groups");
         assert_eq!(groups.primary.len(), 2);
         assert!(groups.secondary.contains("g3"));
+    }
+
+    #[test]
+    fn a_backlog_quota_limit_written_as_a_string_is_read_as_its_number() {
+        let quota: BacklogQuota =
+            serde_json::from_str(r#"{"limit": "10240", "policy": "producer_request_hold"}"#)
+                .unwrap();
+        assert_eq!((quota.limit_size, quota.limit_time), (10_240, -1));
+        let quota: BacklogQuota =
+            serde_json::from_str(r#"{"limitTime": "30", "policy": "producer_exception"}"#).unwrap();
+        assert_eq!((quota.limit_size, quota.limit_time), (-1, 30));
+        let bad = serde_json::from_str::<BacklogQuota>(r#"{"limit": "ten", "policy": "x"}"#);
+        assert!(bad.unwrap_err().to_string().contains("'ten' is not a number"));
     }
 
     #[test]

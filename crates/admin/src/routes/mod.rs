@@ -125,6 +125,10 @@ pub(crate) fn build(state: AdminState) -> Router {
             delete(namespaces::revoke_subscription_permission),
         )
         .route(
+            &format!("{ns}/permissions/subscription/{{subscription}}/{{role}}"),
+            delete(namespaces::revoke_subscription_permission),
+        )
+        .route(
             &format!("{ns}/properties"),
             get(namespaces::get_properties)
                 .put(namespaces::set_properties)
@@ -199,6 +203,7 @@ fn topic_op_routes(router: AxumRouter<AdminState>, topic: &str) -> AxumRouter<Ad
         .route(&format!("{topic}/examinemessage"), get(topic_ops::examine))
         .route(&format!("{topic}/ledger/{{ledger}}/entry/{{entry}}"), get(topic_ops::get_message))
         .route(&format!("{topic}/lastMessageId"), get(topic_ops::last_message_id))
+        .route(&format!("{topic}/messageid/{{timestamp}}"), get(topic_ops::message_id_by_timestamp))
         .route(&format!("{topic}/unload"), put(topic_ops::unload))
         .route(&format!("{topic}/terminate"), post(topic_ops::terminate))
         .route(&format!("{topic}/terminate/partitions"), post(topic_ops::terminate_partitions))
@@ -229,6 +234,10 @@ impl<'a> PathSegments<'a> {
         let path = uri.path();
         let rest = path.find(prefix).map_or("", |i| &path[i + prefix.len()..]);
         PathSegments { segments: rest.split('/').collect() }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.segments.len()
     }
 
     fn raw(&self, index: usize) -> Result<&'a str, AdminError> {

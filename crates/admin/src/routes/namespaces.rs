@@ -238,14 +238,18 @@ pub(crate) async fn grant_subscription_permission(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `DELETE /admin/v2/namespaces/{t}/{ns}/permissions/{subscription}/{role}`: 204.
+/// `DELETE /admin/v2/namespaces/{t}/{ns}/permissions/subscription/{subscription}/{role}`
+/// (what `pulsar-admin namespaces revoke-subscription-permission` sends) and the older
+/// `…/permissions/{subscription}/{role}`: 204.
 pub(crate) async fn revoke_subscription_permission(
     State(state): State<AdminState>,
     uri: Uri,
 ) -> Result<StatusCode, AdminError> {
     let target = namespace_target(&uri)?;
-    let subscription = name_segment(&uri, 4, "subscription")?;
-    let role = name_segment(&uri, 5, "role")?;
+    // namespaces/{t}/{ns}/permissions[/subscription]/{subscription}/{role}
+    let first = if PathSegments::new(&uri).len() == 7 { 5 } else { 4 };
+    let subscription = name_segment(&uri, first, "subscription")?;
+    let role = name_segment(&uri, first + 1, "role")?;
     target
         .update(&state, |doc| {
             let map = auth_map_mut(doc, "subscription_auth_roles");

@@ -352,10 +352,21 @@ fn check_auto_topic_creation(
     if !allow {
         return Ok(());
     }
-    match value.get("topicType").and_then(Value::as_str) {
-        Some("non-partitioned") => Ok(()),
+    // Pulsar's `AutoTopicCreationOverrideImpl.validateOverride`, message for message.
+    let topic_type = value.get("topicType").and_then(Value::as_str);
+    let partitions = value.get("defaultNumPartitions").filter(|v| !v.is_null());
+    let known =
+        |t: &str| ["partitioned", "non-partitioned"].iter().any(|k| k.eq_ignore_ascii_case(t));
+    match topic_type {
+        Some(t) if !known(t) => Err(invalid(&format!("Unknown topic type [{t}]"))),
+        None => Err(invalid("Unknown topic type [null]")),
         Some("partitioned") => {
-            let n = value.get("defaultNumPartitions").and_then(Value::as_i64).unwrap_or(0);
+            let Some(n) = partitions else {
+                return Err(invalid(
+                    "[defaultNumPartitions] cannot be null when the type is partitioned.",
+                ));
+            };
+            let n = n.as_i64().ok_or_else(|| bad("defaultNumPartitions must be an integer"))?;
             if n <= 0 {
                 return Err(invalid(
                     "[defaultNumPartitions] cannot be less than 1 for partition type.",
@@ -369,7 +380,10 @@ fn check_auto_topic_creation(
             }
             Ok(())
         }
-        _ => Err(invalid("[topicType] is invalid.")),
+        Some("non-partitioned") if partitions.is_some() => Err(invalid(
+            "[defaultNumPartitions] is not allowed to be set when the type is non-partition.",
+        )),
+        Some(_) => Ok(()),
     }
 }
 

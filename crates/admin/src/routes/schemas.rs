@@ -18,7 +18,7 @@ use crate::error::AdminError;
 use crate::AdminState;
 use magnetar_broker::schema_registry::SchemaRegistry;
 use magnetar_model::names::TopicName;
-use magnetar_model::schema::{type_code, type_name, SchemaData, SchemaError, StoredSchema};
+use magnetar_model::schema::{type_code, type_name, SchemaData, StoredSchema};
 
 /// Pulsar's `GetSchemaResponse`.
 fn render(schema: &StoredSchema) -> Value {
@@ -138,8 +138,11 @@ pub(crate) async fn upload(
     Ok((StatusCode::ACCEPTED, Json(json!({ "version": { "version": version } }))))
 }
 
-/// `POST …/compatibility` with a `PostSchemaPayload`: 202 `{"isCompatibility": bool,
-/// "schemaCompatibilityStrategy": "FULL"}`.
+/// `POST …/compatibility` with a `PostSchemaPayload`: 202 `{"compatibility": true,
+/// "schemaCompatibilityStrategy": "FULL"}` (Pulsar's `IsCompatibilityResponse`, whose Lombok
+/// `isCompatibility` Jackson writes as `compatibility`). An incompatible schema is an error
+/// with the reason, as Pulsar answers it (an exception, never `false`); here 409 with the
+/// reason, as an incompatible upload gets.
 pub(crate) async fn compatibility(
     State(state): State<AdminState>,
     uri: Uri,
@@ -150,15 +153,11 @@ pub(crate) async fn compatibility(
     let registry = SchemaRegistry::new(state.store.clone());
     let strategy = registry.policies(&topic).await?.strategy;
     let (history, _) = registry.history(&topic).await?;
-    let compatible = match history.check(&schema, strategy) {
-        Ok(()) => true,
-        Err(SchemaError::Incompatible(_)) => false,
-        Err(other) => return Err(other.into()),
-    };
+    history.check(&schema, strategy)?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({
-            "isCompatibility": compatible,
+            "compatibility": true,
             "schemaCompatibilityStrategy": strategy.name(),
         })),
     ))

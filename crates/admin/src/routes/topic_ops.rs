@@ -101,7 +101,39 @@ pub(crate) async fn stats(
     if topic.domain() == TopicDomain::Persistent {
         require_topic(&state, &topic).await?;
     }
-    Ok(Json(state.hooks.topic_stats(&topic).await?))
+    let mut stats = state.hooks.topic_stats(&topic).await?;
+    leave_out(&mut stats, &StatsOptions::of(&uri));
+    Ok(Json(stats))
+}
+
+/// What the stats query leaves out (`excludePublishers`, `excludeConsumers`: Pulsar's
+/// `GetStatsOptions`; the Go admin client sends them).
+struct StatsOptions {
+    exclude_publishers: bool,
+    exclude_consumers: bool,
+}
+
+impl StatsOptions {
+    fn of(uri: &Uri) -> Self {
+        StatsOptions {
+            exclude_publishers: query_bool(uri, "excludePublishers"),
+            exclude_consumers: query_bool(uri, "excludeConsumers"),
+        }
+    }
+}
+
+fn leave_out(stats: &mut TopicStats, options: &StatsOptions) {
+    if options.exclude_publishers {
+        stats.publishers.clear();
+    }
+    if options.exclude_consumers {
+        for subscription in stats.subscriptions.values_mut() {
+            subscription.consumers.clear();
+        }
+    }
+    for partition in stats.partitions.iter_mut().flat_map(|p| p.values_mut()) {
+        leave_out(partition, options);
+    }
 }
 
 /// `GET …/{topic}/internalStats`: `PersistentTopicInternalStats`.
@@ -147,6 +179,7 @@ pub(crate) async fn partitioned_stats(
     if per_partition {
         total.partitions = Some(each);
     }
+    leave_out(&mut total, &StatsOptions::of(&uri));
     Ok(Json(total))
 }
 
@@ -496,6 +529,37 @@ pub(crate) async fn last_message_id(
     Ok(Json(message_id_json(&topic, id)))
 }
 
+/// `GET …/messageid/{timestamp}`: the id of the first message published at or after
+/// `timestamp` (ms), as `lastMessageId` writes ids. 404 "Message ID not found" when every
+/// message is older; 405 on a partitioned topic (ask a partition) or a non-persistent one.
+pub(crate) async fn message_id_by_timestamp(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let topic = request_topic(&state, &uri).await?;
+    if topic.domain() == TopicDomain::NonPersistent {
+        return Err(AdminError::MethodNotAllowed(
+            "Get message ID by timestamp on a non-persistent topic is not allowed".into(),
+        ));
+    }
+    let raw = PathSegments::new(&uri).segment(OP + 1)?.to_string();
+    // JAX-RS answers a path parameter that is not a `long` with 404.
+    let timestamp: i64 = raw.parse().map_err(|_| AdminError::NotFound("Not Found".into()))?;
+    if partition_count(&state, &topic).await?.is_some() {
+        return Err(AdminError::MethodNotAllowed(
+            "Get message ID by timestamp on a partitioned topic is not allowed, please try do it \
+             on specific topic partition"
+                .into(),
+        ));
+    }
+    require_topic(&state, &topic).await?;
+    let publish_time = u64::try_from(timestamp).unwrap_or(0);
+    match state.hooks.message_id_by_publish_time(&topic, publish_time).await? {
+        Some((ledger, entry)) => Ok(Json(message_id_json(&topic, (ledger, entry as i64)))),
+        None => Err(AdminError::NotFound("Message ID not found".into())),
+    }
+}
+
 /// `PUT …/unload`: closes the topic's producers and consumers and drops it from the broker
 /// (every partition of a partitioned topic); clients reconnect and carry on. 204; 404.
 pub(crate) async fn unload(
@@ -598,7 +662,7 @@ pub(crate) async fn get_properties(
 }
 
 /// Applies `change` to the properties at `key` by compare-and-set (retried on a conflict).
-async fn update_properties(
+pub(crate) async fn update_properties(
     state: &AdminState,
     key: &str,
     change: impl Fn(&mut BTreeMap<String, String>),

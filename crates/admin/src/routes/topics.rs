@@ -7,7 +7,7 @@
 //! above the limit, 409 for existing topics, 404 for missing namespaces / topics. The check
 //! order matches Pulsar's so clients see the same error for the same request.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -349,7 +349,17 @@ pub(crate) async fn delete_partitioned(
 pub(crate) async fn create_topic(
     State(state): State<AdminState>,
     uri: Uri,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, AdminError> {
+    // Pulsar's `createNonPartitionedTopic` takes the topic's properties as its body (the Go
+    // admin client's `CreateWithProperties`); none, `null` or `{}` is no properties.
+    let body = body_bytes(body)?;
+    let properties: Option<BTreeMap<String, String>> = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| AdminError::BadRequest(format!("Invalid properties: {e}")))?
+    };
     let segments = PathSegments::new(&uri);
     let (_, ns) = segments.domain_namespace()?;
     require_namespace(&state, &ns).await?;
@@ -359,6 +369,13 @@ pub(crate) async fn create_topic(
         return Err(already_exists());
     }
     state.hooks.create_topic(&topic).await?;
+    if let Some(properties) = properties.filter(|p| !p.is_empty()) {
+        let key = keys::topic_key(&topic);
+        super::topic_ops::update_properties(&state, &key, |current| {
+            current.extend(properties.iter().map(|(k, v)| (k.clone(), v.clone())))
+        })
+        .await?;
+    }
     tracing::info!(%topic, "created non-partitioned topic");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -945,9 +945,11 @@ async fn schema_endpoints() {
     assert_eq!(versions, vec![0, 1]);
 
     let r = app.call(Method::POST, &format!("{base}/compatibility"), payload(bad)).await;
-    assert_eq!(r.json(), json!({"isCompatibility": false, "schemaCompatibilityStrategy": "FULL"}));
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    assert!(r.json()["reason"].as_str().unwrap().contains("cannot read"), "{:?}", r.json());
     let r = app.call(Method::POST, &format!("{base}/compatibility"), payload(v1)).await;
-    assert_eq!(r.json()["isCompatibility"], true);
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    assert_eq!(r.json(), json!({"compatibility": true, "schemaCompatibilityStrategy": "FULL"}));
     let r = app.call(Method::POST, &format!("{base}/compatibility"), r#"{"type":"NOPE"}"#).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
 

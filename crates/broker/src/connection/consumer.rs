@@ -34,7 +34,7 @@ impl Connection {
         }
         let request = (**request).clone();
         let (service, outbox) = (self.service.clone(), self.outbox.clone());
-        let info = self.client_info();
+        let info = self.client_info(&request.metadata);
         let principal = self.principal.clone();
         let changes_before = self.permission_changes_seen;
         let task = self.spawn_request(async move {

@@ -417,9 +417,9 @@ impl Connection {
     }
 
     /// Stats for a producer or consumer joining on this connection.
-    fn client_info(&self) -> Arc<ClientInfo> {
+    fn client_info(&self, metadata: &[magnetar_protocol::proto::KeyValue]) -> Arc<ClientInfo> {
         let since = self.service.ledgers.clock.now_ms();
-        Arc::new(ClientInfo::new(&self.peer, &self.client_version, since))
+        Arc::new(ClientInfo::new(&self.peer, &self.client_version, since).with_metadata(metadata))
     }
 
     /// Reacts to a frame that failed to decode. Returns whether the connection may go on.

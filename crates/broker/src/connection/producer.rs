@@ -44,7 +44,7 @@ impl Connection {
         }
         let request = (**request).clone();
         let (service, outbox) = (self.service.clone(), self.outbox.clone());
-        let info = self.client_info();
+        let info = self.client_info(&request.metadata);
         let principal = self.principal.clone();
         let changes_before = self.permission_changes_seen;
         let task = self.spawn_request(async move {
@@ -264,6 +264,7 @@ impl Connection {
         producer.topic.in_meter.record(messages, entry.len() as u64);
         producer.topic.entry_size.record(entry.len() as u64);
         let staged_at = producer.topic.managed_ledger.clock().now();
+        producer.topic.note_publish(staged_at);
         let outbox = self.outbox.clone();
         let producer_name = producer.name.clone();
         let staged = producer.topic.managed_ledger.append(

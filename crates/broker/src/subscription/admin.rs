@@ -54,6 +54,7 @@ impl Subscription {
                     msg_rate_redeliver: info.redeliveries.read_at(now).rate,
                     last_acked_timestamp: timestamp(&info.last_acked_ms),
                     last_consumed_timestamp: timestamp(&info.last_consumed_ms),
+                    metadata: info.metadata.clone(),
                     consumer_name: slot.handle.name.clone(),
                     consumer_id: slot.handle.consumer_id,
                     available_permits: slot.permits,

@@ -61,6 +61,7 @@ impl Topic {
             deduplication_status: if self.deduplication_enabled() { "Enabled" } else { "Disabled" }
                 .to_string(),
             topic_epoch: self.producers.epoch(),
+            last_publish_time_stamp: self.last_publish_ms(),
             publish_rate_limited_times: self
                 .limits()
                 .publish_rate_limited_times
@@ -244,13 +245,21 @@ impl Topic {
         publish_time: u64,
     ) -> Result<(), BrokerError> {
         let subscription = self.existing_subscription(name)?;
-        let ml = self.managed_ledger.clone();
-        let found =
-            tokio::task::spawn_blocking(move || ml.first_published_at_or_after(publish_time))
-                .await
-                .map_err(|_| BrokerError::ShuttingDown)??;
+        let found = self.first_published_at_or_after(publish_time).await?;
         let start = found.map_or(SubscriptionStart::Latest, SubscriptionStart::At);
         subscription.reset_cursor(self.mark_delete_for(start)).await.map(|_| ())
+    }
+
+    /// The first entry published at or after `publish_time` (ms), if any (Pulsar's
+    /// `getMessageIdByTimestamp`, reset-cursor by time).
+    pub async fn first_published_at_or_after(
+        &self,
+        publish_time: u64,
+    ) -> Result<Option<Position>, BrokerError> {
+        let ml = self.managed_ledger.clone();
+        tokio::task::spawn_blocking(move || ml.first_published_at_or_after(publish_time))
+            .await
+            .map_err(|_| BrokerError::ShuttingDown)?
     }
 
     /// The stored entry at `position`, if it exists.

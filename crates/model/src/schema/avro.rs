@@ -27,10 +27,9 @@ enum Node {
         name: String,
         fields: Vec<Field>,
     },
+    /// Only the name matters to compatibility (a symbol list must exist to parse).
     Enum {
         name: String,
-        symbols: Vec<String>,
-        has_default: bool,
     },
     Array(Box<Node>),
     Map(Box<Node>),
@@ -175,19 +174,11 @@ fn parse_node(
                 }
                 "enum" => {
                     let (full, _) = name_of(object)?;
-                    let symbols = object
+                    object
                         .get("symbols")
                         .and_then(Value::as_array)
-                        .ok_or_else(|| AvroParseError(format!("enum {full} without symbols")))?
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .map(String::from)
-                        .collect();
-                    let node = Node::Enum {
-                        name: full.clone(),
-                        symbols,
-                        has_default: object.get("default").is_some(),
-                    };
+                        .ok_or_else(|| AvroParseError(format!("enum {full} without symbols")))?;
+                    let node = Node::Enum { name: full.clone() };
                     named.insert(full, node.clone());
                     Ok(node)
                 }
@@ -283,10 +274,10 @@ impl Checker<'_> {
             // Promotions allowed by the specification.
             (Long, Int) | (Float, Int | Long) | (Double, Int | Long | Float) => Ok(()),
             (String, Bytes) | (Bytes, String) => Ok(()),
+            // Records match by their fields alone: Avro's resolver (which Pulsar's check runs)
+            // does not compare record names, so a renamed record (the Python client names it
+            // after its class) still reads and is read.
             (Record { name: rn, fields: rf }, Record { name: wn, fields: wf }) => {
-                if short_name(rn) != short_name(wn) {
-                    return Err(format!("{}: record {rn} cannot read record {wn}", at(path)));
-                }
                 if !self.assumed.insert((rn.clone(), wn.clone())) {
                     return Ok(());
                 }
@@ -308,16 +299,13 @@ impl Checker<'_> {
                 }
                 Ok(())
             }
-            (Enum { name: rn, symbols: rs, has_default }, Enum { name: wn, symbols: ws, .. }) => {
+            // Enums must share their name; their symbols are never a refusal (Avro's resolver
+            // turns an unknown symbol into a read-time error, not a schema incompatibility).
+            (Enum { name: rn, .. }, Enum { name: wn, .. }) => {
                 if short_name(rn) != short_name(wn) {
                     return Err(format!("{}: enum {rn} cannot read enum {wn}", at(path)));
                 }
-                match ws.iter().find(|s| !rs.contains(s)) {
-                    Some(missing) if !has_default => {
-                        Err(format!("{}: enum symbol {missing} unknown to the reader", at(path)))
-                    }
-                    _ => Ok(()),
-                }
+                Ok(())
             }
             (Array(r), Array(w)) => self.check(r, w, &format!("{path}[]")),
             (Map(r), Map(w)) => self.check(r, w, &format!("{path}{{}}")),
@@ -405,28 +393,49 @@ mod tests {
         );
         let v1 = schema(V1);
         assert!(long_age.can_read(&v1).is_ok(), "int promotes to long");
-        assert!(v1.can_read(&long_age).is_err(), "long does not narrow to int");
+        let why = v1.can_read(&long_age).unwrap_err();
+        assert_eq!(why, "/age: no union branch reads long", "long does not narrow to int");
         let string_age = schema(
             r#"{"type":"record","name":"User","fields":[
             {"name":"name","type":"string"},{"name":"age","type":"string"}]}"#,
         );
-        assert!(string_age.can_read(&v1).is_err());
+        let why = string_age.can_read(&v1).unwrap_err();
+        assert!(why.contains("string cannot read"), "{why}");
     }
 
     #[test]
-    fn record_names_must_match() {
-        let other = schema(r#"{"type":"record","name":"Other","fields":[]}"#);
-        assert!(other.can_read(&schema(V1)).is_err());
+    fn record_names_are_not_compared() {
+        // Pulsar's python test_schema_evolve: records User1 and User2 with the same fields.
+        let renamed = schema(&V1.replace("\"User\"", "\"UserV2\""));
+        assert!(renamed.can_read(&schema(V1)).is_ok());
+        assert!(schema(V1).can_read(&renamed).is_ok());
+        // A nested record renamed inside a union, too (test_avro_required_default).
+        let nested = |name: &str| {
+            schema(&format!(
+                r#"{{"type":"record","name":"Outer","fields":[{{"name":"j","type":["null",
+                {{"type":"record","name":"{name}","fields":[{{"name":"x","type":["null","int"]}}]}}]}}]}}"#
+            ))
+        };
+        assert!(nested("MySubRecord").can_read(&nested("Sub")).is_ok());
+        // What still refuses is the fields: a field the writer lacks needs a default.
+        let other =
+            schema(r#"{"type":"record","name":"Other","fields":[{"name":"id","type":"long"}]}"#);
+        let why = other.can_read(&schema(V1)).unwrap_err().to_string();
+        assert!(
+            why.contains("field id is missing in the writer's schema and has no default"),
+            "{why}"
+        );
     }
 
     #[test]
-    fn enums_need_the_writers_symbols() {
+    fn enums_match_by_name_and_their_symbols_never_refuse() {
         let ab = schema(r#"{"type":"enum","name":"E","symbols":["A","B"]}"#);
         let abc = schema(r#"{"type":"enum","name":"E","symbols":["A","B","C"]}"#);
-        let ab_default = schema(r#"{"type":"enum","name":"E","symbols":["A","B"],"default":"A"}"#);
+        let other = schema(r#"{"type":"enum","name":"F","symbols":["A","B"]}"#);
         assert!(abc.can_read(&ab).is_ok());
-        assert!(ab.can_read(&abc).is_err());
-        assert!(ab_default.can_read(&abc).is_ok());
+        assert!(ab.can_read(&abc).is_ok(), "Avro leaves unknown symbols to read time");
+        let why = other.can_read(&ab).unwrap_err().to_string();
+        assert!(why.contains("enum F cannot read enum E"), "{why}");
     }
 
     #[test]

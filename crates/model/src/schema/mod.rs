@@ -312,7 +312,7 @@ impl SchemaHistory {
             return Err(SchemaError::Incompatible("Topic does not have schema to check".into()));
         }
         match strategy {
-            Backward | Forward | Full => self.check(candidate, Backward),
+            Backward | Forward | ForwardTransitive | Full => self.check(candidate, Backward),
             other => self.check(candidate, other),
         }
     }
@@ -351,6 +351,10 @@ fn check_pair(
     strategy: CompatibilityStrategy,
 ) -> Result<(), SchemaError> {
     use CompatibilityStrategy::*;
+    // Pulsar answers ALWAYS_COMPATIBLE before it compares types: a type change is allowed.
+    if strategy == AlwaysCompatible {
+        return Ok(());
+    }
     if existing.schema_type != candidate.schema_type {
         return Err(SchemaError::Incompatible(format!(
             "Incompatible schema: exists schema type {}, new schema type {}",
@@ -361,14 +365,10 @@ fn check_pair(
     if existing.data == candidate.data {
         return Ok(());
     }
-    match strategy {
-        AlwaysCompatible => return Ok(()),
-        AlwaysIncompatible => {
-            return Err(SchemaError::Incompatible(
-                "Schema compatibility strategy is ALWAYS_INCOMPATIBLE".into(),
-            ))
-        }
-        _ => {}
+    if strategy == AlwaysIncompatible {
+        return Err(SchemaError::Incompatible(
+            "Schema compatibility strategy is ALWAYS_INCOMPATIBLE".into(),
+        ));
     }
     if !matches!(candidate.schema_type, TYPE_AVRO | TYPE_JSON) {
         return Ok(());
@@ -451,27 +451,43 @@ mod tests {
             .put_if_absent(&avro(&format!("{NAME},{AGE}")), CompatibilityStrategy::Full, 1)
             .unwrap();
         let added = avro(&format!("{NAME},{AGE},{EMAIL}"));
-        assert!(matches!(
+        assert_eq!(
             history.put_if_absent(&added, CompatibilityStrategy::Full, 2),
-            Err(SchemaError::Incompatible(_))
-        ));
+            Err(SchemaError::Incompatible(
+                "new schema cannot read old data: /email: field email is missing in the \
+                 writer's schema and has no default (FULL)"
+                    .into()
+            ))
+        );
         // Removing a field without a default breaks forward compatibility.
         let removed = avro(NAME);
-        assert!(history.check(&removed, CompatibilityStrategy::Full).is_err());
+        assert_eq!(
+            history.check(&removed, CompatibilityStrategy::Full).unwrap_err().to_string(),
+            "old schema cannot read new data: /age: field age is missing in the writer's \
+             schema and has no default (FULL)"
+        );
         assert!(history.check(&removed, CompatibilityStrategy::Backward).is_ok());
         let changed = avro(&format!("{NAME},{}", r#"{"name":"age","type":"string"}"#));
-        assert!(history.check(&changed, CompatibilityStrategy::Full).is_err());
+        let why = history.check(&changed, CompatibilityStrategy::Full).unwrap_err().to_string();
+        assert!(
+            why.starts_with("new schema cannot read old data: /age: string cannot read"),
+            "{why}"
+        );
         assert!(history.check(&changed, CompatibilityStrategy::AlwaysCompatible).is_ok());
         assert_eq!(history.versions.len(), 1, "refused schemas leave no version");
     }
 
     #[test]
-    fn different_types_never_mix() {
+    fn different_types_mix_only_under_always_compatible() {
         let mut history = SchemaHistory::default();
         history.put_if_absent(&avro(NAME), CompatibilityStrategy::Full, 1).unwrap();
         let json = SchemaData { schema_type: TYPE_JSON, ..avro(NAME) };
-        let err = history.check(&json, CompatibilityStrategy::AlwaysCompatible).unwrap_err();
-        assert!(err.to_string().contains("AVRO"), "{err}");
+        let err = history.check(&json, CompatibilityStrategy::Full).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Incompatible schema: exists schema type AVRO, new schema type JSON"
+        );
+        assert!(history.check(&json, CompatibilityStrategy::AlwaysCompatible).is_ok());
     }
 
     #[test]
@@ -485,7 +501,12 @@ mod tests {
         history.put_if_absent(&avro(&format!("{NAME},{age_default}")), s, 2).unwrap();
         let strict = avro(&format!("{NAME},{AGE}"));
         assert!(history.check(&strict, CompatibilityStrategy::Backward).is_ok());
-        assert!(history.check(&strict, CompatibilityStrategy::BackwardTransitive).is_err());
+        let why = history.check(&strict, CompatibilityStrategy::BackwardTransitive).unwrap_err();
+        assert_eq!(
+            why.to_string(),
+            "new schema cannot read old data: /age: field age is missing in the writer's schema \
+             and has no default (BACKWARD_TRANSITIVE)"
+        );
     }
 
     #[test]
@@ -514,7 +535,11 @@ mod tests {
         // A reader without `age` can read; one needing `email` without default cannot.
         assert!(history.check_consumer(&avro(NAME), CompatibilityStrategy::Full).is_ok());
         let needs_email = avro(&format!("{NAME},{EMAIL}"));
-        assert!(history.check_consumer(&needs_email, CompatibilityStrategy::Full).is_err());
+        let why = history.check_consumer(&needs_email, CompatibilityStrategy::Full).unwrap_err();
+        assert!(why.to_string().contains("field email is missing"), "{why}");
+        // FORWARD_TRANSITIVE checks a consumer against the latest only, as FULL does.
+        let why = history.check_consumer(&needs_email, CompatibilityStrategy::ForwardTransitive);
+        assert!(why.unwrap_err().to_string().contains("(BACKWARD)"));
     }
 
     #[test]
