@@ -64,9 +64,31 @@ def test_clusters_and_brokers(admin, server):
     assert _json(leader)["serviceUrl"].endswith(":" + port), leader
     # Maps print as "key    value" lines.
     assert "clusterName    standalone" in active, active
-    assert dyn.strip() in ("", "[]"), dyn
+    assert "allowAutoSubscriptionCreation" in dyn.split(), dyn
     out = admin.fails("brokers", "update-dynamic-config", "-c", "noSuchSetting", "-v", "1")
     assert "non-dynamic" in out, out
+    out = admin.fails("brokers", "update-dynamic-config", "-c", "allowAutoSubscriptionCreation",
+                      "-v", "maybe")
+    assert "Invalid dynamic-config value" in out, out
+
+
+def test_dynamic_config_update_applies_at_run_time(admin, server):
+    # `brokers update-dynamic-config allowAutoSubscriptionCreation false`: stored, listed, and
+    # what a topic obeys from then on (its applied autoSubscriptionCreation); deleted, the
+    # configuration file's value (true) is back.
+    applied = "/admin/v2/persistent/public/default/dyn-%s/autoSubscriptionCreation?applied=true" % (
+        uuid.uuid4().hex[:8])
+    admin("brokers", "update-dynamic-config", "-c", "allowAutoSubscriptionCreation", "-v", "false")
+    try:
+        values = admin("brokers", "get-all-dynamic-config")
+        assert "allowAutoSubscriptionCreation    false" in values, values
+        assert _http_json(server, applied) == {"allowAutoSubscriptionCreation": False}
+        runtime = admin("brokers", "get-runtime-config")
+        assert "allowAutoSubscriptionCreation    false" in runtime, runtime
+    finally:
+        admin("brokers", "delete-dynamic-config", "-c", "allowAutoSubscriptionCreation")
+    assert _http_json(server, applied) == {"allowAutoSubscriptionCreation": True}
+    assert "allowAutoSubscriptionCreation" not in admin("brokers", "get-all-dynamic-config")
 
 
 def _http_json(server, path):

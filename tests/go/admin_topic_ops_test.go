@@ -275,3 +275,69 @@ func TestAdminStatsMetadataPropertiesAndMessageIDByTime(t *testing.T) {
 		t.Fatalf("message id on a partitioned topic: %v, want 405", err)
 	}
 }
+
+// Topic-level policies the Go admin client sets and reads back: maxSubscriptionsPerTopic,
+// deduplicationSnapshotInterval, replicatorDispatchRate, offloadPolicies,
+// autoSubscriptionCreation, replication clusters and delayedDelivery; removed, each reads as
+// unset again. (tests/compat/test_topic_policies_enforced.py checks what Magnetar enforces.)
+func TestAdminTopicLevelPoliciesRoundTrip(t *testing.T) {
+	a := newTopicAdmin(t)
+	name := topicName(t, uniqueTopic("admin-topic-policies"))
+	if err := a.Topics().Create(name, 0); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	must("set maxSubscriptionsPerTopic", a.Topics().SetMaxSubscriptionsPerTopic(name, 7))
+	if n, err := a.Topics().GetMaxSubscriptionsPerTopic(name); err != nil || n != 7 {
+		t.Fatalf("maxSubscriptionsPerTopic %d, %v; want 7", n, err)
+	}
+	must("remove maxSubscriptionsPerTopic", a.Topics().RemoveMaxSubscriptionsPerTopic(name))
+	if n, err := a.Topics().GetMaxSubscriptionsPerTopic(name); err != nil || n != -1 {
+		t.Fatalf("maxSubscriptionsPerTopic after remove %d, %v; want unset (-1)", n, err)
+	}
+
+	must("set deduplicationSnapshotInterval", a.Topics().SetDeduplicationSnapshotInterval(name, 120))
+	if n, err := a.Topics().GetDeduplicationSnapshotInterval(name); err != nil || n != 120 {
+		t.Fatalf("deduplicationSnapshotInterval %d, %v; want 120", n, err)
+	}
+
+	rate := utils.DispatchRateData{DispatchThrottlingRateInMsg: 100, DispatchThrottlingRateInByte: 2048,
+		RatePeriodInSecond: 1}
+	must("set replicatorDispatchRate", a.Topics().SetReplicatorDispatchRate(name, rate))
+	if got, err := a.Topics().GetReplicatorDispatchRate(name); err != nil || got == nil || *got != rate {
+		t.Fatalf("replicatorDispatchRate %+v, %v; want %+v", got, err, rate)
+	}
+
+	offload := utils.OffloadPolicies{ManagedLedgerOffloadDriver: "aws-s3",
+		ManagedLedgerOffloadThresholdInBytes: 1 << 20}
+	must("set offloadPolicies", a.Topics().SetOffloadPolicies(name, offload))
+	if got, err := a.Topics().GetOffloadPolicies(name); err != nil || got == nil ||
+		got.ManagedLedgerOffloadDriver != "aws-s3" || got.ManagedLedgerOffloadThresholdInBytes != 1<<20 {
+		t.Fatalf("offloadPolicies %+v, %v", got, err)
+	}
+
+	must("set autoSubscriptionCreation", a.Topics().SetAutoSubscriptionCreation(name,
+		utils.AutoSubscriptionCreationOverride{AllowAutoSubscriptionCreation: false}))
+	if got, err := a.Topics().GetAutoSubscriptionCreation(name); err != nil || got == nil ||
+		got.AllowAutoSubscriptionCreation {
+		t.Fatalf("autoSubscriptionCreation %+v, %v; want false", got, err)
+	}
+	must("remove autoSubscriptionCreation", a.Topics().RemoveAutoSubscriptionCreation(name))
+
+	must("set replication clusters", a.Topics().SetReplicationClusters(name, []string{"standalone"}))
+	if got, err := a.Topics().GetReplicationClusters(name); err != nil || len(got) != 1 || got[0] != "standalone" {
+		t.Fatalf("replication clusters %v, %v", got, err)
+	}
+
+	must("set delayedDelivery", a.Topics().SetDelayedDelivery(name, utils.DelayedDeliveryData{
+		Active: false, TickTime: 500}))
+	if got, err := a.Topics().GetDelayedDelivery(name); err != nil || got == nil || got.Active || got.TickTime != 500 {
+		t.Fatalf("delayedDelivery %+v, %v; want inactive, tick 500", got, err)
+	}
+	must("remove delayedDelivery", a.Topics().RemoveDelayedDelivery(name))
+}

@@ -170,7 +170,7 @@ impl BrokerHooks for AdminHooks {
         n: u64,
     ) -> Result<AdminMessage, HookError> {
         let loaded = self.loaded(topic).await?;
-        let subscription = loaded.existing_subscription(name).map_err(hook_error)?;
+        let subscription = loaded.subscription_or_created(name).await.map_err(hook_error)?;
         self.message_at(&loaded, subscription.nth_unacked(n)).await
     }
 
@@ -258,7 +258,11 @@ impl BrokerHooks for AdminHooks {
             ("advertisedAddress", c.advertised_address.clone()),
             ("maxMessageSize", c.max_message_size.to_string()),
             ("keepAliveIntervalSeconds", c.keepalive_seconds.to_string()),
-            ("allowAutoTopicCreation", c.allow_auto_topic_creation.to_string()),
+            ("allowAutoTopicCreation", self.0.allow_auto_topic_creation().to_string()),
+            (
+                "allowAutoSubscriptionCreation",
+                self.0.policy_defaults().allow_auto_subscription_creation.to_string(),
+            ),
             ("managedLedgerMaxEntriesPerLedger", c.max_entries_per_ledger.to_string()),
             ("managedLedgerMaxSizePerLedgerMbytes", (c.max_bytes_per_ledger >> 20).to_string()),
             (
@@ -270,6 +274,10 @@ impl BrokerHooks for AdminHooks {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect()
+    }
+
+    async fn dynamic_configuration_changed(&self) -> Result<(), HookError> {
+        self.0.reload_dynamic_configuration().await.map_err(hook_error)
     }
 
     async fn metrics(&self, format: magnetar_metrics::Format) -> Vec<String> {

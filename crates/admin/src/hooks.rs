@@ -127,6 +127,12 @@ pub trait BrokerHooks: Send + Sync {
         PolicyDefaults::default()
     }
 
+    /// Called after the dynamic configuration changed, so the broker applies it. Default:
+    /// no-op.
+    async fn dynamic_configuration_changed(&self) -> Result<(), HookError> {
+        Ok(())
+    }
+
     /// The broker's configuration as Pulsar names it, for
     /// `GET /admin/v2/brokers/configuration/runtime`. Default: empty.
     fn runtime_configuration(&self) -> BTreeMap<String, String> {

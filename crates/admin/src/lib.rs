@@ -53,11 +53,11 @@
 //! | `GET /admin/v2/brokers/{c}`, `GET /admin/v2/brokers` | 200 `["host:web-port"]` (registered brokers) | 404 |
 //! | `GET /admin/v2/brokers/leaderBroker` | 200 `{"brokerId","serviceUrl"}` (first registered broker; no election) | |
 //! | `GET /admin/v2/brokers/version` | 200 version, plain text | |
-//! | `GET /admin/v2/brokers/configuration` | 200 `[]` (no setting is dynamic) | |
-//! | `GET /admin/v2/brokers/configuration/values` | 200 `{}` | |
+//! | `GET /admin/v2/brokers/configuration` | 200 the dynamic settings' names (`magnetar_model::dynamic_config::NAMES`) | |
+//! | `GET /admin/v2/brokers/configuration/values` | 200 `{name: value}` set at run time | |
 //! | `GET /admin/v2/brokers/configuration/runtime` | 200 settings by Pulsar's names (those Magnetar has) | |
 //! | `GET /admin/v2/brokers/internal-configuration` | 200 InternalConfigurationData, all null | |
-//! | `POST /admin/v2/brokers/configuration/{name}/{value}`, `DELETE …/configuration/{name}` | | 412 " Can't update non-dynamic configuration" |
+//! | `POST /admin/v2/brokers/configuration/{name}/{value}`, `DELETE …/configuration/{name}` | 204, every broker applies it | 412 " Can't update non-dynamic configuration", " Invalid dynamic-config value" |
 //! | `GET /admin/v2/bookies/all` | 200 `{"bookies":[{"bookieId":"host:port"}]}` (storage nodes with a cookie, up or not) | |
 //! | `GET /admin/v2/bookies/racks-info` | 200 group -> address -> `{"rack","hostname"}` (`{}` for none) | |
 //! | `GET /admin/v2/bookies/racks-info/{bookie}` | 200 `{"rack","hostname"}` | 404 none assigned |

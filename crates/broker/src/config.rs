@@ -1,5 +1,6 @@
 //! Broker configuration: every knob, its default and why.
 
+use magnetar_model::dynamic_config::DynamicValues;
 use magnetar_model::policy::{InactiveTopicDeleteMode, InactiveTopicPolicies};
 use serde::Deserialize;
 use std::time::Duration;
@@ -126,6 +127,14 @@ pub struct BrokerConfig {
     pub max_consumers_per_topic: u32,
     /// Consumers one subscription accepts (Pulsar's `maxConsumersPerSubscription`, 0: no limit).
     pub max_consumers_per_subscription: u32,
+    /// Subscriptions one topic accepts (Pulsar's `maxSubscriptionsPerTopic`, 0: no limit).
+    pub max_subscriptions_per_topic: u32,
+    /// A consumer may create its durable subscription by subscribing (Pulsar's
+    /// `allowAutoSubscriptionCreation`, true); readers always may.
+    pub allow_auto_subscription_creation: bool,
+    /// Messages with a delivery time wait for it on Shared and Key_Shared subscriptions (Pulsar's
+    /// `delayedDeliveryEnabled`, true); off, they are delivered at once.
+    pub delayed_delivery_enabled: bool,
     /// Messages and bytes a topic dispatches per second, all subscriptions together (Pulsar's
     /// `dispatchThrottlingRatePerTopicInMsg` / `InByte`, 0: no limit).
     pub dispatch_throttling_rate_per_topic_in_msg: u32,
@@ -207,6 +216,9 @@ impl Default for BrokerConfig {
             max_producers_per_topic: 0,
             max_consumers_per_topic: 0,
             max_consumers_per_subscription: 0,
+            max_subscriptions_per_topic: 0,
+            allow_auto_subscription_creation: true,
+            delayed_delivery_enabled: true,
             dispatch_throttling_rate_per_topic_in_msg: 0,
             dispatch_throttling_rate_per_topic_in_byte: 0,
             dispatch_throttling_rate_per_subscription_in_msg: 0,
@@ -313,6 +325,14 @@ impl BrokerConfig {
 
     /// The broker-wide defaults policies fall back to.
     pub fn policy_defaults(&self) -> magnetar_model::policy::PolicyDefaults {
+        self.policy_defaults_with(&DynamicValues::default())
+    }
+
+    /// The broker-wide defaults with the dynamic configuration's values over this file's.
+    pub fn policy_defaults_with(
+        &self,
+        dynamic: &DynamicValues,
+    ) -> magnetar_model::policy::PolicyDefaults {
         magnetar_model::policy::PolicyDefaults {
             retention: magnetar_model::policy::RetentionPolicies {
                 retention_time_in_minutes: self.default_retention_time_minutes,
@@ -331,26 +351,41 @@ impl BrokerConfig {
             max_producers_per_topic: self.max_producers_per_topic,
             max_consumers_per_topic: self.max_consumers_per_topic,
             max_consumers_per_subscription: self.max_consumers_per_subscription,
+            max_subscriptions_per_topic: self.max_subscriptions_per_topic,
+            allow_auto_subscription_creation: dynamic
+                .allow_auto_subscription_creation
+                .unwrap_or(self.allow_auto_subscription_creation),
+            delayed_delivery_enabled: self.delayed_delivery_enabled,
             max_unacked_messages_per_consumer: self.max_unacked_messages_per_consumer,
             max_unacked_messages_per_subscription: self.max_unacked_messages_per_subscription,
             dispatch_rate: dispatch_rate(
-                self.dispatch_throttling_rate_per_topic_in_msg,
-                self.dispatch_throttling_rate_per_topic_in_byte,
+                dynamic
+                    .dispatch_rate_per_topic_msg
+                    .unwrap_or(self.dispatch_throttling_rate_per_topic_in_msg),
+                dynamic
+                    .dispatch_rate_per_topic_byte
+                    .unwrap_or(self.dispatch_throttling_rate_per_topic_in_byte),
             ),
             subscription_dispatch_rate: dispatch_rate(
-                self.dispatch_throttling_rate_per_subscription_in_msg,
-                self.dispatch_throttling_rate_per_subscription_in_byte,
+                dynamic
+                    .dispatch_rate_per_subscription_msg
+                    .unwrap_or(self.dispatch_throttling_rate_per_subscription_in_msg),
+                dynamic
+                    .dispatch_rate_per_subscription_byte
+                    .unwrap_or(self.dispatch_throttling_rate_per_subscription_in_byte),
             ),
-            publish_rate: (self.max_publish_rate_per_topic_in_messages > 0
-                || self.max_publish_rate_per_topic_in_bytes > 0)
-                .then(|| magnetar_model::policy::PublishRate {
-                    publish_throttling_rate_in_msg: clamp_i32(
-                        self.max_publish_rate_per_topic_in_messages,
-                    ),
-                    publish_throttling_rate_in_byte: clamp_i64(
-                        self.max_publish_rate_per_topic_in_bytes,
-                    ),
-                }),
+            publish_rate: {
+                let messages = dynamic
+                    .publish_rate_per_topic_messages
+                    .unwrap_or(self.max_publish_rate_per_topic_in_messages);
+                let bytes = dynamic
+                    .publish_rate_per_topic_bytes
+                    .unwrap_or(self.max_publish_rate_per_topic_in_bytes);
+                (messages > 0 || bytes > 0).then(|| magnetar_model::policy::PublishRate {
+                    publish_throttling_rate_in_msg: clamp_i32(messages),
+                    publish_throttling_rate_in_byte: clamp_i64(bytes),
+                })
+            },
         }
     }
 

@@ -29,7 +29,8 @@ pub enum BrokerError {
     /// Key_Shared: the consumer's hash ranges cannot be assigned (overlap, out of bounds).
     #[error("{0}")]
     ConsumerAssign(String),
-    #[error("subscription {0} not found")]
+    /// The message says which (see [`BrokerError::no_subscription`]).
+    #[error("{0}")]
     SubscriptionNotFound(String),
     #[error("{0}")]
     NotAllowed(String),
@@ -80,6 +81,11 @@ impl From<MetadataError> for BrokerError {
 }
 
 impl BrokerError {
+    /// Subscription `name` does not exist.
+    pub fn no_subscription(name: &str) -> BrokerError {
+        BrokerError::SubscriptionNotFound(format!("subscription {name} not found"))
+    }
+
     /// The protocol error a client sees. Exhaustive on purpose: a new variant must choose.
     pub fn server_error(&self) -> ServerError {
         match self {

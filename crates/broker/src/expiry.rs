@@ -83,7 +83,7 @@ fn durable_subscriptions(
         None => Ok(all.into_iter().filter(|s| s.durable).collect()),
         Some(name) => match all.into_iter().find(|s| s.name == name) {
             Some(found) => Ok(vec![found]),
-            None => Err(BrokerError::SubscriptionNotFound(name.to_string())),
+            None => Err(BrokerError::no_subscription(name)),
         },
     }
 }

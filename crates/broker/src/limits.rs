@@ -37,6 +37,8 @@ pub struct TopicLimits {
     pub dispatch_rate: RateLimiter,
     /// The rate each subscription's own limiter follows (messages, bytes, period ms).
     subscription_rate: (AtomicU64, AtomicU64, AtomicU64),
+    /// Delayed delivery is off: messages go out regardless of their delivery time.
+    pub delayed_delivery_disabled: std::sync::atomic::AtomicBool,
 }
 
 impl TopicLimits {
@@ -48,6 +50,7 @@ impl TopicLimits {
             .store(policies.max_unacked_messages_per_subscription, relaxed);
         self.max_consumers_per_subscription.store(policies.max_consumers_per_subscription, relaxed);
         self.max_message_size.store(policies.max_message_size, relaxed);
+        self.delayed_delivery_disabled.store(!policies.delayed_delivery_enabled, relaxed);
         let (msgs, bytes) = publish_rate(policies.publish_rate);
         self.publish_rate.set(msgs, bytes, 1_000, now_ms);
         let (msgs, bytes, period) = dispatch_rate(policies.dispatch_rate);

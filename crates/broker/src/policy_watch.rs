@@ -87,9 +87,20 @@ pub async fn follow_policy_changes(service: Arc<BrokerService>) -> Result<(), Br
     let Some(mut topics) = watch_retrying(&*metadata, &topic_prefix).await else {
         return Ok(());
     };
+    // The dynamic configuration: its values change the policy defaults under every topic.
+    let Some(mut dynamic) = watch_retrying(&*metadata, keys::DYNAMIC_CONFIGURATION).await else {
+        return Ok(());
+    };
     // Whatever changed before the watches started is not announced by them.
     let mut pending = HashSet::from([PolicyScope::Everything]);
+    let mut reload_dynamic = true;
     loop {
+        if std::mem::take(&mut reload_dynamic) {
+            // Refreshes every loaded topic itself when the values changed.
+            if let Err(error) = service.reload_dynamic_configuration().await {
+                tracing::warn!(%error, "the dynamic configuration changed but could not be applied");
+            }
+        }
         if !pending.is_empty() {
             let scopes = std::mem::take(&mut pending);
             // Looked up per loaded topic: a burst of many changes costs no scope-by-topic scan.
@@ -103,11 +114,19 @@ pub async fn follow_policy_changes(service: Arc<BrokerService>) -> Result<(), Br
         let first = tokio::select! {
             event = namespaces.recv() => event,
             event = topics.recv() => event,
+            event = dynamic.recv() => {
+                reload_dynamic = true;
+                event
+            }
         };
         let Some(first) = first else { return Ok(()) };
+        // (The dynamic configuration's key is no policy scope: `note` passes it by.)
         note(first, &mut pending);
         drain(&mut namespaces, &mut pending);
         drain(&mut topics, &mut pending);
+        while dynamic.try_recv().is_some() {
+            reload_dynamic = true;
+        }
     }
 }
 

@@ -12,11 +12,12 @@ use crate::schema_registry::SchemaRegistry;
 use crate::topic::Topic;
 use magnetar_ledger::LedgerStorage;
 use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
+use magnetar_model::dynamic_config::DynamicValues;
 use magnetar_model::keys;
 use magnetar_model::names::{
     decode_topic_name, is_system_topic, NamespaceName, TopicDomain, TopicName,
 };
-use magnetar_model::policy::Effective;
+use magnetar_model::policy::{Effective, PolicyDefaults};
 use magnetar_model::PartitionedTopicMetadata;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -46,7 +47,15 @@ pub struct BrokerService {
     pub history: Mutex<crate::history::History>,
     /// Permission checks of protocol commands (see `authorization`).
     pub authorizer: Arc<crate::authorization::Authorizer>,
+    /// The dynamic configuration's values (`pulsar-admin brokers update-dynamic-config`), and
+    /// the policy defaults they make with the configuration file's, shared with the loaded
+    /// topics (which layer their policies over them at each refresh).
+    dynamic: Mutex<DynamicValues>,
+    policy_defaults: SharedPolicyDefaults,
 }
+
+/// The broker-wide policy defaults, as the dynamic configuration last made them.
+pub type SharedPolicyDefaults = Arc<parking_lot::RwLock<PolicyDefaults>>;
 
 impl BrokerService {
     pub fn new(
@@ -83,7 +92,10 @@ impl BrokerService {
         ));
         let persistence = config.persistence.clone();
         let persistence_policies = config.persistence_policies;
+        let policy_defaults = Arc::new(parking_lot::RwLock::new(config.policy_defaults()));
         Arc::new(BrokerService {
+            dynamic: Mutex::default(),
+            policy_defaults,
             authorizer,
             config,
             ownership,
@@ -100,6 +112,55 @@ impl BrokerService {
             policy_changes: AtomicU64::new(0),
             history: Mutex::default(),
         })
+    }
+
+    /// The policy defaults now: the configuration file's, with the dynamic configuration's
+    /// values over them.
+    pub fn policy_defaults(&self) -> PolicyDefaults {
+        self.policy_defaults.read().clone()
+    }
+
+    /// Whether a topic is created on first use (`allowAutoTopicCreation`, dynamic).
+    pub fn allow_auto_topic_creation(&self) -> bool {
+        self.dynamic
+            .lock()
+            .allow_auto_topic_creation
+            .unwrap_or(self.config.allow_auto_topic_creation)
+    }
+
+    /// The dynamic configuration's values in force.
+    pub fn dynamic_values(&self) -> DynamicValues {
+        self.dynamic.lock().clone()
+    }
+
+    /// Reads the dynamic configuration ([`keys::DYNAMIC_CONFIGURATION`]) and applies it: the
+    /// policy defaults are remade and every loaded topic re-reads its policies. At start-up,
+    /// after this broker's admin API changed it, and (cluster) when the policy watch sees
+    /// another broker change it. A value that does not parse (the document written by hand)
+    /// is left out and logged.
+    pub async fn reload_dynamic_configuration(&self) -> Result<(), BrokerError> {
+        let document: std::collections::BTreeMap<String, String> =
+            match self.metadata.get(keys::DYNAMIC_CONFIGURATION).await? {
+                Some(found) => serde_json::from_slice(&found.value)
+                    .map_err(|e| BrokerError::Metadata(format!("dynamic configuration: {e}")))?,
+                None => Default::default(),
+            };
+        let (values, rejected) = DynamicValues::from_document(&document);
+        if !rejected.is_empty() {
+            tracing::warn!(?rejected, "dynamic configuration: settings left out (not dynamic, or their value does not parse)");
+        }
+        let changed = {
+            let mut dynamic = self.dynamic.lock();
+            let changed = *dynamic != values;
+            *dynamic = values.clone();
+            changed
+        };
+        if !changed {
+            return Ok(());
+        }
+        *self.policy_defaults.write() = self.config.policy_defaults_with(&values);
+        tracing::info!(?document, "dynamic configuration applied");
+        self.refresh_policies_of(|_| true).await
     }
 
     /// A broker-wide unique key for producers and consumers.
@@ -177,7 +238,7 @@ impl BrokerService {
         // new loads, with an error clients retry, while it is lost.
         self.readiness.check()?;
         if !self.topic_exists(name).await? {
-            if !(create && self.config.allow_auto_topic_creation) {
+            if !(create && self.allow_auto_topic_creation()) {
                 return Err(BrokerError::TopicNotFound(full));
             }
             if self.partitions(name).await? > 0 {
@@ -197,9 +258,14 @@ impl BrokerService {
         let policy_changes = self.policy_changes.load(Ordering::SeqCst);
         let topic = cell
             .get_or_try_init(|| async {
-                let loaded =
-                    Topic::load(name.clone(), &self.config, &self.ledgers, self.metadata.clone())
-                        .await;
+                let loaded = Topic::load(
+                    name.clone(),
+                    &self.config,
+                    self.policy_defaults.clone(),
+                    &self.ledgers,
+                    self.metadata.clone(),
+                )
+                .await;
                 let topic = loaded.inspect_err(|error| {
                     // The client is told too, and retries: a line a second at most here.
                     magnetar_clock::warn_limited!(
@@ -242,7 +308,7 @@ impl BrokerService {
         // Read and applied under the topic's lock: a refresh that read older documents
         // cannot apply them after one that read newer.
         let _serial = topic.policy_refresh.lock().await;
-        let defaults = self.config.policy_defaults();
+        let defaults = self.policy_defaults();
         let cluster = &self.config.cluster_name;
         let effective =
             crate::topic::read_effective(&*self.metadata, &topic.name, &defaults, cluster).await?;
@@ -261,7 +327,7 @@ impl BrokerService {
         if let Some(topic) = self.non_persistent.lock().get(&full) {
             return Ok(topic.clone());
         }
-        if !(create && self.config.allow_auto_topic_creation) {
+        if !(create && self.allow_auto_topic_creation()) {
             return Err(BrokerError::TopicNotFound(full));
         }
         if self.partitions(name).await? > 0 {

@@ -349,6 +349,7 @@ impl State {
 
     fn delays_apply(&self) -> bool {
         matches!(self.sub_type, SubType::Shared | SubType::KeyShared)
+            && !self.limits.delayed_delivery_disabled.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn capacity(&self) -> i64 {
@@ -781,7 +782,7 @@ impl Subscription {
         let detached = {
             let mut state = self.state.lock();
             if state.closed {
-                return Err(BrokerError::SubscriptionNotFound(self.name.clone()));
+                return Err(BrokerError::no_subscription(&self.name));
             }
             let detached: Vec<ConsumerHandle> =
                 state.consumers.drain(..).map(|slot| slot.handle).collect();
@@ -839,7 +840,7 @@ impl State {
     ) -> Result<(), BrokerError> {
         let state = self;
         if state.closed {
-            return Err(BrokerError::SubscriptionNotFound(name.to_string()));
+            return Err(BrokerError::no_subscription(name));
         }
         let current = (!state.consumers.is_empty()).then_some(state.sub_type);
         admission::type_admits(current, sub_type, name)?;

@@ -12,8 +12,7 @@ use crate::subscription::{previous_position, DispatchSettings, Subscription};
 use magnetar_metadata::MetadataStore;
 use magnetar_model::names::TopicName;
 use magnetar_model::policy::{
-    Effective, InactiveTopicDeleteMode, InactiveTopicPolicies, NamespacePolicies, PolicyDefaults,
-    TopicPolicies,
+    Effective, InactiveTopicDeleteMode, InactiveTopicPolicies, NamespacePolicies, TopicPolicies,
 };
 use magnetar_protocol::commands;
 use magnetar_protocol::proto::{command_subscribe::SubType, MessageIdData, ProducerAccessMode};
@@ -416,7 +415,8 @@ pub struct Topic {
     policies: Mutex<Arc<Effective>>,
     /// Held while policies are read and applied, so refreshes apply in the order they read.
     policy_refresh: tokio::sync::Mutex<()>,
-    policy_defaults: PolicyDefaults,
+    /// The broker's policy defaults (the dynamic configuration may change them).
+    policy_defaults: crate::service::SharedPolicyDefaults,
     /// How the broker stores ledgers where no policy says (`[ledgers]`).
     ledger_defaults: magnetar_ledger::LedgerMetadata,
     cluster: String,
@@ -528,6 +528,7 @@ impl Topic {
     pub async fn load(
         name: TopicName,
         config: &BrokerConfig,
+        policy_defaults: crate::service::SharedPolicyDefaults,
         ledgers: &crate::managed_ledger::LedgerBackend,
         metadata: Arc<dyn MetadataStore>,
     ) -> Result<Arc<Topic>, BrokerError> {
@@ -537,10 +538,10 @@ impl Topic {
         // Read here for the first ledger; a change applies from the topic's next ledger
         // (`refresh_policies`), as Pulsar's does.
         let ledger_defaults = ledgers.persistence();
+        let defaults = policy_defaults.read().clone();
         let ledgers = if ledgers.persistence_policies {
             let effective =
-                read_effective(&*metadata, &name, &config.policy_defaults(), &config.cluster_name)
-                    .await?;
+                read_effective(&*metadata, &name, &defaults, &config.cluster_name).await?;
             ledgers.clone().with_persistence(ledger_persistence(&effective, &ledger_defaults))
         } else {
             ledgers.clone()
@@ -575,13 +576,13 @@ impl Topic {
             dedup: Mutex::default(),
             dedup_enabled: AtomicBool::new(config.broker_deduplication_enabled),
             policies: Mutex::new(Arc::new(Effective::resolve(
-                &config.policy_defaults(),
+                &defaults,
                 None,
                 None,
                 &config.cluster_name,
             ))),
             policy_refresh: tokio::sync::Mutex::new(()),
-            policy_defaults: config.policy_defaults(),
+            policy_defaults,
             ledger_defaults,
             cluster: config.cluster_name.clone(),
             dedup_key,
@@ -721,12 +722,12 @@ impl Topic {
         // them after one that read newer (the admin API, the policy watch and producer or
         // consumer creation refresh concurrently).
         let _serial = self.policy_refresh.lock().await;
+        let defaults = self.policy_defaults.read().clone();
         let effective =
-            read_effective(&*self.metadata, &self.name, &self.policy_defaults, &self.cluster)
-                .await?;
+            read_effective(&*self.metadata, &self.name, &defaults, &self.cluster).await?;
         self.dedup_enabled.store(effective.deduplication_enabled, Ordering::Relaxed);
         self.limits.apply(&effective, self.managed_ledger.clock().now_ms());
-        if effective.max_message_size >= self.policy_defaults.max_message_size {
+        if effective.max_message_size >= defaults.max_message_size {
             // Only a topic's own, smaller limit is checked per SEND (as Pulsar): the broker's
             // is the frame limit, enforced when frames are decoded.
             self.limits.max_message_size.store(0, Ordering::Relaxed);
@@ -886,6 +887,14 @@ impl Topic {
         }
         if let Some(existing) = self.subscriptions.lock().get(name).cloned() {
             return Ok(existing);
+        }
+        // Pulsar's `checkMaxSubscriptionsPerTopicExceed` (readers' subscriptions count too).
+        let max = self.policies().max_subscriptions_per_topic as usize;
+        if max > 0 && self.subscriptions.lock().len() >= max {
+            return Err(BrokerError::NotAllowed(format!(
+                "Exceed the maximum number of subscriptions of the topic: {}",
+                self.full_name
+            )));
         }
         let ledgers = self.managed_ledger.ledgers();
         let last_confirmed = self.managed_ledger.last_confirmed();

@@ -106,6 +106,11 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
             readiness.clone(),
             metrics,
         );
+        // The dynamic configuration set through any broker's admin API (`brokers
+        // update-dynamic-config`) applies over the configuration file from the start.
+        if let Err(error) = service.reload_dynamic_configuration().await {
+            tracing::warn!(%error, "dynamic configuration not applied (the file's values stand)");
+        }
         // Authorization: cached tenant / namespace documents follow their changes (a no-op
         // while authorization is disabled).
         let authorizer = service.authorizer.clone();

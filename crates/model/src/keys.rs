@@ -193,6 +193,9 @@ pub fn schema_key(topic: &TopicName) -> String {
     )
 }
 
+/// The broker settings changed at run time (`{name: value}`, Pulsar's dynamic configuration,
+/// at Pulsar's key): every broker applies them.
+pub const DYNAMIC_CONFIGURATION: &str = "/admin/configuration";
 /// Parent of every cluster record.
 pub const CLUSTERS_ROOT: &str = "/admin/clusters";
 /// Parent of every broker registration (ephemeral keys; children are `host:web-port`).

@@ -11,9 +11,12 @@
 //!   and how they layer into what a topic obeys.
 //! - [`schema`]: schema histories and the compatibility rules deciding what may join them.
 //! - [`storage_nodes`]: storage node registrations and the operator's rack assignments.
+//! - [`dynamic_config`]: the broker settings `pulsar-admin brokers update-dynamic-config`
+//!   changes at run time, and their values.
 //!
 //! Pure: no I/O, no async, no clock (callers pass times in).
 
+pub mod dynamic_config;
 pub mod keys;
 pub mod names;
 pub mod policies;

@@ -219,6 +219,13 @@ pub struct PolicyDefaults {
     pub publish_rate: Option<PublishRate>,
     pub inactive_topic: Option<InactiveTopicPolicies>,
     pub max_message_size: u32,
+    /// Most subscriptions a topic takes (Pulsar's `maxSubscriptionsPerTopic`, 0: no limit).
+    pub max_subscriptions_per_topic: u32,
+    /// A consumer may create its durable subscription (Pulsar's
+    /// `allowAutoSubscriptionCreation`, true).
+    pub allow_auto_subscription_creation: bool,
+    /// Messages with a delivery time wait for it (Pulsar's `delayedDeliveryEnabled`, true).
+    pub delayed_delivery_enabled: bool,
 }
 
 impl Default for PolicyDefaults {
@@ -239,6 +246,9 @@ impl Default for PolicyDefaults {
             publish_rate: None,
             inactive_topic: None,
             max_message_size: 5 * 1024 * 1024,
+            max_subscriptions_per_topic: 0,
+            allow_auto_subscription_creation: true,
+            delayed_delivery_enabled: true,
         }
     }
 }
@@ -268,6 +278,9 @@ pub struct Effective {
     pub bookie_affinity: Option<IsolationGroups>,
     /// Schema compatibility and validation (the namespace's, the topic's strategy over it).
     pub schema: SchemaPolicies,
+    pub max_subscriptions_per_topic: u32,
+    pub allow_auto_subscription_creation: bool,
+    pub delayed_delivery_enabled: bool,
 }
 
 /// Pulsar's `PersistencePolicies` as a broker acts on it: ensemble, write and ack quorums.
@@ -299,6 +312,22 @@ fn bookie_affinity(value: &Value) -> Option<IsolationGroups> {
     let primary = value.get("bookkeeperAffinityGroupPrimary")?.as_str()?;
     let secondary = value.get("bookkeeperAffinityGroupSecondary").and_then(Value::as_str);
     IsolationGroups::parse(primary, secondary)
+}
+
+/// The value at `path` in a document's unmodelled fields.
+fn field_at<'a>(other: &'a Map<String, Value>, path: &[&str]) -> Option<&'a Value> {
+    let (first, rest) = path.split_first()?;
+    rest.iter().try_fold(other.get(*first)?, |value, name| value.get(name))
+}
+
+fn int_field(other: &Map<String, Value>, path: &[&str]) -> Option<i32> {
+    field_at(other, path)?
+        .as_i64()
+        .map(|n| n.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
+}
+
+fn bool_field(other: &Map<String, Value>, path: &[&str]) -> Option<bool> {
+    field_at(other, path)?.as_bool()
 }
 
 /// A limit as Pulsar stores it (`-1`/`0`/negative: unlimited) as ours (0: unlimited).
@@ -387,6 +416,25 @@ impl Effective {
                 .or_else(|| ns.other.get("persistence").and_then(Persistence::from_document)),
             bookie_affinity: ns.other.get("bookie_affinity_group").and_then(bookie_affinity),
             schema: SchemaPolicies::from_documents(&ns.other, &tp.other),
+            max_subscriptions_per_topic: limit_or(
+                int_field(&tp.other, &["maxSubscriptionsPerTopic"]),
+                int_field(&ns.other, &["max_subscriptions_per_topic"]),
+                defaults.max_subscriptions_per_topic,
+            ),
+            allow_auto_subscription_creation: bool_field(
+                &tp.other,
+                &["autoSubscriptionCreationOverride", "allowAutoSubscriptionCreation"],
+            )
+            .or_else(|| {
+                bool_field(
+                    &ns.other,
+                    &["autoSubscriptionCreationOverride", "allowAutoSubscriptionCreation"],
+                )
+            })
+            .unwrap_or(defaults.allow_auto_subscription_creation),
+            delayed_delivery_enabled: bool_field(&tp.other, &["delayedDeliveryPolicies", "active"])
+                .or_else(|| bool_field(&ns.other, &["delayed_delivery_policies", "active"]))
+                .unwrap_or(defaults.delayed_delivery_enabled),
             max_message_size: tp.max_message_size.map_or(defaults.max_message_size, |size| {
                 if size > 0 {
                     (size as u32).min(defaults.max_message_size)

@@ -7,14 +7,16 @@
 //! `GET /admin/v2/brokers/{cluster}` lists the registered brokers (`host:web-port`, the
 //! children of `/brokers`, ephemeral keys bound to each broker's metadata session).
 
-use axum::extract::State;
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use magnetar_model::keys;
-use magnetar_model::BrokerRegistration;
+use magnetar_metadata::ExpectedVersion;
+use magnetar_model::{dynamic_config, keys, BrokerRegistration};
 
-use super::PathSegments;
+use super::{get_json, to_json_bytes, update_document, PathSegments};
 use crate::error::AdminError;
 use crate::AdminState;
 
@@ -149,15 +151,79 @@ pub(crate) async fn version() -> Response {
         .into_response()
 }
 
-/// `GET /admin/v2/brokers/configuration`: the names of dynamically updatable settings: none
-/// in Magnetar.
-pub(crate) async fn dynamic_configuration_names() -> Json<Vec<String>> {
-    Json(Vec::new())
+/// `GET /admin/v2/brokers/configuration`: the names of the dynamically updatable settings.
+pub(crate) async fn dynamic_configuration_names() -> Json<Vec<&'static str>> {
+    Json(dynamic_config::NAMES.to_vec())
 }
 
-/// `GET /admin/v2/brokers/configuration/values`: dynamic settings overridden at runtime: none.
-pub(crate) async fn dynamic_configuration_values() -> Json<serde_json::Value> {
-    Json(serde_json::json!({}))
+/// The stored dynamic configuration and its version (`{}`, absent, when none was set).
+async fn dynamic_document(
+    state: &AdminState,
+) -> Result<(BTreeMap<String, String>, ExpectedVersion), AdminError> {
+    match get_json::<BTreeMap<String, String>>(state, keys::DYNAMIC_CONFIGURATION).await? {
+        Some((document, version)) => Ok((document, ExpectedVersion::Exactly(version))),
+        None => Ok((BTreeMap::new(), ExpectedVersion::Absent)),
+    }
+}
+
+/// `GET /admin/v2/brokers/configuration/values`: the settings the dynamic configuration
+/// overrides, `{name: value}`.
+pub(crate) async fn dynamic_configuration_values(
+    State(state): State<AdminState>,
+) -> Result<Json<BTreeMap<String, String>>, AdminError> {
+    Ok(Json(dynamic_document(&state).await?.0))
+}
+
+/// Changes the stored dynamic configuration (compare-and-set), then has the broker apply it.
+/// Every broker of a cluster applies it through its policy watch.
+async fn change_dynamic_configuration(
+    state: &AdminState,
+    change: impl Fn(&mut BTreeMap<String, String>),
+) -> Result<(), AdminError> {
+    update_document(state, keys::DYNAMIC_CONFIGURATION, "Not found", || async {
+        let (mut document, expected) = dynamic_document(state).await?;
+        change(&mut document);
+        Ok((to_json_bytes(&document)?, expected))
+    })
+    .await?;
+    state.hooks.dynamic_configuration_changed().await?;
+    Ok(())
+}
+
+/// `POST /admin/v2/brokers/configuration/{name}/{value}` (`pulsar-admin brokers
+/// update-dynamic-config`): 204; 412 " Can't update non-dynamic configuration" for a setting
+/// that is not dynamic, 412 " Invalid dynamic-config value" for a value of the wrong type.
+pub(crate) async fn update_dynamic_configuration(
+    State(state): State<AdminState>,
+    Path((name, value)): Path<(String, String)>,
+) -> Result<StatusCode, AdminError> {
+    dynamic_config::validate(&name, &value)
+        .map_err(|e| AdminError::PreconditionFailed(e.to_string()))?;
+    change_dynamic_configuration(&state, |document| {
+        document.insert(name.clone(), value.trim().to_string());
+    })
+    .await?;
+    tracing::info!(%name, %value, "dynamic configuration updated");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /admin/v2/brokers/configuration/{name}`: the setting goes back to the
+/// configuration file's value. 204; 412 "Can't delete non-dynamic configuration".
+pub(crate) async fn delete_dynamic_configuration(
+    State(state): State<AdminState>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, AdminError> {
+    if !dynamic_config::NAMES.contains(&name.as_str()) {
+        return Err(AdminError::PreconditionFailed(
+            "Can't delete non-dynamic configuration".to_string(),
+        ));
+    }
+    change_dynamic_configuration(&state, |document| {
+        document.remove(&name);
+    })
+    .await?;
+    tracing::info!(%name, "dynamic configuration removed");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `GET /admin/v2/brokers/configuration/runtime`: the broker's settings by Pulsar's names
@@ -194,13 +260,6 @@ pub(crate) async fn internal_configuration() -> Json<serde_json::Value> {
         "bookkeeperMetadataServiceUri": null,
         "stateStorageServiceUrl": null
     }))
-}
-
-/// `POST /admin/v2/brokers/configuration/{name}/{value}` and
-/// `DELETE /admin/v2/brokers/configuration/{name}`: no setting is dynamic, so 412 with
-/// Pulsar's reason for a non-dynamic one.
-pub(crate) async fn update_dynamic_configuration() -> AdminError {
-    AdminError::PreconditionFailed(" Can't update non-dynamic configuration".to_string())
 }
 
 /// `GET /admin/v2/broker-stats/topics` and `…/bookieops`: `{}` (stubbed: per-topic stats are

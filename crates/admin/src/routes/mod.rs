@@ -53,7 +53,7 @@ pub(crate) fn build(state: AdminState) -> Router {
         .route("/admin/v2/brokers/configuration/runtime", get(broker::runtime_configuration))
         .route(
             "/admin/v2/brokers/configuration/{name}",
-            delete(broker::update_dynamic_configuration),
+            delete(broker::delete_dynamic_configuration),
         )
         .route(
             "/admin/v2/brokers/configuration/{name}/{value}",

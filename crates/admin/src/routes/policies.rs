@@ -534,6 +534,18 @@ pub(crate) const NAMESPACE_POLICIES: &[PolicySpec] = &[
         ..BASE
     },
     PolicySpec {
+        path: "maxSubscriptionsPerTopic",
+        field: "max_subscriptions_per_topic",
+        min: Some((0, "maxSubscriptionsPerTopic must be 0 or more")),
+        ..BASE
+    },
+    PolicySpec {
+        path: "delayedDelivery",
+        field: "delayed_delivery_policies",
+        parse: delayed_delivery_body,
+        ..BASE
+    },
+    PolicySpec {
         path: "subscriptionExpirationTime",
         field: "subscription_expiration_time_minutes",
         min: Some((0, "Invalid value for subscription expiration time")),
@@ -770,7 +782,95 @@ pub(crate) const TOPIC_POLICIES: &[PolicySpec] = &[
         applied: Applied::Namespace("compaction_threshold", false),
         ..BASE
     },
+    PolicySpec {
+        path: "maxSubscriptionsPerTopic",
+        field: "maxSubscriptionsPerTopic",
+        min: Some((0, "maxSubscriptionsPerTopic must be 0 or more")),
+        applied: Applied::Effective(|e| json(e.max_subscriptions_per_topic)),
+        ..BASE
+    },
+    PolicySpec {
+        path: "autoSubscriptionCreation",
+        field: "autoSubscriptionCreationOverride",
+        parse: typed_body::<AutoSubscriptionCreationOverride>,
+        applied: Applied::Effective(|e| {
+            json(AutoSubscriptionCreationOverride {
+                allow_auto_subscription_creation: e.allow_auto_subscription_creation,
+            })
+        }),
+        ..BASE
+    },
+    PolicySpec {
+        path: "delayedDelivery",
+        field: "delayedDeliveryPolicies",
+        parse: delayed_delivery_body,
+        applied: Applied::Namespace("delayed_delivery_policies", false),
+        ..BASE
+    },
+    // Stored and served; Magnetar has no replicator, offloader or dedup snapshot interval to
+    // apply them to yet (geo-replication and tiered storage are issues of their own).
+    PolicySpec {
+        path: "deduplicationSnapshotInterval",
+        field: "deduplicationSnapshotIntervalSeconds",
+        min: Some((0, "deduplicationSnapshotInterval must be 0 or more")),
+        applied: Applied::Namespace("deduplicationSnapshotIntervalSeconds", false),
+        ..BASE
+    },
+    PolicySpec {
+        path: "replicatorDispatchRate",
+        field: "replicatorDispatchRate",
+        parse: typed_body::<DispatchRate>,
+        applied: Applied::Namespace("replicatorDispatchRate", true),
+        ..BASE
+    },
+    PolicySpec {
+        path: "offloadPolicies",
+        field: "offloadPolicies",
+        parse: object_body,
+        applied: Applied::Namespace("offload_policies", false),
+        ..BASE
+    },
+    PolicySpec {
+        path: "replication",
+        field: "replicationClusters",
+        parse: cluster_list_body,
+        applied: Applied::Namespace("replication_clusters", false),
+        ..BASE
+    },
 ];
+
+/// Pulsar's `DelayedDeliveryPolicies`: `{"active": bool, "tickTime": ms,
+/// "maxDeliveryDelayInMillis": ms}` (fields left out keep Pulsar's defaults).
+fn delayed_delivery_body(body: &[u8], uri: &Uri) -> Result<Value, AdminError> {
+    let mut value = object_body(body, uri)?;
+    match value.get("active") {
+        Some(Value::Bool(_)) => {}
+        None | Some(Value::Null) => value["active"] = Value::Bool(true),
+        Some(_) => return Err(bad("active must be true or false")),
+    }
+    for (name, default) in [("tickTime", 1_000), ("maxDeliveryDelayInMillis", 0)] {
+        match value.get(name) {
+            None | Some(Value::Null) => value[name] = Value::from(default),
+            Some(v) => {
+                let n = integer(v, 0, i64::MAX)?;
+                value[name] = Value::from(n);
+            }
+        }
+    }
+    Ok(value)
+}
+
+/// A topic's replication clusters: a JSON array of cluster names.
+fn cluster_list_body(body: &[u8], _: &Uri) -> Result<Value, AdminError> {
+    let clusters: Vec<String> = serde_json::from_value(parse_json(body)?)
+        .map_err(|_| bad("expected a JSON array of cluster names"))?;
+    if clusters.is_empty() || clusters.iter().any(|c| c.trim().is_empty()) {
+        return Err(AdminError::PreconditionFailed(
+            "ClusterIds should not be null or empty".to_string(),
+        ));
+    }
+    Ok(Value::from(clusters))
+}
 
 /// The document a request addresses.
 pub(crate) enum Target {

@@ -1193,12 +1193,27 @@ async fn broker_endpoints() {
     assert_eq!(app.get("/admin/v2/brokers").await.json(), json!([]));
     let leader = app.get("/admin/v2/brokers/leaderBroker").await.json();
     assert_eq!(leader["serviceUrl"], json!("http://localhost:8080"));
-    assert_eq!(app.get("/admin/v2/brokers/configuration").await.json(), json!([]));
+    let names = app.get("/admin/v2/brokers/configuration").await.json();
+    assert!(names.as_array().unwrap().contains(&json!("allowAutoSubscriptionCreation")));
     assert_eq!(app.get("/admin/v2/brokers/configuration/values").await.json(), json!({}));
     let runtime = app.get("/admin/v2/brokers/configuration/runtime").await.json();
     assert_eq!(runtime["clusterName"], json!("standalone"));
     let r = app.post("/admin/v2/brokers/configuration/foo/1", "").await;
     assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
+    assert_eq!(r.json()["reason"], json!(" Can't update non-dynamic configuration"));
+    let r = app.post("/admin/v2/brokers/configuration/allowAutoTopicCreation/maybe", "").await;
+    assert_eq!(r.json()["reason"], json!(" Invalid dynamic-config value"));
+    let r = app.post("/admin/v2/brokers/configuration/allowAutoTopicCreation/false", "").await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        app.get("/admin/v2/brokers/configuration/values").await.json(),
+        json!({"allowAutoTopicCreation": "false"})
+    );
+    let r = app.call(Method::DELETE, "/admin/v2/brokers/configuration/allowAutoTopicCreation", "");
+    assert_eq!(r.await.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.get("/admin/v2/brokers/configuration/values").await.json(), json!({}));
+    let r = app.call(Method::DELETE, "/admin/v2/brokers/configuration/maxMessageSize", "").await;
+    assert_eq!(r.json()["reason"], json!("Can't delete non-dynamic configuration"));
     assert_eq!(app.get("/admin/v2/brokers/internal-configuration").await.status, StatusCode::OK);
     assert_eq!(app.get("/admin/v2/broker-stats/topics").await.json(), json!({}));
 }

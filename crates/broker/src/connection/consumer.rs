@@ -449,6 +449,14 @@ pub(super) async fn create_consumer(
     }
     let max_consumers = policies.max_consumers_per_topic;
     crate::admission::topic_has_room(max_consumers, || topic.consumer_count())?;
+    // Pulsar's ServerCnx: a durable subscription a consumer would create, while the policies
+    // forbid consumers to create subscriptions (readers' non-durable ones always may).
+    if durable
+        && !policies.allow_auto_subscription_creation
+        && !topic.has_subscription(&request.subscription)
+    {
+        return Err(BrokerError::SubscriptionNotFound("Subscription does not exist".into()));
+    }
     let subscription = topic.subscription(&request.subscription, sub_type, durable, start).await?;
     let handle = ConsumerHandle {
         key,

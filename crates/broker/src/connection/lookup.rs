@@ -19,7 +19,7 @@ impl Connection {
             }
             let partitions = self.service.partitions(&name).await?;
             let may_create = request.metadata_auto_creation_enabled.unwrap_or(true)
-                && self.service.config.allow_auto_topic_creation;
+                && self.service.allow_auto_topic_creation();
             if partitions == 0 && !may_create && !self.service.topic_exists(&name).await? {
                 return Err(BrokerError::TopicNotFound(name.to_string()));
             }

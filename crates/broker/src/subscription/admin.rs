@@ -162,7 +162,7 @@ impl Subscription {
         let skipped = {
             let mut state = self.state.lock();
             if state.closed {
-                return Err(BrokerError::SubscriptionNotFound(self.name.clone()));
+                return Err(BrokerError::no_subscription(&self.name));
             }
             let chosen: Vec<Position> = state
                 .ack
@@ -190,7 +190,7 @@ impl Subscription {
         {
             let mut state = self.state.lock();
             if state.closed {
-                return Err(BrokerError::SubscriptionNotFound(self.name.clone()));
+                return Err(BrokerError::no_subscription(&self.name));
             }
             if let Err(error) = state.ack.ack_cumulative(last, &ledgers) {
                 tracing::debug!(subscription = %self.name, %error, "clear backlog: ack ignored");

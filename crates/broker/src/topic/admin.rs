@@ -29,12 +29,35 @@ pub enum ExaminePosition {
 
 impl Topic {
     /// The subscription `name`, or `SubscriptionNotFound`.
+    pub fn has_subscription(&self, name: &str) -> bool {
+        self.subscriptions.lock().contains_key(name)
+    }
+
+    /// The subscription `name`, created at the earliest entry if the policies allow consumers
+    /// to create subscriptions (Pulsar's `findOrCreateSubscriptionAsync`: peek does so).
+    pub async fn subscription_or_created(
+        &self,
+        name: &str,
+    ) -> Result<Arc<Subscription>, BrokerError> {
+        if let Ok(existing) = self.existing_subscription(name) {
+            return Ok(existing);
+        }
+        if !self.policies().allow_auto_subscription_creation {
+            return Err(BrokerError::NotAllowed(format!(
+                "Subscription {name} does not exist for topic {} and automatic subscription \
+                 creation is disabled",
+                self.full_name
+            )));
+        }
+        self.subscription(name, SubType::Exclusive, true, StartAt::Earliest).await
+    }
+
     pub fn existing_subscription(&self, name: &str) -> Result<Arc<Subscription>, BrokerError> {
         self.subscriptions
             .lock()
             .get(name)
             .cloned()
-            .ok_or_else(|| BrokerError::SubscriptionNotFound(name.to_string()))
+            .ok_or_else(|| BrokerError::no_subscription(name))
     }
 
     /// `TopicStatsImpl` of this topic.

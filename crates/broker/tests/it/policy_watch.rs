@@ -72,5 +72,25 @@ async fn loaded_topics_follow_policies_changed_elsewhere() {
     eventually("topic document removed", || topic.policies().max_message_size == default_size)
         .await;
     assert_eq!(topic.policies().message_ttl_seconds, 60);
+
+    // The dynamic configuration (another broker's `brokers update-dynamic-config`): the policy
+    // defaults under every loaded topic; a value that does not parse is left out.
+    assert!(topic.policies().allow_auto_subscription_creation);
+    put(
+        keys::DYNAMIC_CONFIGURATION.to_string(),
+        r#"{"allowAutoSubscriptionCreation":"false","allowAutoTopicCreation":"maybe"}"#,
+    )
+    .await;
+    eventually("dynamic allowAutoSubscriptionCreation", || {
+        !topic.policies().allow_auto_subscription_creation
+            && !part.policies().allow_auto_subscription_creation
+    })
+    .await;
+    assert!(broker.allow_auto_topic_creation(), "an unparsable value is left out");
+    metadata.delete(keys::DYNAMIC_CONFIGURATION, ExpectedVersion::Any).await.unwrap();
+    eventually("dynamic configuration removed", || {
+        topic.policies().allow_auto_subscription_creation
+    })
+    .await;
     watch.abort();
 }
