@@ -232,6 +232,35 @@ def test_mutual_tls(certs):
             https_get(srv.tls_web_url + "/admin/v2/tenants", ca)
 
 
+def test_version_1_client_certificates_are_accepted_and_refusals_logged(certs):
+    # The Python client's test certificates, and many an older internal CA's, are X.509 v1
+    # (no extensions): Pulsar's Java stack accepts them with the same chain and signature
+    # checks; so does Magnetar. A v1 certificate from a CA the broker does not trust is still
+    # refused, and each refused handshake is logged at WARN with the peer and the reason.
+    ca = certs.ca_main["cert"]
+    bob = certs.leaf_v1(certs.ca_main, "bob")
+    eve = certs.leaf_v1(certs.ca_other, "eve")
+    with tls_server(certs.server, trust=ca, require=True) as srv:
+        client = tls_client(srv.tls_service_url, ca,
+                            auth=pulsar.AuthenticationTLS(bob["cert"], bob["key"]))
+        try:
+            round_trip(client)
+        finally:
+            client.close()
+        status, _ = https_get(srv.tls_web_url + "/admin/v2/tenants", ca, client=bob)
+        assert status == 200
+        stranger = tls_client(srv.tls_service_url, ca,
+                              auth=pulsar.AuthenticationTLS(eve["cert"], eve["key"]))
+        try:
+            assert refused(stranger), "a v1 certificate of an untrusted CA was admitted"
+        finally:
+            stranger.close()
+        with open(srv.log_path, encoding="utf-8", errors="replace") as f:
+            log = f.read()
+        assert re.search(r"WARN.*TLS handshake failed.*peer=.*(UnknownIssuer|unknown issuer)",
+                         log, re.I), log[-3000:]
+
+
 def test_optional_client_certificate(certs):
     """With a trust store but no requirement: no certificate is admitted, an untrusted one is
     not."""

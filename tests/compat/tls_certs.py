@@ -70,3 +70,15 @@ class Certs:
               "-set_serial", str(int(uuid.uuid4().hex[:15], 16)), "-days", "2", "-out", cert,
               "-extfile", ext], self.dir)
         return {"cert": cert, "key": key}
+
+    def leaf_v1(self, ca, cn, name=None):
+        """An X.509 version 1 certificate (no extensions, as `openssl x509 -req` without an
+        extensions file makes them, and older CAs issue) for subject CN `cn`, signed by `ca`."""
+        name = name or "%s-v1-%s" % (cn, uuid.uuid4().hex[:8])
+        key, csr, cert = (self._path(name + ext) for ext in (".key", ".csr", ".pem"))
+        _run(["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+              "-nodes", "-keyout", key, "-out", csr, "-subj", "/CN=%s" % cn], self.dir)
+        _run(["x509", "-req", "-in", csr, "-CA", ca["cert"], "-CAkey", ca["key"],
+              "-set_serial", str(int(uuid.uuid4().hex[:15], 16)), "-days", "2", "-out", cert],
+             self.dir)
+        return {"cert": cert, "key": key}

@@ -242,12 +242,9 @@ impl BrokerHooks for AdminHooks {
     }
 
     fn policy_defaults(&self) -> PolicyDefaults {
-        let config = &self.0.config;
-        PolicyDefaults {
-            deduplication_enabled: config.broker_deduplication_enabled,
-            max_message_size: u32::try_from(config.max_message_size).unwrap_or(u32::MAX),
-            ..PolicyDefaults::default()
-        }
+        // The broker's own, with the dynamic configuration's values: what its topics fall
+        // back to (`?applied=true` answers from them).
+        self.0.policy_defaults()
     }
 
     fn runtime_configuration(&self) -> BTreeMap<String, String> {

@@ -229,6 +229,8 @@ pub struct AdminState {
     pub broker_service_url_tls: Option<String>,
     /// Who may do what (the `[authorization]` section; off by default). See `authz`.
     pub authorization: magnetar_security::authorization::AuthorizationConfig,
+    /// The broker's advertised listeners (the HTTP lookup's `listenerName`).
+    pub listeners: magnetar_model::listeners::AdvertisedListeners,
 }
 
 impl AdminState {
@@ -248,6 +250,7 @@ impl AdminState {
             service_url_tls: None,
             broker_service_url_tls: None,
             authorization: Default::default(),
+            listeners: Default::default(),
         }
     }
 

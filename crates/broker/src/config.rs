@@ -26,6 +26,12 @@ pub struct BrokerConfig {
     pub broker_port: u16,
     /// Host clients are told to connect to in LOOKUP answers.
     pub advertised_address: String,
+    /// Pulsar's `advertisedListeners`: `name:pulsar://host:port` (and `name:pulsar+ssl://…`)
+    /// entries, comma-separated; a client naming a listener (`listenerName`) is sent that
+    /// listener's URL, one naming none the internal listener's. Empty: none.
+    pub advertised_listeners: String,
+    /// Pulsar's `internalListenerName` (empty: the first listener of `advertised_listeners`).
+    pub internal_listener_name: String,
     /// Largest message (metadata plus payload) accepted, as in Pulsar (5 MiB default). Frames may
     /// be 10 KiB larger for the command around it.
     pub max_message_size: usize,
@@ -182,6 +188,8 @@ impl Default for BrokerConfig {
             bind_address: "127.0.0.1".into(),
             broker_port: 6650,
             advertised_address: "127.0.0.1".into(),
+            advertised_listeners: String::new(),
+            internal_listener_name: String::new(),
             max_message_size: 5 * 1024 * 1024,
             keepalive_seconds: 30,
             allow_auto_topic_creation: true,
@@ -286,6 +294,10 @@ impl BrokerConfig {
                  backlog_quota_check_interval_seconds must be positive"
                 .into());
         }
+        magnetar_model::listeners::AdvertisedListeners::parse(
+            &self.advertised_listeners,
+            &self.internal_listener_name,
+        )?;
         if self.backlog_quota_policy().is_none() {
             return Err(format!(
                 "backlog_quota_default_retention_policy {:?} must be producer_request_hold, \
@@ -432,6 +444,15 @@ impl BrokerConfig {
 
     pub fn keepalive(&self) -> Duration {
         Duration::from_secs(self.keepalive_seconds)
+    }
+
+    /// The advertised listeners (validated: none if they do not parse).
+    pub fn listeners(&self) -> magnetar_model::listeners::AdvertisedListeners {
+        magnetar_model::listeners::AdvertisedListeners::parse(
+            &self.advertised_listeners,
+            &self.internal_listener_name,
+        )
+        .unwrap_or_default()
     }
 
     /// The `pulsar://` URL clients are sent to (the TLS one when the plain port is off).

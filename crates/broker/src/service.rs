@@ -52,6 +52,8 @@ pub struct BrokerService {
     /// topics (which layer their policies over them at each refresh).
     dynamic: Mutex<DynamicValues>,
     policy_defaults: SharedPolicyDefaults,
+    /// The advertised listeners (`advertised_listeners`), parsed once.
+    pub listeners: magnetar_model::listeners::AdvertisedListeners,
 }
 
 /// The broker-wide policy defaults, as the dynamic configuration last made them.
@@ -94,6 +96,7 @@ impl BrokerService {
         let persistence_policies = config.persistence_policies;
         let policy_defaults = Arc::new(parking_lot::RwLock::new(config.policy_defaults()));
         Arc::new(BrokerService {
+            listeners: config.listeners(),
             dynamic: Mutex::default(),
             policy_defaults,
             authorizer,
@@ -161,6 +164,30 @@ impl BrokerService {
         *self.policy_defaults.write() = self.config.policy_defaults_with(&values);
         tracing::info!(?document, "dynamic configuration applied");
         self.refresh_policies_of(|_| true).await
+    }
+
+    /// A LOOKUP answer as the listener the client names sees it (Pulsar's
+    /// `advertisedListeners`): that listener's URLs, or the internal listener's when it names
+    /// none; ServiceNotReady "the broker do not have X listener" when this broker has no such
+    /// listener. Without listeners configured an unnamed lookup keeps the answer as it is.
+    pub fn for_listener(
+        &self,
+        answer: crate::ownership::LookupAnswer,
+        name: Option<&str>,
+    ) -> Result<crate::ownership::LookupAnswer, BrokerError> {
+        use crate::ownership::LookupAnswer;
+        let Some(listener) = self.listeners.select(name).map_err(BrokerError::ServiceNotReady)?
+        else {
+            return Ok(answer);
+        };
+        // One broker answers for itself; a redirect (another owner) keeps that owner's URLs.
+        Ok(match answer {
+            LookupAnswer::Connect { broker_url, broker_url_tls } => LookupAnswer::Connect {
+                broker_url: listener.broker_url.clone().unwrap_or(broker_url),
+                broker_url_tls: listener.broker_url_tls.clone().or(broker_url_tls),
+            },
+            redirect => redirect,
+        })
     }
 
     /// A broker-wide unique key for producers and consumers.

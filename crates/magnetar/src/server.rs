@@ -180,6 +180,7 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         if let (Some(web), Some(broker)) = (&web_url_tls, &service_url_tls) {
             admin_state = admin_state.with_cluster_urls_tls(web.clone(), broker.clone());
         }
+        admin_state.listeners = service.listeners.clone();
         let mut router = magnetar_admin::router(admin_state);
         if let Some(authenticator) = &config.broker.authenticator {
             router = magnetar_admin::authentication::require(router, authenticator.clone());

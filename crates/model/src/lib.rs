@@ -3,6 +3,7 @@
 //!
 //! - [`names`]: tenant, namespace and topic names, parsed and validated as Pulsar does, and the
 //!   encoding of a topic's local name in keys and URLs.
+//! - [`listeners`]: advertised listeners (`advertisedListeners`) and the one a client names.
 //! - [`keys`]: every metadata-store key. No other crate builds a key by hand, so the layout is
 //!   read in one place (and moved under a cluster's root prefix by the store, not here).
 //! - [`policies`]: the JSON documents stored for tenants, partitioned topics, the cluster record
@@ -18,6 +19,7 @@
 
 pub mod dynamic_config;
 pub mod keys;
+pub mod listeners;
 pub mod names;
 pub mod policies;
 pub mod policy;

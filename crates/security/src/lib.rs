@@ -15,6 +15,7 @@
 pub mod authentication;
 pub mod authorization;
 pub mod tls;
+mod tls_v1;
 
 /// What the transport knows about a peer before any credential is looked at.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

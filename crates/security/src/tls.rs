@@ -187,11 +187,13 @@ impl TlsConfig {
         } else {
             let path = &self.trust_certs_file;
             let mut roots = RootCertStore::empty();
-            for cert in read_certs(path, "trust_certs_file")? {
+            let trusted = read_certs(path, "trust_certs_file")?;
+            for cert in trusted.iter().cloned() {
                 roots
                     .add(cert)
                     .map_err(|e| TlsError::BadTrust { path: path.clone(), cause: e.to_string() })?;
             }
+            let algorithms = provider.signature_verification_algorithms;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
             let verifier = if self.require_trusted_client_cert {
                 verifier
@@ -201,7 +203,10 @@ impl TlsConfig {
             let verifier = verifier
                 .build()
                 .map_err(|e| TlsError::BadTrust { path: path.clone(), cause: e.to_string() })?;
-            builder.with_client_cert_verifier(verifier)
+            // X.509 v1 client certificates too (webpki takes v3 only; Pulsar's Java stack
+            // takes both): see `tls_v1`.
+            let verifier = crate::tls_v1::V1TolerantVerifier::new(verifier, trusted, algorithms);
+            builder.with_client_cert_verifier(Arc::new(verifier))
         };
         let mut config =
             builder.with_single_cert(chain, key).map_err(|e| TlsError::KeyMismatch {
@@ -383,7 +388,9 @@ pub fn subject_common_name(der: &[u8]) -> Option<String> {
 }
 
 /// Accepts a TLS connection on `socket` within [`HANDSHAKE_TIMEOUT`] and returns it with the
-/// peer's identity; None (logged at debug) when the handshake failed or took too long.
+/// peer's identity; None when the handshake failed or took too long, logged at WARN with the
+/// peer and the reason (at most a line a second: a scan or a flood of plain-text clients must
+/// not fill the log), so an operator sees why a client cannot connect.
 pub async fn accept<S>(
     tls: &ServerTls,
     socket: S,
@@ -410,11 +417,21 @@ where
             Some((stream, identity))
         }
         Ok(Err(error)) => {
-            tracing::debug!(%peer, %error, "TLS handshake failed");
+            magnetar_clock::warn_limited!(
+                magnetar_clock::log_limit::system_ms(),
+                %peer,
+                %error,
+                "TLS handshake failed"
+            );
             None
         }
         Err(_) => {
-            tracing::debug!(%peer, "TLS handshake timed out");
+            magnetar_clock::warn_limited!(
+                magnetar_clock::log_limit::system_ms(),
+                %peer,
+                error = "no handshake within the time limit",
+                "TLS handshake failed"
+            );
             None
         }
     }

@@ -260,19 +260,17 @@ async fn accept_loop(
                     let (reader, writer) = stream.into_split();
                     connection(reader, Outbound::Socket(writer), peer, inputs).await;
                 }
-                Some(tls) => match accept(&tls, stream, &address.to_string()).await {
-                    Some((stream, _identity)) => {
+                Some(tls) => {
+                    // A plain-text client, an untrusted certificate, a peer that hangs up or
+                    // stalls (the handshake is bounded): nothing of it reaches the node
+                    // (`accept` logs why).
+                    if let Some((stream, _identity)) =
+                        accept(&tls, stream, &address.to_string()).await
+                    {
                         let (reader, writer) = tokio::io::split(stream);
                         connection(reader, Outbound::Tls(writer), peer, inputs).await;
                     }
-                    // A plain-text client, an untrusted certificate, a peer that hangs up or
-                    // stalls (the handshake is bounded): nothing of it reaches the node.
-                    None => warn_limited!(
-                        system_ms(),
-                        %address,
-                        "TLS handshake failed: connection closed"
-                    ),
-                },
+                }
             }
             stats.disconnected();
         });

@@ -17,8 +17,8 @@ use axum::Json;
 use magnetar_metadata::{ExpectedVersion, MetadataError};
 
 use super::{
-    body_bytes, partitioned_metadata, query_bool, require_namespace, to_json_bytes, topic_exists,
-    PathSegments,
+    body_bytes, partitioned_metadata, query_bool, query_param, require_namespace, to_json_bytes,
+    topic_exists, PathSegments,
 };
 use crate::error::AdminError;
 use crate::hooks::HookError;
@@ -406,12 +406,23 @@ pub(crate) async fn delete_topic(
 pub(crate) async fn lookup(
     State(state): State<AdminState>,
     uri: Uri,
+    headers: axum::http::HeaderMap,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let topic = PathSegments::after(&uri, "/lookup/v2/topic/").topic()?;
     require_namespace(&state, topic.namespace()).await?;
-    let broker_url = state.broker_service_url.clone().unwrap_or_default();
+    // Pulsar's `TopicLookup`: the `listenerName` parameter, else the `X-Pulsar-ListenerName`
+    // header; a listener the broker does not have is a server error (500), as in Pulsar.
+    let named = query_param(&uri, "listenerName").filter(|n| !n.is_empty()).or_else(|| {
+        headers.get("X-Pulsar-ListenerName").and_then(|v| v.to_str().ok()).map(str::to_string)
+    });
+    let listener = state.listeners.select(named.as_deref()).map_err(AdminError::Internal)?;
+    let mut broker_url = state.broker_service_url.clone().unwrap_or_default();
     let http_url = state.service_url.clone().unwrap_or_default();
-    let broker_url_tls = state.broker_service_url_tls.clone().unwrap_or_default();
+    let mut broker_url_tls = state.broker_service_url_tls.clone().unwrap_or_default();
+    if let Some(listener) = listener {
+        broker_url = listener.broker_url.clone().unwrap_or(broker_url);
+        broker_url_tls = listener.broker_url_tls.clone().unwrap_or(broker_url_tls);
+    }
     let http_url_tls = state.service_url_tls.clone().unwrap_or_default();
     Ok(Json(serde_json::json!({
         "brokerUrl": broker_url,

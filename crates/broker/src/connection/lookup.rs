@@ -44,6 +44,7 @@ impl Connection {
         let request = command.lookup_topic.as_ref().ok_or("LOOKUP without body")?;
         let (request_id, authoritative) = (request.request_id, request.authoritative());
         let topic = request.topic.clone();
+        let listener = request.advertised_listener_name.clone();
         let (service, outbox) = (self.service.clone(), self.outbox.clone());
         let principal = self.principal.clone();
         tokio::spawn(async move {
@@ -54,6 +55,8 @@ impl Connection {
                 (Err(error), _) | (_, Err(error)) => Err(error),
                 (Ok(()), Ok(name)) => service.ownership.lookup(&name, authoritative).await,
             };
+            let answer =
+                answer.and_then(|answer| service.for_listener(answer, listener.as_deref()));
             let reply = match answer {
                 Ok(LookupAnswer::Connect { broker_url, broker_url_tls }) => {
                     commands::lookup_response(
