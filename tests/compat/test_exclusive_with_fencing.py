@@ -19,11 +19,14 @@ BOUND_S = 20
 
 def test_exclusive_with_fencing_takes_the_topic_from_the_holder_and_the_waiters(server):
     topic = unique_topic("excl-fencing")
-    a, b, c = (pulsar.Client(server.service_url, operation_timeout_seconds=30) for _ in range(3))
+    # The consumer on a client of its own: Pulsar lets the fenced producer's next send close
+    # its whole connection (and a consumer on it would be redelivered what it had).
+    a, b, c, d = (pulsar.Client(server.service_url, operation_timeout_seconds=30)
+                  for _ in range(4))
     try:
         holder = a.create_producer(topic, producer_name="holder", batching_enabled=False,
                                    access_mode=pulsar.ProducerAccessMode.Exclusive)
-        consumer = a.subscribe(topic, "s")
+        consumer = d.subscribe(topic, "s")
         holder.send(b"from-holder")
 
         waited = {}
@@ -64,5 +67,5 @@ def test_exclusive_with_fencing_takes_the_topic_from_the_holder_and_the_waiters(
         with pytest.raises(pulsar.ProducerFenced):
             a.create_producer(topic, access_mode=pulsar.ProducerAccessMode.Exclusive)
     finally:
-        for client in (a, b, c):
+        for client in (a, b, c, d):
             client.close()

@@ -136,11 +136,15 @@ def test_a_renamed_record_evolves_under_forward(client, server):
         name = String()
         age = Integer(required=True)
 
-    topic = unique_topic("schema-evolve")
-    url = "%s/admin/v2/persistent/public/default/%s/schemaCompatibilityStrategy" % (
-        server.web_url, short_name(topic))
+    # A namespace of its own with FORWARD, as the Python test sets public/default's (a topic's
+    # own strategy would do too, but Pulsar applies topic policies asynchronously).
+    namespace = "public/" + short_name(unique_topic("evolve"))
+    status, body = http_request("PUT", "%s/admin/v2/namespaces/%s" % (server.web_url, namespace))
+    assert status in (200, 204), (status, body)
+    url = "%s/admin/v2/namespaces/%s/schemaCompatibilityStrategy" % (server.web_url, namespace)
     status, body = http_request("PUT", url, '"FORWARD"')
     assert status in (200, 204), (status, body)
+    topic = "persistent://%s/%s" % (namespace, short_name(unique_topic("schema-evolve")))
     producer1 = client.create_producer(topic, schema=AvroSchema(User1))
     consumer = client.subscribe(topic, "sub", schema=AvroSchema(User1))
     reader = client.create_reader(topic, pulsar.MessageId.earliest, schema=AvroSchema(User1))
@@ -324,19 +328,21 @@ def test_admin_upload_check_and_delete(server):
 
     def check(record_cls, schema_type="AVRO"):
         # Pulsar's IsCompatibilityResponse: {"compatibility": true, ...}; an incompatible
-        # schema is an error carrying the reason (Magnetar: 409, as an incompatible upload).
+        # schema is an error carrying the reason (Pulsar 4.0.7: 500 from the check's
+        # exception; Magnetar: 409, as an incompatible upload gets).
         body = json.dumps({"type": schema_type, "schema": json.dumps(record_cls.schema())})
         status, reply = http_request("POST", schema_url(server, topic, "compatibility"), body=body)
         reply = json.loads(reply)
-        if status == 409:
-            return reply["reason"]
+        if status in (409, 500):
+            assert reply["reason"], reply
+            return False
         assert 200 <= status < 300, (status, reply)
         assert reply["schemaCompatibilityStrategy"] == "FULL"
         return reply["compatibility"]
 
     assert check(_user_v2()) is True
-    assert "field" in check(_user_no_default()) and "has no default" in check(_user_no_default())
-    assert check(User, "JSON") == "Incompatible schema: exists schema type AVRO, new schema type JSON"
+    assert check(_user_no_default()) is False
+    assert check(User, "JSON") is False
 
     # an incompatible upload is refused (409) and adds no version
     bad = json.dumps({"type": "AVRO", "schema": json.dumps(_user_age_as_string().schema())})
