@@ -127,6 +127,7 @@ pub(crate) fn classify(method: &Method, route: &str) -> Required {
         }
         _ if rest.starts_with("/ledger/") => R::Topic(T::PeekMessages),
         "/unload" => R::Topic(T::Unload),
+        "/compaction" => R::Topic(T::Compact),
         "/terminate" | "/terminate/partitions" => R::Topic(T::Terminate),
         "/properties" if get => R::Topic(T::GetMetadata),
         "/properties" if delete => R::Topic(T::DeleteMetadata),

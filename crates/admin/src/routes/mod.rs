@@ -205,6 +205,10 @@ fn topic_op_routes(router: AxumRouter<AdminState>, topic: &str) -> AxumRouter<Ad
         .route(&format!("{topic}/lastMessageId"), get(topic_ops::last_message_id))
         .route(&format!("{topic}/messageid/{{timestamp}}"), get(topic_ops::message_id_by_timestamp))
         .route(&format!("{topic}/unload"), put(topic_ops::unload))
+        .route(
+            &format!("{topic}/compaction"),
+            put(topic_ops::compaction_not_supported).get(topic_ops::compaction_not_supported),
+        )
         .route(&format!("{topic}/terminate"), post(topic_ops::terminate))
         .route(&format!("{topic}/terminate/partitions"), post(topic_ops::terminate_partitions))
         .route(

@@ -560,6 +560,16 @@ pub(crate) async fn message_id_by_timestamp(
     }
 }
 
+/// `PUT|GET …/compaction` (`pulsar-admin topics compact`, `compaction-status`): 501 with the
+/// reason, until topic compaction is built (rather than the 404 of an unknown route, which
+/// reads as a missing topic).
+pub(crate) async fn compaction_not_supported() -> AdminError {
+    AdminError::Status(
+        StatusCode::NOT_IMPLEMENTED,
+        "Topic compaction is not supported by this broker yet".into(),
+    )
+}
+
 /// `PUT …/unload`: closes the topic's producers and consumers and drops it from the broker
 /// (every partition of a partitioned topic); clients reconnect and carry on. 204; 404.
 pub(crate) async fn unload(

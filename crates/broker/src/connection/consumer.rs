@@ -410,6 +410,20 @@ pub(super) async fn create_consumer(
     let sub_type = SubType::try_from(request.sub_type).unwrap_or(SubType::Exclusive);
     let name = BrokerService::topic_name(&request.topic)?;
     let create = request.force_topic_creation.unwrap_or(true);
+    // Pulsar's `readCompacted` rules. No topic here is compacted yet (compaction is not built),
+    // so a compacted read is the topic itself, as on a Pulsar topic never compacted.
+    if request.read_compacted == Some(true) {
+        if name.domain() == TopicDomain::NonPersistent {
+            return Err(BrokerError::NotAllowed(
+                "readCompacted only valid on persistent topics".into(),
+            ));
+        }
+        if matches!(sub_type, SubType::Shared | SubType::KeyShared) {
+            return Err(BrokerError::NotAllowed(
+                "readCompacted only allowed on failover or exclusive subscriptions".into(),
+            ));
+        }
+    }
     let key = service.next_key();
     if name.domain() == TopicDomain::NonPersistent {
         let (topic, policies) = service.non_persistent_topic_with_policies(&name, create).await?;
