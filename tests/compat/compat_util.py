@@ -2,6 +2,7 @@
 
 import random
 import socket
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -46,6 +47,19 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def eventually(what, check, deadline_s=20, every_s=0.2):
+    """Polls check() until it returns a truthy value and returns it, for at most deadline_s:
+    for effects with no event to wait on (a periodic broker pass, a rate window, a policy that
+    Pulsar applies asynchronously)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "%s: not within %d s" % (what, deadline_s)
+        time.sleep(every_s)
 
 
 def unique_topic(prefix="t"):

@@ -24,8 +24,8 @@ from go_runner import BUILD_AND_RUN_TIMEOUT_S as GO_BUILD_AND_RUN_TIMEOUT_S
 from go_runner import needs_go, run_go_test
 from java_runner import BUILD_AND_RUN_TIMEOUT_S as JAVA_BUILD_AND_RUN_TIMEOUT_S
 from java_runner import needs_java, run_java_tests
-from compat_util import (assert_nothing_more, drain, http_request, payloads, receive_n,
-                         short_name, unique_topic)
+from compat_util import (assert_nothing_more, drain, eventually, http_request, payloads,
+                         receive_n, short_name, unique_topic)
 
 DEADLINE_S = 20
 
@@ -35,16 +35,7 @@ def private_server(broker_toml):
 
 
 def _eventually(what, check, deadline_s=DEADLINE_S, every_s=0.2):
-    """Polls check() (no event to wait on: a periodic broker pass) until it returns a truthy
-    value, bounded."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("%s: not within %d s" % (what, deadline_s))
-        time.sleep(every_s)
+    return eventually(what, check, deadline_s, every_s)
 
 
 def _first_payload(client, topic, sub, timeout_ms=500):

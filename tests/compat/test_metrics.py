@@ -26,6 +26,7 @@ import os
 import pulsar
 import pytest
 
+import compat_util
 import conftest
 from compat_util import http_request, unique_topic
 
@@ -71,15 +72,7 @@ def value(text, name, **labels):
 
 
 def eventually(what, check, deadline_s=DEADLINE_S):
-    """Polls check() until it returns a truthy value (rates and windows move with time; there
-    is no event to wait on)."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, "%s: not within %d s" % (what, deadline_s)
-        time.sleep(0.2)
+    return compat_util.eventually(what, check, deadline_s)
 
 
 def produce(client, topic, count):

@@ -4,13 +4,12 @@ what operators type, with the printed values checked (not only exit codes).
 Commands run one after another in one JVM (`pulsar_admin.PulsarAdmin`)."""
 
 import json
-import time
 import uuid
 
 import pulsar
 import pytest
 
-from compat_util import http_request
+from compat_util import eventually, http_request
 from pulsar_admin import PulsarAdmin, requires_pulsar_admin
 
 pytestmark = requires_pulsar_admin
@@ -80,11 +79,6 @@ def test_dynamic_config_update_applies_at_run_time(admin, server):
         topic.rsplit("/", 1)[1])
     admin("brokers", "update-dynamic-config", "-c", "allowAutoSubscriptionCreation", "-v", "false")
     # (Pulsar's brokers apply it from a metadata watch, a moment later: waited for, bounded.)
-    def eventually(what, check, bound_s=10):
-        deadline = time.monotonic() + bound_s
-        while not check():
-            assert time.monotonic() < deadline, "%s: not within %d s" % (what, bound_s)
-            time.sleep(0.2)
     try:
         values = admin("brokers", "get-all-dynamic-config")
         assert "allowAutoSubscriptionCreation    false" in values, values

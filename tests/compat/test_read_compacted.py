@@ -5,14 +5,13 @@ compacted read of a topic without a compaction horizon reads the topic itself, s
 Key_Shared subscriptions and on non-persistent topics with Pulsar's NotAllowed reasons."""
 
 import os
-import time
 
 import pulsar
 import pytest
 
 import pulsar_wire as wire
 import raw_frames as raw
-from compat_util import http_request, payloads, receive_n, short_name, unique_topic
+from compat_util import eventually, http_request, payloads, receive_n, short_name, unique_topic
 
 NOT_ALLOWED_ERROR = 22  # ServerError
 
@@ -54,15 +53,11 @@ def test_read_compacted_reads_a_never_compacted_topic_whole_and_table_view_works
     assert payloads(receive_n(consumer, 3)) == ["1", "2", "3"]
     table = client.create_table_view(topic)
     try:
-        deadline = time.monotonic() + 10
-        while table.get("a") != b"3" or table.get("b") != b"2":
-            assert time.monotonic() < deadline, (table.get("a"), table.get("b"))
-            time.sleep(0.1)  # the view fills from its reader: no event to wait on
+        # The view fills from its reader: no event to wait on.
+        eventually("the view holds a=3, b=2",
+                   lambda: table.get("a") == b"3" and table.get("b") == b"2", deadline_s=10)
         producer.send(b"", partition_key="b")  # a null value removes the key
-        deadline = time.monotonic() + 10
-        while table.get("b") is not None or len(table) != 1:
-            assert time.monotonic() < deadline, (table.get("b"), len(table))
-            time.sleep(0.1)
+        eventually("b removed", lambda: table.get("b") is None and len(table) == 1, deadline_s=10)
     finally:
         table.close()
 

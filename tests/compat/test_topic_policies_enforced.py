@@ -14,7 +14,6 @@ applies them before the admin call returns.
 tests/go/admin_topic_ops_test.go reads the same policies back through the Go admin client."""
 
 import json
-import time
 from datetime import timedelta
 
 import pulsar
@@ -22,7 +21,7 @@ import pytest
 
 import pulsar_wire as wire
 import raw_frames as raw
-from compat_util import http_request, payloads, receive_n, short_name, unique_topic
+from compat_util import eventually, http_request, payloads, receive_n, short_name, unique_topic
 
 SUBSCRIPTION_NOT_FOUND = 12  # ServerError
 
@@ -35,18 +34,6 @@ def _policy_url(server, topic, policy):
 def _set(server, topic, policy, body):
     status, reply = http_request("POST", _policy_url(server, topic, policy), json.dumps(body))
     assert status in (200, 204), (policy, status, reply)
-
-
-def _within(what, attempt, bound_s=10):
-    """Retries attempt() until it returns a truthy value (Pulsar's topic policies land
-    asynchronously: there is no event to wait on), at most bound_s."""
-    deadline = time.monotonic() + bound_s
-    while True:
-        value = attempt()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "%s: not within %d s" % (what, bound_s)
-        time.sleep(0.2)
 
 
 def _subscribes(client, topic, name):
@@ -63,13 +50,13 @@ def test_max_subscriptions_per_topic(client, server):
     client.subscribe(topic, "s1").close()
     _set(server, topic, "maxSubscriptionsPerTopic", 2)
     client.subscribe(topic, "s2").close()
-    _within("the limit refuses a third subscription", lambda: not _subscribes(client, topic, "s3"))
+    eventually("the limit refuses a third subscription", lambda: not _subscribes(client, topic, "s3"))
     with pytest.raises(pulsar.NotAllowedError):
         client.subscribe(topic, "s3")
     client.subscribe(topic, "s1").close()  # an existing one is no new subscription
     status, _ = http_request("DELETE", _policy_url(server, topic, "maxSubscriptionsPerTopic"))
     assert status in (200, 204)
-    _within("the limit removed", lambda: _subscribes(client, topic, "s3"))
+    eventually("the limit removed", lambda: _subscribes(client, topic, "s3"))
 
 
 def test_auto_subscription_creation_off_and_peek_creating_the_subscription(client, server):
@@ -88,7 +75,7 @@ def test_auto_subscription_creation_off_and_peek_creating_the_subscription(clien
             conn.send(raw.subscribe_frame(topic, "fresh", 1, 2, raw.SHARED, "c"))
             type_, fields = conn.read_frame(timeout=5)
             return fields if type_ == wire.ERROR else None
-    error = _within("a new subscription refused", refused)
+    error = eventually("a new subscription refused", refused)
     assert error[2] == [SUBSCRIPTION_NOT_FOUND], error
     assert error[3] == [b"Subscription does not exist"], error
     existing = client.subscribe(topic, "existing")
@@ -100,8 +87,8 @@ def test_auto_subscription_creation_off_and_peek_creating_the_subscription(clien
     # (A refused subscribe is retried by the client until its operation timeout: a short one.)
     quick = pulsar.Client(server.service_url, operation_timeout_seconds=2)
     try:
-        _within("consumers may create subscriptions again",
-                lambda: _subscribes(quick, topic, "again"), bound_s=20)
+        eventually("consumers may create subscriptions again",
+                lambda: _subscribes(quick, topic, "again"), deadline_s=20)
     finally:
         quick.close()
     status, body = http_request("GET", _policy_url(server, topic, "subscription/peeked/position/1"))
@@ -117,7 +104,7 @@ def test_delayed_delivery_inactive_delivers_at_once(client, server):
     def read_back():
         status, body = http_request("GET", _policy_url(server, topic, "delayedDelivery"))
         return json.loads(body) if status == 200 and body else None
-    assert _within("the policy reads back", read_back)["active"] is False
+    assert eventually("the policy reads back", read_back)["active"] is False
     consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
     producer = client.create_producer(topic)
     producer.send(b"not-held", deliver_after=timedelta(minutes=10))

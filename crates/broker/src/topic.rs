@@ -168,11 +168,17 @@ impl Producers {
     /// (each hears ProducerFenced when it looks again).
     fn fence_out(&mut self) -> Vec<ProducerEntry> {
         self.fenced_waiters.extend(self.waiting.drain(..));
-        let fenced: Vec<ProducerEntry> = self.by_name.drain().map(|(_, entry)| entry).collect();
-        for entry in &fenced {
+        self.detach_all()
+    }
+
+    /// Takes every attached producer off and marks it closed (its connection takes no more
+    /// sends under it from then on); the caller tells their clients.
+    fn detach_all(&mut self) -> Vec<ProducerEntry> {
+        let detached: Vec<ProducerEntry> = self.by_name.drain().map(|(_, entry)| entry).collect();
+        for entry in &detached {
             entry.client.closed.store(true, Ordering::SeqCst);
         }
-        fenced
+        detached
     }
 
     /// Registers an admitted producer; returns the topic epoch it is told.
@@ -368,11 +374,7 @@ impl ProducerRegistry {
     /// producer (`remove` is the client's own close, and `admit` never replaces one), so a
     /// producer's `closed` flag alone says whether the broker closed it.
     fn detach_all(&self) -> Vec<ProducerEntry> {
-        let detached: Vec<ProducerEntry> =
-            self.producers.lock().by_name.drain().map(|(_, entry)| entry).collect();
-        for entry in &detached {
-            entry.client.closed.store(true, Ordering::SeqCst);
-        }
+        let detached = self.producers.lock().detach_all();
         self.released.notify_waiters();
         detached
     }

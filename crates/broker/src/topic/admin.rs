@@ -220,7 +220,7 @@ impl Topic {
         name: &str,
         start: SubscriptionStart,
     ) -> Result<bool, BrokerError> {
-        if self.subscriptions.lock().contains_key(name) {
+        if self.has_subscription(name) {
             return Ok(false);
         }
         let initial = match start {

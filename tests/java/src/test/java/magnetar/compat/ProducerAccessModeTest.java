@@ -16,7 +16,7 @@ import org.apache.pulsar.client.api.SubscriptionInitialPosition;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
-/** Producer access modes: Exclusive and WaitForExclusive. */
+/** Producer access modes: Exclusive, WaitForExclusive and ExclusiveWithFencing. */
 class ProducerAccessModeTest extends PulsarTestBase {
 
     private Producer<byte[]> producer(PulsarClient c, String topic, ProducerAccessMode mode) throws Exception {
@@ -120,5 +120,41 @@ class ProducerAccessModeTest extends PulsarTestBase {
                 () -> producer(c, topic, ProducerAccessMode.Exclusive));
         assertInstanceOf(PulsarClientException.ProducerFencedException.class, e,
                 "Exclusive producer beside a WaitForExclusive holder: want ProducerFencedException, got " + e);
+    }
+
+    /** ExclusiveWithFencing takes the topic from an Exclusive holder on another client: the
+     * holder reconnects with its topic epoch, meets the new holder and is fenced for good (its
+     * next send fails with ProducerFencedException); a consumer on a third client gets what
+     * each sent while it held the topic, once. */
+    @Test
+    @Timeout(60)
+    void exclusiveWithFencingFencesTheHolder() throws Exception {
+        String topic = uniqueTopic("excl-fencing");
+        Consumer<byte[]> cons = closeLater(client().newConsumer().topic(topic).subscriptionName("s")
+                .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest).subscribe());
+        Producer<byte[]> holder = producer(client(), topic, ProducerAccessMode.Exclusive);
+        holder.send(bytes("from-holder"));
+        Producer<byte[]> fencer = producer(client(), topic, ProducerAccessMode.ExclusiveWithFencing);
+        fencer.send(bytes("from-fencer"));
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        PulsarClientException fenced = null;
+        while (fenced == null) {
+            try {
+                holder.sendAsync(bytes("from-fenced")).get(10, TimeUnit.SECONDS);
+            } catch (java.util.concurrent.ExecutionException e) {
+                if (e.getCause() instanceof PulsarClientException pce) {
+                    fenced = pce;
+                } else {
+                    throw e;
+                }
+            }
+            assertFalse(fenced == null && System.nanoTime() > deadline,
+                    "the fenced holder still sends 30 s after the fencing producer took the topic");
+        }
+        assertInstanceOf(PulsarClientException.ProducerFencedException.class, fenced,
+                "the fenced holder's send: want ProducerFencedException, got " + fenced);
+        assertEquals("from-holder", text(receive(cons)));
+        assertEquals("from-fencer", text(receive(cons)));
+        assertNothingMore(cons);
     }
 }
