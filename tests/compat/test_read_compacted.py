@@ -1,17 +1,14 @@
-"""readCompacted consumers and readers on topics that were never compacted (topic compaction
-itself is not built yet: `PUT/GET …/compaction` answer 501 with the reason). As on Pulsar, a
-compacted read of a topic without a compaction horizon reads the topic itself, so TableView works
+"""readCompacted consumers and readers on topics that were never compacted (compacted topics:
+test_compaction.py). As on Pulsar, a compacted read of a topic without a compaction horizon reads the topic itself, so TableView works
 (the Python client's test_null_value_table_view); readCompacted is refused on Shared and
 Key_Shared subscriptions and on non-persistent topics with Pulsar's NotAllowed reasons."""
-
-import os
 
 import pulsar
 import pytest
 
 import pulsar_wire as wire
 import raw_frames as raw
-from compat_util import eventually, http_request, payloads, receive_n, short_name, unique_topic
+from compat_util import eventually, payloads, receive_n, short_name, unique_topic
 
 NOT_ALLOWED_ERROR = 22  # ServerError
 
@@ -60,15 +57,3 @@ def test_read_compacted_reads_a_never_compacted_topic_whole_and_table_view_works
         eventually("b removed", lambda: table.get("b") is None and len(table) == 1, deadline_s=10)
     finally:
         table.close()
-
-
-@pytest.mark.skipif(bool(os.environ.get("MAGNETAR_TEST_SERVICE_URL")),
-                    reason="Magnetar's own answer while topic compaction is not built")
-def test_compaction_requests_get_a_clear_refusal(client, server):
-    topic = unique_topic("no-compaction")
-    client.create_producer(topic).close()
-    for method in ("PUT", "GET"):
-        url = "%s/admin/v2/persistent/public/default/%s/compaction" % (server.web_url,
-                                                                       short_name(topic))
-        status, body = http_request(method, url)
-        assert status == 501 and b"compaction is not supported" in body, (method, status, body)

@@ -208,6 +208,26 @@ impl BrokerHooks for AdminHooks {
         Ok(found.map(|p| (p.ledger_id, p.entry_id)))
     }
 
+    async fn compact_topic(&self, topic: &TopicName) -> Result<(), HookError> {
+        let loaded = self.loaded(topic).await?;
+        loaded
+            .compaction
+            .start()
+            .map_err(|_| HookError::Conflict("Compaction already in progress".into()))?;
+        tracing::info!(%topic, "compaction started");
+        Ok(())
+    }
+
+    async fn compaction_status(&self, topic: &TopicName) -> Result<(String, String), HookError> {
+        let loaded = self.loaded(topic).await?;
+        let (status, error) = loaded.compaction.status();
+        let status = serde_json::to_value(status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        Ok((status, error))
+    }
+
     async fn unload_topic(&self, topic: &TopicName) -> Result<(), HookError> {
         self.0.unload_topic(topic).await.map(|_| ()).map_err(hook_error)
     }

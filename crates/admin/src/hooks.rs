@@ -252,6 +252,18 @@ pub trait BrokerHooks: Send + Sync {
         Err(no_broker(topic))
     }
 
+    /// Starts compacting the topic in the background (`PUT …/compaction`); `Conflict` while a
+    /// run is under way. Default: unavailable.
+    async fn compact_topic(&self, topic: &TopicName) -> Result<(), HookError> {
+        Err(HookError::Unavailable(format!("no broker to compact {topic}")))
+    }
+
+    /// The last compaction run's status (`NOT_RUN`, `RUNNING`, `SUCCESS`, `ERROR`) and its
+    /// error (`GET …/compaction`). Default: unavailable.
+    async fn compaction_status(&self, topic: &TopicName) -> Result<(String, String), HookError> {
+        Err(HookError::Unavailable(format!("no broker to compact {topic}")))
+    }
+
     /// Unloads the topic if loaded (clients reconnect). Default: no-op.
     async fn unload_topic(&self, topic: &TopicName) -> Result<(), HookError> {
         let _ = topic;

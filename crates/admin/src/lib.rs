@@ -162,9 +162,8 @@
 //! persistence follows `validatePersistencePolicies` with Pulsar's default maxima (5).
 //!
 //! Stored and served but **not enforced** by the broker (yet): the `offload*` policies (no
-//! tiered storage), `compactionThreshold` (no compaction),
-//! `subscriptionExpirationTime`, `maxTopicsPerNamespace`, `autoTopicCreation` /
-//! `autoSubscriptionCreation` overrides and `subscribeRate`; `persistence` and
+//! tiered storage), `subscriptionExpirationTime`, `maxTopicsPerNamespace`, the namespace's
+//! `autoTopicCreation` override and `subscribeRate`; `persistence` and
 //! `persistence/bookieAffinity` only on storage nodes (`[ledgers] storage = "nodes"`: the
 //! quorums of a topic's new ledgers, and the node groups they keep to; with the local store
 //! there is one copy whatever they say). Enforced: `schemaCompatibilityStrategy` (the

@@ -83,6 +83,10 @@ pub struct BrokerConfig {
     pub retention_check_interval_seconds: u64,
     /// Most ledgers one topic deletes per retention pass (bounds the work of a pass).
     pub retention_max_deletes_per_pass: usize,
+    /// Seconds between checks of the topics' `compactionThreshold` (Pulsar's
+    /// `brokerServiceCompactionMonitorIntervalInSeconds`, 60). Checked at retention passes, so
+    /// rounded up to a multiple of `retention_check_interval_seconds`.
+    pub compaction_check_interval_seconds: u64,
     /// A ledger that has data is rolled over this many minutes after it was opened even when
     /// no append comes, so that an idle topic's data can be trimmed (Pulsar's
     /// `managedLedgerMaxLedgerRolloverTimeMinutes`, 240). 0: never (only at an append).
@@ -209,6 +213,7 @@ impl Default for BrokerConfig {
             retention_check_interval_seconds: 10,
             retention_max_deletes_per_pass: 100,
             max_ledger_rollover_minutes: 240,
+            compaction_check_interval_seconds: 60,
             delete_inactive_topics_enabled: false,
             delete_inactive_topics_mode: InactiveTopicDeleteMode::DeleteWhenNoSubscriptions,
             delete_inactive_topics_frequency_seconds: 60,
@@ -279,6 +284,9 @@ impl BrokerConfig {
                 "retention_check_interval_seconds and retention_max_deletes_per_pass must be positive"
                     .into(),
             );
+        }
+        if self.compaction_check_interval_seconds == 0 {
+            return Err("compaction_check_interval_seconds must be positive".into());
         }
         if self.delete_inactive_topics_frequency_seconds == 0
             || self.delete_inactive_topics_max_inactive_duration_seconds < 0

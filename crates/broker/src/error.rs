@@ -40,6 +40,9 @@ pub enum BrokerError {
     Storage(#[from] LedgerError),
     #[error("metadata: {0}")]
     Metadata(String),
+    /// Topic compaction: a run failed, or the compacted view could not be read.
+    #[error("compaction: {0}")]
+    Compaction(String),
     #[error("broker is shutting down")]
     ShuttingDown,
     #[error("{0}")]
@@ -56,6 +59,12 @@ pub enum BrokerError {
     /// The caller's role may not do this (authorization).
     #[error("{0}")]
     Unauthorized(String),
+}
+
+impl From<magnetar_compaction::CompactionError> for BrokerError {
+    fn from(error: magnetar_compaction::CompactionError) -> Self {
+        BrokerError::Compaction(error.to_string())
+    }
 }
 
 impl From<magnetar_model::schema::SchemaError> for BrokerError {
@@ -105,6 +114,7 @@ impl BrokerError {
             BrokerError::Storage(LedgerError::Journal(_)) => ServerError::PersistenceError,
             BrokerError::Storage(_) => ServerError::PersistenceError,
             BrokerError::Metadata(_) => ServerError::MetadataError,
+            BrokerError::Compaction(_) => ServerError::PersistenceError,
             BrokerError::ShuttingDown => ServerError::ServiceNotReady,
             BrokerError::IncompatibleSchema(_) => ServerError::IncompatibleSchema,
             BrokerError::TopicTerminated(_) => ServerError::TopicTerminatedError,

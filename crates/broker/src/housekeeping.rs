@@ -1,7 +1,9 @@
 //! The broker's housekeeping: one background task that, every
 //! `retention_check_interval_seconds`, rolls over the ledgers of topics whose writer went idle
 //! (so their data can go), trims what retention lets go, and every
-//! `delete_inactive_topics_frequency_seconds` deletes the topics that stayed inactive.
+//! `delete_inactive_topics_frequency_seconds` deletes the topics that stayed inactive, and
+//! starts a compaction of each topic whose bytes not compacted passed its `compactionThreshold`
+//! every `compaction_check_interval_seconds`.
 //!
 //! Never on the publish path: a pass reads memory, writes each trimmed topic's ledger list
 //! (twice: see `ManagedLedger::trim`) and deletes at most `retention_max_deletes_per_pass`
@@ -18,6 +20,7 @@ pub struct PassReport {
     pub ledgers_rolled: usize,
     pub ledgers_trimmed: usize,
     pub topics_deleted: usize,
+    pub compactions_started: usize,
 }
 
 /// Starts the housekeeping task; it ends when the service is dropped.
@@ -26,11 +29,16 @@ pub fn start(service: &Arc<BrokerService>) -> tokio::task::JoinHandle<()> {
 }
 
 async fn run(service: Weak<BrokerService>) {
-    let (interval, inactive_every) = {
+    let (interval, inactive_every, compaction_every) = {
         let Some(service) = service.upgrade() else { return };
-        let interval = service.config.retention_check_interval_seconds;
+        let interval = service.config.retention_check_interval_seconds.max(1);
         let inactive = service.config.delete_inactive_topics_frequency_seconds;
-        (Duration::from_secs(interval), inactive.div_ceil(interval).max(1))
+        let compaction = service.config.compaction_check_interval_seconds;
+        (
+            Duration::from_secs(interval),
+            inactive.div_ceil(interval).max(1),
+            compaction.div_ceil(interval).max(1),
+        )
     };
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -40,7 +48,10 @@ async fn run(service: Weak<BrokerService>) {
         ticks.tick().await;
         round += 1;
         let Some(service) = service.upgrade() else { return };
-        let report = pass(&service, round.is_multiple_of(inactive_every)).await;
+        let mut report = pass(&service, round.is_multiple_of(inactive_every)).await;
+        if round.is_multiple_of(compaction_every) {
+            report.compactions_started = start_due_compactions(&service);
+        }
         if report != PassReport::default() {
             tracing::info!(?report, "housekeeping pass");
         }
@@ -84,6 +95,30 @@ pub async fn pass(service: &BrokerService, check_inactive: bool) -> PassReport {
         }
     }
     report
+}
+
+/// Starts a compaction of every loaded topic whose bytes after its compaction horizon passed
+/// its `compactionThreshold` (Pulsar's `checkCompaction`); returns how many started.
+pub fn start_due_compactions(service: &BrokerService) -> usize {
+    let mut started = 0;
+    for topic in service.loaded_topics() {
+        if topic.is_deleted() || topic.is_fenced() {
+            continue;
+        }
+        let threshold = topic.policies().compaction_threshold;
+        if threshold == 0 || topic.compaction.status().0 == magnetar_compaction::RunStatus::Running
+        {
+            continue;
+        }
+        let uncompacted = topic.compaction.uncompacted_bytes();
+        if magnetar_compaction::compaction_due(threshold, uncompacted)
+            && topic.compaction.start().is_ok()
+        {
+            tracing::info!(topic = %topic.full_name, threshold, uncompacted, "compaction started (threshold)");
+            started += 1;
+        }
+    }
+    started
 }
 
 /// Loads every persistent topic whose ledger list still names ledgers to delete (a trim cut

@@ -10,6 +10,7 @@
 //! - `key_shared`: Key_Shared hashing, selectors and draining hashes (pure).
 //! - `delayed`: the bounded delayed-delivery index (pure).
 //! - `dedup`: producer deduplication state (pure).
+//! - `compaction_host`: what topic compaction (`magnetar_compaction`) reads and writes of a topic.
 //! - `non_persistent`: in-memory, at-most-once topics and their subscriptions.
 //! - `registration`: the broker's ephemeral registration key and readiness across metadata
 //!   session loss (pure state machine plus a small tokio shell).
@@ -28,6 +29,7 @@ mod append_order;
 pub mod authorization;
 pub mod backlog_quota;
 pub mod clock;
+mod compaction_host;
 pub mod config;
 pub mod connection;
 pub mod cursor;

@@ -335,6 +335,8 @@ pub struct TopicStats {
     pub non_contiguous_deleted_messages_ranges: u64,
     pub non_contiguous_deleted_messages_ranges_serialized_size: u64,
     pub delayed_message_index_size_in_bytes: u64,
+    /// The last compaction run (Pulsar's `CompactionStatsImpl`).
+    pub compaction: CompactionStats,
     /// Epoch ms of the last publish (0: none since the topic was loaded); partitioned stats
     /// take the latest partition's.
     pub last_publish_time_stamp: u64,
@@ -427,6 +429,16 @@ pub struct LedgerInfoStats {
     pub timestamp: i64,
     pub offloaded: bool,
     pub under_replicated: bool,
+}
+
+/// Topic stats' `compaction`: the last run's outcome (epoch ms; 0: never).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionStats {
+    pub last_compaction_removed_event_count: u64,
+    pub last_compaction_succeed_timestamp: u64,
+    pub last_compaction_failed_timestamp: u64,
+    pub last_compaction_duration_time_in_mills: u64,
 }
 
 /// A cursor in `PersistentTopicInternalStats.cursors` (`CursorStats`).

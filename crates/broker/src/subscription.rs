@@ -68,6 +68,8 @@ pub struct ConsumerHandle {
     pub outbox: Outbox,
     /// Address, version, connection time and the meter of what it was sent (stats).
     pub info: Arc<ClientInfo>,
+    /// `readCompacted`: reads the compacted view up to the compaction horizon.
+    pub read_compacted: bool,
 }
 
 struct ConsumerSlot {
@@ -177,6 +179,8 @@ struct State {
     unblocked: bool,
     /// The dispatch rate allows nothing before this time (clock ms).
     throttled_until: Option<u64>,
+    /// The kept messages of the thinned batches a compacted round is sending (see `compacted`).
+    compacted_masks: HashMap<Position, Vec<u64>>,
 }
 
 impl State {
@@ -216,6 +220,7 @@ impl State {
             dispatch_blocked: false,
             unblocked: false,
             throttled_until: None,
+            compacted_masks: HashMap::new(),
         }
     }
 
@@ -366,7 +371,14 @@ impl State {
     }
 
     /// What the next dispatch round reads, if anything.
-    fn plan(&mut self, ledgers: &LedgerList, batch_entries: usize, now: u64) -> Option<Plan> {
+    /// `compacted_horizon`: the horizon of the compacted view the round reads, if it does.
+    fn plan(
+        &mut self,
+        ledgers: &LedgerList,
+        batch_entries: usize,
+        now: u64,
+        compacted_horizon: Option<Position>,
+    ) -> Option<Plan> {
         let capacity = self.capacity();
         if capacity <= 0 || self.dispatch_blocked {
             return None;
@@ -405,7 +417,13 @@ impl State {
                 return None;
             }
         }
-        next_position(ledgers, self.last_read).map(|next| Plan::New(next, count))
+        match next_position(ledgers, self.last_read) {
+            Some(next) => Some(Plan::New(next, count)),
+            // The compacted view may hold entries whose ledgers are gone.
+            None => compacted_horizon
+                .filter(|&horizon| self.last_read.is_none_or(|last| last < horizon))
+                .map(|horizon| Plan::New(horizon, count)),
+        }
     }
 
     /// Key_Shared: queued entries that may go out now, in position order. A queued entry that
@@ -563,17 +581,13 @@ impl State {
                     None => return (out, progress),
                 }
             };
+            let ack_set = self.message_ack_set(position);
             let slot = &mut self.consumers[slot_index];
             slot.permits -= i64::from(shape.messages);
             let consumer = slot.handle.key;
             let consumer_id = slot.handle.consumer_id;
             let outbox = slot.handle.outbox.clone();
             let redelivery_count = self.redelivery_counts.get(&position).copied().unwrap_or(0);
-            let ack_set: Vec<i64> = self
-                .ack
-                .partial_batch(position)
-                .map(|batch| batch.ack_set().iter().map(|&w| w as i64).collect())
-                .unwrap_or_default();
             let partition = (partition >= 0).then_some(partition);
             let message_id = commands::message_id(position.ledger_id, position.entry_id, partition);
             let command =
@@ -639,6 +653,8 @@ pub struct Subscription {
     limits: Arc<TopicLimits>,
     /// This subscription's own dispatch rate (Pulsar's subscription dispatch rate limiter).
     rate: RateLimiter,
+    /// The topic's compaction, for `readCompacted` consumers (set once, at the start).
+    compaction: std::sync::OnceLock<Arc<magnetar_compaction::TopicCompaction>>,
 }
 
 /// How long an acknowledgement with a receipt waits for its cursor write.
@@ -731,6 +747,7 @@ impl Subscription {
             last_flow_ms: std::sync::atomic::AtomicU64::new(0),
             limits,
             rate: RateLimiter::default(),
+            compaction: std::sync::OnceLock::new(),
         });
         subscription.managed_ledger.add_listener(subscription.wake.clone());
         let dispatcher = subscription.clone();
@@ -740,6 +757,11 @@ impl Subscription {
 
     fn now_ms(&self) -> u64 {
         self.managed_ledger.clock().now_ms()
+    }
+
+    /// The topic's compaction, which `readCompacted` consumers read (set by the topic).
+    pub fn set_compaction(&self, compaction: Arc<magnetar_compaction::TopicCompaction>) {
+        let _ = self.compaction.set(compaction);
     }
 
     pub fn sub_type(&self) -> SubType {
@@ -1382,15 +1404,49 @@ impl Subscription {
             return Ok(false);
         }
         let allowed = topic_rate.available_messages().min(self.rate.available_messages());
-        let (plan, epoch) = {
+        let compaction = self.compaction.get();
+        let (plan, epoch, view, last_read) = {
             let mut state = self.state.lock();
             state.throttled_until = None;
-            match state.plan(&ledgers, self.batch_entries, now) {
-                Some(plan) => (plan.limited(allowed), state.epoch),
+            let horizon = compacted::planning_horizon(compaction, &state);
+            match state.plan(&ledgers, self.batch_entries, now, horizon) {
+                Some(plan) => (
+                    plan.limited(allowed),
+                    state.epoch,
+                    compacted::view_for(compaction, &state),
+                    state.last_read,
+                ),
                 None => return Ok(false),
             }
         };
         let managed_ledger = &self.managed_ledger;
+        if let Some(view) = view.filter(|_| !matches!(plan, Plan::Rescan(..))) {
+            read_ahead.clear();
+            let (managed_ledger, read_ledgers) = (managed_ledger.clone(), ledgers.clone());
+            let read = tokio::task::spawn_blocking(move || {
+                compacted::read(&view, &managed_ledger, &read_ledgers, &plan, last_read)
+                    .map(|read| (read, plan))
+            })
+            .await
+            .map_err(|_| BrokerError::ShuttingDown)??;
+            let (read, plan) = read;
+            let outgoing = {
+                let mut state = self.state.lock();
+                if state.epoch != epoch {
+                    return Ok(true);
+                }
+                if let Some(horizon) = read.past_horizon {
+                    if state.last_read == last_read {
+                        state.last_read = Some(horizon);
+                    }
+                }
+                state.take_masks(read.masks, &ledgers);
+                let outgoing = state.apply(&plan, read.entries, self.now_ms(), self.partition);
+                state.compacted_masks.clear();
+                outgoing
+            };
+            return Ok(self.send_round(outgoing, read.past_horizon.is_some()));
+        }
         let entries = match &plan {
             Plan::New(from, count) => {
                 // Tailing readers find their entries in the write cache: no hand-off to a
@@ -1420,6 +1476,12 @@ impl Subscription {
             }
             state.apply(&plan, entries, self.now_ms(), self.partition)
         };
+        Ok(self.send_round(outgoing, false))
+    }
+
+    /// Sends what a round decided; returns whether another round may make progress.
+    fn send_round(&self, outgoing: (Vec<Outgoing>, bool), moved: bool) -> bool {
+        let topic_rate = &self.limits.dispatch_rate;
         let (messages, progress) = outgoing;
         let (mut count, mut bytes) = (0u64, 0u64);
         for message in messages {
@@ -1436,7 +1498,7 @@ impl Subscription {
             let now_ms = self.managed_ledger.clock().now_ms();
             self.last_consumed_ms.store(now_ms, std::sync::atomic::Ordering::Relaxed);
         }
-        Ok(progress)
+        progress || moved
     }
 
     /// Reads what `plan` names on a blocking thread (the disk may be involved).
@@ -1593,6 +1655,7 @@ pub fn previous_position(ledgers: &LedgerList, position: Position) -> Option<Pos
 }
 
 mod admin;
+mod compacted;
 mod read_ahead;
 use read_ahead::ReadAhead;
 

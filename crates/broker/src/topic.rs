@@ -401,6 +401,8 @@ pub struct Topic {
     pub full_name: String,
     pub partition: i32,
     pub managed_ledger: Arc<ManagedLedger>,
+    /// Topic compaction: runs, the compacted ledger in force, compacted reads.
+    pub compaction: Arc<magnetar_compaction::TopicCompaction>,
     metadata: Arc<dyn MetadataStore>,
     cursor_prefix: String,
     cursor_limits: CursorLedgerLimits,
@@ -564,11 +566,25 @@ impl Topic {
         let producers = ProducerRegistry::new(full_name.clone());
         let cursor_prefix = magnetar_model::keys::cursors_of(&name);
         let dedup_key = magnetar_model::keys::dedup_key(&name);
+        let compaction_host = crate::compaction_host::CompactionHostImpl {
+            managed_ledger: managed_ledger.clone(),
+            metadata: metadata.clone(),
+            fence: managed_ledger.fence().clone(),
+            key: magnetar_model::keys::compaction_key(&name),
+            topic: full_name.clone(),
+            version: tokio::sync::Mutex::new(None),
+        };
+        let compaction = magnetar_compaction::TopicCompaction::load(
+            Arc::new(compaction_host),
+            managed_ledger.backend().storage.clone(),
+        )
+        .await?;
         let topic = Arc::new(Topic {
             name,
             full_name,
             partition,
             managed_ledger,
+            compaction,
             metadata: metadata.clone(),
             cursor_prefix,
             cursor_limits: config.cursor_ledger_limits(),
@@ -812,7 +828,7 @@ impl Topic {
         ack: AckState,
         last_read: Option<Position>,
     ) -> Arc<Subscription> {
-        Subscription::start_limited(
+        let subscription = Subscription::start_limited(
             name,
             sub_type,
             self.partition,
@@ -822,7 +838,9 @@ impl Topic {
             last_read,
             self.dispatch,
             self.limits.clone(),
-        )
+        );
+        subscription.set_compaction(self.compaction.clone());
+        subscription
     }
 
     /// A send was taken at `at` (the send path's own clock reading).
@@ -976,7 +994,12 @@ impl Topic {
             let cursors = subscriptions.values().filter(|s| s.durable).map(|s| s.mark_delete());
             // With deduplication on, what its snapshot does not cover is replayed at load.
             let dedup = self.deduplication_enabled().then(|| *self.dedup_snapshot_position.lock());
-            Consumed::slowest(cursors.chain(dedup))
+            // Compaction reads what comes after its horizon at its next run.
+            let compaction = self
+                .compaction
+                .retention_hold()
+                .map(|horizon| horizon.map(|(l, e)| Position::new(l, e)));
+            Consumed::slowest(cursors.chain(dedup).chain(compaction))
         };
         let limits = RetentionLimits {
             time_ms: policies.retention_time_ms(),
@@ -1202,6 +1225,8 @@ impl Topic {
             crate::cursor_ledger::delete_stored(storage, &*self.metadata, &key).await?;
         }
         delete_key(&*self.metadata, &self.dedup_key).await?;
+        self.compaction.delete().await?;
+        delete_key(&*self.metadata, &magnetar_model::keys::compaction_key(&self.name)).await?;
         delete_key(&*self.metadata, &magnetar_model::keys::topic_policies_key(&self.name)).await?;
         self.managed_ledger.delete().await?;
         delete_key(&*self.metadata, &magnetar_model::keys::topic_key(&self.name)).await?;

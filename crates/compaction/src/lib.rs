@@ -19,6 +19,15 @@
 
 use std::collections::HashMap;
 
+pub mod entry;
+pub mod topic;
+
+pub use entry::CompactedEntry;
+pub use topic::{
+    CompactedView, CompactionError, CompactionHost, CompactionRecord, CompactionStats, RunStatus,
+    TopicCompaction,
+};
+
 /// A message's position: ledger, entry, and index in its batch (`None`: not a batch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MessageId {

@@ -141,6 +141,8 @@ pub const MANAGED_LEDGERS_ROOT: &str = "/managed-ledgers";
 pub const CURSORS_ROOT: &str = "/cursors";
 /// Parent of every deduplication snapshot.
 pub const DEDUP_ROOT: &str = "/dedup";
+/// Topics' compaction records (the compacted ledger in force and its horizon).
+pub const COMPACTION_ROOT: &str = "/compaction";
 /// Parent of every schema history.
 pub const SCHEMAS_ROOT: &str = "/schemas";
 
@@ -174,6 +176,11 @@ pub fn cursor_key(topic: &TopicName, subscription: &str) -> String {
 /// A child of `parent` as `list_children` returned it (already encoded).
 pub fn child(parent: &str, encoded_child: &str) -> String {
     format!("{parent}/{encoded_child}")
+}
+
+/// The topic's compaction record.
+pub fn compaction_key(topic: &TopicName) -> String {
+    format!("{COMPACTION_ROOT}/{}", storage_path(topic))
 }
 
 /// The topic's deduplication snapshot.

@@ -281,6 +281,9 @@ pub struct Effective {
     pub max_subscriptions_per_topic: u32,
     pub allow_auto_subscription_creation: bool,
     pub delayed_delivery_enabled: bool,
+    /// Automatic compaction once the bytes not compacted pass this (Pulsar's
+    /// `compactionThreshold`, topic over namespace; 0: off, the broker default).
+    pub compaction_threshold: u64,
 }
 
 /// Pulsar's `PersistencePolicies` as a broker acts on it: ensemble, write and ack quorums.
@@ -324,6 +327,10 @@ fn int_field(other: &Map<String, Value>, path: &[&str]) -> Option<i32> {
     field_at(other, path)?
         .as_i64()
         .map(|n| n.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
+}
+
+fn long_field(other: &Map<String, Value>, path: &[&str]) -> Option<i64> {
+    field_at(other, path)?.as_i64()
 }
 
 fn bool_field(other: &Map<String, Value>, path: &[&str]) -> Option<bool> {
@@ -435,6 +442,9 @@ impl Effective {
             delayed_delivery_enabled: bool_field(&tp.other, &["delayedDeliveryPolicies", "active"])
                 .or_else(|| bool_field(&ns.other, &["delayed_delivery_policies", "active"]))
                 .unwrap_or(defaults.delayed_delivery_enabled),
+            compaction_threshold: long_field(&tp.other, &["compactionThreshold"])
+                .or_else(|| long_field(&ns.other, &["compaction_threshold"]))
+                .map_or(0, |bytes| u64::try_from(bytes).unwrap_or(0)),
             max_message_size: tp.max_message_size.map_or(defaults.max_message_size, |size| {
                 if size > 0 {
                     (size as u32).min(defaults.max_message_size)

@@ -207,7 +207,7 @@ fn topic_op_routes(router: AxumRouter<AdminState>, topic: &str) -> AxumRouter<Ad
         .route(&format!("{topic}/unload"), put(topic_ops::unload))
         .route(
             &format!("{topic}/compaction"),
-            put(topic_ops::compaction_not_supported).get(topic_ops::compaction_not_supported),
+            put(topic_ops::compact).get(topic_ops::compaction_status),
         )
         .route(&format!("{topic}/terminate"), post(topic_ops::terminate))
         .route(&format!("{topic}/terminate/partitions"), post(topic_ops::terminate_partitions))

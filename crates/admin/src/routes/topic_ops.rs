@@ -560,14 +560,37 @@ pub(crate) async fn message_id_by_timestamp(
     }
 }
 
-/// `PUT|GET …/compaction` (`pulsar-admin topics compact`, `compaction-status`): 501 with the
-/// reason, until topic compaction is built (rather than the 404 of an unknown route, which
-/// reads as a missing topic).
-pub(crate) async fn compaction_not_supported() -> AdminError {
-    AdminError::Status(
-        StatusCode::NOT_IMPLEMENTED,
-        "Topic compaction is not supported by this broker yet".into(),
-    )
+/// `PUT …/compaction` (`pulsar-admin topics compact`): starts a compaction run in the
+/// background; 204. A partitioned topic's partitions each start one. 409 "Compaction already
+/// in progress"; 405 on a non-persistent topic; 404.
+pub(crate) async fn compact(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    let topic = request_topic(&state, &uri).await?;
+    persistent_only(&topic)?;
+    if let Some(partitions) = partition_count(&state, &topic).await? {
+        for i in 0..partitions {
+            state.hooks.compact_topic(&topic.partition(i)).await?;
+        }
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    require_topic(&state, &topic).await?;
+    state.hooks.compact_topic(&topic).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET …/compaction` (`pulsar-admin topics compaction-status`): Pulsar's
+/// `LongRunningProcessStatus`, `{"status": "NOT_RUN|RUNNING|SUCCESS|ERROR", "lastError": ""}`.
+pub(crate) async fn compaction_status(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<serde_json::Value>, AdminError> {
+    let topic = request_topic(&state, &uri).await?;
+    persistent_only(&topic)?;
+    require_topic(&state, &topic).await?;
+    let (status, last_error) = state.hooks.compaction_status(&topic).await?;
+    Ok(Json(serde_json::json!({ "status": status, "lastError": last_error })))
 }
 
 /// `PUT …/unload`: closes the topic's producers and consumers and drops it from the broker

@@ -326,9 +326,25 @@ impl Connection {
         };
         let managed_ledger = &consumer.topic.managed_ledger;
         let partition = (consumer.topic.partition >= 0).then_some(consumer.topic.partition);
-        let last = match managed_ledger.last_confirmed() {
-            Some(p) => commands::message_id(p.ledger_id, p.entry_id, partition),
-            None => commands::message_id(managed_ledger.current_ledger(), u64::MAX, partition),
+        let last_confirmed = managed_ledger.last_confirmed();
+        // A compacted read's last message is the compacted view's while nothing came after
+        // its horizon (the topic's last may be a tombstone or a replaced value).
+        let compacted = consumer.subscription.compacted_view_of(consumer.key).filter(|view| {
+            last_confirmed.is_none_or(|p| (p.ledger_id, p.entry_id) <= view.horizon)
+        });
+        let last = match (compacted, last_confirmed) {
+            (Some(view), _) => match view.last_message() {
+                Some(((ledger, entry), batch_index)) => {
+                    let mut id = commands::message_id(ledger, entry, partition);
+                    id.batch_index = batch_index.map(|i| i as i32);
+                    id
+                }
+                None => commands::message_id(managed_ledger.current_ledger(), u64::MAX, partition),
+            },
+            (None, Some(p)) => commands::message_id(p.ledger_id, p.entry_id, partition),
+            (None, None) => {
+                commands::message_id(managed_ledger.current_ledger(), u64::MAX, partition)
+            }
         };
         let mark_delete = consumer
             .subscription
@@ -410,8 +426,7 @@ pub(super) async fn create_consumer(
     let sub_type = SubType::try_from(request.sub_type).unwrap_or(SubType::Exclusive);
     let name = BrokerService::topic_name(&request.topic)?;
     let create = request.force_topic_creation.unwrap_or(true);
-    // Pulsar's `readCompacted` rules. No topic here is compacted yet (compaction is not built),
-    // so a compacted read is the topic itself, as on a Pulsar topic never compacted.
+    // Pulsar's `readCompacted` rules (a topic never compacted reads as itself).
     if request.read_compacted == Some(true) {
         if name.domain() == TopicDomain::NonPersistent {
             return Err(BrokerError::NotAllowed(
@@ -479,6 +494,7 @@ pub(super) async fn create_consumer(
         priority: request.priority_level.unwrap_or(0),
         outbox: outbox.clone(),
         info,
+        read_compacted: request.read_compacted == Some(true),
     };
     subscription.add_consumer(handle, sub_type, request.key_shared_meta.as_ref())?;
     Ok(CreatedConsumer::Persistent(ConsumerContext { topic, subscription, key }))

@@ -73,6 +73,7 @@ impl Model {
             priority: 0,
             outbox,
             info: Default::default(),
+            read_compacted: false,
         };
         let sub_type = self.state.sub_type;
         self.state.add_consumer(handle, sub_type, meta, "sub")?;
@@ -97,7 +98,7 @@ impl Model {
     /// One dispatch round at time `now`: what went to whom.
     fn round(&mut self, now: u64) -> Option<(Vec<(u64, Position)>, bool)> {
         let ledgers = self.ledgers();
-        let plan = self.state.plan(&ledgers, 16, now)?;
+        let plan = self.state.plan(&ledgers, 16, now, None)?;
         let read: Vec<(Position, Bytes)> = match &plan {
             Plan::New(from, count) => {
                 self.ledger[from.entry_id as usize..].iter().take(*count).cloned().collect()
@@ -425,7 +426,7 @@ fn failover_sends_taken_back_entries_before_a_stream_read_in_flight() {
     model.flow(2, 10);
     model.state.active = Some(2);
     let ledgers = model.ledgers();
-    let plan = model.state.plan(&ledgers, 16, 0).expect("something to read");
+    let plan = model.state.plan(&ledgers, 16, 0, None).expect("something to read");
     assert!(matches!(plan, Plan::New(..)));
     let read: Vec<(Position, Bytes)> = model.ledger[2..].to_vec();
     // ... while consumer 1 leaves: entries 0 and 1 come back.

@@ -116,6 +116,7 @@ fn consumer(key: u64, consumer_id: u64) -> (ConsumerHandle, UnboundedReceiver<Ou
         priority: 0,
         outbox,
         info: Default::default(),
+        read_compacted: false,
     };
     (handle, frames)
 }

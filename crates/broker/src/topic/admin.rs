@@ -89,6 +89,15 @@ impl Topic {
                 .limits()
                 .publish_rate_limited_times
                 .load(std::sync::atomic::Ordering::Relaxed),
+            compaction: {
+                let run = self.compaction.stats();
+                crate::stats::CompactionStats {
+                    last_compaction_removed_event_count: run.last_removed_events,
+                    last_compaction_succeed_timestamp: run.last_succeed_ms,
+                    last_compaction_failed_timestamp: run.last_failed_ms,
+                    last_compaction_duration_time_in_mills: run.last_duration_ms,
+                }
+            },
             ..Default::default()
         };
         let mut slowest: Option<Option<Position>> = None;
@@ -180,11 +189,16 @@ impl Topic {
                 .into_iter()
                 .map(|(name, s)| (name, s.cursor_stats(&ledgers, first_ledger, end)))
                 .collect(),
-            compacted_ledger: LedgerInfoStats {
-                ledger_id: -1,
-                entries: -1,
-                size: -1,
-                ..Default::default()
+            compacted_ledger: match self.compaction.view() {
+                Some(view) => LedgerInfoStats {
+                    ledger_id: view.ledger as i64,
+                    entries: view.entries() as i64,
+                    size: view.bytes as i64,
+                    ..Default::default()
+                },
+                None => {
+                    LedgerInfoStats { ledger_id: -1, entries: -1, size: -1, ..Default::default() }
+                }
             },
             ..Default::default()
         }

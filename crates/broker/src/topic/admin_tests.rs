@@ -140,6 +140,7 @@ async fn stats_count_the_backlog_from_the_mark_delete_and_the_acked_ranges() {
         priority: 0,
         outbox,
         info: Default::default(),
+        read_compacted: false,
     };
     mid.add_consumer(handle, SubType::Exclusive, None).unwrap();
     assert!(matches!(topic.unsubscribe("mid", false).await, Err(BrokerError::NotAllowed(_))));
@@ -158,8 +159,15 @@ async fn terminate_seals_the_topic_tells_consumers_at_the_end_and_survives_an_un
     let sub = topic.subscription("s", SubType::Exclusive, true, StartAt::Earliest).await.unwrap();
     let (outbox, mut frames) = crate::connection::Outbox::channel();
     let info = Arc::new(ClientInfo::new("127.0.0.1:1", "Pulsar-Java-v4.0.8", 0));
-    let handle =
-        ConsumerHandle { key: 7, consumer_id: 70, name: "c".into(), priority: 0, outbox, info };
+    let handle = ConsumerHandle {
+        key: 7,
+        consumer_id: 70,
+        name: "c".into(),
+        priority: 0,
+        outbox,
+        info,
+        read_compacted: false,
+    };
     sub.add_consumer(handle, SubType::Exclusive, None).unwrap();
     sub.announce(7);
     sub.flow(7, 100);
