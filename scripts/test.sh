@@ -7,7 +7,8 @@
 #      cargo test --workspace --release          (Rust unit and integration tests; the etcd
 #      metadata tests start real etcd processes: etcd-server and etcd-client come from Debian when
 #      missing, and MAGNETAR_REQUIRE_ETCD=1 makes those tests fail instead of skip without etcd)
-#   3. the release binary target/release/magnetar
+#   3. the release binary target/release/magnetar, and the documentation site (mdbook build docs;
+#      mdbook is installed into the git-ignored .tools/ when missing)
 #   4. pytest tests/compat                         (Pulsar-protocol compatibility suite)
 #      (its test_prometheus.py runs deploy/'s Grafana dashboard queries and alert rules on a real
 #      Prometheus: the Debian package `prometheus` is installed when missing)
@@ -180,6 +181,17 @@ section "cargo build --release (magnetar binary)"
 bounded "cargo build" 1200 cargo build --release --workspace --bin magnetar \
   || fail "cargo build --release -p magnetar"
 [ -x target/release/magnetar ] || fail "target/release/magnetar was not built"
+
+# ------------------------------------------------------------------------------------ docs
+# The documentation site (docs/, mdBook): mdbook is installed into the git-ignored .tools/ when
+# missing; its internal links and runnable blocks are checked by tests/compat/test_docs.py.
+section "mdbook build docs (the documentation site)"
+MDBOOK=$ROOT/.tools/bin/mdbook
+if [ ! -x "$MDBOOK" ]; then
+  bounded "cargo install mdbook" 1200 cargo install mdbook --locked --quiet --root "$ROOT/.tools" \
+    || fail "cargo install mdbook --root .tools"
+fi
+bounded "mdbook build" 300 "$MDBOOK" build docs || fail "mdbook build docs"
 
 # ------------------------------------------------------------------------------------ 4. pytest
 section "waiting for the background warm-up (target/warm-up.log)"

@@ -32,7 +32,7 @@ pub enum Command {
     /// Cluster metadata tools.
     #[command(subcommand)]
     Metadata(MetadataCommand),
-    /// Benchmarks (not tests): see docs/benchmarks.md.
+    /// Benchmarks (not tests): see docs/src/benchmarks/.
     #[command(subcommand)]
     Perf(PerfCommand),
     /// Token keys and tokens, as `pulsar tokens` (see `magnetar tokens --help`).

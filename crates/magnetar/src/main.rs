@@ -3,6 +3,8 @@
 mod cli;
 mod cluster;
 mod config;
+#[cfg(test)]
+mod config_reference;
 mod perf;
 mod server;
 mod standalone;
