@@ -9,7 +9,9 @@
 #      missing, and MAGNETAR_REQUIRE_ETCD=1 makes those tests fail instead of skip without etcd)
 #   3. the release binary target/release/magnetar, and the documentation site (mdbook build docs;
 #      mdbook is installed into the git-ignored .tools/ when missing)
-#   4. pytest tests/compat                         (Pulsar-protocol compatibility suite)
+#   4. pytest tests/compat                         (Pulsar-protocol compatibility suite), then the
+#      client tests that keep to public/default again against a secured broker
+#      (MAGNETAR_TEST_SECURED=1, tests/compat/secured.py)
 #      (its test_prometheus.py runs deploy/'s Grafana dashboard queries and alert rules on a real
 #      Prometheus: the Debian package `prometheus` is installed when missing)
 #      (its test_console.py drives the web console in headless Chromium with selenium: Debian's
@@ -207,6 +209,21 @@ case $rc in
   0) ;;
   5) fail "pytest collected no tests (exit code 5)" ;;
   *) fail "pytest tests/compat (exit code $rc)" ;;
+esac
+
+# The client tests that keep to public/default, again against a broker secured as Pulsar's own
+# client test service is (tests/compat/secured.py: TLS beside the plain ports, token, basic and
+# TLS authentication, authorization, the anonymous role granted public/default).
+SECURED_TESTS="test_secured_mode.py test_produce_consume.py test_readers.py test_seek.py
+  test_acks.py test_subscriptions.py test_compaction.py test_read_compacted.py"
+section "pytest against a secured broker (MAGNETAR_TEST_SECURED=1)"
+rc=0
+# shellcheck disable=SC2086
+MAGNETAR_TEST_SECURED=1 bounded "pytest (secured)" 900 "$PY" -m pytest \
+  $(printf 'tests/compat/%s ' $SECURED_TESTS) -p no:cacheprovider --timeout=300 -q "$@" || rc=$?
+case $rc in
+  0|5) ;;  # 5: the extra arguments selected none of these
+  *) fail "pytest against a secured broker (exit code $rc)" ;;
 esac
 
 section "all tests passed in $(( $(date +%s) - T0 ))s"

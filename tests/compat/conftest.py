@@ -29,6 +29,7 @@ import time
 import pulsar
 import pytest
 
+import secured
 from compat_util import free_port as _free_port, http_request, unique_topic
 
 REPO_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -281,8 +282,12 @@ def server(request):
         return
     srv = Server()
     _SESSION_SERVER = srv
+    if secured.enabled():  # TLS, authentication and authorization as Pulsar's client tests run
+        secured.configure(srv, magnetar_binary())
     try:
         srv.start()  # its error message carries the server log
+        if secured.enabled():
+            secured.grant_anonymous(srv)
     except BaseException:
         srv.close()
         raise

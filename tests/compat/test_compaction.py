@@ -91,6 +91,10 @@ def test_publish_compact_and_consume(client, server):
     assert ledger["ledgerId"] >= 0 and ledger["entries"] == 1, ledger
 
 
+# The Python client's own test, which its CI runs against the latest Pulsar; Apache Pulsar 4.0.7
+# fails it (it still hands out key1 after compaction, checked through scripts/compat-vs-pulsar.sh).
+@pytest.mark.skipif(bool(os.environ.get("MAGNETAR_TEST_SERVICE_URL")),
+                    reason="Pulsar 4.0.7 keeps a key whose latest message is a null value")
 def test_null_value_compaction(client, server):
     topic = unique_topic("null-compact")
     producer = client.create_producer(topic, batching_enabled=False)
@@ -110,6 +114,12 @@ def test_null_value_compaction(client, server):
     consumer.close()
 
 
+# Pulsar 4.0.7 keeps a thinned batch whole too, but marks the others `compacted_out` with an
+# empty payload, which only its Java client skips: the Python (C++) client hands them out as
+# empty messages. Magnetar sends the kept ones as the MESSAGE's `ack_set`, which every client
+# honours, so this test is Magnetar's own.
+@pytest.mark.skipif(bool(os.environ.get("MAGNETAR_TEST_SERVICE_URL")),
+                    reason="Pulsar's C++ client shows thinned-out batch messages as empty ones")
 @pytest.mark.parametrize("compression", [pulsar.CompressionType.NONE, pulsar.CompressionType.LZ4])
 def test_batches_are_thinned_message_by_message_and_batch_index_acks_complete_them(client, server, compression):
     topic = unique_topic("compact-batch")
@@ -168,7 +178,7 @@ def test_compaction_refusals_and_status(client, server):
     volatile = "%s/admin/v2/non-persistent/public/default/%s/compaction" % (
         server.web_url, short_name(unique_topic("compact-np")))
     status, body = http_request("PUT", volatile, body=b"")
-    assert status == 405, (status, body)
+    assert status == 404, (status, body)  # missing, before non-persistent (as Pulsar answers)
     topic = unique_topic("compact-empty")
     client.create_producer(topic).close()
     compact(server, topic)  # nothing to compact: a success that changes nothing

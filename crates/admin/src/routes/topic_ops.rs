@@ -562,20 +562,22 @@ pub(crate) async fn message_id_by_timestamp(
 
 /// `PUT …/compaction` (`pulsar-admin topics compact`): starts a compaction run in the
 /// background; 204. A partitioned topic's partitions each start one. 409 "Compaction already
-/// in progress"; 405 on a non-persistent topic; 404.
+/// in progress"; 404 on a missing topic, then 405 on a non-persistent one.
 pub(crate) async fn compact(
     State(state): State<AdminState>,
     uri: Uri,
 ) -> Result<StatusCode, AdminError> {
     let topic = request_topic(&state, &uri).await?;
-    persistent_only(&topic)?;
+    // Existence first: a missing topic is 404 whatever its domain (as Pulsar answers).
     if let Some(partitions) = partition_count(&state, &topic).await? {
+        persistent_only(&topic)?;
         for i in 0..partitions {
             state.hooks.compact_topic(&topic.partition(i)).await?;
         }
         return Ok(StatusCode::NO_CONTENT);
     }
     require_topic(&state, &topic).await?;
+    persistent_only(&topic)?;
     state.hooks.compact_topic(&topic).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -587,8 +589,8 @@ pub(crate) async fn compaction_status(
     uri: Uri,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let topic = request_topic(&state, &uri).await?;
-    persistent_only(&topic)?;
     require_topic(&state, &topic).await?;
+    persistent_only(&topic)?;
     let (status, last_error) = state.hooks.compaction_status(&topic).await?;
     Ok(Json(serde_json::json!({ "status": status, "lastError": last_error })))
 }
