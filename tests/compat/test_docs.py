@@ -657,6 +657,30 @@ def test_runnable_blocks_run_as_written():
             page, done.returncode, block, done.stdout[-2000:], done.stderr[-2000:])
 
 
+SYSTEMD_DIR = os.path.join(REPO_ROOT, "deploy", "systemd")
+
+
+def test_systemd_units_pass_only_flags_the_binary_takes():
+    binary = os.path.join(REPO_ROOT, "target", "release", "magnetar")
+    assert os.access(binary, os.X_OK), "build it first: cargo build --release -p magnetar"
+    import subprocess
+    units = sorted(f for f in os.listdir(SYSTEMD_DIR) if f.endswith(".service"))
+    assert len(units) >= 2, units
+    for unit in units:
+        with open(os.path.join(SYSTEMD_DIR, unit), encoding="utf-8") as f:
+            text = f.read().replace("\\\n", " ")
+        exec_start = re.search(r"^ExecStart=\S*magnetar (\S+)(.*)$", text, re.M)
+        assert exec_start, "%s: no ExecStart running magnetar" % unit
+        subcommand, arguments = exec_start.group(1), exec_start.group(2)
+        help_text = subprocess.run([binary, subcommand, "--help"], capture_output=True, text=True,
+                                   timeout=30, check=True).stdout
+        known = set(re.findall(r"^\s+(?:-\w, )?(--[a-z][a-z-]*)", help_text, re.M))
+        used = re.findall(r"(--[a-z][a-z-]*)", arguments)
+        assert used, "%s passes no flags" % unit
+        unknown = [flag for flag in used if flag not in known]
+        assert not unknown, "%s: magnetar %s takes no %s" % (unit, subcommand, unknown)
+
+
 if __name__ == "__main__":
     import sys
     if sys.argv[1:] != ["--write-compatibility-page"]:
