@@ -49,29 +49,79 @@ impl LedgerIds {
     }
 
     async fn take_block(&self) -> Result<Range<u64>, BrokerError> {
+        take_range(&*self.metadata, &self.key, self.floor, BLOCK).await
+    }
+}
+
+/// Takes `size` numbers from the counter at `key` (starting at `floor` or above) by
+/// compare-and-set, retrying while other brokers take theirs.
+pub async fn take_range(
+    metadata: &dyn MetadataStore,
+    key: &str,
+    floor: u64,
+    size: u64,
+) -> Result<Range<u64>, BrokerError> {
+    {
         for _ in 0..MAX_ATTEMPTS {
-            let (start, expected) = match self.metadata.get(&self.key).await? {
+            let (start, expected) = match metadata.get(key).await? {
                 Some(found) => {
                     let text = std::str::from_utf8(&found.value).unwrap_or_default();
                     let next = text.trim().parse::<u64>().map_err(|_| {
-                        BrokerError::Metadata(format!("{} holds no id: {text:?}", self.key))
+                        BrokerError::Metadata(format!("{key} holds no id: {text:?}"))
                     })?;
                     (next, ExpectedVersion::Exactly(found.version))
                 }
                 None => (0, ExpectedVersion::Absent),
             };
-            let start = start.max(self.floor);
+            let start = start.max(floor);
             let end = start
-                .checked_add(BLOCK)
-                .ok_or_else(|| BrokerError::Metadata(format!("{} is exhausted", self.key)))?;
-            match self.metadata.put(&self.key, end.to_string().into(), expected).await {
+                .checked_add(size)
+                .ok_or_else(|| BrokerError::Metadata(format!("{key} is exhausted")))?;
+            match metadata.put(key, end.to_string().into(), expected).await {
                 Ok(_) => return Ok(start..end),
                 // Another broker took a block meanwhile: read again.
                 Err(MetadataError::BadVersion { .. }) => continue,
                 Err(error) => return Err(error.into()),
             }
         }
-        Err(BrokerError::Metadata(format!("too much contention on {}", self.key)))
+        Err(BrokerError::Metadata(format!("too much contention on {key}")))
+    }
+}
+
+/// Names for producers that bring none, unique across the cluster (Pulsar's
+/// `generateUniqueProducerName`): `<cluster>-<instance>-<n>`, where the instance number is taken
+/// from a cluster-wide counter once per broker start.
+pub struct ProducerNames {
+    metadata: Arc<dyn MetadataStore>,
+    cluster: String,
+    prefix: tokio::sync::OnceCell<String>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+/// The counter of broker instances that named producers (Pulsar's `/counters/producer-name`).
+pub const PRODUCER_NAME_COUNTER: &str = "/counters/producer-name";
+
+impl ProducerNames {
+    pub fn new(metadata: Arc<dyn MetadataStore>, cluster: &str) -> Self {
+        ProducerNames {
+            metadata,
+            cluster: cluster.to_string(),
+            prefix: tokio::sync::OnceCell::new(),
+            next: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The next name.
+    pub async fn next(&self) -> Result<String, BrokerError> {
+        let prefix = self
+            .prefix
+            .get_or_try_init(|| async {
+                let instance = take_range(&*self.metadata, PRODUCER_NAME_COUNTER, 0, 1).await?;
+                Ok::<_, BrokerError>(format!("{}-{}", self.cluster, instance.start))
+            })
+            .await?;
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(format!("{prefix}-{n}"))
     }
 }
 
@@ -104,6 +154,18 @@ mod tests {
             }
         }
         assert_eq!(seen.len(), 10_000);
+    }
+
+    #[tokio::test]
+    async fn producer_names_differ_between_brokers_and_restarts() {
+        let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+        let first = ProducerNames::new(metadata.clone(), "demo");
+        let second = ProducerNames::new(metadata.clone(), "demo");
+        assert_eq!(first.next().await.unwrap(), "demo-0-0");
+        assert_eq!(first.next().await.unwrap(), "demo-0-1");
+        assert_eq!(second.next().await.unwrap(), "demo-1-0");
+        let restarted = ProducerNames::new(metadata, "demo");
+        assert_eq!(restarted.next().await.unwrap(), "demo-2-0");
     }
 
     #[tokio::test]

@@ -54,6 +54,8 @@ pub struct BrokerService {
     policy_defaults: SharedPolicyDefaults,
     /// The advertised listeners (`advertised_listeners`), parsed once.
     pub listeners: magnetar_model::listeners::AdvertisedListeners,
+    /// Names for producers that bring none, unique across the cluster.
+    pub producer_names: crate::ledger_ids::ProducerNames,
 }
 
 /// The broker-wide policy defaults, as the dynamic configuration last made them.
@@ -95,6 +97,7 @@ impl BrokerService {
         let persistence = config.persistence.clone();
         let persistence_policies = config.persistence_policies;
         let policy_defaults = Arc::new(parking_lot::RwLock::new(config.policy_defaults()));
+        let config_cluster = config.cluster_name.clone();
         Arc::new(BrokerService {
             listeners: config.listeners(),
             dynamic: Mutex::default(),
@@ -107,6 +110,10 @@ impl BrokerService {
                 .with_persistence(persistence)
                 .with_persistence_policies(persistence_policies),
             schemas: SchemaRegistry::new(metadata.clone()),
+            producer_names: crate::ledger_ids::ProducerNames::new(
+                metadata.clone(),
+                &config_cluster,
+            ),
             metadata,
             readiness,
             topics: Mutex::default(),

@@ -43,7 +43,7 @@ use magnetar_protocol::{
 use magnetar_security::authorization::{NamespaceOperation, TopicOperation};
 use magnetar_security::{Principal, TransportIdentity};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -248,8 +248,6 @@ struct Connection {
     /// change and opened after it is re-checked (see `authz.rs`).
     permission_changes_seen: u64,
 }
-
-static PRODUCER_NAMES: AtomicU64 = AtomicU64::new(0);
 
 /// Serves one plain-text connection until the peer leaves, errs, idles out, or `shutdown`
 /// fires.

@@ -412,7 +412,7 @@ pub(super) async fn create_producer(
     let name = BrokerService::topic_name(&request.topic)?;
     let producer_name = match request.producer_name.clone().filter(|n| !n.is_empty()) {
         Some(name) => name,
-        None => format!("standalone-{}", PRODUCER_NAMES.fetch_add(1, Ordering::Relaxed)),
+        None => service.producer_names.next().await?,
     };
     let key = service.next_key();
     let client = ProducerClient::new(request.producer_id, outbox.clone(), info.clone());
