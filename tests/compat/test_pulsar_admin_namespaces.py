@@ -5,6 +5,7 @@ Commands run one after another in one JVM (`pulsar_admin.PulsarAdmin`)."""
 
 import json
 import uuid
+import zlib
 
 import pulsar
 import pytest
@@ -281,3 +282,21 @@ def test_topic_policies(admin, server):
 
     _sequences(retention, ttl_and_limits, quota, schema_strategy)
     admin("topics", "delete", topic)
+
+
+def test_bundle_range_is_the_crc32_of_the_full_topic_name(admin, server):
+    """`topics bundle-range`: the bundle a topic hashes into, Pulsar's CRC32 (IEEE) of its full
+    name into the namespace's ranges (4 even ones here)."""
+    tenant = "cli-bundles-%s" % uuid.uuid4().hex[:8]
+    ns = tenant + "/ns"
+    admin("tenants", "create", tenant, "-c", "standalone")
+    admin("namespaces", "create", ns, "--bundles", "4")
+    bounds = [0x00000000, 0x40000000, 0x80000000, 0xc0000000, 0xffffffff]
+    topics = ["persistent://%s/t-%d" % (ns, i) for i in range(6)]
+    ranges = _all(admin, *[("topics", "bundle-range", t) for t in topics])
+    for topic, got in zip(topics, ranges):
+        h = zlib.crc32(topic.encode())
+        i = max(k for k in range(4) if bounds[k] <= h)
+        assert got.strip() == "0x%08x_0x%08x" % (bounds[i], bounds[i + 1]), (topic, hex(h), got)
+    admin("namespaces", "delete", "-f", ns)
+    admin("tenants", "delete", "-f", tenant)

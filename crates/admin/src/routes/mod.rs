@@ -143,10 +143,15 @@ pub(crate) fn build(state: AdminState) -> Router {
         .route(&format!("{ns}/unload"), put(namespaces::unload_namespace))
         .route(&format!("{ns}/{{bundle}}/unload"), put(namespaces::unload_bundle));
     for domain in TopicDomain::ALL {
-        router = router.route(
-            &format!("/lookup/v2/topic/{domain}/{{tenant}}/{{namespace}}/{{topic}}"),
-            get(topics::lookup),
-        );
+        router = router
+            .route(
+                &format!("/lookup/v2/topic/{domain}/{{tenant}}/{{namespace}}/{{topic}}"),
+                get(topics::lookup),
+            )
+            .route(
+                &format!("/lookup/v2/topic/{domain}/{{tenant}}/{{namespace}}/{{topic}}/bundle"),
+                get(namespaces::bundle_range),
+            );
         let base = format!("/admin/v2/{domain}/{{tenant}}/{{namespace}}");
         router = router
             .route(&base, get(topics::list_topics))

@@ -5,10 +5,12 @@
 //! `namespace_auth` role → actions, `subscription_auth_roles` subscription → roles) and served
 //! back, but not enforced: Magnetar has no authorization yet.
 //!
-//! Bundles: Magnetar does not split namespace ownership by hash range, so a namespace has one
+//! Bundles: Magnetar does not split namespace ownership by hash range yet, so a namespace has one
 //! bundle `0x00000000_0xffffffff` unless created with `bundles` (`numBundles` N, then N even
-//! ranges as Pulsar computes them). Pulsar's own default (`defaultNumberOfNamespaceBundles`) is 4;
-//! one bundle says what Magnetar does. Unloading a bundle unloads the whole namespace.
+//! ranges as Pulsar computes them, `magnetar_coordination::Bundles`). Pulsar's own default
+//! (`defaultNumberOfNamespaceBundles`) is 4; one bundle says what Magnetar does. `topics
+//! bundle-range` answers the bundle a topic hashes into. Unloading a bundle unloads the whole
+//! namespace.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -29,15 +31,13 @@ const AUTH_ACTIONS: [&str; 6] = ["produce", "consume", "functions", "sources", "
 /// The most bundles a namespace may have (Pulsar's `maxNumberOfNamespaceBundles` default 128).
 pub(crate) const MAX_BUNDLES: i64 = 128;
 
-/// Pulsar's `BundlesData` for `n` even bundles over the 32-bit hash range.
+/// Pulsar's `BundlesData` for `n` even bundles over the 32-bit hash range (boundaries
+/// `i * 2^32 / n`, the last `0xffffffff`: `magnetar_coordination::Bundles::even`).
 pub(crate) fn bundles_data(n: u32) -> Value {
-    let n = u64::from(n.max(1));
-    let full: u64 = 0xffff_ffff;
-    let step = full / n;
-    let boundaries: Vec<String> = (0..=n)
-        .map(|i| if i == n { full } else { i * step })
-        .map(|b| format!("0x{b:08x}"))
-        .collect();
+    let n = n.max(1);
+    let boundaries = magnetar_coordination::Bundles::even(u64::from(n))
+        .expect("1 ..= 2^32 bundles")
+        .boundary_strings();
     serde_json::json!({ "boundaries": boundaries, "numBundles": n })
 }
 
@@ -393,6 +393,29 @@ pub(crate) async fn get_bundles(
     Ok(Json(bundles_of(&doc)))
 }
 
+/// `GET /lookup/v2/topic/{domain}/{t}/{ns}/{topic}/bundle` (`pulsar-admin topics bundle-range`):
+/// the namespace bundle the topic hashes into (CRC32 of its full name, `magnetar_coordination`),
+/// as plain text. 404 when the namespace does not exist.
+pub(crate) async fn bundle_range(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<String, AdminError> {
+    let topic = PathSegments::after(&uri, "/lookup/v2/topic/").topic()?;
+    let key = magnetar_model::keys::namespace_key(topic.namespace());
+    let found = state.store.get(&key).await.map_err(|e| AdminError::Internal(e.to_string()))?;
+    let Some(found) = found else {
+        return Err(AdminError::NotFound("Namespace does not exist".to_string()));
+    };
+    let doc: Map<String, Value> = serde_json::from_slice(&found.value).unwrap_or_default();
+    let boundaries: Vec<String> = bundles_of(&doc)["boundaries"]
+        .as_array()
+        .map(|b| b.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    let bundles = magnetar_coordination::Bundles::from_boundaries(&boundaries)
+        .map_err(|e| AdminError::Internal(format!("bundles of {}: {e}", topic.namespace())))?;
+    Ok(bundles.find_topic(&topic.to_string()).name())
+}
+
 /// `PUT /admin/v2/namespaces/{t}/{ns}/unload`: unloads the namespace's loaded topics (their
 /// clients reconnect). 204.
 pub(crate) async fn unload_namespace(
@@ -544,9 +567,9 @@ mod tests {
             bundles_data(4)["boundaries"],
             serde_json::json!([
                 "0x00000000",
-                "0x3fffffff",
-                "0x7ffffffe",
-                "0xbffffffd",
+                "0x40000000",
+                "0x80000000",
+                "0xc0000000",
                 "0xffffffff"
             ])
         );

@@ -1233,7 +1233,7 @@ async fn unknown_policy_fields_survive_policy_changes() {
     assert_eq!(p["bundles"]["numBundles"], json!(2));
     assert_eq!(p["auth_policies"]["namespace_auth"], json!({"r": ["consume"]}));
     assert!(p.get("message_ttl_in_seconds").is_none());
-    let r = app.put("/admin/v2/namespaces/public/keep/0x7fffffff_0xffffffff/unload", "").await;
+    let r = app.put("/admin/v2/namespaces/public/keep/0x80000000_0xffffffff/unload", "").await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
 
     // A topic document another writer left with a field Magnetar does not model.
