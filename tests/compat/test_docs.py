@@ -95,11 +95,12 @@ def _matching(text, open_index):
     raise AssertionError("unbalanced %r at offset %d" % (opener, open_index))
 
 
-def _split_top(args):
-    """Splits a Rust argument list at its top-level commas."""
-    parts, depth, start, in_str, i = [], 0, 0, False, 0
-    while i < len(args):
-        c = args[i]
+def _top_level(text, start, targets):
+    """Yields (index, char) of each char of `targets` in `text` from `start` that is outside
+    string literals and brackets."""
+    depth, in_str, i = 0, False, start
+    while i < len(text):
+        c = text[i]
         if in_str:
             if c == "\\":
                 i += 2
@@ -112,10 +113,17 @@ def _split_top(args):
             depth += 1
         elif c in ")]}":
             depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(args[start:i].strip())
-            start = i + 1
+        elif c in targets and depth == 0:
+            yield i, c
         i += 1
+
+
+def _split_top(args):
+    """Splits a Rust argument list at its top-level commas."""
+    parts, start = [], 0
+    for i, _ in _top_level(args, 0, ","):
+        parts.append(args[start:i].strip())
+        start = i + 1
     tail = args[start:].strip()
     if tail:
         parts.append(tail)
@@ -291,24 +299,8 @@ class _RouteReader:
 
     @staticmethod
     def _statement_end(body, start):
-        depth, i, in_str = 0, start, False
-        while i < len(body):
-            c = body[i]
-            if in_str:
-                if c == "\\":
-                    i += 2
-                    continue
-                if c == '"':
-                    in_str = False
-            elif c == '"':
-                in_str = True
-            elif c in "([{":
-                depth += 1
-            elif c in ")]}":
-                depth -= 1
-            elif c == ";" and depth == 0:
-                return i
-            i += 1
+        for i, _ in _top_level(body, start, ";"):
+            return i
         raise AssertionError("unterminated statement")
 
     def _check_domains(self):
