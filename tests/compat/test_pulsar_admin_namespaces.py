@@ -284,9 +284,10 @@ def test_topic_policies(admin, server):
     admin("topics", "delete", topic)
 
 
-def test_bundle_range_is_the_crc32_of_the_full_topic_name(admin, server):
+def test_bundle_range_and_split_bundle(admin, server):
     """`topics bundle-range`: the bundle a topic hashes into, Pulsar's CRC32 (IEEE) of its full
-    name into the namespace's ranges (4 even ones here)."""
+    name into the namespace's ranges (4 even ones here); `namespaces split-bundle` by range and
+    by topic count."""
     tenant = "cli-bundles-%s" % uuid.uuid4().hex[:8]
     ns = tenant + "/ns"
     admin("tenants", "create", tenant, "-c", "standalone")
@@ -298,5 +299,30 @@ def test_bundle_range_is_the_crc32_of_the_full_topic_name(admin, server):
         h = zlib.crc32(topic.encode())
         i = max(k for k in range(4) if bounds[k] <= h)
         assert got.strip() == "0x%08x_0x%08x" % (bounds[i], bounds[i + 1]), (topic, hex(h), got)
+    # split-bundle: at the middle of the range (range_equally_divide, Pulsar's default).
+    admin("namespaces", "split-bundle", ns, "-b", "0x00000000_0x40000000")
+    bundles = _json(admin("namespaces", "bundles", ns))
+    assert bundles["boundaries"] == ["0x00000000", "0x20000000", "0x40000000", "0x80000000",
+                                     "0xc0000000", "0xffffffff"], bundles
+    assert bundles["numBundles"] == 5
+    base = server.web_url + "/admin/v2/namespaces/" + ns
+    status, body = http_request("PUT", base + "/0x00000000_0x40000000/split", body=b"")
+    assert status == 404, (status, body)  # no longer one of its bundles
+    status, body = http_request("PUT", base + "/0x4000_0x8000/split", body=b"")
+    assert status == 412, (status, body)
+    status, body = http_request(
+        "PUT", base + "/0x40000000_0x80000000/split?splitAlgorithmName=nope", body=b"")
+    assert status == 412 and b"split algorithm" in body, (status, body)
+    # topic_count_equally_divide: between the two middle topics' hashes of the bundle.
+    candidates = ("persistent://%s/c-%d" % (ns, i) for i in range(1000))
+    chosen = [t for t in candidates if 0x80000000 <= zlib.crc32(t.encode()) < 0xc0000000][:3]
+    for t in chosen:
+        admin("topics", "create", t)
+    admin("namespaces", "split-bundle", ns, "-b", "0x80000000_0xc0000000",
+          "-san", "topic_count_equally_divide")
+    in_bundle = sorted(zlib.crc32(t.encode()) for t in chosen)
+    start, end = in_bundle[len(in_bundle) // 2 - 1], in_bundle[len(in_bundle) // 2]
+    middle = "0x%08x" % (start + (end - start) // 2)
+    assert middle in _json(admin("namespaces", "bundles", ns))["boundaries"], middle
     admin("namespaces", "delete", "-f", ns)
     admin("tenants", "delete", "-f", tenant)

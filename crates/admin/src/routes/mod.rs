@@ -141,7 +141,8 @@ pub(crate) fn build(state: AdminState) -> Router {
         .route(&format!("{ns}/property/{{key}}/{{value}}"), put(namespaces::set_property))
         .route(&format!("{ns}/bundles"), get(namespaces::get_bundles))
         .route(&format!("{ns}/unload"), put(namespaces::unload_namespace))
-        .route(&format!("{ns}/{{bundle}}/unload"), put(namespaces::unload_bundle));
+        .route(&format!("{ns}/{{bundle}}/unload"), put(namespaces::unload_bundle))
+        .route(&format!("{ns}/{{bundle}}/split"), put(namespaces::split_bundle));
     for domain in TopicDomain::ALL {
         router = router
             .route(

@@ -461,6 +461,80 @@ pub(crate) async fn unload_bundle(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// `PUT /admin/v2/namespaces/{t}/{ns}/{bundle}/split` (`pulsar-admin namespaces split-bundle`):
+/// replaces the bundle by two, split where `splitAlgorithmName` says (`range_equally_divide`, the
+/// default, or `topic_count_equally_divide` over the namespace's topics), in the namespace's
+/// policies by compare-and-set. 204; 412 for a malformed range, an unknown algorithm or a bundle
+/// that cannot be split; 404 for a bundle the namespace does not have. With `unload=true` the
+/// namespace's topics are unloaded too (Magnetar does not place topics by bundle yet).
+pub(crate) async fn split_bundle(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    use magnetar_coordination::{BundleError, BundleRange, Bundles, SplitAlgorithm};
+    let target = namespace_target(&uri)?;
+    let ns = PathSegments::new(&uri).namespace(1)?;
+    let name = PathSegments::new(&uri).decoded(3)?.unwrap_or_default();
+    let range = BundleRange::parse(&name)
+        .map_err(|_| AdminError::PreconditionFailed(format!("Invalid bundle range {name}")))?;
+    let algorithm_name = super::query_param(&uri, "splitAlgorithmName")
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "range_equally_divide".to_string());
+    let Some(algorithm) = SplitAlgorithm::from_name(&algorithm_name) else {
+        return Err(AdminError::PreconditionFailed(
+            "Unsupported namespace bundle split algorithm, supported algorithms are \
+             [range_equally_divide, topic_count_equally_divide]"
+                .to_string(),
+        ));
+    };
+    let mut hashes = Vec::new();
+    if algorithm == SplitAlgorithm::TopicCountEquallyDivide {
+        for domain in magnetar_model::names::TopicDomain::ALL {
+            for topic in super::topics::collect_topics(&state, &ns, domain).await? {
+                hashes.push(magnetar_coordination::topic_hash(&topic.to_string()));
+            }
+        }
+    }
+    target
+        .update(&state, |doc| {
+            let boundaries: Vec<String> = bundles_of(doc)["boundaries"]
+                .as_array()
+                .map(|b| b.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                .unwrap_or_default();
+            let bundles = Bundles::from_boundaries(&boundaries)
+                .map_err(|e| AdminError::Internal(format!("bundles of {ns}: {e}")))?;
+            if !bundles.has(range) {
+                return Err(AdminError::NotFound(format!("Bundle {name} not found")));
+            }
+            let cannot =
+                || AdminError::PreconditionFailed(format!("Bundle {name} cannot be split"));
+            let at = Bundles::split_point(range, algorithm, &hashes).ok_or_else(cannot)?;
+            let split = bundles.split_at(range, at).map_err(|e| match e {
+                BundleError::NoSuchBundle(_) => {
+                    AdminError::NotFound(format!("Bundle {name} not found"))
+                }
+                _ => cannot(),
+            })?;
+            if split.len() as i64 > MAX_BUNDLES {
+                return Err(AdminError::PreconditionFailed(format!(
+                    "Namespace {ns} has the most bundles it may have ({MAX_BUNDLES})"
+                )));
+            }
+            let numbers = split.boundary_strings();
+            doc.insert(
+                "bundles".to_string(),
+                serde_json::json!({ "boundaries": numbers, "numBundles": split.len() }),
+            );
+            Ok(())
+        })
+        .await?;
+    tracing::info!(namespace = %ns, bundle = %name, algorithm = %algorithm_name, "bundle split");
+    if super::query_param(&uri, "unload").is_some_and(|v| v == "true") {
+        state.hooks.unload_namespace(&ns).await?;
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
 /// The topic of a `…/{topic}/permissions[/{role}]` route (its partitioned topic for a
 /// partition: permissions are kept per partitioned topic, as Pulsar grants them on every
 /// partition) and the namespace document holding them.
