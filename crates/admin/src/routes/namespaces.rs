@@ -9,8 +9,8 @@
 //! bundle `0x00000000_0xffffffff` unless created with `bundles` (`numBundles` N, then N even
 //! ranges as Pulsar computes them, `magnetar_coordination::Bundles`). Pulsar's own default
 //! (`defaultNumberOfNamespaceBundles`) is 4; one bundle says what Magnetar does. `topics
-//! bundle-range` answers the bundle a topic hashes into. Unloading a bundle unloads the whole
-//! namespace.
+//! bundle-range` answers the bundle a topic hashes into and `split-bundle` splits one. Unloading
+//! a bundle unloads the whole namespace.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
