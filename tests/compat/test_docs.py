@@ -69,35 +69,15 @@ def _strip_comments(text):
 
 def _matching(text, open_index):
     """Index of the bracket closing the one at open_index (string literals skipped)."""
-    pairs = {"(": ")", "[": "]", "{": "}"}
-    opener = text[open_index]
-    closer = pairs[opener]
-    depth = 0
-    i = open_index
-    in_str = False
-    while i < len(text):
-        c = text[i]
-        if in_str:
-            if c == "\\":
-                i += 2
-                continue
-            if c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-        elif c == opener:
-            depth += 1
-        elif c == closer:
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    raise AssertionError("unbalanced %r at offset %d" % (opener, open_index))
+    closer = {"(": ")", "[": "]", "{": "}"}[text[open_index]]
+    for i, _ in _top_level(text, open_index + 1, closer):
+        return i
+    raise AssertionError("unbalanced %r at offset %d" % (text[open_index], open_index))
 
 
 def _top_level(text, start, targets):
     """Yields (index, char) of each char of `targets` in `text` from `start` that is outside
-    string literals and brackets."""
+    string literals and brackets opened after `start`."""
     depth, in_str, i = 0, False, start
     while i < len(text):
         c = text[i]
@@ -109,12 +89,12 @@ def _top_level(text, start, targets):
                 in_str = False
         elif c == '"':
             in_str = True
+        elif c in targets and depth == 0:
+            yield i, c  # a closing bracket here is the enclosing one's
         elif c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
-        elif c in targets and depth == 0:
-            yield i, c
         i += 1
 
 

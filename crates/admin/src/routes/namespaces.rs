@@ -384,6 +384,27 @@ fn bundles_of(doc: &Map<String, Value>) -> Value {
         .unwrap_or_else(|| bundles_data(1))
 }
 
+/// The namespace's bundles, parsed (a stored document whose boundaries do not cover the hash
+/// range is a server error: the admin API never stores one).
+fn namespace_bundles(
+    doc: &Map<String, Value>,
+    ns: &impl std::fmt::Display,
+) -> Result<magnetar_coordination::Bundles, AdminError> {
+    let boundaries: Vec<String> = bundles_of(doc)["boundaries"]
+        .as_array()
+        .map(|b| b.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    magnetar_coordination::Bundles::from_boundaries(&boundaries)
+        .map_err(|e| AdminError::Internal(format!("bundles of {ns}: {e}")))
+}
+
+/// The `{bundle}` segment of a namespace route: 412 when it is not `0xLOWER_0xUPPER`.
+fn bundle_segment(uri: &Uri) -> Result<magnetar_coordination::BundleRange, AdminError> {
+    let name = PathSegments::new(uri).decoded(3)?.unwrap_or_default();
+    magnetar_coordination::BundleRange::parse(&name)
+        .map_err(|_| AdminError::PreconditionFailed(format!("Invalid bundle range {name}")))
+}
+
 /// `GET /admin/v2/namespaces/{t}/{ns}/bundles`: `{"boundaries":[…],"numBundles":N}`.
 pub(crate) async fn get_bundles(
     State(state): State<AdminState>,
@@ -407,12 +428,7 @@ pub(crate) async fn bundle_range(
         return Err(AdminError::NotFound("Namespace does not exist".to_string()));
     };
     let doc: Map<String, Value> = serde_json::from_slice(&found.value).unwrap_or_default();
-    let boundaries: Vec<String> = bundles_of(&doc)["boundaries"]
-        .as_array()
-        .map(|b| b.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
-        .unwrap_or_default();
-    let bundles = magnetar_coordination::Bundles::from_boundaries(&boundaries)
-        .map_err(|e| AdminError::Internal(format!("bundles of {}: {e}", topic.namespace())))?;
+    let bundles = namespace_bundles(&doc, topic.namespace())?;
     Ok(bundles.find_topic(&topic.to_string()).name())
 }
 
@@ -438,26 +454,14 @@ pub(crate) async fn unload_bundle(
     uri: Uri,
 ) -> Result<StatusCode, AdminError> {
     let target = namespace_target(&uri)?;
-    let bundle = PathSegments::new(&uri).decoded(3)?.unwrap_or_default();
-    let parse = |s: &str| {
-        s.strip_prefix("0x").filter(|h| h.len() == 8).and_then(|h| u64::from_str_radix(h, 16).ok())
-    };
-    let range = bundle.split_once('_').and_then(|(lo, hi)| Some((parse(lo)?, parse(hi)?)));
-    let Some((lo, hi)) = range.filter(|(lo, hi)| lo < hi) else {
-        return Err(AdminError::PreconditionFailed(format!("Invalid bundle range {bundle}")));
-    };
+    let range = bundle_segment(&uri)?;
     let (doc, _) = target.load(&state).await?;
-    let bundles = bundles_of(&doc);
-    let boundaries: Vec<u64> = bundles["boundaries"]
-        .as_array()
-        .map(|b| b.iter().filter_map(|x| x.as_str().and_then(parse)).collect())
-        .unwrap_or_default();
-    if !boundaries.windows(2).any(|w| w[0] == lo && w[1] == hi) {
-        return Err(AdminError::NotFound(format!("Bundle {bundle} not found")));
-    }
     let ns = PathSegments::new(&uri).namespace(1)?;
+    if !namespace_bundles(&doc, &ns)?.has(range) {
+        return Err(AdminError::NotFound(format!("Bundle {range} not found")));
+    }
     let unloaded = state.hooks.unload_namespace(&ns).await?;
-    tracing::info!(namespace = %ns, %bundle, unloaded, "unloaded bundle");
+    tracing::info!(namespace = %ns, bundle = %range, unloaded, "unloaded bundle");
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -471,12 +475,11 @@ pub(crate) async fn split_bundle(
     State(state): State<AdminState>,
     uri: Uri,
 ) -> Result<StatusCode, AdminError> {
-    use magnetar_coordination::{BundleError, BundleRange, Bundles, SplitAlgorithm};
+    use magnetar_coordination::{BundleError, Bundles, SplitAlgorithm};
     let target = namespace_target(&uri)?;
     let ns = PathSegments::new(&uri).namespace(1)?;
-    let name = PathSegments::new(&uri).decoded(3)?.unwrap_or_default();
-    let range = BundleRange::parse(&name)
-        .map_err(|_| AdminError::PreconditionFailed(format!("Invalid bundle range {name}")))?;
+    let range = bundle_segment(&uri)?;
+    let name = range.name();
     let algorithm_name = super::query_param(&uri, "splitAlgorithmName")
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "range_equally_divide".to_string());
@@ -497,12 +500,7 @@ pub(crate) async fn split_bundle(
     }
     target
         .update(&state, |doc| {
-            let boundaries: Vec<String> = bundles_of(doc)["boundaries"]
-                .as_array()
-                .map(|b| b.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
-                .unwrap_or_default();
-            let bundles = Bundles::from_boundaries(&boundaries)
-                .map_err(|e| AdminError::Internal(format!("bundles of {ns}: {e}")))?;
+            let bundles = namespace_bundles(doc, &ns)?;
             if !bundles.has(range) {
                 return Err(AdminError::NotFound(format!("Bundle {name} not found")));
             }

@@ -51,7 +51,12 @@ impl State {
     /// and, if it came thinned from the compacted view, only its kept ones.
     pub(super) fn message_ack_set(&self, position: Position) -> Vec<i64> {
         let partial = self.ack.partial_batch(position).map(|batch| batch.ack_set().to_vec());
-        let kept = self.compacted_masks.get(&position);
+        // The dispatch path: no compacted round, no lookup.
+        let kept = if self.compacted_masks.is_empty() {
+            None
+        } else {
+            self.compacted_masks.get(&position)
+        };
         let words: Vec<u64> = match (partial, kept) {
             (None, None) => Vec::new(),
             (Some(partial), None) => partial,
