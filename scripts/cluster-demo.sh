@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # A local Magnetar cluster in one command: etcd on loopback (its data in /dev/shm, or a temp dir
 # where there is no /dev/shm), `magnetar metadata init`, three storage nodes (`magnetar
-# storage`), then `magnetar broker` on that etcd with its ledgers on the nodes (each entry on 2
-# of them, acknowledged once both have it on disk). Prints how to connect; Ctrl-C (or SIGTERM)
-# stops the broker, the nodes and etcd and removes their data.
+# storage`), then N brokers (`magnetar broker`) on that etcd with their ledgers on the nodes
+# (each entry on 2 of them, acknowledged once both have it on disk), sharing the topics by
+# namespace bundle. Prints every broker's URLs; Ctrl-C (or SIGTERM) stops the brokers, the nodes
+# and etcd, by PID, and removes their data.
 #
-#   scripts/cluster-demo.sh [--cluster NAME] [--etcd-port P] [--broker-port P] [--web-port P]
-#                           [--storage-port P] [--storage-nodes N]
+#   scripts/cluster-demo.sh [--brokers N] [--cluster NAME] [--etcd-port P] [--broker-port P]
+#                           [--web-port P] [--storage-port P] [--storage-nodes N]
 #
-# Defaults: cluster "demo", etcd on 2379 (peer port: etcd port + 1), broker on 6650, admin API
-# on 8080, storage nodes on 3181, 3182, 3183; --storage-nodes 0 keeps the broker's ledgers on its
-# own disk. Needs etcd (Debian: apt-get install etcd-server; or ETCD_BIN=/path/to/etcd). Uses
-# target/release/magnetar (MAGNETAR_BIN overrides), built with cargo when missing.
+# Defaults: 1 broker, cluster "demo", etcd on 2379 (peer port: etcd port + 1), brokers on 6650,
+# 6651, ... with their admin APIs on 8080, 8081, ...; storage nodes on 3181, 3182, 3183;
+# --storage-nodes 0 keeps a single broker's ledgers on its own disk. Needs etcd (Debian:
+# apt-get install etcd-server; or ETCD_BIN=/path/to/etcd). Uses target/release/magnetar
+# (MAGNETAR_BIN overrides), built with cargo when missing.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,11 +23,13 @@ BROKER_PORT=6650
 WEB_PORT=8080
 STORAGE_PORT=3181
 STORAGE_NODES=3
+BROKERS=1
 START_TIMEOUT_S=60
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
+    --brokers) BROKERS=$2; shift 2 ;;
     --cluster) CLUSTER=$2; shift 2 ;;
     --etcd-port) ETCD_PORT=$2; shift 2 ;;
     --broker-port) BROKER_PORT=$2; shift 2 ;;
@@ -41,6 +45,14 @@ case $STORAGE_NODES in
   0|1|2|3|4|5|6|7|8|9) ;;
   *) echo "cluster-demo: --storage-nodes takes 0 to 9" >&2; exit 2 ;;
 esac
+case $BROKERS in
+  1|2|3|4|5|6|7|8|9) ;;
+  *) echo "cluster-demo: --brokers takes 1 to 9" >&2; exit 2 ;;
+esac
+if [ "$BROKERS" -gt 1 ] && [ "$STORAGE_NODES" -eq 0 ]; then
+  echo "cluster-demo: several brokers share topics through storage nodes: --storage-nodes >= 1" >&2
+  exit 2
+fi
 
 ETCD=${ETCD_BIN:-$(command -v etcd || true)}
 if [ -z "$ETCD" ] || [ ! -x "$ETCD" ]; then
@@ -59,19 +71,21 @@ else
   WORK=$(mktemp -d "${TMPDIR:-/tmp}/magnetar-cluster-demo.XXXXXX")
 fi
 ETCD_PID=
-BROKER_PID=
+BROKER_PIDS=()
 STORAGE_PIDS=()
 
-# Stops what this script started (by PID, broker first), removes the data, exits with $1.
+# Stops what this script started (by PID, brokers first), removes the data, exits with $1.
 stop_all() {
   local code=$1
   trap - INT TERM EXIT
-  if [ -n "$BROKER_PID" ] && kill -0 "$BROKER_PID" 2>/dev/null; then
-    echo "cluster-demo: stopping the broker (pid $BROKER_PID)"
-    kill -TERM "$BROKER_PID" 2>/dev/null || true
-    wait "$BROKER_PID" 2>/dev/null || true
-  fi
   local pid
+  for pid in "${BROKER_PIDS[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "cluster-demo: stopping broker (pid $pid)"
+      kill -TERM "$pid" 2>/dev/null || true
+    fi
+  done
+  for pid in "${BROKER_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   for pid in "${STORAGE_PIDS[@]}"; do
     if kill -0 "$pid" 2>/dev/null; then
       echo "cluster-demo: stopping storage node (pid $pid)"
@@ -145,41 +159,64 @@ if [ "$STORAGE_NODES" -gt 0 ]; then
 else
   : >"$WORK/broker.toml"
 fi
-NO_COLOR=1 "$BIN" broker --metadata "etcd://127.0.0.1:$ETCD_PORT" --cluster "$CLUSTER" \
-  --config "$WORK/broker.toml" \
-  --data-dir "$WORK/broker-data" --broker-port "$BROKER_PORT" --web-port "$WEB_PORT" \
-  >"$WORK/broker.log" 2>&1 &
-BROKER_PID=$!
-echo "cluster-demo: broker pid $BROKER_PID (log: $WORK/broker.log)"
-
-deadline=$((SECONDS + START_TIMEOUT_S))
-until [ "$(http_status "$WEB_PORT" /admin/v2/brokers/ready)" = 200 ]; do
-  if ! kill -0 "$BROKER_PID" 2>/dev/null; then
-    echo "cluster-demo: the broker exited during start-up:" >&2
-    tail -20 "$WORK/broker.log" >&2
-    exit 1
-  fi
-  if [ $SECONDS -ge $deadline ]; then
-    echo "cluster-demo: the broker was not ready after ${START_TIMEOUT_S}s:" >&2
-    tail -20 "$WORK/broker.log" >&2
-    exit 1
-  fi
-  sleep 0.2  # polling another process's start-up: there is no event to wait on
+for ((i = 0; i < BROKERS; i++)); do
+  NO_COLOR=1 "$BIN" broker --metadata "etcd://127.0.0.1:$ETCD_PORT" --cluster "$CLUSTER" \
+    --config "$WORK/broker.toml" --data-dir "$WORK/broker-$i-data" \
+    --broker-port "$((BROKER_PORT + i))" --web-port "$((WEB_PORT + i))" \
+    >"$WORK/broker-$i.log" 2>&1 &
+  BROKER_PIDS+=($!)
+  echo "cluster-demo: broker $i pid ${BROKER_PIDS[$i]} (log: $WORK/broker-$i.log)"
 done
 
+deadline=$((SECONDS + START_TIMEOUT_S))
+for ((i = 0; i < BROKERS; i++)); do
+  until [ "$(http_status "$((WEB_PORT + i))" /admin/v2/brokers/ready)" = 200 ]; do
+    if ! kill -0 "${BROKER_PIDS[$i]}" 2>/dev/null; then
+      echo "cluster-demo: broker $i exited during start-up:" >&2
+      tail -20 "$WORK/broker-$i.log" >&2
+      exit 1
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      echo "cluster-demo: broker $i was not ready after ${START_TIMEOUT_S}s:" >&2
+      tail -20 "$WORK/broker-$i.log" >&2
+      exit 1
+    fi
+    sleep 0.2  # polling another process's start-up: there is no event to wait on
+  done
+done
+
+SERVICE_URL=pulsar://127.0.0.1:$BROKER_PORT
+for ((i = 1; i < BROKERS; i++)); do SERVICE_URL+=",127.0.0.1:$((BROKER_PORT + i))"; done
+echo "cluster-demo: ready. Cluster \"$CLUSTER\", $BROKERS broker(s):"
+for ((i = 0; i < BROKERS; i++)); do
+  echo "  broker $i  pulsar://127.0.0.1:$((BROKER_PORT + i))  admin http://127.0.0.1:$((WEB_PORT + i))  (pid ${BROKER_PIDS[$i]})"
+done
 cat <<EOF
-cluster-demo: ready. Cluster "$CLUSTER":
-  Pulsar protocol  pulsar://127.0.0.1:$BROKER_PORT
-  admin REST       http://127.0.0.1:$WEB_PORT   (brokers: /admin/v2/brokers/$CLUSTER)
+  service URL      $SERVICE_URL   (any broker answers lookups for every topic)
+  brokers          http://127.0.0.1:$WEB_PORT/admin/v2/brokers/$CLUSTER
   etcd             $ETCD_URL   (keys under /magnetar/$CLUSTER)
   storage nodes    $STORAGE_NODES on 127.0.0.1:$STORAGE_PORT...   (registrations: /magnetar/$CLUSTER/storage-nodes)
 Try:  $BIN perf produce -u pulsar://127.0.0.1:$BROKER_PORT --admin-url http://127.0.0.1:$WEB_PORT -s 128 -d 10
-Ctrl-C stops the broker, the storage nodes and etcd and removes $WORK.
+Ctrl-C stops the brokers, the storage nodes and etcd and removes $WORK.
 EOF
 
-# Until Ctrl-C / SIGTERM (the trap stops everything), or until the broker exits by itself.
-wait "$BROKER_PID" || true
-echo "cluster-demo: the broker exited; its log:" >&2
-tail -20 "$WORK/broker.log" >&2
-BROKER_PID=
+# Until Ctrl-C / SIGTERM (the trap stops everything). A broker that exits (or is killed, to
+# watch its topics move) is reported; the rest carry on until none is left.
+running=("${!BROKER_PIDS[@]}")
+while [ ${#running[@]} -gt 0 ]; do
+  pids=()
+  for i in "${running[@]}"; do pids+=("${BROKER_PIDS[$i]}"); done
+  wait -n "${pids[@]}" 2>/dev/null || true
+  still=()
+  for i in "${running[@]}"; do
+    if kill -0 "${BROKER_PIDS[$i]}" 2>/dev/null; then
+      still+=("$i")
+    else
+      echo "cluster-demo: broker $i (pid ${BROKER_PIDS[$i]}) exited; its log's end:" >&2
+      tail -5 "$WORK/broker-$i.log" >&2
+    fi
+  done
+  running=("${still[@]}")
+done
+echo "cluster-demo: every broker exited" >&2
 exit 1

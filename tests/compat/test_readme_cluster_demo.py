@@ -3,13 +3,15 @@
 Reads the first command of README.md's "Cluster mode (etcd)" code block, runs it exactly as
 written from the repository root (appending port options only when the demo's default ports are
 taken on this machine), waits (bounded) until it prints that the cluster is ready, produces and
-consumes through the broker it started, checks the broker's registration through the admin API,
-then presses Ctrl-C (SIGINT to the script) and checks that the script stopped the etcd and
-broker processes it started and removed their data.
+consumes through every broker it started (each answers lookups of any topic with the topic's
+owner), checks the brokers' registrations through the admin API, then presses Ctrl-C (SIGINT to
+the script) and checks that the script stopped the etcd, storage node and broker processes it
+started and removed their data.
 
 Only the process group this test creates is ever killed (on failure), by its id. Skipped without
 etcd unless MAGNETAR_REQUIRE_ETCD=1."""
 
+import json
 import os
 import re
 import shlex
@@ -72,13 +74,19 @@ def test_readme_cluster_demo_runs_and_stops_everything_it_started():
     command = cluster_demo_command()
     argv = shlex.split(command)
     ports = dict(DEFAULT_PORTS)
-    busy = [p for p in list(DEFAULT_PORTS.values()) + [2380, 3182, 3183] if not _port_free(p)]
+    brokers = int(argv[argv.index("--brokers") + 1]) if "--brokers" in argv else 1
+    extra = [2380, 3182, 3183] + [6650 + i for i in range(1, brokers)] \
+        + [8080 + i for i in range(1, brokers)]
+    busy = [p for p in list(DEFAULT_PORTS.values()) + extra if not _port_free(p)]
     if busy:  # someone else holds a default port: append ours, change nothing else
         ports = {flag: free_port() for flag in DEFAULT_PORTS}
         while not _port_free(ports["--etcd-port"] + 1):
             ports["--etcd-port"] = free_port()
         while not all(_port_free(ports["--storage-port"] + i) for i in range(STORAGE_NODES)):
             ports["--storage-port"] = free_port()
+        for flag in ("--broker-port", "--web-port"):
+            while not all(_port_free(ports[flag] + i) for i in range(brokers)):
+                ports[flag] = free_port()
         for flag, port in ports.items():
             argv += [flag, str(port)]
     broker_port, web_port = ports["--broker-port"], ports["--web-port"]
@@ -111,16 +119,19 @@ def test_readme_cluster_demo_runs_and_stops_everything_it_started():
                 pytest.fail("`%s` not ready after %d s:\n%s" % (command, START_TIMEOUT_S, output()))
         text = "\n".join(lines)
         etcd_pid = int(re.search(r"etcd pid (\d+)", text).group(1))
-        broker_pid = int(re.search(r"broker pid (\d+)", text).group(1))
+        broker_pids = [int(p) for p in re.findall(r"broker \d+ pid (\d+)", text)]
+        assert len(broker_pids) == brokers, text
         storage_pids = [int(p) for p in re.findall(r"storage node \d+ listening on \S+ \(pid (\d+)\)",
                                                    text)]
         assert len(storage_pids) == STORAGE_NODES, text
         work = re.search(r"data and logs in (\S+)\)", text).group(1)
         assert os.path.isdir(work), text
 
-        produce_and_consume("pulsar://127.0.0.1:%d" % broker_port, 10, "demo")
+        for i in range(brokers):
+            produce_and_consume("pulsar://127.0.0.1:%d" % (broker_port + i), 10, "demo")
         status, body = http_request("GET", "http://127.0.0.1:%d/admin/v2/brokers/demo" % web_port)
-        assert (status, body) == (200, ('["127.0.0.1:%d"]' % web_port).encode()), (status, body)
+        registered = sorted("127.0.0.1:%d" % (web_port + i) for i in range(brokers))
+        assert status == 200 and sorted(json.loads(body)) == registered, (status, body)
 
         os.kill(proc.pid, signal.SIGINT)  # Ctrl-C
         try:
@@ -130,7 +141,7 @@ def test_readme_cluster_demo_runs_and_stops_everything_it_started():
                         % (STOP_TIMEOUT_S, output()))
         reader.join(timeout=10)
         assert code == 0, "exit code %s after Ctrl-C:\n%s" % (code, output())
-        assert not _pid_alive(broker_pid), "the broker outlived the demo"
+        assert not any(_pid_alive(pid) for pid in broker_pids), "a broker outlived the demo"
         assert not _pid_alive(etcd_pid), "etcd outlived the demo"
         assert not any(_pid_alive(pid) for pid in storage_pids), "a storage node outlived the demo"
         assert not os.path.exists(work), "the demo's data dir was left behind"

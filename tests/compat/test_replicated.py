@@ -535,6 +535,13 @@ def test_java_client_receipts_come_in_send_order_across_rollovers(cluster):
         "the sends crossed ledgers replicated on the nodes"
 
 
+def _lookup_at(broker, topic):
+    """The broker URL `broker`'s HTTP lookup gives for `topic` (None when it fails)."""
+    status, body = http_request("GET", "%s/lookup/v2/topic/%s"
+                                % (broker.web_url, topic.replace("://", "/")))
+    return json.loads(body)["brokerUrl"] if status == 200 else None
+
+
 def test_a_frozen_broker_s_ledger_is_recovered_by_another_and_nothing_acked_is_lost(cluster):
     etcd, _nodes, start_broker = cluster
     a = start_broker("a")
@@ -555,11 +562,18 @@ def test_a_frozen_broker_s_ledger_is_recovered_by_another_and_nothing_acked_is_l
     b = start_broker("b")
     client_b = b.client()
     try:
-        try:
-            consumer = client_b.subscribe(topic, "after-takeover",
-                                          initial_position=pulsar.InitialPosition.Earliest)
-        except Exception:
-            raise AssertionError("broker b did not open the topic:\n" + b.log_tail())
+        # b answers lookups with the owner, a, until its probes find a silent (about 2 s of
+        # missed probes): a subscribe that went to the frozen a fails its connection, and the
+        # application retries, as it would against Pulsar (which waits for a's session instead).
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                consumer = client_b.subscribe(topic, "after-takeover",
+                                              initial_position=pulsar.InitialPosition.Earliest)
+                break
+            except pulsar.ConnectError:
+                assert time.monotonic() < deadline, \
+                    "broker b did not take the topic over:\n" + b.log_tail()
         got = receive_n(consumer, n)
         assert [int(m.data()) for m in got] == acked, "broker b serves everything a acked"
         ledgers = ledgers_in_etcd(etcd)
@@ -573,18 +587,20 @@ def test_a_frozen_broker_s_ledger_is_recovered_by_another_and_nothing_acked_is_l
         assert data["last_entry_id"] >= n - 1, \
             "closed at or above every acknowledged entry: %s" % data
 
-        # Resumed, the old broker still thinks it writes the topic. Its ledger writer gets
-        # fenced (the nodes refuse its adds), and a send through it is either refused or, if
-        # acknowledged at all, stored where every reader finds it. Raw frames, so that the wait
-        # is bounded (the C++ client resends on errors).
+        # Resumed, the old broker may still think it writes the topic until it reads that b
+        # owns the bundle now. A send through it is refused (it no longer serves the topic, or
+        # its ledger writer is fenced: the nodes refuse its adds) or, if acknowledged at all,
+        # stored where every reader finds it. Raw frames, so that the wait is bounded (the C++
+        # client resends on errors).
         os.kill(a.proc.pid, signal.SIGCONT)
         acked_late = _send_through(a.service_url, topic, b"late")
         print("late send through the resumed broker acknowledged:", acked_late, "; recovered:", data)
         deadline = time.monotonic() + 10
-        while _broker_metric(a, "magnetar_ledger_client_fenced_writers_total") < 1:
+        while _broker_metric(a, "magnetar_ledger_client_fenced_writers_total") < 1 \
+                and _lookup_at(a, topic) != b.service_url:
             assert time.monotonic() < deadline, \
-                "the resumed broker's writer was not fenced:\n" + a.log_tail()
-            time.sleep(0.05)  # the writer counts its fence after failing the send: no event here
+                "the resumed broker neither was fenced nor gave the topic up:\n" + a.log_tail()
+            time.sleep(0.05)  # polled: neither the fence nor the hand-over has an event here
         a.kill()
         reader = client_b.subscribe(topic, "check-%d" % time.monotonic_ns(),
                                     initial_position=pulsar.InitialPosition.Earliest)

@@ -11,7 +11,7 @@ use magnetar_broker::{BrokerError, BrokerService};
 use magnetar_model::names::{NamespaceName, TopicDomain, TopicName};
 use magnetar_model::policy::PolicyDefaults;
 
-use crate::hooks::{BrokerHooks, HookError, ResetTarget};
+use crate::hooks::{BrokerHooks, HookError, ResetTarget, TopicOwner};
 
 /// The admin API's view of the broker.
 pub struct AdminHooks(pub Arc<BrokerService>);
@@ -249,16 +249,37 @@ impl BrokerHooks for AdminHooks {
         self.ready().await
     }
 
-    async fn unload_namespace(&self, namespace: &NamespaceName) -> Result<usize, HookError> {
-        let mut unloaded = 0;
-        for loaded in self.0.loaded_topics() {
-            if loaded.name.namespace() == namespace
-                && self.0.unload_topic(&loaded.name).await.map_err(hook_error)?
-            {
-                unloaded += 1;
-            }
+    async fn unload_namespace(
+        &self,
+        namespace: &NamespaceName,
+        bundle: Option<&str>,
+    ) -> Result<usize, HookError> {
+        self.0.unload_bundles(Some(namespace), bundle).await.map_err(hook_error)
+    }
+
+    async fn topic_owner(
+        &self,
+        topic: &TopicName,
+        authoritative: bool,
+    ) -> Result<Option<TopicOwner>, HookError> {
+        use magnetar_broker::ownership::LookupAnswer;
+        let answer = self.0.ownership.lookup(topic, authoritative).await.map_err(hook_error)?;
+        let (urls, redirect) = match answer {
+            LookupAnswer::Connect { urls } => (urls, false),
+            LookupAnswer::Redirect { urls, .. } => (urls, true),
+        };
+        // A single broker (no web URL in its answer) or this broker: served here.
+        let Some(web_url) = urls.web_url.clone() else { return Ok(None) };
+        if !redirect && urls.broker_url == self.0.config.service_url() {
+            return Ok(None);
         }
-        Ok(unloaded)
+        Ok(Some(TopicOwner {
+            broker_url: urls.broker_url,
+            broker_url_tls: urls.broker_url_tls,
+            web_url,
+            web_url_tls: urls.web_url_tls,
+            redirect,
+        }))
     }
 
     fn policy_defaults(&self) -> PolicyDefaults {

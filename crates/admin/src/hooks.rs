@@ -29,6 +29,18 @@ pub enum ResetTarget {
     Position(SubscriptionStart),
 }
 
+/// Another broker's answer for a topic (see [`BrokerHooks::topic_owner`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicOwner {
+    pub broker_url: String,
+    pub broker_url_tls: Option<String>,
+    pub web_url: String,
+    pub web_url_tls: Option<String>,
+    /// The broker is to take the topic (a redirect to the broker chosen for a free bundle):
+    /// the client asks it again with `authoritative=true`.
+    pub redirect: bool,
+}
+
 fn no_broker(topic: &TopicName) -> HookError {
     HookError::NotFound(format!("Topic {topic} not found"))
 }
@@ -113,12 +125,28 @@ pub trait BrokerHooks: Send + Sync {
         Ok(())
     }
 
-    /// Unloads the topics of `namespace` this broker has loaded (`PUT …/{namespace}/unload`):
-    /// each closes its producers and consumers, which reconnect and load it afresh. Returns
-    /// how many were unloaded. Default: none.
-    async fn unload_namespace(&self, namespace: &NamespaceName) -> Result<usize, HookError> {
-        let _ = namespace;
+    /// Unloads the bundles of `namespace` (`bundle`: one of them, `0xLOWER_0xUPPER`) this broker
+    /// serves (`PUT …/{namespace}/unload`, `…/{bundle}/unload`): their topics close their
+    /// producers and consumers, which look them up again and reconnect. Returns how many topics
+    /// were unloaded. Default: none.
+    async fn unload_namespace(
+        &self,
+        namespace: &NamespaceName,
+        bundle: Option<&str>,
+    ) -> Result<usize, HookError> {
+        let _ = (namespace, bundle);
         Ok(0)
+    }
+
+    /// Which broker serves `topic` (an HTTP lookup, or an admin operation on the topic):
+    /// `None` when it is this one, or there is only this one. Default: `None`.
+    async fn topic_owner(
+        &self,
+        topic: &TopicName,
+        authoritative: bool,
+    ) -> Result<Option<TopicOwner>, HookError> {
+        let _ = (topic, authoritative);
+        Ok(None)
     }
 
     /// The broker defaults policies fall back to (`?applied=true` answers, the topic

@@ -195,7 +195,7 @@ pub use bootstrap::{
 pub use broker_hooks::AdminHooks;
 pub use error::AdminError;
 pub use hooks::{
-    BrokerHooks, ExaminePosition, HookError, NoopHooks, ResetTarget, SubscriptionStart,
+    BrokerHooks, ExaminePosition, HookError, NoopHooks, ResetTarget, SubscriptionStart, TopicOwner,
 };
 pub use magnetar_model::{
     NameError, NamespaceName, PartitionedTopicMetadata, TenantInfo, TopicDomain, TopicName,

@@ -1,20 +1,42 @@
-//! Who serves a topic: the answer to LOOKUP. Standalone, every topic is this broker's
-//! ([`SingleBroker`]); in a cluster, the owner of the topic's namespace bundle (an ephemeral key
-//! in etcd), found or assigned by the implementation of [`Ownership`] that comes with it.
+//! Who serves a topic: the answer to LOOKUP, and whether this broker may load a topic. Standalone,
+//! every topic is this broker's ([`SingleBroker`]); in a cluster, the owner of the topic's
+//! namespace bundle decides (`magnetar-coordination`, wired in by the `magnetar broker` command).
 
 use crate::error::BrokerError;
 use async_trait::async_trait;
-use magnetar_model::names::TopicName;
+use magnetar_model::names::{NamespaceName, TopicName};
 
 /// Where a client should go for a topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LookupAnswer {
-    /// This broker (or `broker_url`) serves the topic: connect there (`broker_url_tls`, its
-    /// `pulsar+ssl://` URL, for a client connected with TLS).
-    Connect { broker_url: String, broker_url_tls: Option<String> },
-    /// Ask `broker_url` (`broker_url_tls`) instead; `authoritative` when that broker is to take
-    /// the topic without asking further (Pulsar's leader-assigned redirect).
-    Redirect { broker_url: String, broker_url_tls: Option<String>, authoritative: bool },
+    /// `urls` (this broker, or the owner) serves the topic: connect there.
+    Connect { urls: BrokerUrls },
+    /// Ask `urls` instead; `authoritative` when that broker is to take the topic without asking
+    /// further (Pulsar's leader-assigned redirect).
+    Redirect { urls: BrokerUrls, authoritative: bool },
+}
+
+/// A broker's URLs as a lookup answers them: `broker_url_tls` (its `pulsar+ssl://` URL) for a
+/// client connected with TLS, `web_url` / `web_url_tls` for an HTTP lookup.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BrokerUrls {
+    pub broker_url: String,
+    pub broker_url_tls: Option<String>,
+    pub web_url: Option<String>,
+    pub web_url_tls: Option<String>,
+}
+
+/// The bundles an unload stops serving, from [`Ownership::stop_serving`] to
+/// [`Ownership::released`]: the broker closes the loaded topics [`Ownership::in_release`] picks
+/// in between.
+#[derive(Debug, Clone, Default)]
+pub struct Release {
+    /// The namespace (`None`: every namespace, a broker shutting down).
+    pub namespace: Option<NamespaceName>,
+    /// The one bundle asked for (`0xLOWER_0xUPPER`), if not all of the namespace's.
+    pub bundle: Option<String>,
+    /// The ownership keys released (empty for a broker that owns everything).
+    pub bundles: Vec<String>,
 }
 
 #[async_trait]
@@ -25,20 +47,40 @@ pub trait Ownership: Send + Sync + 'static {
         topic: &TopicName,
         authoritative: bool,
     ) -> Result<LookupAnswer, BrokerError>;
+
+    /// Whether this broker may serve `topic` now (load it, or create a live non-persistent
+    /// one): an error clients retry (with a new lookup) when another broker owns its bundle.
+    async fn check_serve(&self, _topic: &TopicName) -> Result<(), BrokerError> {
+        Ok(())
+    }
+
+    /// Stops serving the bundles of `namespace` (`bundle`: one of them, `0xLOWER_0xUPPER`;
+    /// `namespace` `None`: every bundle) before their topics are closed.
+    fn stop_serving(&self, namespace: Option<&NamespaceName>, bundle: Option<&str>) -> Release {
+        let bundle = bundle.map(str::to_string);
+        Release { namespace: namespace.cloned(), bundle, bundles: Vec::new() }
+    }
+
+    /// Whether `topic` is in what `release` stops serving.
+    fn in_release(&self, release: &Release, topic: &TopicName) -> bool {
+        release.namespace.as_ref().is_none_or(|ns| topic.namespace() == ns)
+    }
+
+    /// The released bundles' topics are closed: other brokers may take them. (An unload of a
+    /// namespace reaches the bundles other brokers own from here too.)
+    async fn released(&self, _release: Release) -> Result<(), BrokerError> {
+        Ok(())
+    }
 }
 
 /// One broker serves every topic.
 pub struct SingleBroker {
-    pub broker_url: String,
-    pub broker_url_tls: Option<String>,
+    pub urls: BrokerUrls,
 }
 
 #[async_trait]
 impl Ownership for SingleBroker {
     async fn lookup(&self, _: &TopicName, _: bool) -> Result<LookupAnswer, BrokerError> {
-        Ok(LookupAnswer::Connect {
-            broker_url: self.broker_url.clone(),
-            broker_url_tls: self.broker_url_tls.clone(),
-        })
+        Ok(LookupAnswer::Connect { urls: self.urls.clone() })
     }
 }

@@ -6,7 +6,7 @@ use crate::error::BrokerError;
 use crate::managed_ledger::LedgerBackend;
 use crate::metrics::BrokerMetrics;
 use crate::non_persistent::NonPersistentTopic;
-use crate::ownership::{Ownership, SingleBroker};
+use crate::ownership::{BrokerUrls, LookupAnswer, Ownership, SingleBroker};
 use crate::registration::Readiness;
 use crate::schema_registry::SchemaRegistry;
 use crate::topic::Topic;
@@ -73,22 +73,31 @@ impl BrokerService {
             metadata,
             Arc::new(Readiness::ready()),
             BrokerMetrics::new(None),
+            None,
         )
     }
 
     /// A service whose topic loads follow `readiness` (driven by a `registration::Registration`)
     /// and that counts into `metrics` (whose metadata-write counter, if any, is that of a
     /// counting store around `metadata`).
+    /// `ownership`: who serves what in a cluster (`None`: this broker serves every topic).
     pub fn build(
         config: BrokerConfig,
         storage: Arc<dyn LedgerStorage>,
         metadata: Arc<dyn MetadataStore>,
         readiness: Arc<Readiness>,
         metrics: Arc<BrokerMetrics>,
+        ownership: Option<Arc<dyn Ownership>>,
     ) -> Arc<Self> {
-        let ownership = Arc::new(SingleBroker {
-            broker_url: config.service_url(),
-            broker_url_tls: config.service_url_tls.clone(),
+        let ownership = ownership.unwrap_or_else(|| {
+            Arc::new(SingleBroker {
+                urls: BrokerUrls {
+                    broker_url: config.service_url(),
+                    broker_url_tls: config.service_url_tls.clone(),
+                    web_url: None,
+                    web_url_tls: None,
+                },
+            })
         });
         let authorizer = Arc::new(crate::authorization::Authorizer::new(
             config.authorization.clone(),
@@ -179,21 +188,21 @@ impl BrokerService {
     /// listener. Without listeners configured an unnamed lookup keeps the answer as it is.
     pub fn for_listener(
         &self,
-        answer: crate::ownership::LookupAnswer,
+        answer: LookupAnswer,
         name: Option<&str>,
-    ) -> Result<crate::ownership::LookupAnswer, BrokerError> {
-        use crate::ownership::LookupAnswer;
+    ) -> Result<LookupAnswer, BrokerError> {
         let Some(listener) = self.listeners.select(name).map_err(BrokerError::ServiceNotReady)?
         else {
             return Ok(answer);
         };
-        // One broker answers for itself; a redirect (another owner) keeps that owner's URLs.
+        // A broker answers its own listeners; another owner's answer keeps that owner's URLs.
         Ok(match answer {
-            LookupAnswer::Connect { broker_url, broker_url_tls } => LookupAnswer::Connect {
-                broker_url: listener.broker_url.clone().unwrap_or(broker_url),
-                broker_url_tls: listener.broker_url_tls.clone().or(broker_url_tls),
-            },
-            redirect => redirect,
+            LookupAnswer::Connect { mut urls } if urls.broker_url == self.config.service_url() => {
+                urls.broker_url = listener.broker_url.clone().unwrap_or(urls.broker_url);
+                urls.broker_url_tls = listener.broker_url_tls.clone().or(urls.broker_url_tls);
+                LookupAnswer::Connect { urls }
+            }
+            other => other,
         })
     }
 
@@ -269,8 +278,9 @@ impl BrokerService {
             return Ok(topic.clone());
         }
         // Loading a topic relies on this broker's registration (its metadata session): refuse
-        // new loads, with an error clients retry, while it is lost.
+        // new loads, with an error clients retry, while it is lost; and on owning its bundle.
         self.readiness.check()?;
+        self.ownership.check_serve(name).await?;
         if !self.topic_exists(name).await? {
             if !(create && self.allow_auto_topic_creation()) {
                 return Err(BrokerError::TopicNotFound(full));
@@ -364,6 +374,7 @@ impl BrokerService {
         if !(create && self.allow_auto_topic_creation()) {
             return Err(BrokerError::TopicNotFound(full));
         }
+        self.ownership.check_serve(name).await?;
         if self.partitions(name).await? > 0 {
             return Err(BrokerError::NotAllowed(format!(
                 "{full} is a partitioned topic: use its partitions"
@@ -499,6 +510,43 @@ impl BrokerService {
         }
         tracing::info!(topic = %full, "topic unloaded");
         Ok(true)
+    }
+
+    /// Unloads the bundles of `namespace` this broker serves (`bundle`: one of them;
+    /// `namespace` `None`: all, as a broker shutting down): they stop being served, their loaded
+    /// topics are closed (clients look them up again), then they are free for any broker.
+    /// Returns how many topics were unloaded.
+    pub async fn unload_bundles(
+        &self,
+        namespace: Option<&NamespaceName>,
+        bundle: Option<&str>,
+    ) -> Result<usize, BrokerError> {
+        let release = self.ownership.stop_serving(namespace, bundle);
+        let unloaded = self.unload_where(|topic| self.ownership.in_release(&release, topic)).await;
+        self.ownership.released(release).await?;
+        Ok(unloaded)
+    }
+
+    /// Unloads every loaded topic, persistent or not, that `picked` picks (a bundle lost to
+    /// another broker, or unloaded). Returns how many.
+    pub async fn unload_where(&self, picked: impl Fn(&TopicName) -> bool) -> usize {
+        let mut names: Vec<TopicName> =
+            self.loaded_topics().iter().map(|t| t.name.clone()).filter(|n| picked(n)).collect();
+        names.extend(
+            self.loaded_non_persistent_topics()
+                .iter()
+                .map(|t| t.name.clone())
+                .filter(|n| picked(n)),
+        );
+        let mut unloaded = 0;
+        for name in names {
+            match self.unload_topic(&name).await {
+                Ok(true) => unloaded += 1,
+                Ok(false) => {}
+                Err(error) => tracing::warn!(topic = %name, %error, "topic not unloaded"),
+            }
+        }
+        unloaded
     }
 
     /// `GET /metrics` (see `prometheus.rs`).

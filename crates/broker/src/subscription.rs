@@ -1201,6 +1201,13 @@ impl Subscription {
         }
     }
 
+    /// Waits until every acknowledgement made so far is durable (a consumer closing: what it
+    /// acknowledged survives a crash of the broker right after).
+    pub async fn acks_durable(&self) -> Result<(), BrokerError> {
+        let made = self.acks_made.load(std::sync::atomic::Ordering::SeqCst);
+        self.persisted(AckTicket(made)).await
+    }
+
     /// Queues unacknowledged entries of a consumer for redelivery: the given ones, or all.
     pub fn redeliver(&self, key: u64, ids: &[MessageIdData]) {
         let mut state = self.state.lock();

@@ -1,6 +1,8 @@
-//! Coordination of several brokers (issue 47), the deciding part, without I/O: the broker and
-//! an etcd shell ask it which bundle a topic is in, whether a change of a bundle's ownership
-//! record is allowed, and whether a broker may serve a bundle's topics.
+//! Coordination of several brokers (issue 47). The deciding modules have no I/O: which bundle a
+//! topic is in, whether a change of a bundle's ownership record is allowed, whether a broker may
+//! serve a bundle's topics, which broker a free bundle goes to, when a silent broker counts as
+//! dead. [`cluster`] is the thin shell over the metadata store the broker asks "may I serve this
+//! topic" and "who owns this".
 //!
 //! - [`bundles`]: namespace bundles as Pulsar computes them: the CRC32 (IEEE) of the full topic
 //!   name, partition included, in one of the namespace's hash ranges `[lower, upper)` (the last
@@ -10,6 +12,10 @@
 //! - [`ownership`]: a bundle's ownership record and PIP-192's service-unit states (Init, Free,
 //!   Owned, Assigning, Releasing, Splitting, Deleted) with the transitions Pulsar allows over a
 //!   metadata store. A broker serves a bundle's topics only while the record says Owned by it.
+//! - [`placement`]: the least-loaded eligible broker, ties broken by rendezvous hashing.
+//! - [`liveness`]: the failure detector fed by probes (refusals count faster than timeouts).
+//! - [`cluster`]: records in the store (`/namespace/{tenant}/{ns}/{range}`, ephemeral, written
+//!   by their owner by compare-and-set), lookups, takeover of a dead owner's bundles, release.
 //!
 //! Invariants (tested here, relied on by the shell):
 //! - Every hash is in exactly one bundle of a namespace; a split keeps that true.
@@ -19,8 +25,12 @@
 //! - At most one broker serves a bundle: the one an Owned record names.
 
 pub mod bundles;
+pub mod cluster;
 mod crc32;
+pub mod liveness;
 pub mod ownership;
+pub mod placement;
 
 pub use bundles::{topic_hash, BundleError, BundleRange, Bundles, SplitAlgorithm};
+pub use cluster::{BrokerUrls, ClusterOwnership, CoordinationConfig, CoordinationError, Lookup};
 pub use ownership::{OwnershipRecord, TransitionError, UnitState};

@@ -5,6 +5,7 @@ mod cluster;
 mod config;
 #[cfg(test)]
 mod config_reference;
+mod ownership;
 mod perf;
 mod server;
 mod standalone;

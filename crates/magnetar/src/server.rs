@@ -99,13 +99,41 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         let counting = magnetar_metadata::CountingStore::new(metadata.clone());
         let metrics = magnetar_broker::metrics::BrokerMetrics::counting(&counting);
         let metadata_store: Arc<dyn MetadataStore> = Arc::new(counting);
+        // A cluster's brokers share topics by namespace bundle (magnetar-coordination);
+        // standalone serves every topic.
+        let coordination = match settings.metadata {
+            MetadataBackend::Embedded => None,
+            _ => {
+                let me = magnetar_coordination::BrokerUrls {
+                    id: keys::broker_id(&host, web_port),
+                    service_url: service_url.clone(),
+                    service_url_tls: service_url_tls.clone(),
+                    web_url: web_url.clone(),
+                    web_url_tls: web_url_tls.clone(),
+                };
+                let config = magnetar_coordination::CoordinationConfig::default();
+                let started =
+                    magnetar_coordination::ClusterOwnership::start(metadata.clone(), me, config)
+                        .await
+                        .context("start bundle ownership")?;
+                Some(started)
+            }
+        };
+        let ownership = coordination.clone().map(|c| {
+            Arc::new(crate::ownership::CoordinatedOwnership(c))
+                as Arc<dyn magnetar_broker::ownership::Ownership>
+        });
         let service = BrokerService::build(
             broker_config,
             storage,
             metadata_store.clone(),
             readiness.clone(),
             metrics,
+            ownership,
         );
+        if let Some(coordination) = &coordination {
+            crate::ownership::close_lost_bundles(&service, coordination);
+        }
         // The dynamic configuration set through any broker's admin API (`brokers
         // update-dynamic-config`) applies over the configuration file from the start.
         if let Err(error) = service.reload_dynamic_configuration().await {
@@ -230,6 +258,14 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         );
         crate::shutdown_signal().await?;
         tracing::info!("shutting down");
+        if coordination.is_some() {
+            // Hand the bundles back before the session goes: other brokers take them at once
+            // instead of after the lease.
+            match service.unload_bundles(None, None).await {
+                Ok(unloaded) => tracing::info!(unloaded, "bundles released"),
+                Err(error) => tracing::warn!(%error, "bundles not all released"),
+            }
+        }
         registration.stop().await;
         let _ = stop.send(true);
         for task in tasks {

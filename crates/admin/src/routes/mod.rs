@@ -419,3 +419,11 @@ pub(crate) async fn topic_exists(
     }
     Ok(false)
 }
+
+/// A 307 to `location`: Pulsar's answer when another broker serves what was asked (its clients
+/// and `pulsar-admin` follow it, keeping the method and body).
+pub(crate) fn temporary_redirect(location: &str) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (axum::http::StatusCode::TEMPORARY_REDIRECT, [(axum::http::header::LOCATION, location)])
+        .into_response()
+}

@@ -441,14 +441,15 @@ pub(crate) async fn unload_namespace(
     let target = namespace_target(&uri)?;
     target.load(&state).await?;
     let ns = PathSegments::new(&uri).namespace(1)?;
-    let unloaded = state.hooks.unload_namespace(&ns).await?;
+    let unloaded = state.hooks.unload_namespace(&ns, None).await?;
     tracing::info!(namespace = %ns, unloaded, "unloaded namespace");
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// `PUT /admin/v2/namespaces/{t}/{ns}/{bundle}/unload`: `{bundle}` is `0xLOWER_0xUPPER`, one of
-/// the namespace's bundles (412 when malformed, 404 when not one of them). Unloads the whole
-/// namespace (Magnetar does not place topics by bundle). 204.
+/// the namespace's bundles (412 when malformed, 404 when not one of them). In a cluster the
+/// bundle's topics close and the bundle is free for any broker; standalone, the whole namespace
+/// unloads (one broker holds every bundle). 204.
 pub(crate) async fn unload_bundle(
     State(state): State<AdminState>,
     uri: Uri,
@@ -460,7 +461,7 @@ pub(crate) async fn unload_bundle(
     if !namespace_bundles(&doc, &ns)?.has(range) {
         return Err(AdminError::NotFound(format!("Bundle {range} not found")));
     }
-    let unloaded = state.hooks.unload_namespace(&ns).await?;
+    let unloaded = state.hooks.unload_namespace(&ns, Some(&range.name())).await?;
     tracing::info!(namespace = %ns, bundle = %range, unloaded, "unloaded bundle");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -470,7 +471,8 @@ pub(crate) async fn unload_bundle(
 /// default, or `topic_count_equally_divide` over the namespace's topics), in the namespace's
 /// policies by compare-and-set. 204; 412 for a malformed range, an unknown algorithm or a bundle
 /// that cannot be split; 404 for a bundle the namespace does not have. With `unload=true` the
-/// namespace's topics are unloaded too (Magnetar does not place topics by bundle yet).
+/// namespace's topics are unloaded too. In a cluster the owner of the split bundle keeps both
+/// halves (it sees the new bundles through its watch).
 pub(crate) async fn split_bundle(
     State(state): State<AdminState>,
     uri: Uri,
@@ -528,7 +530,7 @@ pub(crate) async fn split_bundle(
         .await?;
     tracing::info!(namespace = %ns, bundle = %name, algorithm = %algorithm_name, "bundle split");
     if super::query_param(&uri, "unload").is_some_and(|v| v == "true") {
-        state.hooks.unload_namespace(&ns).await?;
+        state.hooks.unload_namespace(&ns, None).await?;
     }
     Ok(StatusCode::NO_CONTENT)
 }

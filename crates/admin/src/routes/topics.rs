@@ -402,14 +402,31 @@ pub(crate) async fn delete_topic(
 
 /// `GET /lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}`: the broker that serves the
 /// topic, as Pulsar's `TopicLookup` answers clients configured with an HTTP service URL
-/// (`LookupData`). One broker here: this one. 412 invalid name; 404 namespace missing.
+/// (`LookupData`): this broker, the owner of the topic's bundle, or (a free bundle) a 307 to the
+/// broker chosen to take it, with `authoritative=true`. 412 invalid name; 404 namespace missing.
 pub(crate) async fn lookup(
     State(state): State<AdminState>,
     uri: Uri,
     headers: axum::http::HeaderMap,
-) -> Result<Json<serde_json::Value>, AdminError> {
+) -> Result<axum::response::Response, AdminError> {
+    use axum::response::IntoResponse;
     let topic = PathSegments::after(&uri, "/lookup/v2/topic/").topic()?;
     require_namespace(&state, topic.namespace()).await?;
+    let authoritative = query_param(&uri, "authoritative").is_some_and(|v| v == "true");
+    if let Some(owner) = state.hooks.topic_owner(&topic, authoritative).await? {
+        if owner.redirect {
+            let location = format!("{}{}?authoritative=true", owner.web_url, uri.path());
+            return Ok(super::temporary_redirect(&location));
+        }
+        return Ok(Json(serde_json::json!({
+            "brokerUrl": owner.broker_url,
+            "brokerUrlTls": owner.broker_url_tls.unwrap_or_default(),
+            "httpUrl": owner.web_url,
+            "httpUrlTls": owner.web_url_tls.unwrap_or_default(),
+            "nativeUrl": owner.broker_url,
+        }))
+        .into_response());
+    }
     // Pulsar's `TopicLookup`: the `listenerName` parameter, else the `X-Pulsar-ListenerName`
     // header; a listener the broker does not have is a server error (500), as in Pulsar.
     let named = query_param(&uri, "listenerName").filter(|n| !n.is_empty()).or_else(|| {
@@ -430,5 +447,6 @@ pub(crate) async fn lookup(
         "httpUrl": http_url,
         "httpUrlTls": http_url_tls,
         "nativeUrl": broker_url,
-    })))
+    }))
+    .into_response())
 }

@@ -266,7 +266,14 @@ impl Connection {
         if let Some(task) = self.pending_consumers.remove(&request.consumer_id) {
             task.abort();
         }
+        let subscription = self.consumers.get(&request.consumer_id).map(|c| c.subscription.clone());
         self.detach_consumer(request.consumer_id).await;
+        // The close is answered once the consumer's acknowledgements are durable.
+        if let Some(subscription) = subscription {
+            if let Err(error) = subscription.acks_durable().await {
+                tracing::warn!(%error, "acknowledgements of a closed consumer not persisted");
+            }
+        }
         self.outbox.send_command(&commands::success(request.request_id));
         Ok(())
     }

@@ -58,26 +58,22 @@ impl Connection {
             let answer =
                 answer.and_then(|answer| service.for_listener(answer, listener.as_deref()));
             let reply = match answer {
-                Ok(LookupAnswer::Connect { broker_url, broker_url_tls }) => {
-                    commands::lookup_response(
-                        request_id,
-                        LookupType::Connect,
-                        broker_url,
-                        broker_url_tls,
-                        true,
-                        false,
-                    )
-                }
-                Ok(LookupAnswer::Redirect { broker_url, broker_url_tls, authoritative }) => {
-                    commands::lookup_response(
-                        request_id,
-                        LookupType::Redirect,
-                        broker_url,
-                        broker_url_tls,
-                        authoritative,
-                        false,
-                    )
-                }
+                Ok(LookupAnswer::Connect { urls }) => commands::lookup_response(
+                    request_id,
+                    LookupType::Connect,
+                    urls.broker_url,
+                    urls.broker_url_tls,
+                    true,
+                    false,
+                ),
+                Ok(LookupAnswer::Redirect { urls, authoritative }) => commands::lookup_response(
+                    request_id,
+                    LookupType::Redirect,
+                    urls.broker_url,
+                    urls.broker_url_tls,
+                    authoritative,
+                    false,
+                ),
                 Err(error) => {
                     commands::lookup_failed(request_id, error.server_error(), error.to_string())
                 }

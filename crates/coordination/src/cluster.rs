@@ -1,0 +1,870 @@
+//! The shell of coordination over the metadata store (etcd in a cluster): bundle ownership
+//! records bound to this broker's session, lookups answered from them, and the probes that tell
+//! a dead owner from a live one. The decisions are the pure modules' ([`crate::ownership`],
+//! [`crate::liveness`], [`crate::placement`]); this file reads, writes and watches.
+//!
+//! - A bundle's record is the ephemeral key `/namespace/{tenant}/{namespace}/{range}` (the path
+//!   Pulsar's ownership cache uses), holding the record's state and the owner's URLs (Pulsar's
+//!   `NamespaceEphemeralData`). Absent is Init/Free. The owner's session going (a broker killed
+//!   and its lease run out, or its etcd contact lost) deletes it.
+//! - A broker acquires a bundle for itself only, by compare-and-set on the version it read, so
+//!   the key's lease is always its owner's: a lookup on another broker redirects there with
+//!   `authoritative` (Pulsar's leader-chosen candidate), and the candidate acquires.
+//! - A record naming a broker that is not registered, or that its probes say is dead, is taken
+//!   over at the next lookup without waiting for its lease: the new owner fences the ledgers of
+//!   every topic it loads, which is what keeps a slow (not dead) old owner from writing.
+//! - A broker serves a topic only while its bundle is in `owned`; a record written by another
+//!   broker, a deleted record, or a lost session removes it, and [`ClusterOwnership::lost`]
+//!   tells the broker to close the bundle's topics (their clients look them up again).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use magnetar_metadata::{
+    ExpectedVersion, MetadataError, SessionEvent, SessionStore, WatchEvent, WatchStream,
+};
+use magnetar_model::names::{NamespaceName, TopicName};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::liveness::{Liveness, LivenessConfig, Probe};
+use crate::ownership::{OwnershipRecord, TransitionError, UnitState};
+use crate::{BundleRange, Bundles};
+
+/// Parent of every bundle ownership record.
+pub const OWNERSHIP_ROOT: &str = "/namespace";
+/// Parent of every broker registration (`magnetar_model::keys::BROKERS_ROOT`).
+const BROKERS_ROOT: &str = "/brokers";
+/// Parent of every namespace's policies (`magnetar_model::keys::NAMESPACES_ROOT`).
+const NAMESPACES_ROOT: &str = "/admin/namespaces";
+
+/// `/namespace/{tenant}/{namespace}/{range}`.
+pub fn ownership_key(ns: &NamespaceName, range: BundleRange) -> String {
+    format!("{OWNERSHIP_ROOT}/{}/{}/{}", ns.tenant(), ns.namespace(), range.name())
+}
+
+/// The namespace and range an ownership key names.
+fn parse_ownership_key(key: &str) -> Option<(NamespaceName, BundleRange)> {
+    let rest = key.strip_prefix(OWNERSHIP_ROOT)?.strip_prefix('/')?;
+    let mut parts = rest.split('/');
+    let (tenant, namespace, range) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((NamespaceName::new(tenant, namespace).ok()?, BundleRange::parse(range).ok()?))
+}
+
+/// Where a broker is reached: its id (`host:web-port`, its registration's name) and URLs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerUrls {
+    pub id: String,
+    pub service_url: String,
+    pub service_url_tls: Option<String>,
+    pub web_url: String,
+    pub web_url_tls: Option<String>,
+}
+
+/// A lookup's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// `broker` owns the topic's bundle (it may be this broker).
+    Connect(BrokerUrls),
+    /// Ask `broker`, which is to take the bundle (`authoritative`: Pulsar's flag telling it
+    /// not to redirect again).
+    Redirect { broker: BrokerUrls, authoritative: bool },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinationError {
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    #[error("Namespace bundle {bundle} for topic {topic} not served by this instance")]
+    NotServed { topic: String, bundle: String },
+    #[error("namespace bundle {0} is being unloaded: retry")]
+    Releasing(String),
+    #[error("namespace {0} does not exist")]
+    NamespaceNotFound(String),
+    #[error("no broker is available to own namespace bundle {0} now: retry")]
+    NoBroker(String),
+    #[error("ownership of {key} kept changing: retry")]
+    Contended { key: String },
+    #[error("stored metadata at {key} is corrupt: {reason}")]
+    Corrupt { key: String, reason: String },
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+}
+
+/// Timings of the shell. Defaults in [`Default`].
+#[derive(Debug, Clone)]
+pub struct CoordinationConfig {
+    /// How often every other broker is probed. Default 500 ms.
+    pub probe_interval: Duration,
+    /// How long a probe waits for an answer. Default 1 s.
+    pub probe_timeout: Duration,
+    /// Missed probes that make a broker dead.
+    pub liveness: LivenessConfig,
+}
+
+impl Default for CoordinationConfig {
+    fn default() -> Self {
+        CoordinationConfig {
+            probe_interval: Duration::from_millis(500),
+            probe_timeout: Duration::from_secs(1),
+            liveness: LivenessConfig::default(),
+        }
+    }
+}
+
+/// The stored form of a record: the state, the brokers it names, and the owner's URLs (what a
+/// lookup answers without another read).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredRecord {
+    state: String,
+    dst: Option<String>,
+    src: Option<String>,
+    native_url: Option<String>,
+    native_url_tls: Option<String>,
+    http_url: Option<String>,
+    http_url_tls: Option<String>,
+    disabled: bool,
+}
+
+fn state_name(state: UnitState) -> &'static str {
+    match state {
+        UnitState::Init => "Init",
+        UnitState::Free => "Free",
+        UnitState::Owned => "Owned",
+        UnitState::Assigning => "Assigning",
+        UnitState::Releasing => "Releasing",
+        UnitState::Splitting => "Splitting",
+        UnitState::Deleted => "Deleted",
+    }
+}
+
+fn parse_state(name: &str) -> Option<UnitState> {
+    UnitState::ALL.into_iter().find(|s| state_name(*s) == name)
+}
+
+/// A bundle this broker lost, for the broker to close its topics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostBundle {
+    pub namespace: NamespaceName,
+    pub range: BundleRange,
+}
+
+#[derive(Default)]
+struct State {
+    /// Bundles this broker serves: ownership key -> the version it wrote.
+    owned: HashMap<String, u64>,
+    /// Bundles this broker is releasing (not served, not re-acquired by a lookup here).
+    releasing: HashSet<String>,
+    /// Namespace bundles, read on first use, forgotten when the namespace's policies change.
+    bundles: HashMap<NamespaceName, Bundles>,
+    /// Registered brokers (this one included).
+    brokers: BTreeMap<String, BrokerUrls>,
+    /// Every ownership record seen: key -> the broker it names.
+    owners: HashMap<String, String>,
+    liveness: Liveness,
+}
+
+/// Bundle ownership for one broker of a cluster.
+pub struct ClusterOwnership {
+    store: Arc<dyn SessionStore>,
+    me: BrokerUrls,
+    state: Mutex<State>,
+    lost: broadcast::Sender<LostBundle>,
+}
+
+/// A lookup reads, decides and writes at most this many times before it gives up (each retry
+/// follows a compare-and-set lost to another broker).
+const MAX_ATTEMPTS: usize = 5;
+
+impl ClusterOwnership {
+    /// Reads the registered brokers and the ownership records, then follows their changes, this
+    /// broker's session and the namespaces' bundles, and probes the other brokers, until the
+    /// store closes or the returned handle is dropped.
+    pub async fn start(
+        store: Arc<dyn SessionStore>,
+        me: BrokerUrls,
+        config: CoordinationConfig,
+    ) -> Result<Arc<ClusterOwnership>, CoordinationError> {
+        let (lost, _) = broadcast::channel(1024);
+        let state = State { liveness: Liveness::new(config.liveness), ..State::default() };
+        let this = Arc::new(ClusterOwnership { store, me, state: Mutex::new(state), lost });
+        // Watches first, then the reads: nothing changed in between is missed.
+        let brokers = this.store.watch(&format!("{BROKERS_ROOT}/")).await?;
+        let records = this.store.watch(&format!("{OWNERSHIP_ROOT}/")).await?;
+        let namespaces = this.store.watch(&format!("{NAMESPACES_ROOT}/")).await?;
+        this.reload_brokers().await?;
+        this.reload_records().await?;
+        let mut sessions = this.store.session_events();
+        let weak = Arc::downgrade(&this);
+        tokio::spawn(follow(weak.clone(), brokers, Watched::Brokers));
+        tokio::spawn(follow(weak.clone(), records, Watched::Records));
+        tokio::spawn(follow(weak.clone(), namespaces, Watched::Namespaces));
+        let session_weak = weak.clone();
+        tokio::spawn(async move {
+            while let Some(event) = sessions.recv().await {
+                let Some(this) = session_weak.upgrade() else { return };
+                if matches!(event, SessionEvent::SessionLost { .. } | SessionEvent::Lagged) {
+                    // The records went with the session: nothing here is served any more.
+                    this.lose_all("metadata session lost");
+                }
+            }
+        });
+        tokio::spawn(probe_brokers(weak, config));
+        Ok(this)
+    }
+
+    /// Whether the probes say `broker` is dead.
+    pub fn is_dead(&self, broker: &str) -> bool {
+        self.state.lock().liveness.is_dead(broker)
+    }
+
+    /// This broker.
+    pub fn me(&self) -> &BrokerUrls {
+        &self.me
+    }
+
+    /// Bundles this broker lost (to another broker, or with its session): close their topics.
+    pub fn lost(&self) -> broadcast::Receiver<LostBundle> {
+        self.lost.subscribe()
+    }
+
+    /// The bundles this broker owns, as `{tenant}/{namespace}/{range}`, sorted.
+    pub fn owned_bundles(&self) -> Vec<String> {
+        let state = self.state.lock();
+        let mut out: Vec<String> = state
+            .owned
+            .keys()
+            .filter_map(|k| k.strip_prefix(OWNERSHIP_ROOT).map(|k| k[1..].to_string()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Who owns what: broker id -> the number of bundles its records name.
+    pub fn load(&self) -> BTreeMap<String, usize> {
+        let state = self.state.lock();
+        let mut counts: BTreeMap<String, usize> =
+            state.brokers.keys().map(|id| (id.clone(), 0)).collect();
+        for owner in state.owners.values() {
+            *counts.entry(owner.clone()).or_default() += 1;
+        }
+        counts
+    }
+
+    /// The bundle `topic` hashes into.
+    pub async fn bundle_of(&self, topic: &TopicName) -> Result<BundleRange, CoordinationError> {
+        let ns = topic.namespace();
+        if let Some(bundles) = self.state.lock().bundles.get(ns) {
+            return Ok(bundles.find_topic(&topic.to_string()));
+        }
+        let bundles = self.read_bundles(ns).await?;
+        let range = bundles.find_topic(&topic.to_string());
+        self.state.lock().bundles.insert(ns.clone(), bundles);
+        Ok(range)
+    }
+
+    /// The bundle `topic` is in, if the namespace's bundles are known here (no I/O).
+    pub fn cached_bundle_of(&self, topic: &TopicName) -> Option<BundleRange> {
+        let state = self.state.lock();
+        state.bundles.get(topic.namespace()).map(|b| b.find_topic(&topic.to_string()))
+    }
+
+    async fn read_bundles(&self, ns: &NamespaceName) -> Result<Bundles, CoordinationError> {
+        let key = format!("{NAMESPACES_ROOT}/{}/{}", ns.tenant(), ns.namespace());
+        let Some(found) = self.store.get(&key).await? else {
+            return Err(CoordinationError::NamespaceNotFound(ns.to_string()));
+        };
+        let corrupt = |reason: String| CoordinationError::Corrupt { key: key.clone(), reason };
+        let doc: serde_json::Value =
+            serde_json::from_slice(&found.value).map_err(|e| corrupt(e.to_string()))?;
+        let boundaries: Vec<String> = doc["bundles"]["boundaries"]
+            .as_array()
+            .map(|b| b.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        if boundaries.is_empty() {
+            // A namespace written before bundles were kept: one bundle, as the admin API shows.
+            return Bundles::even(1).map_err(|e| corrupt(e.to_string()));
+        }
+        Bundles::from_boundaries(&boundaries).map_err(|e| corrupt(e.to_string()))
+    }
+
+    /// Whether this broker may serve `topic` now: only while it owns the topic's bundle.
+    pub async fn check_serve(&self, topic: &TopicName) -> Result<(), CoordinationError> {
+        let range = self.bundle_of(topic).await?;
+        let key = ownership_key(topic.namespace(), range);
+        if self.state.lock().owned.contains_key(&key) {
+            return Ok(());
+        }
+        Err(CoordinationError::NotServed { topic: topic.to_string(), bundle: range.name() })
+    }
+
+    /// Answers a lookup of `topic` (`authoritative`: the client was redirected here to take it).
+    pub async fn lookup(
+        &self,
+        topic: &TopicName,
+        authoritative: bool,
+    ) -> Result<Lookup, CoordinationError> {
+        let ns = topic.namespace();
+        for _ in 0..MAX_ATTEMPTS {
+            let range = self.bundle_of(topic).await?;
+            let key = ownership_key(ns, range);
+            {
+                let state = self.state.lock();
+                if state.owned.contains_key(&key) {
+                    return Ok(Lookup::Connect(self.me.clone()));
+                }
+                if state.releasing.contains(&key) {
+                    return Err(CoordinationError::Releasing(range.name()));
+                }
+            }
+            let (record, stored) = self.read_record(&key).await?;
+            let decision = self.decide(&key, &record, stored.as_ref(), authoritative);
+            match decision {
+                Decision::Connect(owner) => return Ok(Lookup::Connect(owner)),
+                Decision::Redirect(to) => {
+                    return Ok(Lookup::Redirect { broker: to, authoritative: true })
+                }
+                Decision::HandOver => return Err(CoordinationError::Releasing(range.name())),
+                Decision::Wait => return Err(CoordinationError::NoBroker(range.name())),
+                Decision::StaleBundles => {
+                    self.state.lock().bundles.remove(ns);
+                }
+                Decision::Acquire(next) => {
+                    if self.write_record(&key, record.version, &next).await? {
+                        tracing::info!(bundle = %key, "bundle owned");
+                        return Ok(Lookup::Connect(self.me.clone()));
+                    }
+                }
+            }
+        }
+        Err(CoordinationError::Contended { key: ownership_key(ns, self.bundle_of(topic).await?) })
+    }
+
+    fn decide(
+        &self,
+        key: &str,
+        record: &OwnershipRecord,
+        stored: Option<&StoredRecord>,
+        authoritative: bool,
+    ) -> Decision {
+        let state = self.state.lock();
+        let alive = |id: &str| state.brokers.contains_key(id) && !state.liveness.is_dead(id);
+        let candidate = || {
+            if authoritative {
+                return Some(self.me.id.clone());
+            }
+            let load = owner_counts(&state);
+            let eligible = state.brokers.keys().filter(|id| alive(id));
+            crate::placement::least_loaded(key, eligible, &load)
+        };
+        let me = self.me.id.as_str();
+        let take = |next: Result<OwnershipRecord, TransitionError>| match (candidate(), next) {
+            (Some(c), Ok(next)) if c == me => Decision::Acquire(next),
+            (Some(c), _) => match state.brokers.get(&c) {
+                Some(urls) => Decision::Redirect(urls.clone()),
+                None => Decision::Wait,
+            },
+            (None, _) => Decision::Wait,
+        };
+        match (record.state, record.dst.as_deref(), record.src.as_deref()) {
+            (UnitState::Owned | UnitState::Assigning, Some(owner), _) if owner != me => {
+                if alive(owner) {
+                    let urls = state
+                        .brokers
+                        .get(owner)
+                        .cloned()
+                        .or_else(|| stored.and_then(|s| urls_of(owner, s)));
+                    return urls.map_or(Decision::Wait, Decision::Connect);
+                }
+                take(record.take_over(owner, me).and_then(|r| r.own(me)))
+            }
+            // This broker's own record from before a restart (an older session's lease): take
+            // it back under this session.
+            (UnitState::Owned | UnitState::Assigning, Some(_), _) => {
+                take(record.take_over(me, me).and_then(|r| r.own(me)))
+            }
+            (UnitState::Releasing, _, Some(src)) if alive(src) && src != me => Decision::HandOver,
+            (UnitState::Releasing | UnitState::Splitting, _, _) => {
+                let dead = record.src.as_deref().or(record.dst.as_deref()).unwrap_or(me);
+                take(record.take_over(dead, me).and_then(|r| r.own(me)))
+            }
+            (UnitState::Deleted, _, _) => Decision::StaleBundles,
+            _ => take(record.assign(me).and_then(|r| r.own(me))),
+        }
+    }
+
+    async fn read_record(
+        &self,
+        key: &str,
+    ) -> Result<(OwnershipRecord, Option<StoredRecord>), CoordinationError> {
+        let Some(found) = self.store.get(key).await? else {
+            return Ok((OwnershipRecord::init(), None));
+        };
+        let corrupt = |reason: String| CoordinationError::Corrupt { key: key.into(), reason };
+        let stored: StoredRecord =
+            serde_json::from_slice(&found.value).map_err(|e| corrupt(e.to_string()))?;
+        let state = parse_state(&stored.state).ok_or_else(|| corrupt(stored.state.clone()))?;
+        let record = OwnershipRecord {
+            state,
+            dst: stored.dst.clone(),
+            src: stored.src.clone(),
+            version: found.version,
+        };
+        Ok((record, Some(stored)))
+    }
+
+    /// Stores `next` (a record naming this broker) by compare-and-set on `read_version`, bound
+    /// to this broker's session; `false` when another write came first.
+    async fn write_record(
+        &self,
+        key: &str,
+        read_version: u64,
+        next: &OwnershipRecord,
+    ) -> Result<bool, CoordinationError> {
+        assert!(next.serves(&self.me.id), "a broker writes only records it owns by");
+        let stored = StoredRecord {
+            state: state_name(next.state).to_string(),
+            dst: next.dst.clone(),
+            src: next.src.clone(),
+            native_url: Some(self.me.service_url.clone()),
+            native_url_tls: self.me.service_url_tls.clone(),
+            http_url: Some(self.me.web_url.clone()),
+            http_url_tls: self.me.web_url_tls.clone(),
+            disabled: false,
+        };
+        let value = Bytes::from(serde_json::to_vec(&stored).expect("a record serializes"));
+        let expected = match read_version {
+            0 => ExpectedVersion::Absent,
+            v => ExpectedVersion::Exactly(v),
+        };
+        match self.store.put_ephemeral(key, value, expected).await {
+            Ok(version) => {
+                let mut state = self.state.lock();
+                state.owned.insert(key.to_string(), version);
+                state.owners.insert(key.to_string(), self.me.id.clone());
+                Ok(true)
+            }
+            Err(MetadataError::BadVersion { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Stops serving the bundles of `ns` this broker owns (`range`: one of them), and returns
+    /// them: close their topics, then [`ClusterOwnership::released`] frees them.
+    pub fn stop_serving(&self, ns: &NamespaceName, range: Option<BundleRange>) -> Vec<String> {
+        let mut state = self.state.lock();
+        let keys: Vec<String> = state
+            .owned
+            .keys()
+            .filter(|key| {
+                parse_ownership_key(key)
+                    .is_some_and(|(n, r)| &n == ns && range.is_none_or(|want| want == r))
+            })
+            .cloned()
+            .collect();
+        for key in &keys {
+            state.owned.remove(key);
+            state.releasing.insert(key.clone());
+        }
+        keys
+    }
+
+    /// Stops serving every bundle (a broker shutting down).
+    pub fn stop_serving_all(&self) -> Vec<String> {
+        let mut state = self.state.lock();
+        let keys: Vec<String> = state.owned.drain().map(|(k, _)| k).collect();
+        state.releasing.extend(keys.iter().cloned());
+        keys
+    }
+
+    /// Whether this broker owns (serves) the bundle `range` of `ns`.
+    pub fn owns(&self, ns: &NamespaceName, range: BundleRange) -> bool {
+        self.state.lock().owned.contains_key(&ownership_key(ns, range))
+    }
+
+    /// Whether `topic`'s bundle is among `keys` (as returned by `stop_serving`).
+    pub fn in_bundles(&self, topic: &TopicName, keys: &[String]) -> bool {
+        self.cached_bundle_of(topic)
+            .is_some_and(|range| keys.contains(&ownership_key(topic.namespace(), range)))
+    }
+
+    /// Frees the bundles `stop_serving` returned, once their topics are closed: their records
+    /// are deleted (Free), so the next lookup assigns them afresh.
+    pub async fn released(&self, keys: &[String]) -> Result<(), CoordinationError> {
+        let mut first_error = None;
+        for key in keys {
+            let (record, _) = self.read_record(key).await?;
+            if record.dst.as_deref() == Some(&self.me.id) {
+                match self.store.delete(key, ExpectedVersion::Exactly(record.version)).await {
+                    Ok(()) | Err(MetadataError::NotFound { .. }) => {}
+                    Err(MetadataError::BadVersion { .. }) => {} // someone else's now
+                    Err(e) => {
+                        first_error.get_or_insert(CoordinationError::from(e));
+                    }
+                }
+            }
+            self.state.lock().releasing.remove(key);
+            tracing::info!(bundle = %key, "bundle released");
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Unloads the bundles of `ns` (`range`: one of them) that other brokers own, by deleting
+    /// their records: each owner sees the deletion, stops serving and closes the topics (their
+    /// clients look them up again). Pulsar forwards such an unload to the owner; a record in
+    /// the store reaches it just as well, and needs no route to it. Returns how many.
+    pub async fn unload_elsewhere(
+        &self,
+        ns: &NamespaceName,
+        range: Option<BundleRange>,
+    ) -> Result<usize, CoordinationError> {
+        let prefix = format!("{OWNERSHIP_ROOT}/{}/{}/", ns.tenant(), ns.namespace());
+        let mut unloaded = 0;
+        for key in self.store.list(&prefix).await? {
+            let Some((_, r)) = parse_ownership_key(&key) else { continue };
+            if range.is_some_and(|want| want != r) || self.state.lock().owned.contains_key(&key) {
+                continue;
+            }
+            let (record, _) = self.read_record(&key).await?;
+            if record.dst.as_deref() == Some(self.me.id.as_str()) || record.version == 0 {
+                continue;
+            }
+            match self.store.delete(&key, ExpectedVersion::Exactly(record.version)).await {
+                Ok(()) => unloaded += 1,
+                Err(MetadataError::NotFound { .. } | MetadataError::BadVersion { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+            tracing::info!(bundle = %key, owner = ?record.dst, "bundle unloaded on its owner");
+        }
+        Ok(unloaded)
+    }
+
+    fn lose(&self, key: &str, why: &str) {
+        let removed = self.state.lock().owned.remove(key).is_some();
+        if removed {
+            tracing::warn!(bundle = %key, why, "bundle lost");
+            if let Some((namespace, range)) = parse_ownership_key(key) {
+                let _ = self.lost.send(LostBundle { namespace, range });
+            }
+        }
+    }
+
+    fn lose_all(&self, why: &str) {
+        let keys: Vec<String> = self.state.lock().owned.keys().cloned().collect();
+        for key in keys {
+            self.lose(&key, why);
+        }
+    }
+
+    async fn reload_brokers(&self) -> Result<(), CoordinationError> {
+        let mut brokers = BTreeMap::new();
+        for key in self.store.list(&format!("{BROKERS_ROOT}/")).await? {
+            if let Some(urls) = self.read_broker(&key).await? {
+                brokers.insert(urls.id.clone(), urls);
+            }
+        }
+        self.state.lock().brokers = brokers;
+        Ok(())
+    }
+
+    async fn read_broker(&self, key: &str) -> Result<Option<BrokerUrls>, CoordinationError> {
+        let Some(id) = key.strip_prefix(BROKERS_ROOT).and_then(|k| k.strip_prefix('/')) else {
+            return Ok(None);
+        };
+        let Some(found) = self.store.get(key).await? else { return Ok(None) };
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Registration {
+            pulsar_service_url: String,
+            web_service_url: String,
+            #[serde(default)]
+            pulsar_service_url_tls: Option<String>,
+            #[serde(default)]
+            web_service_url_tls: Option<String>,
+        }
+        match serde_json::from_slice::<Registration>(&found.value) {
+            Ok(r) => Ok(Some(BrokerUrls {
+                id: id.to_string(),
+                service_url: r.pulsar_service_url,
+                service_url_tls: r.pulsar_service_url_tls,
+                web_url: r.web_service_url,
+                web_url_tls: r.web_service_url_tls,
+            })),
+            Err(error) => {
+                tracing::warn!(key, %error, "broker registration not understood: left out");
+                Ok(None)
+            }
+        }
+    }
+
+    async fn reload_records(&self) -> Result<(), CoordinationError> {
+        let mut owners = HashMap::new();
+        for key in self.store.list(&format!("{OWNERSHIP_ROOT}/")).await? {
+            if let Ok((record, _)) = self.read_record(&key).await {
+                if let Some(owner) = record.dst.filter(|_| record.state.active()) {
+                    owners.insert(key, owner);
+                }
+            }
+        }
+        let gone: Vec<String> = {
+            let mut state = self.state.lock();
+            state.owners = owners;
+            let me = &self.me.id;
+            let owned: Vec<String> = state.owned.keys().cloned().collect();
+            owned.into_iter().filter(|k| state.owners.get(k) != Some(me)).collect()
+        };
+        for key in gone {
+            self.lose(&key, "its record names another broker");
+        }
+        Ok(())
+    }
+
+    async fn on_record_changed(&self, key: &str, deleted: bool) -> Result<(), CoordinationError> {
+        if deleted {
+            self.state.lock().owners.remove(key);
+            let releasing = self.state.lock().releasing.contains(key);
+            if !releasing {
+                self.lose(key, "its record was deleted");
+            }
+            return Ok(());
+        }
+        let (record, _) = self.read_record(key).await?;
+        let names_me = record.serves(&self.me.id);
+        {
+            let mut state = self.state.lock();
+            match record.dst.clone().filter(|_| record.state.active()) {
+                Some(owner) => state.owners.insert(key.to_string(), owner),
+                None => state.owners.remove(key),
+            };
+        }
+        if !names_me {
+            self.lose(key, "another broker took it");
+        }
+        Ok(())
+    }
+
+    async fn on_namespace_changed(&self, key: &str) -> Result<(), CoordinationError> {
+        let Some(rest) = key.strip_prefix(NAMESPACES_ROOT).and_then(|k| k.strip_prefix('/')) else {
+            return Ok(());
+        };
+        let Some((tenant, namespace)) = rest.split_once('/') else { return Ok(()) };
+        let Ok(ns) = NamespaceName::new(tenant, namespace) else { return Ok(()) };
+        self.state.lock().bundles.remove(&ns);
+        let mine: Vec<(String, BundleRange)> = {
+            let state = self.state.lock();
+            state
+                .owned
+                .keys()
+                .filter_map(|k| parse_ownership_key(k).filter(|(n, _)| n == &ns))
+                .map(|(_, r)| (ownership_key(&ns, r), r))
+                .collect()
+        };
+        if mine.is_empty() {
+            return Ok(());
+        }
+        let bundles = match self.read_bundles(&ns).await {
+            Ok(bundles) => bundles,
+            Err(CoordinationError::NamespaceNotFound(_)) => {
+                for (key, _) in &mine {
+                    self.lose(key, "its namespace was deleted");
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        // A bundle this broker owned was split: it owns the halves (Pulsar keeps a split
+        // bundle's children on its broker), then the parent's record goes.
+        for (parent_key, parent) in mine.into_iter().filter(|(_, r)| !bundles.has(*r)) {
+            for child in
+                bundles.ranges().filter(|c| c.lower >= parent.lower && c.upper <= parent.upper)
+            {
+                let child_key = ownership_key(&ns, child);
+                let next = OwnershipRecord::init().assign(&self.me.id)?.own(&self.me.id)?;
+                if !self.write_record(&child_key, 0, &next).await? {
+                    tracing::warn!(bundle = %child_key, "split child already has an owner");
+                }
+            }
+            self.state.lock().releasing.insert(parent_key.clone());
+            self.state.lock().owned.remove(&parent_key);
+            self.released(std::slice::from_ref(&parent_key)).await?;
+            tracing::info!(bundle = %parent_key, "bundle split: its children owned here");
+        }
+        self.state.lock().bundles.insert(ns, bundles);
+        Ok(())
+    }
+
+    async fn on_broker_changed(&self, key: &str, deleted: bool) -> Result<(), CoordinationError> {
+        let Some(id) = key.strip_prefix(BROKERS_ROOT).and_then(|k| k.strip_prefix('/')) else {
+            return Ok(());
+        };
+        if deleted {
+            let mut state = self.state.lock();
+            state.brokers.remove(id);
+            state.liveness.forget(id);
+            return Ok(());
+        }
+        if let Some(urls) = self.read_broker(key).await? {
+            let mut state = self.state.lock();
+            state.liveness.forget(id);
+            state.brokers.insert(id.to_string(), urls);
+        }
+        Ok(())
+    }
+}
+
+enum Decision {
+    Connect(BrokerUrls),
+    Redirect(BrokerUrls),
+    Acquire(OwnershipRecord),
+    /// A hand-over is under way: the client retries.
+    HandOver,
+    /// No broker can take the bundle now (none registered and alive): the client retries.
+    Wait,
+    /// The record is a split parent's: the namespace's bundles changed.
+    StaleBundles,
+}
+
+fn owner_counts(state: &State) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for owner in state.owners.values() {
+        *counts.entry(owner.clone()).or_default() += 1;
+    }
+    counts
+}
+
+fn urls_of(id: &str, stored: &StoredRecord) -> Option<BrokerUrls> {
+    Some(BrokerUrls {
+        id: id.to_string(),
+        service_url: stored.native_url.clone()?,
+        service_url_tls: stored.native_url_tls.clone(),
+        web_url: stored.http_url.clone()?,
+        web_url_tls: stored.http_url_tls.clone(),
+    })
+}
+
+#[derive(Clone, Copy)]
+enum Watched {
+    Brokers,
+    Records,
+    Namespaces,
+}
+
+/// Applies a watch's changes until the store closes or the ownership is dropped; a lagged
+/// watch re-reads everything it covers.
+async fn follow(this: Weak<ClusterOwnership>, mut stream: WatchStream, what: Watched) {
+    while let Some(event) = stream.recv().await {
+        let Some(this) = this.upgrade() else { return };
+        let applied = match (&event, what) {
+            (WatchEvent::Lagged, Watched::Brokers) => this.reload_brokers().await,
+            (WatchEvent::Lagged, Watched::Records) => this.reload_records().await,
+            (WatchEvent::Lagged, Watched::Namespaces) => {
+                this.state.lock().bundles.clear();
+                Ok(())
+            }
+            (WatchEvent::Changed(change), what) => {
+                let deleted = change.kind == magnetar_metadata::EventKind::Delete;
+                match what {
+                    Watched::Brokers => this.on_broker_changed(&change.key, deleted).await,
+                    Watched::Records => this.on_record_changed(&change.key, deleted).await,
+                    Watched::Namespaces => this.on_namespace_changed(&change.key).await,
+                }
+            }
+        };
+        if let Err(error) = applied {
+            tracing::warn!(%error, "coordination: a metadata change not applied");
+        }
+    }
+}
+
+/// Probes every other registered broker each `probe_interval`, feeding [`Liveness`].
+async fn probe_brokers(this: Weak<ClusterOwnership>, config: CoordinationConfig) {
+    let mut tick = tokio::time::interval(config.probe_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(strong) = this.upgrade() else { return };
+        let targets: Vec<BrokerUrls> = {
+            let state = strong.state.lock();
+            state.brokers.values().filter(|b| b.id != strong.me.id).cloned().collect()
+        };
+        drop(strong);
+        let probes = targets.into_iter().map(|broker| async move {
+            let probe = probe(&broker.web_url, config.probe_timeout).await;
+            (broker.id, probe)
+        });
+        let results = futures_join_all(probes).await;
+        let Some(strong) = this.upgrade() else { return };
+        let mut state = strong.state.lock();
+        for (id, probe) in results {
+            let was_dead = state.liveness.is_dead(&id);
+            let dead = state.liveness.observe(&id, probe);
+            if dead != was_dead {
+                if dead {
+                    tracing::warn!(broker = %id, ?probe, "broker unreachable: its bundles may be taken over");
+                } else {
+                    tracing::info!(broker = %id, "broker reachable again");
+                }
+            }
+        }
+    }
+}
+
+async fn futures_join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for handle in handles {
+        if let Ok(result) = handle.await {
+            out.push(result);
+        }
+    }
+    out
+}
+
+/// One probe of a broker's web port: a connection and an HTTP request; any reaction (an answer
+/// of any status, or the connection closed, as a TLS port does to plain text) is life. Only a
+/// refused or reset connection, or silence past `timeout` (a frozen process, whose kernel still
+/// accepts the connection), count against it.
+async fn probe(web_url: &str, timeout: Duration) -> Probe {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = web_url
+        .split_once("://")
+        .map_or(web_url, |(_, rest)| rest)
+        .trim_end_matches('/')
+        .to_string();
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect(&address).await?;
+        let request = format!(
+            "GET /admin/v2/brokers/health HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await?;
+        let mut byte = [0u8; 1];
+        // One byte or none (closed): either way the process reacted.
+        let _answered = stream.read(&mut byte).await?;
+        std::io::Result::Ok(())
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(())) => Probe::Answered,
+        Ok(Err(error)) => match error.kind() {
+            std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::ConnectionAborted => Probe::Refused,
+            _ => Probe::TimedOut,
+        },
+        Err(_) => Probe::TimedOut,
+    }
+}
+
+#[cfg(test)]
+#[path = "cluster_tests.rs"]
+mod tests;

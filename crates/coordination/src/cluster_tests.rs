@@ -1,0 +1,253 @@
+//! The shell over an in-memory store whose clients are separate brokers: assignment by
+//! lookup, redirects, takeover after a lost session or a dead owner, release, split.
+
+use super::*;
+use magnetar_metadata::{MemoryStore, MetadataStore};
+
+const NS_DOC: &str = r#"{"bundles":{"boundaries":["0x00000000","0x40000000","0x80000000","0xc0000000","0xffffffff"],"numBundles":4}}"#;
+
+fn urls(id: &str, web_port: u16) -> BrokerUrls {
+    BrokerUrls {
+        id: id.to_string(),
+        service_url: format!("pulsar://{id}"),
+        service_url_tls: None,
+        web_url: format!("http://127.0.0.1:{web_port}"),
+        web_url_tls: None,
+    }
+}
+
+/// A closed loopback port: probes of it are refused.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+fn quiet() -> CoordinationConfig {
+    CoordinationConfig { probe_interval: Duration::from_secs(3600), ..Default::default() }
+}
+
+async fn register(store: &MemoryStore, broker: &BrokerUrls) {
+    let registration = serde_json::json!({
+        "pulsarServiceUrl": broker.service_url,
+        "webServiceUrl": broker.web_url,
+        "startTimestamp": 0,
+        "brokerVersion": "test",
+    });
+    store
+        .put_ephemeral(
+            &format!("/brokers/{}", broker.id),
+            Bytes::from(registration.to_string()),
+            ExpectedVersion::Any,
+        )
+        .await
+        .unwrap();
+}
+
+struct Broker {
+    store: Arc<MemoryStore>,
+    ownership: Arc<ClusterOwnership>,
+}
+
+async fn broker(shared: &MemoryStore, id: &str, config: CoordinationConfig) -> Broker {
+    let store = Arc::new(shared.peer());
+    let me = urls(id, closed_port());
+    register(&store, &me).await;
+    let ownership = ClusterOwnership::start(store.clone(), me, config).await.unwrap();
+    Broker { store, ownership }
+}
+
+/// Waits (bounded) until `done` holds: the shell applies watch events on tasks of its own.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "not within 10 s: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn store_with_namespace() -> MemoryStore {
+    let store = MemoryStore::new();
+    store
+        .put("/admin/namespaces/public/default", NS_DOC.into(), ExpectedVersion::Any)
+        .await
+        .unwrap();
+    store
+}
+
+fn topic(name: &str) -> TopicName {
+    TopicName::parse(&format!("persistent://public/default/{name}")).unwrap()
+}
+
+fn connect_id(answer: &Lookup) -> &str {
+    match answer {
+        Lookup::Connect(urls) => &urls.id,
+        other => panic!("expected Connect, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_lookup_assigns_the_bundle_once_and_every_broker_answers_the_owner() {
+    let shared = store_with_namespace().await;
+    let b1 = broker(&shared, "b1:1", quiet()).await;
+    let b2 = broker(&shared, "b2:1", quiet()).await;
+    eventually("both brokers see both", || {
+        b1.ownership.load().len() == 2 && b2.ownership.load().len() == 2
+    })
+    .await;
+    let t = topic("t1");
+    let first = b1.ownership.lookup(&t, false).await.unwrap();
+    let owner = match &first {
+        Lookup::Connect(urls) => urls.id.clone(),
+        Lookup::Redirect { broker, authoritative } => {
+            assert!(*authoritative, "a redirect to the chosen broker is authoritative");
+            assert_eq!(broker.id, "b2:1");
+            let at_candidate = b2.ownership.lookup(&t, true).await.unwrap();
+            connect_id(&at_candidate).to_string()
+        }
+    };
+    let (owning, other) = if owner == "b1:1" { (&b1, &b2) } else { (&b2, &b1) };
+    owning.ownership.check_serve(&t).await.unwrap();
+    assert!(matches!(
+        other.ownership.check_serve(&t).await,
+        Err(CoordinationError::NotServed { .. })
+    ));
+    assert_eq!(connect_id(&other.ownership.lookup(&t, false).await.unwrap()), owner);
+    // Even an authoritative lookup at the other broker answers the live owner.
+    assert_eq!(connect_id(&other.ownership.lookup(&t, true).await.unwrap()), owner);
+    assert_eq!(owning.ownership.owned_bundles().len(), 1);
+    let record = shared
+        .get(&ownership_key(t.namespace(), owning.ownership.bundle_of(&t).await.unwrap()))
+        .await
+        .unwrap()
+        .unwrap();
+    let stored: serde_json::Value = serde_json::from_slice(&record.value).unwrap();
+    assert_eq!(stored["state"], "Owned");
+    assert_eq!(stored["dst"], owner.as_str());
+    assert_eq!(stored["nativeUrl"], format!("pulsar://{owner}"));
+}
+
+#[tokio::test]
+async fn bundles_spread_over_the_brokers() {
+    let shared = store_with_namespace().await;
+    let brokers = [
+        broker(&shared, "b1:1", quiet()).await,
+        broker(&shared, "b2:1", quiet()).await,
+        broker(&shared, "b3:1", quiet()).await,
+    ];
+    eventually("every broker sees three", || brokers.iter().all(|b| b.ownership.load().len() == 3))
+        .await;
+    // Topics until every one of the four bundles is owned.
+    for i in 0..64 {
+        let t = topic(&format!("spread-{i}"));
+        let at = &brokers[i % 3];
+        match at.ownership.lookup(&t, false).await.unwrap() {
+            Lookup::Connect(_) => {}
+            Lookup::Redirect { broker, .. } => {
+                let target = brokers.iter().find(|b| b.ownership.me().id == broker.id).unwrap();
+                target.ownership.lookup(&t, true).await.unwrap();
+            }
+        }
+        // The counts every broker places by follow the records.
+        let owned: usize = brokers.iter().map(|b| b.ownership.owned_bundles().len()).sum();
+        eventually("counts follow", || {
+            brokers.iter().all(|b| b.ownership.load().values().sum::<usize>() == owned)
+        })
+        .await;
+    }
+    let counts: Vec<usize> = brokers.iter().map(|b| b.ownership.owned_bundles().len()).collect();
+    assert_eq!(counts.iter().sum::<usize>(), 4, "{counts:?}");
+    assert!(counts.iter().all(|&n| (1..=2).contains(&n)), "least loaded first: {counts:?}");
+}
+
+#[tokio::test]
+async fn a_lost_session_gives_the_bundles_up_and_another_broker_takes_them() {
+    let shared = store_with_namespace().await;
+    let b1 = broker(&shared, "b1:1", quiet()).await;
+    let t = topic("t-lost");
+    assert_eq!(connect_id(&b1.ownership.lookup(&t, false).await.unwrap()), "b1:1");
+    let b2 = broker(&shared, "b2:1", quiet()).await;
+    let mut lost = b1.ownership.lost();
+    b1.store.expire_session().unwrap();
+    let gone = tokio::time::timeout(Duration::from_secs(10), lost.recv()).await.unwrap().unwrap();
+    assert_eq!(gone.range, b1.ownership.bundle_of(&t).await.unwrap());
+    assert!(b1.ownership.check_serve(&t).await.is_err(), "not served once lost");
+    // b1's registration went with its session: b2 is the only candidate.
+    eventually("b2 forgets b1", || !b2.ownership.load().contains_key("b1:1")).await;
+    assert_eq!(connect_id(&b2.ownership.lookup(&t, false).await.unwrap()), "b2:1");
+    b2.ownership.check_serve(&t).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dead_owner_is_taken_over_before_its_session_ends_and_learns_it_lost() {
+    let shared = store_with_namespace().await;
+    let fast =
+        CoordinationConfig { probe_interval: Duration::from_millis(20), ..Default::default() };
+    // b1's web port is closed: b2's probes are refused, though b1's session lives on.
+    let b1 = broker(&shared, "b1:1", quiet()).await;
+    let t = topic("t-dead");
+    assert_eq!(connect_id(&b1.ownership.lookup(&t, false).await.unwrap()), "b1:1");
+    let mut lost = b1.ownership.lost();
+    let b2 = broker(&shared, "b2:1", fast).await;
+    eventually("b2 finds b1 dead", || b2.ownership.is_dead("b1:1")).await;
+    assert_eq!(connect_id(&b2.ownership.lookup(&t, false).await.unwrap()), "b2:1");
+    // b1 (slow, not dead) sees the record change and stops serving.
+    let gone = tokio::time::timeout(Duration::from_secs(10), lost.recv()).await.unwrap().unwrap();
+    assert_eq!(gone.namespace, *t.namespace());
+    assert!(b1.ownership.check_serve(&t).await.is_err());
+    let servers = [&b1, &b2].iter().filter(|b| b.ownership.owned_bundles().len() == 1).count();
+    assert_eq!(servers, 1, "one broker serves the bundle");
+    // b1, asked now, sends clients to b2 (b1 does not probe: b2 counts as alive).
+    assert_eq!(connect_id(&b1.ownership.lookup(&t, false).await.unwrap()), "b2:1");
+}
+
+#[tokio::test]
+async fn a_released_bundle_is_free_and_not_retaken_while_releasing() {
+    let shared = store_with_namespace().await;
+    let b1 = broker(&shared, "b1:1", quiet()).await;
+    let t = topic("t-release");
+    b1.ownership.lookup(&t, false).await.unwrap();
+    let range = b1.ownership.bundle_of(&t).await.unwrap();
+    let keys = b1.ownership.stop_serving(t.namespace(), Some(range));
+    assert_eq!(keys, vec![ownership_key(t.namespace(), range)]);
+    assert!(b1.ownership.in_bundles(&t, &keys));
+    assert!(b1.ownership.check_serve(&t).await.is_err(), "not served while releasing");
+    assert!(matches!(b1.ownership.lookup(&t, false).await, Err(CoordinationError::Releasing(_))));
+    b1.ownership.released(&keys).await.unwrap();
+    assert!(shared.get(&keys[0]).await.unwrap().is_none(), "the record is deleted: Free");
+    assert_eq!(connect_id(&b1.ownership.lookup(&t, false).await.unwrap()), "b1:1");
+}
+
+#[tokio::test]
+async fn a_restarted_broker_takes_its_old_records_back() {
+    let shared = store_with_namespace().await;
+    let first = broker(&shared, "b1:1", quiet()).await;
+    let t = topic("t-restart");
+    first.ownership.lookup(&t, false).await.unwrap();
+    // The same broker id, a new process (session): the old one's lease has not run out.
+    let second = broker(&shared, "b1:1", quiet()).await;
+    assert_eq!(connect_id(&second.ownership.lookup(&t, false).await.unwrap()), "b1:1");
+    second.ownership.check_serve(&t).await.unwrap();
+    first.store.expire_session().unwrap();
+    let key = ownership_key(t.namespace(), second.ownership.bundle_of(&t).await.unwrap());
+    assert!(shared.get(&key).await.unwrap().is_some(), "bound to the new session now");
+}
+
+#[tokio::test]
+async fn a_split_bundle_s_halves_stay_with_its_owner() {
+    let shared = store_with_namespace().await;
+    let b1 = broker(&shared, "b1:1", quiet()).await;
+    let t = topic("t-split");
+    b1.ownership.lookup(&t, false).await.unwrap();
+    let parent = b1.ownership.bundle_of(&t).await.unwrap();
+    let bundles = Bundles::even(4).unwrap();
+    let middle = parent.lower + (parent.upper - parent.lower) / 2;
+    let split = bundles.split_at(parent, middle).unwrap();
+    let doc = serde_json::json!({"bundles": {"boundaries": split.boundary_strings(), "numBundles": split.len()}});
+    shared
+        .put("/admin/namespaces/public/default", doc.to_string().into(), ExpectedVersion::Any)
+        .await
+        .unwrap();
+    eventually("the halves are owned", || b1.ownership.owned_bundles().len() == 2).await;
+    b1.ownership.check_serve(&t).await.unwrap();
+    assert!(shared.get(&ownership_key(t.namespace(), parent)).await.unwrap().is_none());
+}

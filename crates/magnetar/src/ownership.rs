@@ -1,0 +1,115 @@
+//! Cluster mode's answer to "who serves this topic": the broker's `Ownership` over
+//! `magnetar-coordination`'s bundle records, and the task that closes the topics of bundles this
+//! broker loses.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use magnetar_broker::ownership::{BrokerUrls, LookupAnswer, Ownership, Release};
+use magnetar_broker::{BrokerError, BrokerService};
+use magnetar_coordination::{BundleRange, ClusterOwnership, CoordinationError, Lookup};
+use magnetar_model::names::{NamespaceName, TopicName};
+
+pub struct CoordinatedOwnership(pub Arc<ClusterOwnership>);
+
+/// A coordination error as clients see it: ServiceNotReady (they look the topic up again) for
+/// everything that passes.
+fn broker_error(error: CoordinationError) -> BrokerError {
+    match error {
+        CoordinationError::NamespaceNotFound(ns) => {
+            BrokerError::TopicNotFound(format!("Namespace {ns} does not exist"))
+        }
+        CoordinationError::Metadata(e) => BrokerError::Metadata(e.to_string()),
+        CoordinationError::Corrupt { .. } | CoordinationError::Transition(_) => {
+            BrokerError::Metadata(error.to_string())
+        }
+        CoordinationError::NotServed { .. }
+        | CoordinationError::Releasing(_)
+        | CoordinationError::NoBroker(_)
+        | CoordinationError::Contended { .. } => BrokerError::ServiceNotReady(error.to_string()),
+    }
+}
+
+fn urls(broker: magnetar_coordination::BrokerUrls) -> BrokerUrls {
+    BrokerUrls {
+        broker_url: broker.service_url,
+        broker_url_tls: broker.service_url_tls,
+        web_url: Some(broker.web_url),
+        web_url_tls: broker.web_url_tls,
+    }
+}
+
+#[async_trait]
+impl Ownership for CoordinatedOwnership {
+    async fn lookup(
+        &self,
+        topic: &TopicName,
+        authoritative: bool,
+    ) -> Result<LookupAnswer, BrokerError> {
+        Ok(match self.0.lookup(topic, authoritative).await.map_err(broker_error)? {
+            Lookup::Connect(broker) => LookupAnswer::Connect { urls: urls(broker) },
+            Lookup::Redirect { broker, authoritative } => {
+                LookupAnswer::Redirect { urls: urls(broker), authoritative }
+            }
+        })
+    }
+
+    async fn check_serve(&self, topic: &TopicName) -> Result<(), BrokerError> {
+        self.0.check_serve(topic).await.map_err(broker_error)
+    }
+
+    fn stop_serving(&self, namespace: Option<&NamespaceName>, bundle: Option<&str>) -> Release {
+        let bundles = match namespace {
+            None => self.0.stop_serving_all(),
+            Some(ns) => {
+                let range = bundle.and_then(|b| BundleRange::parse(b).ok());
+                self.0.stop_serving(ns, range)
+            }
+        };
+        Release { namespace: namespace.cloned(), bundle: bundle.map(str::to_string), bundles }
+    }
+
+    fn in_release(&self, release: &Release, topic: &TopicName) -> bool {
+        self.0.in_bundles(topic, &release.bundles)
+    }
+
+    async fn released(&self, release: Release) -> Result<(), BrokerError> {
+        self.0.released(&release.bundles).await.map_err(broker_error)?;
+        if let Some(ns) = &release.namespace {
+            // An admin unload: the bundles other brokers own unload there.
+            let range = release.bundle.as_deref().and_then(|b| BundleRange::parse(b).ok());
+            self.0.unload_elsewhere(ns, range).await.map_err(broker_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// Closes the topics of every bundle this broker loses (another broker took it over, or the
+/// metadata session went): their clients reconnect and look them up again.
+pub fn close_lost_bundles(service: &Arc<BrokerService>, ownership: &Arc<ClusterOwnership>) {
+    let mut lost = ownership.lost();
+    let (service, ownership) = (Arc::downgrade(service), ownership.clone());
+    tokio::spawn(async move {
+        loop {
+            let bundle = match lost.recv().await {
+                Ok(bundle) => Some(bundle),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            };
+            let Some(service) = service.upgrade() else { return };
+            let closed = service
+                .unload_where(|topic| match &bundle {
+                    Some(b) => {
+                        topic.namespace() == &b.namespace
+                            && ownership.cached_bundle_of(topic) == Some(b.range)
+                    }
+                    // Missed some: close whatever this broker no longer owns.
+                    None => ownership
+                        .cached_bundle_of(topic)
+                        .is_none_or(|r| !ownership.owns(topic.namespace(), r)),
+                })
+                .await;
+            tracing::info!(?bundle, closed, "topics of a lost bundle closed");
+        }
+    });
+}
