@@ -4,7 +4,8 @@ storage nodes, driven by the official Python client and Apache's pulsar-admin.
 - every broker answers a lookup of any topic (binary or HTTP) with the bundle's one owner; topics
   of a four-bundle namespace spread over the brokers; produce and consume through a client
   connected to any of them, and through an HTTP service URL;
-- pulsar-admin against any broker: `topics lookup`, `topics bundle-range`, `namespaces bundles`;
+- pulsar-admin against any broker: `topics lookup`, `topics stats` (a 307 to the owner),
+  `topics bundle-range`, `namespaces bundles`;
 - a queue checker (every acknowledged send consumed exactly once, in order: deduplication on) runs
   while the owning broker is SIGKILLed: the producer's sends all succeed, on the new owner;
 - an unload of the namespace through a broker that owns none of it, and a graceful stop (SIGTERM)
@@ -12,11 +13,13 @@ storage nodes, driven by the official Python client and Apache's pulsar-admin.
 
 Skipped without etcd unless MAGNETAR_REQUIRE_ETCD=1; skipped on an external broker."""
 
+import http.client
 import json
 import os
 import signal
 import threading
 import time
+import urllib.parse
 
 import pulsar
 import pytest
@@ -60,6 +63,18 @@ def _http_lookup(broker, topic):
     return json.loads(body)["brokerUrl"]
 
 
+def _request_no_redirect(method, url):
+    """(status, body, headers) of one request, a redirect not followed."""
+    parsed = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=10)
+    try:
+        connection.request(method, parsed.path + ("?" + parsed.query if parsed.query else ""))
+        response = connection.getresponse()
+        return response.status, response.read(), {k.lower(): v for k, v in response.getheaders()}
+    finally:
+        connection.close()
+
+
 def _owner(brokers, topic):
     url = _http_lookup(brokers[0], topic)
     return next(b for b in brokers if b.service_url == url)
@@ -98,11 +113,23 @@ def test_any_broker_answers_the_owner_and_topics_spread(cluster):
     finally:
         client.close()
 
+    # A topic operation on a broker that does not own the topic: 307 to the owner's admin API.
+    some = next(iter(owners))
+    owner = next(b for b in brokers if b.service_url == owners[some])
+    elsewhere = next(b for b in brokers if b is not owner)
+    stats_path = "/admin/v2/%s/stats" % some.replace("://", "/")
+    status, _, headers = _request_no_redirect("GET", elsewhere.web_url + stats_path)
+    assert status == 307 and headers.get("location") == owner.web_url + stats_path, \
+        (status, headers)
+    status, body = http_request("GET", owner.web_url + stats_path)
+    assert status == 200 and json.loads(body)["subscriptions"]["s"], (status, body)
+
     if pulsar_admin_available():
         for broker in brokers:
             admin = PulsarAdmin(broker.web_url)
-            some = next(iter(owners))
             assert admin("topics", "lookup", some).strip() == owners[some]
+            stats = json.loads(admin("topics", "stats", some))
+            assert "s" in stats["subscriptions"], stats
             bundles = json.loads(admin("namespaces", "bundles", ns))
             assert bundles["numBundles"] == 4, bundles
             assert admin("topics", "bundle-range", some).strip().startswith("0x")

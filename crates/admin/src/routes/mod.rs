@@ -13,6 +13,7 @@ mod bookies;
 mod broker;
 mod console;
 mod expiry;
+mod forward;
 mod namespaces;
 mod policies;
 mod schemas;
@@ -183,6 +184,10 @@ pub(crate) fn build(state: AdminState) -> Router {
     }
     router = console::routes(router);
     // Authorization sees the matched route (a route layer), so it covers every route above.
+    // Authorization (the outer layer: added last, it runs first), then a 307 to the topic's
+    // owner when that is another broker.
+    router =
+        router.route_layer(axum::middleware::from_fn_with_state(state.clone(), forward::to_owner));
     router = router
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::authz::authorize));
     router.fallback(not_found).with_state(state)
