@@ -168,6 +168,12 @@ struct State {
     brokers: BTreeMap<String, BrokerUrls>,
     /// Every ownership record seen: key -> the broker it names.
     owners: HashMap<String, String>,
+    /// The metadata session is lost: this broker's records are gone (or going) with it, and it
+    /// keeps serving its bundles until a new session writes them again (or finds them taken).
+    session_lost: bool,
+    /// The session this broker's records were last written under: a record deleted by the end of
+    /// an older one is re-written, not lost.
+    owned_session: Option<magnetar_metadata::SessionId>,
     liveness: Liveness,
 }
 
@@ -210,9 +216,18 @@ impl ClusterOwnership {
         tokio::spawn(async move {
             while let Some(event) = sessions.recv().await {
                 let Some(this) = session_weak.upgrade() else { return };
-                if matches!(event, SessionEvent::SessionLost { .. } | SessionEvent::Lagged) {
-                    // The records went with the session: nothing here is served any more.
-                    this.lose_all("metadata session lost");
+                match event {
+                    SessionEvent::SessionLost { .. } => {
+                        // Pulsar's `reconnect` policy: the loaded topics stay served (their
+                        // ledgers fence a broker that takes them meanwhile) until a new session
+                        // writes the records again or finds them taken.
+                        this.state.lock().session_lost = true;
+                        tracing::warn!("metadata session lost: bundles kept until it is back");
+                    }
+                    SessionEvent::SessionReestablished { .. } | SessionEvent::Lagged => {
+                        this.reacquire().await;
+                    }
+                    _ => {}
                 }
             }
         });
@@ -446,7 +461,9 @@ impl ClusterOwnership {
         };
         match self.store.put_ephemeral(key, value, expected).await {
             Ok(version) => {
+                let session = self.store.session().id();
                 let mut state = self.state.lock();
+                state.owned_session = session;
                 state.owned.insert(key.to_string(), version);
                 state.owners.insert(key.to_string(), self.me.id.clone());
                 Ok(true)
@@ -556,11 +573,39 @@ impl ClusterOwnership {
         }
     }
 
-    fn lose_all(&self, why: &str) {
+    /// After a new session: each bundle still served here gets its record back under the new
+    /// session, or is given up when another broker took it meanwhile.
+    async fn reacquire(&self) {
         let keys: Vec<String> = self.state.lock().owned.keys().cloned().collect();
         for key in keys {
-            self.lose(&key, why);
+            let written = async {
+                let (record, _) = self.read_record(&key).await?;
+                let next = match record.dst.as_deref() {
+                    None => record.assign(&self.me.id).and_then(|r| r.own(&self.me.id)),
+                    Some(owner) if owner == self.me.id && record.state.active() => {
+                        // Still there, bound to the old session's lease: bind it to the new.
+                        record.take_over(owner, owner).and_then(|r| r.own(owner))
+                    }
+                    Some(_) => return Ok(false),
+                };
+                match next {
+                    Ok(next) => self.write_record(&key, record.version, &next).await,
+                    Err(_) => Ok(false),
+                }
+            }
+            .await;
+            match written {
+                Ok(true) => {
+                    tracing::info!(bundle = %key, "bundle owned again under the new session")
+                }
+                Ok(false) => self.lose(&key, "another broker took it while the session was lost"),
+                Err(error) => {
+                    tracing::warn!(bundle = %key, %error, "bundle not re-acquired");
+                    self.lose(&key, "its record could not be written again");
+                }
+            }
         }
+        self.state.lock().session_lost = false;
     }
 
     async fn reload_brokers(&self) -> Result<(), CoordinationError> {
@@ -626,16 +671,21 @@ impl ClusterOwnership {
         Ok(())
     }
 
-    async fn on_record_changed(&self, key: &str, deleted: bool) -> Result<(), CoordinationError> {
-        if deleted {
-            self.state.lock().owners.remove(key);
-            let releasing = self.state.lock().releasing.contains(key);
-            if !releasing {
+    /// Decides from the record as it is now, not from the event (a deletion may be followed by
+    /// this broker's own write already).
+    async fn on_record_changed(&self, key: &str) -> Result<(), CoordinationError> {
+        let (record, _) = self.read_record(key).await?;
+        if record.version == 0 {
+            let mut state = self.state.lock();
+            state.owners.remove(key);
+            let session_changed = self.store.session().id() != state.owned_session;
+            let expected = state.releasing.contains(key) || state.session_lost || session_changed;
+            drop(state);
+            if !expected {
                 self.lose(key, "its record was deleted");
             }
             return Ok(());
         }
-        let (record, _) = self.read_record(key).await?;
         let names_me = record.serves(&self.me.id);
         {
             let mut state = self.state.lock();
@@ -772,7 +822,7 @@ async fn follow(this: Weak<ClusterOwnership>, mut stream: WatchStream, what: Wat
                 let deleted = change.kind == magnetar_metadata::EventKind::Delete;
                 match what {
                     Watched::Brokers => this.on_broker_changed(&change.key, deleted).await,
-                    Watched::Records => this.on_record_changed(&change.key, deleted).await,
+                    Watched::Records => this.on_record_changed(&change.key).await,
                     Watched::Namespaces => this.on_namespace_changed(&change.key).await,
                 }
             }
