@@ -267,9 +267,7 @@ impl ClusterOwnership {
         let state = self.state.lock();
         let mut counts: BTreeMap<String, usize> =
             state.brokers.keys().map(|id| (id.clone(), 0)).collect();
-        for owner in state.owners.values() {
-            *counts.entry(owner.clone()).or_default() += 1;
-        }
+        counts.extend(owner_counts(&state));
         counts
     }
 
@@ -845,11 +843,12 @@ async fn probe_brokers(this: Weak<ClusterOwnership>, config: CoordinationConfig)
             state.brokers.values().filter(|b| b.id != strong.me.id).cloned().collect()
         };
         drop(strong);
-        let probes = targets.into_iter().map(|broker| async move {
-            let probe = probe(&broker.web_url, config.probe_timeout).await;
-            (broker.id, probe)
-        });
-        let results = futures_join_all(probes).await;
+        let mut probes = tokio::task::JoinSet::new();
+        for broker in targets {
+            let timeout = config.probe_timeout;
+            probes.spawn(async move { (broker.id, probe(&broker.web_url, timeout).await) });
+        }
+        let results: Vec<(String, Probe)> = probes.join_all().await;
         let Some(strong) = this.upgrade() else { return };
         let mut state = strong.state.lock();
         for (id, probe) in results {
@@ -864,21 +863,6 @@ async fn probe_brokers(this: Weak<ClusterOwnership>, config: CoordinationConfig)
             }
         }
     }
-}
-
-async fn futures_join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = futures.map(tokio::spawn).collect();
-    let mut out = Vec::with_capacity(handles.len());
-    for handle in handles {
-        if let Ok(result) = handle.await {
-            out.push(result);
-        }
-    }
-    out
 }
 
 /// One probe of a broker's web port: a connection and an HTTP request; any reaction (an answer

@@ -26,6 +26,12 @@ pub(crate) async fn to_owner(
         Ok(topic) if topic_route && names_topic => topic,
         _ => return next.run(request).await,
     };
+    let authoritative = query_param(request.uri(), "authoritative").is_some_and(|v| v == "true");
+    // An error (a namespace that does not exist, a bundle being unloaded) is the handler's to
+    // report, in its own words. Standalone answers `None` without I/O.
+    let Ok(Some(owner)) = state.hooks.topic_owner(&topic, authoritative).await else {
+        return next.run(request).await;
+    };
     // A partitioned topic's own routes: its partitions have owners of their own.
     if topic.partition_index().is_none() {
         let key = keys::partitioned_topic_key(&topic);
@@ -33,12 +39,6 @@ pub(crate) async fn to_owner(
             return next.run(request).await;
         }
     }
-    let authoritative = query_param(request.uri(), "authoritative").is_some_and(|v| v == "true");
-    // An error (a namespace that does not exist, a bundle being unloaded) is the handler's to
-    // report, in its own words.
-    let Ok(Some(owner)) = state.hooks.topic_owner(&topic, authoritative).await else {
-        return next.run(request).await;
-    };
     let path_and_query = request.uri().path_and_query().map_or(path, |pq| pq.as_str());
     let mut location = format!("{}{}", owner.web_url.trim_end_matches('/'), path_and_query);
     if owner.redirect && !authoritative {

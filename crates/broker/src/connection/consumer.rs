@@ -268,13 +268,20 @@ impl Connection {
         }
         let subscription = self.consumers.get(&request.consumer_id).map(|c| c.subscription.clone());
         self.detach_consumer(request.consumer_id).await;
-        // The close is answered once the consumer's acknowledgements are durable.
-        if let Some(subscription) = subscription {
+        let success = commands::success(request.request_id);
+        let Some(subscription) = subscription else {
+            self.outbox.send_command(&success);
+            return Ok(());
+        };
+        // Answered once the consumer's acknowledgements are durable, from a task of its own
+        // (no command waits in the connection's loop).
+        let outbox = self.outbox.clone();
+        tokio::spawn(async move {
             if let Err(error) = subscription.acks_durable().await {
                 tracing::warn!(%error, "acknowledgements of a closed consumer not persisted");
             }
-        }
-        self.outbox.send_command(&commands::success(request.request_id));
+            outbox.send_command(&success);
+        });
         Ok(())
     }
 
