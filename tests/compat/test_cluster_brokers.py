@@ -251,6 +251,10 @@ def test_unload_and_a_graceful_stop_under_load_reach_no_application(cluster):
 
     sent, first_after = _under_load(brokers, topic, unload_through_another_broker)
     print("namespace unloaded: %.3f s without an acknowledged send" % first_after)
+    # A hand-over (PIP-307), not a release to anyone: the bundle went to another broker, which
+    # the producer was told to reconnect to.
+    assert _owner(brokers, topic) is not owner, "the unloaded bundle stayed with its owner"
+    assert "handed over" in owner.log_tail(), owner.log_tail()
     _check_queue(_service_url(brokers), topic, sent)
 
     owner = _owner(brokers, topic)

@@ -441,13 +441,18 @@ impl NonPersistentTopic {
 
     /// Closes every producer and consumer (unload): clients reconnect to a fresh topic.
     pub fn close_clients(&self) {
-        self.producers.close_all();
+        self.close_clients_to(None);
+    }
+
+    /// [`NonPersistentTopic::close_clients`], naming the broker the topic moves to (PIP-307).
+    pub fn close_clients_to(&self, assigned: Option<&commands::AssignedBroker>) {
+        self.producers.close_all_to(assigned);
         let subscriptions: Vec<Arc<NpSubscription>> =
             self.subscriptions.lock().drain().map(|(_, s)| s).collect();
         for subscription in subscriptions {
             let consumers = std::mem::take(&mut subscription.consumers.lock().list);
             for consumer in consumers {
-                let command = commands::close_consumer(consumer.consumer_id, u64::MAX);
+                let command = commands::close_consumer_to(consumer.consumer_id, u64::MAX, assigned);
                 consumer.outbox.send_command(&command);
             }
         }

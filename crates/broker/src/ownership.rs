@@ -5,6 +5,7 @@
 use crate::error::BrokerError;
 use async_trait::async_trait;
 use magnetar_model::names::{NamespaceName, TopicName};
+pub use magnetar_protocol::commands::AssignedBroker;
 
 /// Where a client should go for a topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,8 +56,13 @@ pub trait Ownership: Send + Sync + 'static {
     }
 
     /// Stops serving the bundles of `namespace` (`bundle`: one of them, `0xLOWER_0xUPPER`;
-    /// `namespace` `None`: every bundle) before their topics are closed.
-    fn stop_serving(&self, namespace: Option<&NamespaceName>, bundle: Option<&str>) -> Release {
+    /// `namespace` `None`: every bundle) before their topics are closed, and picks the broker
+    /// each is handed over to, if any.
+    async fn stop_serving(
+        &self,
+        namespace: Option<&NamespaceName>,
+        bundle: Option<&str>,
+    ) -> Release {
         let bundle = bundle.map(str::to_string);
         Release { namespace: namespace.cloned(), bundle, bundles: Vec::new() }
     }
@@ -64,6 +70,12 @@ pub trait Ownership: Send + Sync + 'static {
     /// Whether `topic` is in what `release` stops serving.
     fn in_release(&self, release: &Release, topic: &TopicName) -> bool {
         release.namespace.as_ref().is_none_or(|ns| topic.namespace() == ns)
+    }
+
+    /// The broker `topic` is handed over to by `release`, which its clients are told to
+    /// reconnect to (PIP-307); `None`: they look the topic up again.
+    fn assigned_to(&self, _release: &Release, _topic: &TopicName) -> Option<AssignedBroker> {
+        None
     }
 
     /// The released bundles' topics are closed: other brokers may take them. (An unload of a

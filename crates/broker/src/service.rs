@@ -6,7 +6,7 @@ use crate::error::BrokerError;
 use crate::managed_ledger::LedgerBackend;
 use crate::metrics::BrokerMetrics;
 use crate::non_persistent::NonPersistentTopic;
-use crate::ownership::{BrokerUrls, LookupAnswer, Ownership, SingleBroker};
+use crate::ownership::{AssignedBroker, BrokerUrls, LookupAnswer, Ownership, SingleBroker};
 use crate::registration::Readiness;
 use crate::schema_registry::SchemaRegistry;
 use crate::topic::Topic;
@@ -493,17 +493,26 @@ impl BrokerService {
     /// afresh. `Ok(false)` when it was not loaded here. A non-persistent topic, which lives
     /// only in memory, is closed and forgotten the same way (its subscriptions with it).
     pub async fn unload_topic(&self, name: &TopicName) -> Result<bool, BrokerError> {
+        self.unload_topic_to(name, None).await
+    }
+
+    /// [`BrokerService::unload_topic`], telling its clients the broker it moves to (PIP-307).
+    async fn unload_topic_to(
+        &self,
+        name: &TopicName,
+        assigned: Option<&AssignedBroker>,
+    ) -> Result<bool, BrokerError> {
         let full = name.to_string();
         if name.domain() == TopicDomain::NonPersistent {
             let Some(topic) = self.non_persistent.lock().remove(&full) else {
                 return Ok(false);
             };
-            topic.close_clients();
+            topic.close_clients_to(assigned);
             return Ok(true);
         }
         let loaded = self.topics.lock().get(&full).and_then(|cell| cell.get().cloned());
         let Some(topic) = loaded else { return Ok(false) };
-        topic.unload().await;
+        topic.unload_to(assigned).await;
         let mut topics = self.topics.lock();
         if topics.get(&full).and_then(|cell| cell.get()).is_some_and(|t| Arc::ptr_eq(t, &topic)) {
             topics.remove(&full);
@@ -513,16 +522,22 @@ impl BrokerService {
     }
 
     /// Unloads the bundles of `namespace` this broker serves (`bundle`: one of them;
-    /// `namespace` `None`: all, as a broker shutting down): they stop being served, their loaded
-    /// topics are closed (clients look them up again), then they are free for any broker.
-    /// Returns how many topics were unloaded.
+    /// `namespace` `None`: all, as a broker shutting down): they stop being served and are
+    /// handed over to another broker where there is one, their loaded topics are closed
+    /// (clients reconnect to that broker, or look them up again), then the other broker owns
+    /// them, or they are free for any. Returns how many topics were unloaded.
     pub async fn unload_bundles(
         &self,
         namespace: Option<&NamespaceName>,
         bundle: Option<&str>,
     ) -> Result<usize, BrokerError> {
-        let release = self.ownership.stop_serving(namespace, bundle);
-        let unloaded = self.unload_where(|topic| self.ownership.in_release(&release, topic)).await;
+        let release = self.ownership.stop_serving(namespace, bundle).await;
+        let unloaded = self
+            .unload_where_to(
+                |topic| self.ownership.in_release(&release, topic),
+                |topic| self.ownership.assigned_to(&release, topic),
+            )
+            .await;
         self.ownership.released(release).await?;
         Ok(unloaded)
     }
@@ -530,6 +545,16 @@ impl BrokerService {
     /// Unloads every loaded topic, persistent or not, that `picked` picks (a bundle lost to
     /// another broker, or unloaded). Returns how many.
     pub async fn unload_where(&self, picked: impl Fn(&TopicName) -> bool) -> usize {
+        self.unload_where_to(picked, |_| None).await
+    }
+
+    /// [`BrokerService::unload_where`], telling each topic's clients the broker `assigned`
+    /// names for it (the one it is handed over to).
+    pub async fn unload_where_to(
+        &self,
+        picked: impl Fn(&TopicName) -> bool,
+        assigned: impl Fn(&TopicName) -> Option<AssignedBroker>,
+    ) -> usize {
         let mut names: Vec<TopicName> =
             self.loaded_topics().iter().map(|t| t.name.clone()).filter(|n| picked(n)).collect();
         names.extend(
@@ -540,7 +565,7 @@ impl BrokerService {
         );
         let mut unloaded = 0;
         for name in names {
-            match self.unload_topic(&name).await {
+            match self.unload_topic_to(&name, assigned(&name).as_ref()).await {
                 Ok(true) => unloaded += 1,
                 Ok(false) => {}
                 Err(error) => tracing::warn!(topic = %name, %error, "topic not unloaded"),

@@ -784,9 +784,14 @@ impl Subscription {
 
     /// Detaches every consumer, telling each client (CLOSE_CONSUMER); clients resubscribe.
     pub fn close_consumers(&self) {
+        self.close_consumers_to(None);
+    }
+
+    /// [`Subscription::close_consumers`], naming the broker the topic moves to (PIP-307).
+    pub fn close_consumers_to(&self, assigned: Option<&commands::AssignedBroker>) {
         let slots = std::mem::take(&mut self.state.lock().consumers);
         for slot in slots {
-            let command = commands::close_consumer(slot.handle.consumer_id, u64::MAX);
+            let command = commands::close_consumer_to(slot.handle.consumer_id, u64::MAX, assigned);
             slot.handle.outbox.send_command(&command);
         }
     }

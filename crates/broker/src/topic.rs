@@ -14,7 +14,7 @@ use magnetar_model::names::TopicName;
 use magnetar_model::policy::{
     Effective, InactiveTopicDeleteMode, InactiveTopicPolicies, NamespacePolicies, TopicPolicies,
 };
-use magnetar_protocol::commands;
+use magnetar_protocol::commands::{self, AssignedBroker};
 use magnetar_protocol::proto::{command_subscribe::SubType, MessageIdData, ProducerAccessMode};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -285,7 +285,7 @@ impl ProducerRegistry {
                         drop(producers);
                         // Pulsar disconnects the fenced producers: CLOSE_PRODUCER; an exclusive
                         // one reconnecting then meets this holder and is fenced for good.
-                        Self::tell_closed(fenced);
+                        Self::tell_closed(fenced, None);
                         self.released.notify_waiters();
                         return Ok(epoch);
                     }
@@ -366,7 +366,12 @@ impl ProducerRegistry {
 
     /// Closes every producer: each client hears CLOSE_PRODUCER (and reconnects, as clients do).
     pub fn close_all(&self) {
-        Self::tell_closed(self.detach_all());
+        self.close_all_to(None);
+    }
+
+    /// Closes every producer, naming the broker the topic moves to (PIP-307) when there is one.
+    pub fn close_all_to(&self, assigned: Option<&AssignedBroker>) {
+        Self::tell_closed(self.detach_all(), assigned);
     }
 
     /// Takes every producer off the topic and marks it closed (its connection takes no more
@@ -379,9 +384,9 @@ impl ProducerRegistry {
         detached
     }
 
-    fn tell_closed(detached: Vec<ProducerEntry>) {
+    fn tell_closed(detached: Vec<ProducerEntry>, assigned: Option<&AssignedBroker>) {
         for entry in detached {
-            let command = commands::close_producer(entry.client.producer_id, u64::MAX);
+            let command = commands::close_producer_to(entry.client.producer_id, u64::MAX, assigned);
             entry.client.outbox.send_command(&command);
         }
     }
@@ -1079,7 +1084,7 @@ impl Topic {
             tracing::warn!(topic = %self.full_name, in_flight = self.publishes_in_flight.load(Ordering::SeqCst),
                 "disconnecting producers: sends still being stored after {PRODUCER_CLOSE_DRAIN_LIMIT:?}; closing them anyway (their clients may store those twice)");
         }
-        ProducerRegistry::tell_closed(detached);
+        ProducerRegistry::tell_closed(detached, None);
     }
 
     pub fn producer_count(&self) -> usize {
@@ -1105,6 +1110,12 @@ impl Topic {
     /// then drops the topic from the broker's map, so the next use loads it afresh from what is
     /// stored.
     pub async fn unload(&self) {
+        self.unload_to(None).await
+    }
+
+    /// [`Topic::unload`], telling the clients which broker takes the topic over (PIP-307), so
+    /// they reconnect there without a lookup.
+    pub async fn unload_to(&self, assigned: Option<&AssignedBroker>) {
         // SeqCst with `begin_publish`: a send either sees the flag or is counted here.
         self.unloaded.store(true, Ordering::SeqCst);
         // The sends taken before get their receipts ahead of CLOSE_PRODUCER (one queue per
@@ -1115,11 +1126,11 @@ impl Topic {
             tracing::warn!(topic = %self.full_name, in_flight = self.publishes_in_flight.load(Ordering::SeqCst),
                 "unload: sends still being stored after {PRODUCER_CLOSE_DRAIN_LIMIT:?}; closing the producers anyway (their clients may store those twice)");
         }
-        self.producers.close_all();
+        self.producers.close_all_to(assigned);
         let subscriptions: Vec<Arc<Subscription>> =
             self.subscriptions.lock().drain().map(|(_, s)| s).collect();
         for subscription in subscriptions {
-            subscription.close_consumers();
+            subscription.close_consumers_to(assigned);
             let persisted = subscription.persist_now().await;
             if let Err(error) = &persisted {
                 tracing::warn!(topic = %self.full_name, subscription = %subscription.name, %error, "cursor not persisted on unload");

@@ -34,6 +34,9 @@ use crate::liveness::{Liveness, LivenessConfig, Probe};
 use crate::ownership::{OwnershipRecord, TransitionError, UnitState};
 use crate::{BundleRange, Bundles};
 
+mod hand_over;
+pub use hand_over::HAND_OVER_WAIT;
+
 /// Parent of every bundle ownership record.
 pub const OWNERSHIP_ROOT: &str = "/namespace";
 /// Parent of every broker registration (`magnetar_model::keys::BROKERS_ROOT`).
@@ -149,11 +152,22 @@ fn parse_state(name: &str) -> Option<UnitState> {
     UnitState::ALL.into_iter().find(|s| state_name(*s) == name)
 }
 
-/// A bundle this broker lost, for the broker to close its topics.
+/// A bundle this broker lost, or was asked to hand over, for the broker to close its topics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LostBundle {
     pub namespace: NamespaceName,
     pub range: BundleRange,
+    /// Another broker asked for a hand-over: close the topics telling clients `to`, then call
+    /// [`ClusterOwnership::released`] with `key`.
+    pub release: Option<HandOver>,
+}
+
+/// A hand-over another broker asked of this one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandOver {
+    pub key: String,
+    /// The broker the bundle goes to (`None`: it is freed).
+    pub to: Option<BrokerUrls>,
 }
 
 #[derive(Default)]
@@ -162,6 +176,11 @@ struct State {
     owned: HashMap<String, u64>,
     /// Bundles this broker is releasing (not served, not re-acquired by a lookup here).
     releasing: HashSet<String>,
+    /// Of those, the ones handed over to another broker: key -> that broker.
+    handing_over: HashMap<String, BrokerUrls>,
+    /// Bundles this broker handed over (Assigning to another broker, bound to this broker's
+    /// session until that broker owns them).
+    handed_off: HashSet<String>,
     /// Namespace bundles, read on first use, forgotten when the namespace's policies change.
     bundles: HashMap<NamespaceName, Bundles>,
     /// Registered brokers (this one included).
@@ -183,6 +202,10 @@ pub struct ClusterOwnership {
     me: BrokerUrls,
     state: Mutex<State>,
     lost: broadcast::Sender<LostBundle>,
+    /// Woken at every change of an ownership record (a hand-over waits on it).
+    changed: tokio::sync::Notify,
+    /// Requests held for a hand-over to this broker to finish, now.
+    hand_over_waits: std::sync::atomic::AtomicUsize,
 }
 
 /// A lookup reads, decides and writes at most this many times before it gives up (each retry
@@ -200,7 +223,15 @@ impl ClusterOwnership {
     ) -> Result<Arc<ClusterOwnership>, CoordinationError> {
         let (lost, _) = broadcast::channel(1024);
         let state = State { liveness: Liveness::new(config.liveness), ..State::default() };
-        let this = Arc::new(ClusterOwnership { store, me, state: Mutex::new(state), lost });
+        let changed = tokio::sync::Notify::new();
+        let this = Arc::new(ClusterOwnership {
+            store,
+            me,
+            state: Mutex::new(state),
+            lost,
+            changed,
+            hand_over_waits: Default::default(),
+        });
         // Watches first, then the reads: nothing changed in between is missed.
         let brokers = this.store.watch(&format!("{BROKERS_ROOT}/")).await?;
         let records = this.store.watch(&format!("{OWNERSHIP_ROOT}/")).await?;
@@ -312,7 +343,7 @@ impl ClusterOwnership {
     pub async fn check_serve(&self, topic: &TopicName) -> Result<(), CoordinationError> {
         let range = self.bundle_of(topic).await?;
         let key = ownership_key(topic.namespace(), range);
-        if self.state.lock().owned.contains_key(&key) {
+        if self.state.lock().owned.contains_key(&key) || self.await_hand_over(&key).await? {
             return Ok(());
         }
         Err(CoordinationError::NotServed { topic: topic.to_string(), bundle: range.name() })
@@ -332,6 +363,9 @@ impl ClusterOwnership {
                 let state = self.state.lock();
                 if state.owned.contains_key(&key) {
                     return Ok(Lookup::Connect(self.me.clone()));
+                }
+                if let Some(to) = state.handing_over.get(&key) {
+                    return Ok(Lookup::Connect(to.clone()));
                 }
                 if state.releasing.contains(&key) {
                     return Err(CoordinationError::Releasing(range.name()));
@@ -398,10 +432,20 @@ impl ClusterOwnership {
                 }
                 take(record.take_over(owner, me).and_then(|r| r.own(me)))
             }
+            // Handed over to this broker: take it.
+            (UnitState::Assigning, Some(_), _) => {
+                record.own(me).map_or(Decision::Wait, Decision::Acquire)
+            }
             // This broker's own record from before a restart (an older session's lease): take
             // it back under this session.
-            (UnitState::Owned | UnitState::Assigning, Some(_), _) => {
+            (UnitState::Owned, Some(_), _) => {
                 take(record.take_over(me, me).and_then(|r| r.own(me)))
+            }
+            // A hand-over under way: the client goes to the broker it goes to, which holds the
+            // request until the old owner is done.
+            (UnitState::Releasing, Some(dst), Some(src)) if alive(src) && alive(dst) => {
+                let urls = state.brokers.get(dst).cloned();
+                urls.map_or(Decision::HandOver, Decision::Connect)
             }
             (UnitState::Releasing, _, Some(src)) if alive(src) && src != me => Decision::HandOver,
             (UnitState::Releasing | UnitState::Splitting, _, _) => {
@@ -510,55 +554,67 @@ impl ClusterOwnership {
             .is_some_and(|range| keys.contains(&ownership_key(topic.namespace(), range)))
     }
 
-    /// Frees the bundles `stop_serving` returned, once their topics are closed: their records
-    /// are deleted (Free), so the next lookup assigns them afresh.
+    /// Lets go of the bundles `stop_serving` returned, once their topics are closed: a bundle
+    /// in hand-over is assigned to its new broker (`Assigning{dst}`), any other is freed (its
+    /// record deleted), so the next lookup assigns it afresh.
     pub async fn released(&self, keys: &[String]) -> Result<(), CoordinationError> {
         let mut first_error = None;
         for key in keys {
-            let (record, _) = self.read_record(key).await?;
-            if record.dst.as_deref() == Some(&self.me.id) {
-                match self.store.delete(key, ExpectedVersion::Exactly(record.version)).await {
-                    Ok(()) | Err(MetadataError::NotFound { .. }) => {}
-                    Err(MetadataError::BadVersion { .. }) => {} // someone else's now
-                    Err(e) => {
-                        first_error.get_or_insert(CoordinationError::from(e));
-                    }
-                }
+            if let Err(error) = self.release_one(key).await {
+                first_error.get_or_insert(error);
             }
-            self.state.lock().releasing.remove(key);
-            tracing::info!(bundle = %key, "bundle released");
+            let mut state = self.state.lock();
+            state.releasing.remove(key);
+            state.handing_over.remove(key);
         }
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Unloads the bundles of `ns` (`range`: one of them) that other brokers own, by deleting
-    /// their records: each owner sees the deletion, stops serving and closes the topics (their
-    /// clients look them up again). Pulsar forwards such an unload to the owner; a record in
-    /// the store reaches it just as well, and needs no route to it. Returns how many.
+    async fn release_one(&self, key: &str) -> Result<(), CoordinationError> {
+        let me = self.me.id.as_str();
+        let (record, _) = self.read_record(key).await?;
+        let handed = record.state == UnitState::Releasing && record.src.as_deref() == Some(me);
+        if handed {
+            let next = record.released(me)?;
+            let to = next.dst.as_deref().and_then(|d| self.state.lock().brokers.get(d).cloned());
+            if let Some(to) = to.filter(|_| next.state == UnitState::Assigning) {
+                if self.write_transition(key, record.version, &next, &to).await? {
+                    self.state.lock().handed_off.insert(key.to_string());
+                    tracing::info!(bundle = %key, to = %to.id, "bundle handed over");
+                }
+                return Ok(());
+            }
+        }
+        if handed || record.dst.as_deref() == Some(me) {
+            match self.store.delete(key, ExpectedVersion::Exactly(record.version)).await {
+                Ok(()) | Err(MetadataError::NotFound { .. }) => {}
+                Err(MetadataError::BadVersion { .. }) => {} // someone else's now
+                Err(e) => return Err(e.into()),
+            }
+        }
+        tracing::info!(bundle = %key, "bundle released");
+        Ok(())
+    }
+
+    /// Unloads the bundles of `ns` (`range`: one of them) that other brokers own: each owner is
+    /// asked to hand its bundle over to another broker through the bundle's record (a dead
+    /// owner's record is deleted). Pulsar forwards such an unload to the owner; a record in the
+    /// store reaches it just as well, and needs no route to it. Returns how many.
     pub async fn unload_elsewhere(
         &self,
         ns: &NamespaceName,
         range: Option<BundleRange>,
     ) -> Result<usize, CoordinationError> {
         let prefix = format!("{OWNERSHIP_ROOT}/{}/{}/", ns.tenant(), ns.namespace());
-        let mut unloaded = 0;
+        let mut keys = Vec::new();
         for key in self.store.list(&prefix).await? {
             let Some((_, r)) = parse_ownership_key(&key) else { continue };
             if range.is_some_and(|want| want != r) || self.state.lock().owned.contains_key(&key) {
                 continue;
             }
-            let (record, _) = self.read_record(&key).await?;
-            if record.dst.as_deref() == Some(self.me.id.as_str()) || record.version == 0 {
-                continue;
-            }
-            match self.store.delete(&key, ExpectedVersion::Exactly(record.version)).await {
-                Ok(()) => unloaded += 1,
-                Err(MetadataError::NotFound { .. } | MetadataError::BadVersion { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-            tracing::info!(bundle = %key, owner = ?record.dst, "bundle unloaded on its owner");
+            keys.push(key);
         }
-        Ok(unloaded)
+        self.hand_over_elsewhere(keys).await
     }
 
     fn lose(&self, key: &str, why: &str) {
@@ -566,7 +622,7 @@ impl ClusterOwnership {
         if removed {
             tracing::warn!(bundle = %key, why, "bundle lost");
             if let Some((namespace, range)) = parse_ownership_key(key) {
-                let _ = self.lost.send(LostBundle { namespace, range });
+                let _ = self.lost.send(LostBundle { namespace, range, release: None });
             }
         }
     }
@@ -664,7 +720,8 @@ impl ClusterOwnership {
             owned.into_iter().filter(|k| state.owners.get(k) != Some(me)).collect()
         };
         for key in gone {
-            self.lose(&key, "its record names another broker");
+            // A hand-over asked of this broker is done as such; anything else is lost.
+            self.on_record_changed(&key).await?;
         }
         Ok(())
     }
@@ -672,6 +729,12 @@ impl ClusterOwnership {
     /// Decides from the record as it is now, not from the event (a deletion may be followed by
     /// this broker's own write already).
     async fn on_record_changed(&self, key: &str) -> Result<(), CoordinationError> {
+        let changed = self.record_changed(key).await;
+        self.changed.notify_waiters();
+        changed
+    }
+
+    async fn record_changed(&self, key: &str) -> Result<(), CoordinationError> {
         let (record, _) = self.read_record(key).await?;
         if record.version == 0 {
             let mut state = self.state.lock();
@@ -692,7 +755,7 @@ impl ClusterOwnership {
                 None => state.owners.remove(key),
             };
         }
-        if !names_me {
+        if !names_me && !self.on_hand_over_record(key, &record).await? {
             self.lose(key, "another broker took it");
         }
         Ok(())

@@ -278,3 +278,117 @@ async fn a_split_bundle_s_halves_stay_with_its_owner() {
     b1.ownership.check_serve(&t).await.unwrap();
     assert!(shared.get(&ownership_key(t.namespace(), parent)).await.unwrap().is_none());
 }
+
+/// `b1` owns `t`'s bundle (an authoritative lookup there takes it) and `b2` knows it.
+async fn owned_by_b1(shared: &MemoryStore, name: &str) -> (Broker, Broker, TopicName, String) {
+    let b1 = broker(shared, "b1:1", quiet()).await;
+    let b2 = broker(shared, "b2:1", quiet()).await;
+    let t = topic(name);
+    assert_eq!(connect_id(&b1.ownership.lookup(&t, true).await.unwrap()), "b1:1");
+    let key = ownership_key(t.namespace(), b1.ownership.bundle_of(&t).await.unwrap());
+    eventually("b2 sees b1's record", || b2.ownership.load().get("b1:1") == Some(&1)).await;
+    (b1, b2, t, key)
+}
+
+async fn stored_state(shared: &MemoryStore, key: &str) -> (String, Option<String>) {
+    let found = shared.get(key).await.unwrap().expect("a record");
+    let record: StoredRecord = serde_json::from_slice(&found.value).unwrap();
+    (record.state, record.dst)
+}
+
+#[tokio::test]
+async fn an_unload_hands_the_bundle_over_and_its_clients_wait_there_for_the_old_owner() {
+    let shared = store_with_namespace().await;
+    let (b1, b2, t, key) = owned_by_b1(&shared, "t-hand-over").await;
+    let range = b1.ownership.bundle_of(&t).await.unwrap();
+    let keys = b1.ownership.stop_serving(t.namespace(), Some(range));
+    let handed = b1.ownership.begin_hand_over(&keys).await;
+    assert_eq!(handed.get(&key).map(|b| b.id.as_str()), Some("b2:1"));
+    assert_eq!(b1.ownership.handed_over_to(&t).map(|b| b.id), Some("b2:1".to_string()));
+    assert_eq!(stored_state(&shared, &key).await, ("Releasing".into(), Some("b2:1".into())));
+    // Lookups anywhere send clients to b2, which holds them until b1 is done.
+    assert_eq!(connect_id(&b1.ownership.lookup(&t, false).await.unwrap()), "b2:1");
+    eventually("b2 sees the hand-over", || b2.ownership.load().get("b2:1") == Some(&1)).await;
+    assert_eq!(connect_id(&b2.ownership.lookup(&t, false).await.unwrap()), "b2:1");
+    let waiting = {
+        let b2 = b2.ownership.clone();
+        let t = t.clone();
+        tokio::spawn(async move { b2.check_serve(&t).await })
+    };
+    tokio::pin!(waiting);
+    eventually("b2 holds the request", || b2.ownership.hand_over_waits() == 1).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), &mut waiting).await.is_err(),
+        "b2 serves nothing before b1 has closed the bundle's topics"
+    );
+    b1.ownership.released(&keys).await.unwrap();
+    let served = tokio::time::timeout(HAND_OVER_WAIT, waiting).await.expect("b2 serves");
+    served.unwrap().unwrap();
+    assert_eq!(stored_state(&shared, &key).await, ("Owned".into(), Some("b2:1".into())));
+    assert!(b1.ownership.check_serve(&t).await.is_err());
+    assert_eq!(b1.ownership.handed_over_to(&t), None);
+    eventually("b1 sees b2 own it", || b1.ownership.load().get("b2:1") == Some(&1)).await;
+    assert_eq!(connect_id(&b1.ownership.lookup(&t, false).await.unwrap()), "b2:1");
+}
+
+#[tokio::test]
+async fn the_new_owner_takes_a_handed_over_bundle_with_no_client_asking() {
+    let shared = store_with_namespace().await;
+    let (b1, b2, t, key) = owned_by_b1(&shared, "t-eager").await;
+    let keys = b1.ownership.stop_serving(t.namespace(), None);
+    b1.ownership.begin_hand_over(&keys).await;
+    b1.ownership.released(&keys).await.unwrap();
+    eventually("b2 owns it", || b2.ownership.owned_bundles().len() == 1).await;
+    assert_eq!(stored_state(&shared, &key).await, ("Owned".into(), Some("b2:1".into())));
+}
+
+#[tokio::test]
+async fn an_unload_through_another_broker_asks_the_owner_to_hand_over() {
+    let shared = store_with_namespace().await;
+    let (b1, b2, t, key) = owned_by_b1(&shared, "t-asked").await;
+    let mut lost = b1.ownership.lost();
+    let range = b2.ownership.bundle_of(&t).await.unwrap();
+    assert_eq!(b2.ownership.unload_elsewhere(t.namespace(), Some(range)).await.unwrap(), 1);
+    let asked = tokio::time::timeout(Duration::from_secs(10), lost.recv()).await.unwrap().unwrap();
+    let release = asked.release.expect("a hand-over, not a loss");
+    assert_eq!(release.key, key);
+    assert_eq!(release.to.map(|b| b.id), Some("b2:1".to_string()));
+    assert!(b1.ownership.check_serve(&t).await.is_err(), "b1 stopped serving it");
+    assert_eq!(b1.ownership.handed_over_to(&t).map(|b| b.id), Some("b2:1".to_string()));
+    // The broker closes the topics, then lets the bundle go.
+    b1.ownership.released(std::slice::from_ref(&key)).await.unwrap();
+    eventually("b2 owns it", || b2.ownership.owned_bundles().len() == 1).await;
+    b2.ownership.check_serve(&t).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hand_over_whose_old_owner_vanishes_is_taken_by_the_waiting_broker() {
+    let shared = store_with_namespace().await;
+    let (b1, b2, t, key) = owned_by_b1(&shared, "t-vanish").await;
+    let keys = b1.ownership.stop_serving(t.namespace(), None);
+    b1.ownership.begin_hand_over(&keys).await;
+    eventually("b2 sees the hand-over", || b2.ownership.load().get("b2:1") == Some(&1)).await;
+    let waiting = {
+        let b2 = b2.ownership.clone();
+        let t = t.clone();
+        tokio::spawn(async move { b2.check_serve(&t).await })
+    };
+    eventually("b2 holds the request", || b2.ownership.hand_over_waits() == 1).await;
+    // b1's session ends mid-way (a crash): its Releasing record goes with it.
+    b1.store.expire_session().unwrap();
+    let served = tokio::time::timeout(HAND_OVER_WAIT, waiting).await.expect("b2 serves");
+    served.unwrap().unwrap();
+    assert_eq!(stored_state(&shared, &key).await, ("Owned".into(), Some("b2:1".into())));
+}
+
+#[tokio::test]
+async fn with_no_other_broker_an_unload_frees_the_bundle() {
+    let shared = store_with_namespace().await;
+    let b1 = broker(&shared, "b1:1", quiet()).await;
+    let t = topic("t-alone");
+    b1.ownership.lookup(&t, false).await.unwrap();
+    let keys = b1.ownership.stop_serving(t.namespace(), None);
+    assert!(b1.ownership.begin_hand_over(&keys).await.is_empty());
+    b1.ownership.released(&keys).await.unwrap();
+    assert!(shared.get(&keys[0]).await.unwrap().is_none(), "Free");
+}

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use magnetar_broker::ownership::{BrokerUrls, LookupAnswer, Ownership, Release};
+use magnetar_broker::ownership::{AssignedBroker, BrokerUrls, LookupAnswer, Ownership, Release};
 use magnetar_broker::{BrokerError, BrokerService};
 use magnetar_coordination::{BundleRange, ClusterOwnership, CoordinationError, Lookup};
 use magnetar_model::names::{NamespaceName, TopicName};
@@ -28,6 +28,10 @@ fn broker_error(error: CoordinationError) -> BrokerError {
         | CoordinationError::NoBroker(_)
         | CoordinationError::Contended { .. } => BrokerError::ServiceNotReady(error.to_string()),
     }
+}
+
+fn assigned(broker: magnetar_coordination::BrokerUrls) -> AssignedBroker {
+    AssignedBroker { service_url: broker.service_url, service_url_tls: broker.service_url_tls }
 }
 
 fn urls(broker: magnetar_coordination::BrokerUrls) -> BrokerUrls {
@@ -58,7 +62,11 @@ impl Ownership for CoordinatedOwnership {
         self.0.check_serve(topic).await.map_err(broker_error)
     }
 
-    fn stop_serving(&self, namespace: Option<&NamespaceName>, bundle: Option<&str>) -> Release {
+    async fn stop_serving(
+        &self,
+        namespace: Option<&NamespaceName>,
+        bundle: Option<&str>,
+    ) -> Release {
         let bundles = match namespace {
             None => self.0.stop_serving_all(),
             Some(ns) => {
@@ -66,11 +74,16 @@ impl Ownership for CoordinatedOwnership {
                 self.0.stop_serving(ns, range)
             }
         };
+        self.0.begin_hand_over(&bundles).await;
         Release { namespace: namespace.cloned(), bundle: bundle.map(str::to_string), bundles }
     }
 
     fn in_release(&self, release: &Release, topic: &TopicName) -> bool {
         self.0.in_bundles(topic, &release.bundles)
+    }
+
+    fn assigned_to(&self, _release: &Release, topic: &TopicName) -> Option<AssignedBroker> {
+        self.0.handed_over_to(topic).map(assigned)
     }
 
     async fn released(&self, release: Release) -> Result<(), BrokerError> {
@@ -85,7 +98,9 @@ impl Ownership for CoordinatedOwnership {
 }
 
 /// Closes the topics of every bundle this broker loses (another broker took it over, or the
-/// metadata session went): their clients reconnect and look them up again.
+/// metadata session went): their clients reconnect and look them up again. A hand-over another
+/// broker asked for closes them the same way, telling the clients where the bundle goes, and
+/// then lets the bundle go there.
 pub fn close_lost_bundles(service: &Arc<BrokerService>, ownership: &Arc<ClusterOwnership>) {
     let mut lost = ownership.lost();
     let (service, ownership) = (Arc::downgrade(service), ownership.clone());
@@ -97,19 +112,28 @@ pub fn close_lost_bundles(service: &Arc<BrokerService>, ownership: &Arc<ClusterO
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
             };
             let Some(service) = service.upgrade() else { return };
+            let to = bundle.as_ref().and_then(|b| b.release.as_ref()).and_then(|r| r.to.clone());
             let closed = service
-                .unload_where(|topic| match &bundle {
-                    Some(b) => {
-                        topic.namespace() == &b.namespace
-                            && ownership.cached_bundle_of(topic) == Some(b.range)
-                    }
-                    // Missed some: close whatever this broker no longer owns.
-                    None => ownership
-                        .cached_bundle_of(topic)
-                        .is_none_or(|r| !ownership.owns(topic.namespace(), r)),
-                })
+                .unload_where_to(
+                    |topic| match &bundle {
+                        Some(b) => {
+                            topic.namespace() == &b.namespace
+                                && ownership.cached_bundle_of(topic) == Some(b.range)
+                        }
+                        // Missed some: close whatever this broker no longer owns.
+                        None => ownership
+                            .cached_bundle_of(topic)
+                            .is_none_or(|r| !ownership.owns(topic.namespace(), r)),
+                    },
+                    |_| to.clone().map(assigned),
+                )
                 .await;
             tracing::info!(?bundle, closed, "topics of a lost bundle closed");
+            if let Some(release) = bundle.as_ref().and_then(|b| b.release.as_ref()) {
+                if let Err(error) = ownership.released(std::slice::from_ref(&release.key)).await {
+                    tracing::warn!(bundle = %release.key, %error, "hand-over not finished");
+                }
+            }
         }
     });
 }

@@ -265,6 +265,9 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
                 Ok(unloaded) => tracing::info!(unloaded, "bundles released"),
                 Err(error) => tracing::warn!(%error, "bundles not all released"),
             }
+            if let Some(coordination) = &coordination {
+                coordination.hand_overs_settled(std::time::Duration::from_secs(3)).await;
+            }
         }
         registration.stop().await;
         let _ = stop.send(true);

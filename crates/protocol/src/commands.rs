@@ -378,11 +378,29 @@ pub fn send_error(
 
 /// CLOSE_PRODUCER sent by the broker (e.g. on topic unload).
 pub fn close_producer(producer_id: u64, request_id: u64) -> BaseCommand {
+    close_producer_to(producer_id, request_id, None)
+}
+
+/// Where a closed producer or consumer should reconnect (PIP-307): the broker its topic is
+/// handed over to, so the client goes there at once, without a lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssignedBroker {
+    pub service_url: String,
+    pub service_url_tls: Option<String>,
+}
+
+/// CLOSE_PRODUCER sent by the broker, naming the broker to reconnect to when there is one.
+pub fn close_producer_to(
+    producer_id: u64,
+    request_id: u64,
+    assigned: Option<&AssignedBroker>,
+) -> BaseCommand {
     BaseCommand {
         close_producer: Some(Box::new(CommandCloseProducer {
             producer_id,
             request_id,
-            ..Default::default()
+            assigned_broker_service_url: assigned.map(|a| a.service_url.clone()),
+            assigned_broker_service_url_tls: assigned.and_then(|a| a.service_url_tls.clone()),
         })),
         ..base(Type::CloseProducer)
     }
@@ -445,11 +463,21 @@ pub fn ack_response(
 
 /// CLOSE_CONSUMER sent by the broker (e.g. on topic unload or seek).
 pub fn close_consumer(consumer_id: u64, request_id: u64) -> BaseCommand {
+    close_consumer_to(consumer_id, request_id, None)
+}
+
+/// CLOSE_CONSUMER sent by the broker, naming the broker to reconnect to when there is one.
+pub fn close_consumer_to(
+    consumer_id: u64,
+    request_id: u64,
+    assigned: Option<&AssignedBroker>,
+) -> BaseCommand {
     BaseCommand {
         close_consumer: Some(Box::new(CommandCloseConsumer {
             consumer_id,
             request_id,
-            ..Default::default()
+            assigned_broker_service_url: assigned.map(|a| a.service_url.clone()),
+            assigned_broker_service_url_tls: assigned.and_then(|a| a.service_url_tls.clone()),
         })),
         ..base(Type::CloseConsumer)
     }
