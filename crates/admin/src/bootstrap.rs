@@ -16,6 +16,7 @@ use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
 
 use crate::error::AdminError;
 use crate::model::TenantInfo;
+use crate::DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES;
 use magnetar_model::keys;
 use magnetar_model::names::is_valid_entity_name;
 use magnetar_model::ClusterData;
@@ -24,13 +25,26 @@ use magnetar_model::ClusterData;
 pub const BOOTSTRAP_NAMESPACES: [(&str, &str); 2] = [("public", "default"), ("pulsar", "system")];
 
 /// Creates, when absent, tenants `public` and `pulsar` (allowed on `cluster`) and namespaces
-/// `public/default` and `pulsar/system` (policies `{}`). Errors: 412 for an invalid cluster
-/// name, otherwise metadata-store failures.
+/// `public/default` and `pulsar/system` (with [`DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES`] bundles).
+/// Errors: 412 for an invalid cluster name, otherwise metadata-store failures.
 pub async fn bootstrap(
     store: &dyn MetadataStore,
     cluster: &str,
 ) -> Result<BootstrapReport, AdminError> {
+    bootstrap_with_bundles(store, cluster, DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES).await
+}
+
+/// [`bootstrap`], the namespaces created with `bundles` bundles (1..=128).
+pub async fn bootstrap_with_bundles(
+    store: &dyn MetadataStore,
+    cluster: &str,
+    bundles: u32,
+) -> Result<BootstrapReport, AdminError> {
     check_cluster_name(cluster)?;
+    let policies = serde_json::to_vec(&serde_json::json!({
+        "bundles": crate::routes::namespaces::bundles_data(bundles)
+    }))
+    .map_err(|e| AdminError::Internal(format!("cannot serialise policies: {e}")))?;
     let tenant_info = serde_json::to_vec(&TenantInfo::for_cluster(cluster))
         .map_err(|e| AdminError::Internal(format!("cannot serialise tenant info: {e}")))?;
     let mut report = BootstrapReport::default();
@@ -39,7 +53,7 @@ pub async fn bootstrap(
         let created = create_if_absent(store, &key, Bytes::from(tenant_info.clone())).await?;
         report.keys.push((key, created));
         let key = keys::namespace(tenant, namespace);
-        let created = create_if_absent(store, &key, Bytes::from_static(b"{}")).await?;
+        let created = create_if_absent(store, &key, Bytes::from(policies.clone())).await?;
         report.keys.push((key, created));
     }
     Ok(report)

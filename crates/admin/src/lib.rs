@@ -190,7 +190,8 @@ use std::sync::Arc;
 use magnetar_metadata::MetadataStore;
 
 pub use bootstrap::{
-    bootstrap, cluster_initialized, initialize_cluster, BootstrapReport, BOOTSTRAP_NAMESPACES,
+    bootstrap, bootstrap_with_bundles, cluster_initialized, initialize_cluster, BootstrapReport,
+    BOOTSTRAP_NAMESPACES,
 };
 pub use broker_hooks::AdminHooks;
 pub use error::AdminError;
@@ -205,6 +206,8 @@ pub use magnetar_model::{
 /// defaults to unlimited; Magnetar caps it so a single request cannot make the broker create
 /// (and listings enumerate) billions of partitions. Set 0 for unlimited.
 pub const DEFAULT_MAX_PARTITIONS_PER_TOPIC: u32 = 10_000;
+/// Bundles of a namespace created without any, as Pulsar's `defaultNumberOfNamespaceBundles`.
+pub const DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES: u32 = 4;
 
 /// Everything the admin handlers need; cheap to clone.
 #[derive(Clone)]
@@ -230,6 +233,8 @@ pub struct AdminState {
     pub authorization: magnetar_security::authorization::AuthorizationConfig,
     /// The broker's advertised listeners (the HTTP lookup's `listenerName`).
     pub listeners: magnetar_model::listeners::AdvertisedListeners,
+    /// Bundles of a namespace created without any (`defaultNumberOfNamespaceBundles`).
+    pub default_bundles: u32,
 }
 
 impl AdminState {
@@ -250,7 +255,14 @@ impl AdminState {
             broker_service_url_tls: None,
             authorization: Default::default(),
             listeners: Default::default(),
+            default_bundles: DEFAULT_NUMBER_OF_NAMESPACE_BUNDLES,
         }
+    }
+
+    /// Sets the bundles of a namespace created without any (1..=128).
+    pub fn with_default_bundles(mut self, bundles: u32) -> Self {
+        self.default_bundles = bundles;
+        self
     }
 
     /// Enforces `authorization` on every route (see `authz`).

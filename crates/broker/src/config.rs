@@ -39,6 +39,10 @@ pub struct BrokerConfig {
     pub keepalive_seconds: u64,
     /// Create topics on first use, as Pulsar standalone does.
     pub allow_auto_topic_creation: bool,
+    /// Bundles of a namespace created without `--bundles` (`public/default` included), 1..=128
+    /// (Pulsar's `defaultNumberOfNamespaceBundles`). In a cluster a bundle is what a broker owns,
+    /// so this is how many brokers a namespace's topics spread over before any split.
+    pub default_number_of_namespace_bundles: u32,
     /// A topic's ledger is rolled over after this many entries (Pulsar: 50,000)...
     pub max_entries_per_ledger: u64,
     /// ...or this many bytes (Pulsar: 2 GiB)...
@@ -197,6 +201,7 @@ impl Default for BrokerConfig {
             max_message_size: 5 * 1024 * 1024,
             keepalive_seconds: 30,
             allow_auto_topic_creation: true,
+            default_number_of_namespace_bundles: 4,
             max_entries_per_ledger: 50_000,
             max_bytes_per_ledger: 2 << 30,
             max_ledger_age_seconds: 4 * 3600,
@@ -262,6 +267,9 @@ impl BrokerConfig {
         }
         if self.stats_update_frequency_seconds == 0 {
             return Err("stats_update_frequency_seconds must be at least 1".into());
+        }
+        if !(1..=128).contains(&self.default_number_of_namespace_bundles) {
+            return Err("default_number_of_namespace_bundles must be 1..=128".into());
         }
         if self.keepalive_seconds == 0 {
             return Err("keepalive_seconds must be at least 1".into());

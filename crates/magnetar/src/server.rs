@@ -204,7 +204,8 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
             config.cluster.clone(),
         )
         .with_cluster_urls(web_url.clone(), service_url.clone())
-        .with_authorization(config.authorization.clone());
+        .with_authorization(config.authorization.clone())
+        .with_default_bundles(config.broker.default_number_of_namespace_bundles);
         if let (Some(web), Some(broker)) = (&web_url_tls, &service_url_tls) {
             admin_state = admin_state.with_cluster_urls_tls(web.clone(), broker.clone());
         }
@@ -355,7 +356,8 @@ async fn open_metadata(settings: &Settings) -> anyhow::Result<Arc<dyn SessionSto
                 EmbeddedStore::open(EmbeddedStoreConfig::new(config.data_dir.join("metadata")))
                     .await
                     .context("open metadata store")?;
-            magnetar_admin::bootstrap(&store, &config.cluster)
+            let bundles = config.broker.default_number_of_namespace_bundles;
+            magnetar_admin::bootstrap_with_bundles(&store, &config.cluster, bundles)
                 .await
                 .context("bootstrap metadata")?;
             Ok(Arc::new(store))

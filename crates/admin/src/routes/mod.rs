@@ -14,7 +14,7 @@ mod broker;
 mod console;
 mod expiry;
 mod forward;
-mod namespaces;
+pub(crate) mod namespaces;
 mod policies;
 mod schemas;
 mod tenants;

@@ -44,14 +44,17 @@ pub(crate) fn bundles_data(n: u32) -> Value {
 /// The `bundles` of a create-namespace body, completed: 412 for a count outside 1..=128, and
 /// boundaries computed when only `numBundles` is given (what `pulsar-admin namespaces create
 /// --bundles N` sends).
-pub(crate) fn normalize_bundles(policies: &mut Map<String, Value>) -> Result<(), AdminError> {
+pub(crate) fn normalize_bundles(
+    policies: &mut Map<String, Value>,
+    default_bundles: u32,
+) -> Result<(), AdminError> {
     let invalid = || {
         AdminError::PreconditionFailed(format!(
             "Invalid number of bundles. Number of bundles has to be in the range of (0, {MAX_BUNDLES}]."
         ))
     };
     let Some(bundles) = policies.get("bundles").filter(|b| !b.is_null()) else {
-        policies.insert("bundles".to_string(), bundles_data(1));
+        policies.insert("bundles".to_string(), bundles_data(default_bundles));
         return Ok(());
     };
     let Value::Object(bundles) = bundles else {
@@ -648,11 +651,11 @@ mod tests {
             ])
         );
         let mut p = Map::new();
-        normalize_bundles(&mut p).unwrap();
-        assert_eq!(p["bundles"]["numBundles"], 1);
+        normalize_bundles(&mut p, 4).unwrap();
+        assert_eq!(p["bundles"]["numBundles"], 4, "the cluster default");
         let mut p: Map<String, Value> =
             serde_json::from_str(r#"{"bundles":{"numBundles":4}}"#).unwrap();
-        normalize_bundles(&mut p).unwrap();
+        normalize_bundles(&mut p, 4).unwrap();
         assert_eq!(p["bundles"]["boundaries"].as_array().unwrap().len(), 5);
         for bad in [
             r#"{"bundles":{"numBundles":0}}"#,
@@ -660,7 +663,7 @@ mod tests {
             r#"{"bundles":{"boundaries":["0x00000000","0x10000000"]}}"#,
         ] {
             let mut p: Map<String, Value> = serde_json::from_str(bad).unwrap();
-            assert!(matches!(normalize_bundles(&mut p), Err(AdminError::PreconditionFailed(_))));
+            assert!(matches!(normalize_bundles(&mut p, 4), Err(AdminError::PreconditionFailed(_))));
         }
         for bad in [
             r#"{"bundles":3}"#,
@@ -668,7 +671,10 @@ mod tests {
             r#"{"bundles":{"boundaries":["zz"]}}"#,
         ] {
             let mut p: Map<String, Value> = serde_json::from_str(bad).unwrap();
-            assert!(matches!(normalize_bundles(&mut p), Err(AdminError::BadRequest(_))), "{bad}");
+            assert!(
+                matches!(normalize_bundles(&mut p, 4), Err(AdminError::BadRequest(_))),
+                "{bad}"
+            );
         }
     }
 }

@@ -232,7 +232,7 @@ pub(crate) async fn create_namespace(
 ) -> Result<StatusCode, AdminError> {
     let mut policies = parse_object_body(&body_bytes(body)?, "policies")?.unwrap_or_default();
     let ns = PathSegments::new(&uri).namespace(1)?;
-    normalize_bundles(&mut policies)?;
+    normalize_bundles(&mut policies, state.default_bundles)?;
     // The stored document must decode as the typed policies the broker reads.
     let typed: NamespacePolicies = serde_json::from_value(Value::Object(policies.clone()))
         .map_err(|e| AdminError::BadRequest(format!("Invalid policies: {e}")))?;

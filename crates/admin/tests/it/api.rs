@@ -211,7 +211,9 @@ async fn bootstrap_is_idempotent_and_preserves_existing_values() {
     assert_eq!(public.version, 2);
     assert!(std::str::from_utf8(&public.value).unwrap().contains("admin"));
     let ns = store.get(&keys::namespace("public", "default")).await.unwrap().unwrap();
-    assert_eq!((&ns.value[..], ns.version), (&b"{}"[..], 1));
+    assert_eq!(ns.version, 1);
+    let policies: serde_json::Value = serde_json::from_slice(&ns.value).unwrap();
+    assert_eq!(policies["bundles"]["numBundles"], 4, "Pulsar's defaultNumberOfNamespaceBundles");
     assert!(store.get(&keys::namespace("pulsar", "system")).await.unwrap().is_some());
     assert!(bootstrap(&store, "bad/cluster").await.is_err());
 }
@@ -226,7 +228,7 @@ async fn bootstrapped_layout_is_visible_through_the_api() {
     let r = app.get("/admin/v2/namespaces/public/default").await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.json()["replication_clusters"], json!(["standalone"]));
-    assert_eq!(r.json()["bundles"]["numBundles"], 1);
+    assert_eq!(r.json()["bundles"]["numBundles"], 4);
 }
 
 #[tokio::test]
@@ -1078,7 +1080,8 @@ async fn namespace_policies_round_trip() {
     assert_eq!(p["retention_policies"]["retentionSizeInMB"], json!(100));
     assert_eq!(p["message_ttl_in_seconds"], json!(30));
     assert_eq!(p["topicDispatchRate"]["standalone"]["dispatchThrottlingRateInMsg"], json!(100));
-    assert_eq!(p["bundles"]["boundaries"], json!(["0x00000000", "0xffffffff"]));
+    let quarters = json!(["0x00000000", "0x40000000", "0x80000000", "0xc0000000", "0xffffffff"]);
+    assert_eq!(p["bundles"]["boundaries"], quarters);
 
     assert_eq!(app.delete(&format!("{ns}/messageTTL")).await.status, StatusCode::NO_CONTENT);
     assert_eq!(app.get(&format!("{ns}/messageTTL")).await.status, StatusCode::NO_CONTENT);
@@ -1111,14 +1114,16 @@ async fn namespace_policies_round_trip() {
     );
     assert_eq!(
         app.get("/admin/v2/namespaces/public/default/bundles").await.json()["numBundles"],
-        json!(1)
+        json!(4)
     );
     assert_eq!(
         app.put("/admin/v2/namespaces/public/default/unload", "").await.status,
         StatusCode::NO_CONTENT
     );
-    let r = app.put("/admin/v2/namespaces/public/default/0x00000000_0xffffffff/unload", "").await;
+    let r = app.put("/admin/v2/namespaces/public/default/0x40000000_0x80000000/unload", "").await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = app.put("/admin/v2/namespaces/public/default/0x00000000_0xffffffff/unload", "").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "not one of its bundles");
     let r = app.put("/admin/v2/namespaces/public/default/0x00000000_0x0fffffff/unload", "").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
