@@ -9,10 +9,14 @@ storage nodes, driven by the official Python client and Apache's pulsar-admin.
 - a queue checker (every acknowledged send consumed exactly once, in order: deduplication on) runs
   while the owning broker is SIGKILLed: the producer's sends all succeed, on the new owner;
 - an unload of the namespace through a broker that owns none of it, and a graceful stop (SIGTERM)
-  of the owner, under load: no send error reaches the application, nothing is lost.
+  of the owner, under load: no send error reaches the application, nothing is lost; the unload
+  hands the bundle to another broker (PIP-307);
+- the load manager: one leader, elected through etcd, which pulsar-admin `brokers leader-broker`
+  names; a fourth broker gets a bundle within a minute, and every broker sends its clients there.
 
 Skipped without etcd unless MAGNETAR_REQUIRE_ETCD=1; skipped on an external broker."""
 
+import base64
 import http.client
 import json
 import os
@@ -20,6 +24,7 @@ import signal
 import threading
 import time
 import urllib.parse
+import zlib
 
 import pulsar
 import pytest
@@ -268,3 +273,59 @@ def test_unload_and_a_graceful_stop_under_load_reach_no_application(cluster):
     survivors = [b for b in brokers if b is not owner]
     _check_queue(_service_url(survivors), topic, sent + sent_more)
     owner.start()
+
+
+def _etcd_get(etcd, key):
+    """The value at the cluster's `key` (bytes), or None, read with etcd's own JSON gateway (no
+    client of ours): under the cluster's root, `/magnetar/{cluster}`, whatever the cluster."""
+    encode = lambda k: base64.b64encode(k.encode()).decode()  # noqa: E731
+    body = json.dumps({"key": encode("/magnetar/"), "range_end": encode("/magnetar0")})
+    status, out = http_request("POST", etcd.endpoint + "/v3/kv/range", body)
+    assert status == 200, (status, out)
+    for kv in json.loads(out).get("kvs", []):
+        found = base64.b64decode(kv["key"]).decode()
+        if found.split("/", 3)[-1] == key.lstrip("/"):
+            return base64.b64decode(kv["value"])
+    return None
+
+
+def test_a_fourth_broker_gets_a_bundle_and_pulsar_admin_names_the_elected_leader(cluster):
+    etcd, brokers, start_broker = cluster
+    ns = _namespace(brokers[0], "grow")
+    for i in range(32):  # lookups assign the namespace's four bundles over the three brokers
+        _http_lookup(brokers[i % BROKERS], "persistent://%s/t-%d" % (ns, i))
+    leader = _etcd_get(etcd, "/loadbalance/leader")
+    assert leader is not None, "a leader is elected"
+    leader = leader.decode()
+    assert any(b.web_url.endswith("/" + leader) or b.web_url.endswith(leader) for b in brokers), leader
+    status, body = http_request("GET", brokers[1].web_url + "/admin/v2/brokers/leaderBroker")
+    assert status == 200 and json.loads(body)["brokerId"] == leader, (status, body)
+    if pulsar_admin_available():
+        out = PulsarAdmin(brokers[2].web_url)("brokers", "leader-broker")
+        assert leader in out, out
+
+    fourth = start_broker("b%d" % BROKERS)
+    try:
+        fourth_id = fourth.web_url.split("://", 1)[1].rstrip("/")
+        deadline = time.monotonic() + 60  # the goal: within a minute
+        owned = {}
+        while not owned:
+            assert time.monotonic() < deadline, "the new broker got no bundle within 60 s"
+            report = _etcd_get(etcd, "/loadbalance/brokers/" + fourth_id)
+            owned = json.loads(report)["bundles"] if report else {}
+            time.sleep(0.2)  # polled: another process's decision, no event reaches the test
+        # Clients asking any broker for a topic of that bundle are sent to the new broker
+        # (a bundle's topics: CRC32 of the full name in its range, as Pulsar hashes them).
+        key = next(iter(owned))
+        tenant, name, bundle = key.split("/")[-3:]
+        lower, upper = (int(b, 16) for b in bundle.split("_"))
+        topic = next(t for t in ("persistent://%s/%s/probe-%d" % (tenant, name, j)
+                                 for j in range(100000))
+                     if lower <= zlib.crc32(t.encode()) < upper
+                     or zlib.crc32(t.encode()) == upper == 0xffffffff)
+        for broker in brokers:
+            assert _http_lookup(broker, topic) == fourth.service_url, (broker.web_url, topic)
+    finally:
+        fourth.proc.send_signal(signal.SIGTERM)
+        fourth.proc.wait(60)
+    assert fourth.proc.returncode == 0, fourth.log_tail()

@@ -35,7 +35,9 @@ use crate::ownership::{OwnershipRecord, TransitionError, UnitState};
 use crate::{BundleRange, Bundles};
 
 mod hand_over;
+mod load;
 pub use hand_over::HAND_OVER_WAIT;
+pub use load::{LoadManagerConfig, TopicLoads, LEADER_KEY, LOAD_ROOT};
 
 /// Parent of every bundle ownership record.
 pub const OWNERSHIP_ROOT: &str = "/namespace";
@@ -194,6 +196,8 @@ struct State {
     /// an older one is re-written, not lost.
     owned_session: Option<magnetar_metadata::SessionId>,
     liveness: Liveness,
+    /// The load manager's leader, as last read.
+    leader: Option<String>,
 }
 
 /// Bundle ownership for one broker of a cluster.
@@ -816,9 +820,14 @@ impl ClusterOwnership {
             return Ok(());
         };
         if deleted {
-            let mut state = self.state.lock();
-            state.brokers.remove(id);
-            state.liveness.forget(id);
+            {
+                let mut state = self.state.lock();
+                state.brokers.remove(id);
+                state.liveness.forget(id);
+            }
+            if self.is_leader() {
+                self.reassign_dead().await?;
+            }
             return Ok(());
         }
         if let Some(urls) = self.read_broker(key).await? {
@@ -913,16 +922,26 @@ async fn probe_brokers(this: Weak<ClusterOwnership>, config: CoordinationConfig)
         }
         let results: Vec<(String, Probe)> = probes.join_all().await;
         let Some(strong) = this.upgrade() else { return };
-        let mut state = strong.state.lock();
-        for (id, probe) in results {
-            let was_dead = state.liveness.is_dead(&id);
-            let dead = state.liveness.observe(&id, probe);
-            if dead != was_dead {
-                if dead {
-                    tracing::warn!(broker = %id, ?probe, "broker unreachable: its bundles may be taken over");
-                } else {
-                    tracing::info!(broker = %id, "broker reachable again");
+        let mut newly_dead = false;
+        {
+            let mut state = strong.state.lock();
+            for (id, probe) in results {
+                let was_dead = state.liveness.is_dead(&id);
+                let dead = state.liveness.observe(&id, probe);
+                if dead != was_dead {
+                    if dead {
+                        newly_dead = true;
+                        tracing::warn!(broker = %id, ?probe, "broker unreachable: its bundles may be taken over");
+                    } else {
+                        tracing::info!(broker = %id, "broker reachable again");
+                    }
                 }
+            }
+        }
+        // The leader gives a dead broker's bundles away at once, not at the next lookup.
+        if newly_dead && strong.is_leader() {
+            if let Err(error) = strong.reassign_dead().await {
+                tracing::warn!(%error, "dead broker's bundles not reassigned");
             }
         }
     }

@@ -392,3 +392,75 @@ async fn with_no_other_broker_an_unload_frees_the_bundle() {
     b1.ownership.released(&keys).await.unwrap();
     assert!(shared.get(&keys[0]).await.unwrap().is_none(), "Free");
 }
+
+struct NoTraffic;
+
+impl TopicLoads for NoTraffic {
+    fn topic_throughputs(&self) -> Vec<(TopicName, f64)> {
+        Vec::new()
+    }
+}
+
+fn fast_load_manager() -> LoadManagerConfig {
+    LoadManagerConfig { interval: Duration::from_millis(20), ..Default::default() }
+}
+
+/// Does what the broker does with a hand-over it is asked for: (no topics to close) lets go.
+fn answer_hand_overs(broker: &Broker) {
+    let mut lost = broker.ownership.lost();
+    let ownership = Arc::downgrade(&broker.ownership);
+    tokio::spawn(async move {
+        while let Ok(bundle) = lost.recv().await {
+            let (Some(release), Some(ownership)) = (bundle.release, ownership.upgrade()) else {
+                continue;
+            };
+            ownership.released(std::slice::from_ref(&release.key)).await.unwrap();
+        }
+    });
+}
+
+#[tokio::test]
+async fn one_leader_is_elected_and_a_new_broker_gets_bundles_from_the_fullest() {
+    let shared = store_with_namespace().await;
+    let b1 = broker(&shared, "b1:1", quiet()).await;
+    for i in 0..40 {
+        // Authoritative: b1 takes every bundle itself.
+        b1.ownership.lookup(&topic(&format!("t-{i}")), true).await.unwrap();
+    }
+    assert_eq!(b1.ownership.owned_bundles().len(), 4);
+    answer_hand_overs(&b1);
+    b1.ownership.start_load_manager(Arc::new(NoTraffic), fast_load_manager());
+    eventually("b1 leads", || b1.ownership.is_leader()).await;
+    let b2 = broker(&shared, "b2:1", quiet()).await;
+    answer_hand_overs(&b2);
+    b2.ownership.start_load_manager(Arc::new(NoTraffic), fast_load_manager());
+    eventually("b2 owns a bundle", || b2.ownership.owned_bundles().len() == 1).await;
+    eventually("b2 sees the leader", || b2.ownership.leader().is_some()).await;
+    assert_eq!(b2.ownership.leader().as_deref(), Some("b1:1"), "one leader");
+    assert!(!b2.ownership.is_leader());
+    assert_eq!(b1.ownership.owned_bundles().len(), 3);
+    let moved = b2.ownership.owned_bundles().pop().unwrap();
+    let key = format!("{OWNERSHIP_ROOT}/{moved}");
+    assert_eq!(stored_state(&shared, &key).await, ("Owned".into(), Some("b2:1".into())));
+}
+
+#[tokio::test]
+async fn the_leader_gives_a_dead_brokers_bundles_to_the_live_ones_at_once() {
+    let shared = store_with_namespace().await;
+    let b1 = broker(&shared, "b1:1", quiet()).await;
+    for i in 0..40 {
+        b1.ownership.lookup(&topic(&format!("t-{i}")), true).await.unwrap();
+    }
+    let leader = broker(&shared, "b2:1", quiet()).await;
+    leader.ownership.start_load_manager(Arc::new(NoTraffic), fast_load_manager());
+    eventually("b2 leads", || leader.ownership.is_leader()).await;
+    let b3 = broker(&shared, "b3:1", quiet()).await;
+    eventually("b2 sees b3", || leader.ownership.load().contains_key("b3:1")).await;
+    // b1 is gone (its registration deleted; its records not yet, as before its lease ends).
+    shared.delete("/brokers/b1:1", ExpectedVersion::Any).await.unwrap();
+    eventually("b2 and b3 own b1's four bundles", || {
+        leader.ownership.owned_bundles().len() + b3.ownership.owned_bundles().len() == 4
+    })
+    .await;
+    assert_eq!(leader.ownership.owned_bundles().len(), 2, "spread over the live brokers");
+}

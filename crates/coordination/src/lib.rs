@@ -14,6 +14,8 @@
 //!   metadata store. A broker serves a bundle's topics only while the record says Owned by it.
 //! - [`placement`]: the least-loaded eligible broker, ties broken by rendezvous hashing.
 //! - [`liveness`]: the failure detector fed by probes (refusals count faster than timeouts).
+//! - [`shedder`]: which bundles the leader moves, from the brokers' load reports (Pulsar's
+//!   `TransferShedder`).
 //! - [`cluster`]: records in the store (`/namespace/{tenant}/{ns}/{range}`, ephemeral, written
 //!   by their owner by compare-and-set), lookups, takeover of a dead owner's bundles, release.
 //!
@@ -30,7 +32,11 @@ mod crc32;
 pub mod liveness;
 pub mod ownership;
 pub mod placement;
+pub mod shedder;
 
 pub use bundles::{topic_hash, BundleError, BundleRange, Bundles, SplitAlgorithm};
-pub use cluster::{BrokerUrls, ClusterOwnership, CoordinationConfig, CoordinationError, Lookup};
+pub use cluster::{
+    BrokerUrls, ClusterOwnership, CoordinationConfig, CoordinationError, LoadManagerConfig, Lookup,
+    TopicLoads,
+};
 pub use ownership::{OwnershipRecord, TransitionError, UnitState};

@@ -137,3 +137,36 @@ pub fn close_lost_bundles(service: &Arc<BrokerService>, ownership: &Arc<ClusterO
         }
     });
 }
+
+/// The load manager's view of this broker's topics: bytes per second published to each loaded
+/// topic since the previous reading.
+pub struct ServiceLoads {
+    service: std::sync::Weak<BrokerService>,
+    last: std::sync::Mutex<(std::time::Instant, std::collections::HashMap<String, u64>)>,
+}
+
+impl ServiceLoads {
+    pub fn new(service: &Arc<BrokerService>) -> ServiceLoads {
+        let last = (std::time::Instant::now(), Default::default());
+        ServiceLoads { service: Arc::downgrade(service), last: std::sync::Mutex::new(last) }
+    }
+}
+
+impl magnetar_coordination::TopicLoads for ServiceLoads {
+    fn topic_throughputs(&self) -> Vec<(TopicName, f64)> {
+        let Some(service) = self.service.upgrade() else { return Vec::new() };
+        let now = std::time::Instant::now();
+        let mut last = self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let seconds = now.duration_since(last.0).as_secs_f64().max(1e-3);
+        let mut counts = std::collections::HashMap::new();
+        let mut out = Vec::new();
+        for topic in service.loaded_topics() {
+            let bytes = topic.in_meter.bytes();
+            let before = last.1.get(&topic.full_name).copied().unwrap_or(bytes);
+            out.push((topic.name.clone(), bytes.saturating_sub(before) as f64 / seconds));
+            counts.insert(topic.full_name.clone(), bytes);
+        }
+        *last = (now, counts);
+        out
+    }
+}

@@ -133,6 +133,9 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         );
         if let Some(coordination) = &coordination {
             crate::ownership::close_lost_bundles(&service, coordination);
+            let loads = Arc::new(crate::ownership::ServiceLoads::new(&service));
+            let config = magnetar_coordination::LoadManagerConfig::default();
+            coordination.start_load_manager(loads, config);
         }
         // The dynamic configuration set through any broker's admin API (`brokers
         // update-dynamic-config`) applies over the configuration file from the start.

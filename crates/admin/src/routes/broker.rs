@@ -119,15 +119,21 @@ pub(crate) async fn list_active_brokers(
     Ok(Json(brokers))
 }
 
-/// `GET /admin/v2/brokers/leaderBroker`: Pulsar's `LeaderBroker` `{"brokerId","serviceUrl"}`.
-/// Magnetar elects no leader; it names the first registered broker (sorted), or this one when
-/// none is registered.
+/// `GET /admin/v2/brokers/leaderBroker`: Pulsar's `LeaderBroker` `{"brokerId","serviceUrl"}`:
+/// the load manager's elected leader (`/loadbalance/leader`); before one is elected, the first
+/// registered broker (sorted), or this one when none is registered (standalone).
 pub(crate) async fn leader_broker(
     State(state): State<AdminState>,
 ) -> Result<Json<serde_json::Value>, AdminError> {
     let mut brokers = state.store.list_children(keys::BROKERS_ROOT).await?;
     brokers.sort();
-    if let Some(first) = brokers.first() {
+    let elected = state
+        .store
+        .get(magnetar_coordination::cluster::LEADER_KEY)
+        .await?
+        .map(|found| String::from_utf8_lossy(&found.value).into_owned())
+        .filter(|id| brokers.contains(id));
+    if let Some(first) = elected.as_ref().or(brokers.first()) {
         let key = keys::child(keys::BROKERS_ROOT, first);
         let url = super::get_json::<BrokerRegistration>(&state, &key)
             .await
