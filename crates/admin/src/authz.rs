@@ -68,6 +68,9 @@ pub(crate) fn classify(method: &Method, route: &str) -> Required {
         "/admin/v2/namespaces/{tenant}" => return R::TenantAdmin(read),
         _ => {}
     }
+    if route.starts_with("/admin/v2/clusters/{cluster}/namespaceIsolationPolicies") {
+        return R::SuperUser; // as Pulsar: which brokers serve whom is the operator's
+    }
     if route.starts_with("/admin/v2/clusters") {
         return if get { R::Authenticated } else { R::SuperUser };
     }

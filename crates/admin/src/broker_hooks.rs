@@ -253,8 +253,9 @@ impl BrokerHooks for AdminHooks {
         &self,
         namespace: &NamespaceName,
         bundle: Option<&str>,
+        destination: Option<&str>,
     ) -> Result<usize, HookError> {
-        self.0.unload_bundles(Some(namespace), bundle).await.map_err(hook_error)
+        self.0.unload_bundles(Some(namespace), bundle, destination).await.map_err(hook_error)
     }
 
     async fn topic_owner(

@@ -127,14 +127,16 @@ pub trait BrokerHooks: Send + Sync {
 
     /// Unloads the bundles of `namespace` (`bundle`: one of them, `0xLOWER_0xUPPER`) this broker
     /// serves (`PUT …/{namespace}/unload`, `…/{bundle}/unload`): their topics close their
-    /// producers and consumers, which look them up again and reconnect. Returns how many topics
-    /// were unloaded. Default: none.
+    /// producers and consumers, which look them up again and reconnect, at `destination` (a
+    /// broker id, `?destinationBroker=`) when given. Returns how many topics were unloaded.
+    /// Default: none.
     async fn unload_namespace(
         &self,
         namespace: &NamespaceName,
         bundle: Option<&str>,
+        destination: Option<&str>,
     ) -> Result<usize, HookError> {
-        let _ = (namespace, bundle);
+        let _ = (namespace, bundle, destination);
         Ok(0)
     }
 

@@ -9,8 +9,9 @@
 //! clients take for a broken connection (they reconnect and resend everything pending).
 //!
 //! Pulsar's managed ledger avoids it by starting no append on the next ledger before the full
-//! one's last append completed; here the next ledger's appends start at once and only their
-//! completions wait.
+//! one's last append completed, and so does ours at a rollover (`managed_ledger.rs`: a crash
+//! with the next ledger ahead of the full one would store resends after later messages). After
+//! a failed ledger the next one starts at once, and this order keeps the receipts in turn.
 //!
 //! One thread delivers at a time (the delivered callbacks send receipts: two threads delivering
 //! could still race on a connection); completions that arrive meanwhile are left to it.

@@ -236,6 +236,9 @@ pub struct ManagedLedger {
     entries_added: std::sync::atomic::AtomicU64,
     /// Wakes `settle` when appends are answered or held ones move on.
     settled: Notify,
+    /// The runtime the managed ledger was opened on: a storage completion thread hands it the
+    /// rollover that the full ledger's last answer lets go on.
+    runtime: tokio::runtime::Handle,
 }
 
 impl ManagedLedger {
@@ -323,6 +326,7 @@ impl ManagedLedger {
             persist_lock: tokio::sync::Mutex::new(()),
             entries_added: std::sync::atomic::AtomicU64::new(0),
             settled: Notify::new(),
+            runtime: tokio::runtime::Handle::current(),
         });
         managed.persist_ledger_list().await?;
         Ok(managed)
@@ -501,6 +505,16 @@ impl ManagedLedger {
         }
         loop {
             if self.is_full(state, now_ms) {
+                if !state.current_failed && state.answered_in_current < state.staged_in_current {
+                    // Pulsar's order: no append goes to the next ledger before the full one's
+                    // last is answered. Were the next ledger's first entries durable before the
+                    // full one's last (two writers), a crash would leave the full ledger
+                    // recovered short and the next one's head kept: the client's resends would
+                    // then be stored after later messages (and, with deduplication, dropped as
+                    // duplicates). The last answer moves on (`completed`).
+                    self.prepare_spare_unless_under_way(state);
+                    return failed;
+                }
                 let Some(spare) = state.spare.take() else {
                     self.prepare_spare_unless_under_way(state);
                     return failed;
@@ -576,7 +590,12 @@ impl ManagedLedger {
 
     /// The storage completed an append of `ledger`: it is confirmed and its `done` runs once
     /// every append staged before it was (see `append_order.rs`).
-    fn completed(&self, ledger: u64, result: Result<u64, LedgerError>, done: AppendDone) {
+    fn completed(
+        self: &Arc<Self>,
+        ledger: u64,
+        result: Result<u64, LedgerError>,
+        done: AppendDone,
+    ) {
         let mut batch = {
             let mut state = self.state.lock();
             if let Err(error) = &result {
@@ -597,6 +616,20 @@ impl ManagedLedger {
             if batch.is_empty() && state.settling > 0 {
                 self.settled.notify_waiters();
             }
+        }
+        let rollover_waits = {
+            let state = self.state.lock();
+            !state.held.is_empty() && state.answered_in_current >= state.staged_in_current
+        };
+        if rollover_waits {
+            // The full ledger is answered: its held successors may go to the next one. On a
+            // runtime thread (this is the storage's completion thread, which must not stage).
+            let me = self.clone();
+            self.runtime.spawn(async move {
+                let failed = me.advance(&mut me.state.lock());
+                fail_held(failed);
+                me.settled.notify_waiters();
+            });
         }
     }
 
@@ -1580,8 +1613,12 @@ mod tests {
         assert_eq!(bodies, (0..35u8).collect::<Vec<_>>());
     }
 
+    /// Pulsar's order at a rollover: nothing goes to the next ledger before the full one's last
+    /// append is answered. (Before, the next ledger's appends started at once: a crash with
+    /// them durable and the full ledger's last not left the full ledger recovered short and
+    /// the next one's head kept, so the client's resends were stored after later messages.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn appends_on_the_next_ledger_are_confirmed_only_after_the_full_one_s_last() {
+    async fn nothing_goes_to_the_next_ledger_before_the_full_one_s_last_append_is_answered() {
         let (_storage, slow, ml) = scripted_ledger(23, false, 4).await;
         let full = ml.current_ledger();
         *slow.hooks.slow.lock() = Some(full);
@@ -1600,25 +1637,36 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         for i in 2..7 {
-            append_recorded(i); // two more fill it, three go to the next ledger
+            append_recorded(i); // two more fill it, three wait for the next ledger
         }
-        let next = ml.current_ledger();
-        assert_ne!(next, full, "rolled over");
-        // The next ledger's three are durable, the full ledger's four are not answered yet.
+        // Decided under the append's lock: the three are held, not staged anywhere.
+        assert_eq!(
+            ml.current_ledger(),
+            full,
+            "no rollover while the full ledger's appends are out"
+        );
+        assert!(ml.is_rolling(), "the three are held");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while slow.hooks.held.lock().len() < 4
-            || slow.inner.last_add_confirmed(next).unwrap() != Some(2)
-        {
-            assert!(tokio::time::Instant::now() < deadline, "the storage wrote all seven");
+        while slow.hooks.held.lock().len() < 4 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the storage took the full ledger's four"
+            );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         assert!(answered.lock().is_empty(), "nobody is answered before the first append");
         assert_eq!(ml.last_confirmed(), None, "readers see nothing past an unconfirmed entry");
-        assert_eq!(crate::cursor::next_position(&ml.ledgers(), None), None);
 
         for (done, result) in std::mem::take(&mut *slow.hooks.held.lock()) {
             done(result);
         }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while answered.lock().len() < 7 {
+            assert!(tokio::time::Instant::now() < deadline, "the held three go on once answered");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let next = ml.current_ledger();
+        assert_ne!(next, full, "rolled over");
         let expected: Vec<Position> = (0..4)
             .map(|e| Position::new(full, e))
             .chain((0..3).map(|e| Position::new(next, e)))

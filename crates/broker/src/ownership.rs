@@ -38,6 +38,8 @@ pub struct Release {
     pub bundle: Option<String>,
     /// The ownership keys released (empty for a broker that owns everything).
     pub bundles: Vec<String>,
+    /// The broker the operator named to take the bundles (`--destinationBroker`), if any.
+    pub destination: Option<String>,
 }
 
 #[async_trait]
@@ -57,14 +59,21 @@ pub trait Ownership: Send + Sync + 'static {
 
     /// Stops serving the bundles of `namespace` (`bundle`: one of them, `0xLOWER_0xUPPER`;
     /// `namespace` `None`: every bundle) before their topics are closed, and picks the broker
-    /// each is handed over to, if any.
+    /// each is handed over to, if any: `destination` (a broker id) when the operator names
+    /// one, which must then be a live broker (an error, and nothing stops, otherwise).
     async fn stop_serving(
         &self,
         namespace: Option<&NamespaceName>,
         bundle: Option<&str>,
-    ) -> Release {
+        destination: Option<&str>,
+    ) -> Result<Release, BrokerError> {
+        if let Some(broker) = destination {
+            return Err(BrokerError::NotAllowed(format!(
+                "Destination broker {broker}: a standalone broker serves every bundle itself"
+            )));
+        }
         let bundle = bundle.map(str::to_string);
-        Release { namespace: namespace.cloned(), bundle, bundles: Vec::new() }
+        Ok(Release { namespace: namespace.cloned(), bundle, ..Release::default() })
     }
 
     /// Whether `topic` is in what `release` stops serving.

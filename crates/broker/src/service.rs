@@ -11,7 +11,7 @@ use crate::registration::Readiness;
 use crate::schema_registry::SchemaRegistry;
 use crate::topic::Topic;
 use magnetar_ledger::LedgerStorage;
-use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
+use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore, Prefetched};
 use magnetar_model::dynamic_config::DynamicValues;
 use magnetar_model::keys;
 use magnetar_model::names::{
@@ -21,7 +21,7 @@ use magnetar_model::policy::{Effective, PolicyDefaults};
 use magnetar_model::PartitionedTopicMetadata;
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::OnceCell;
 
@@ -228,19 +228,7 @@ impl BrokerService {
 
     /// Partition count of a topic (0: not partitioned).
     pub async fn partitions(&self, name: &TopicName) -> Result<u32, BrokerError> {
-        if name.partition_index().is_some() {
-            return Ok(0);
-        }
-        match self.metadata.get(&keys::partitioned_topic_key(name)).await? {
-            Some(found) => {
-                let metadata: PartitionedTopicMetadata = serde_json::from_slice(&found.value)
-                    .map_err(|e| {
-                        BrokerError::Metadata(format!("partition metadata of {name}: {e}"))
-                    })?;
-                Ok(metadata.partitions)
-            }
-            None => Ok(0),
-        }
+        read_partitions(&*self.metadata, name).await
     }
 
     /// Whether `name` is a persistent topic loaded on this broker (and not fenced).
@@ -264,6 +252,16 @@ impl BrokerService {
 
     /// The loaded topic, loading (and, if allowed, creating) it first.
     pub async fn topic(&self, name: &TopicName, create: bool) -> Result<Arc<Topic>, BrokerError> {
+        Ok(self.topic_loading(name, create).await?.0)
+    }
+
+    /// [`BrokerService::topic`], and whether this call loaded it (its policies were read
+    /// during the call: a producer or consumer created on it need not read them again).
+    pub async fn topic_loading(
+        &self,
+        name: &TopicName,
+        create: bool,
+    ) -> Result<(Arc<Topic>, bool), BrokerError> {
         let full = name.to_string();
         let cell = {
             let mut topics = self.topics.lock();
@@ -275,39 +273,46 @@ impl BrokerService {
             cell.clone()
         };
         if let Some(topic) = cell.get() {
-            return Ok(topic.clone());
+            return Ok((topic.clone(), false));
         }
         // Loading a topic relies on this broker's registration (its metadata session): refuse
         // new loads, with an error clients retry, while it is lost; and on owning its bundle.
         self.readiness.check()?;
         self.ownership.check_serve(name).await?;
-        if !self.topic_exists(name).await? {
+        // Every key the load reads, in one request (on etcd, a load's round trips are what
+        // bound how fast a new owner serves the topics of a dead broker).
+        let cursors = Some(keys::cursors_of(name));
+        let ahead = Prefetched::read(self.metadata.clone(), load_keys(name), cursors).await?;
+        let metadata: Arc<dyn MetadataStore> = ahead.clone();
+        let exists = match name.domain() {
+            TopicDomain::NonPersistent => self.topic_exists(name).await?,
+            TopicDomain::Persistent => metadata.get(&keys::topic_key(name)).await?.is_some(),
+        };
+        if !exists {
             if !(create && self.allow_auto_topic_creation()) {
                 return Err(BrokerError::TopicNotFound(full));
             }
-            if self.partitions(name).await? > 0 {
+            if read_partitions(&*metadata, name).await? > 0 {
                 return Err(BrokerError::NotAllowed(format!(
                     "{full} is a partitioned topic: use its partitions"
                 )));
             }
-            match self
-                .metadata
-                .put(&keys::topic_key(name), "{}".into(), ExpectedVersion::Absent)
-                .await
-            {
+            match metadata.put(&keys::topic_key(name), "{}".into(), ExpectedVersion::Absent).await {
                 Ok(_) | Err(MetadataError::BadVersion { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
         }
         let policy_changes = self.policy_changes.load(Ordering::SeqCst);
+        let loaded_here = AtomicBool::new(false);
         let topic = cell
             .get_or_try_init(|| async {
+                loaded_here.store(true, Ordering::SeqCst);
                 let loaded = Topic::load(
                     name.clone(),
                     &self.config,
                     self.policy_defaults.clone(),
                     &self.ledgers,
-                    self.metadata.clone(),
+                    metadata.clone(),
                 )
                 .await;
                 let topic = loaded.inspect_err(|error| {
@@ -322,12 +327,14 @@ impl BrokerService {
                 tracing::info!(topic = %topic.full_name, "topic loaded");
                 Ok::<_, BrokerError>(topic)
             })
-            .await?;
+            .await;
+        ahead.finish();
+        let topic = topic?;
         if self.policy_changes.load(Ordering::SeqCst) != policy_changes {
             // Policies changed while it loaded, and the refresh did not see it yet.
             topic.refresh_policies().await?;
         }
-        Ok(topic.clone())
+        Ok((topic.clone(), loaded_here.load(Ordering::SeqCst)))
     }
 
     /// [`BrokerService::non_persistent_topic`] with its policies read again (its size,
@@ -530,8 +537,9 @@ impl BrokerService {
         &self,
         namespace: Option<&NamespaceName>,
         bundle: Option<&str>,
+        destination: Option<&str>,
     ) -> Result<usize, BrokerError> {
-        let release = self.ownership.stop_serving(namespace, bundle).await;
+        let release = self.ownership.stop_serving(namespace, bundle, destination).await?;
         let unloaded = self
             .unload_where_to(
                 |topic| self.ownership.in_release(&release, topic),
@@ -644,6 +652,39 @@ pub fn topics_hash(topics: &[String]) -> String {
     sorted.sort_unstable();
     let crc = crc32c::crc32c(sorted.join(",").as_bytes());
     crc.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Partition count of a topic (0: not partitioned), read from `metadata`.
+async fn read_partitions(
+    metadata: &dyn MetadataStore,
+    name: &TopicName,
+) -> Result<u32, BrokerError> {
+    if name.partition_index().is_some() {
+        return Ok(0);
+    }
+    match metadata.get(&keys::partitioned_topic_key(name)).await? {
+        Some(found) => {
+            let metadata: PartitionedTopicMetadata = serde_json::from_slice(&found.value)
+                .map_err(|e| BrokerError::Metadata(format!("partition metadata of {name}: {e}")))?;
+            Ok(metadata.partitions)
+        }
+        None => Ok(0),
+    }
+}
+
+/// The keys a topic's load reads (besides its cursors): its own, its partitioned topic's (to
+/// refuse creating a name that is one), its ledger list, compaction and dedup records, and the
+/// policies of the topic (kept per partitioned topic) and of its namespace.
+fn load_keys(name: &TopicName) -> Vec<String> {
+    vec![
+        keys::topic_key(name),
+        keys::partitioned_topic_key(name),
+        keys::managed_ledger_key(name),
+        keys::compaction_key(name),
+        keys::dedup_key(name),
+        keys::topic_policies_key(&name.partitioned_topic()),
+        keys::namespace_key(name.namespace()),
+    ]
 }
 
 #[cfg(test)]

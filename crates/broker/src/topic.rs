@@ -634,12 +634,15 @@ impl Topic {
         tokio::spawn(fence_task(Arc::downgrade(&topic), topic.managed_ledger.fence().clone()));
         let ledgers = topic.managed_ledger.ledgers();
         let storage = topic.managed_ledger.backend().storage.clone();
-        for encoded in metadata.list_children(&topic.cursor_prefix).await? {
-            let Some(found) =
-                metadata.get(&magnetar_model::keys::child(&topic.cursor_prefix, &encoded)).await?
-            else {
-                continue;
-            };
+        // Every cursor record in one request.
+        let names = metadata.list_children(&topic.cursor_prefix).await?;
+        let records: Vec<String> = names
+            .iter()
+            .map(|encoded| magnetar_model::keys::child(&topic.cursor_prefix, encoded))
+            .collect();
+        let found_records = metadata.get_many(&records).await?;
+        for (encoded, found) in names.into_iter().zip(found_records) {
+            let Some(found) = found else { continue };
             // Fences the cursor's ledger (a previous owner's persists fail from now on) and
             // reads its last state.
             let loaded = match crate::cursor_ledger::load(&storage, &found).await {

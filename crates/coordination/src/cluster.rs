@@ -35,8 +35,10 @@ use crate::ownership::{OwnershipRecord, TransitionError, UnitState};
 use crate::{BundleRange, Bundles};
 
 mod hand_over;
+mod isolation;
 mod load;
 pub use hand_over::HAND_OVER_WAIT;
+pub use isolation::ISOLATION_SUFFIX;
 pub use load::{LoadManagerConfig, TopicLoads, LEADER_KEY, LOAD_ROOT};
 
 /// Parent of every bundle ownership record.
@@ -94,6 +96,8 @@ pub enum CoordinationError {
     NamespaceNotFound(String),
     #[error("no broker is available to own namespace bundle {0} now: retry")]
     NoBroker(String),
+    #[error("Destination broker {0} is not an available broker of the cluster")]
+    NotABroker(String),
     #[error("ownership of {key} kept changing: retry")]
     Contended { key: String },
     #[error("stored metadata at {key} is corrupt: {reason}")]
@@ -196,6 +200,8 @@ struct State {
     /// an older one is re-written, not lost.
     owned_session: Option<magnetar_metadata::SessionId>,
     liveness: Liveness,
+    /// The cluster's namespace isolation policies, as last read.
+    isolation: crate::isolation::IsolationPolicies,
     /// The load manager's leader, as last read.
     leader: Option<String>,
 }
@@ -240,13 +246,16 @@ impl ClusterOwnership {
         let brokers = this.store.watch(&format!("{BROKERS_ROOT}/")).await?;
         let records = this.store.watch(&format!("{OWNERSHIP_ROOT}/")).await?;
         let namespaces = this.store.watch(&format!("{NAMESPACES_ROOT}/")).await?;
+        let clusters = this.store.watch(&format!("{}/", isolation::CLUSTERS_ROOT)).await?;
         this.reload_brokers().await?;
+        this.reload_isolation().await?;
         this.reload_records().await?;
         let mut sessions = this.store.session_events();
         let weak = Arc::downgrade(&this);
         tokio::spawn(follow(weak.clone(), brokers, Watched::Brokers));
         tokio::spawn(follow(weak.clone(), records, Watched::Records));
         tokio::spawn(follow(weak.clone(), namespaces, Watched::Namespaces));
+        tokio::spawn(follow(weak.clone(), clusters, Watched::Clusters));
         let session_weak = weak.clone();
         tokio::spawn(async move {
             while let Some(event) = sessions.recv().await {
@@ -412,8 +421,8 @@ impl ClusterOwnership {
                 return Some(self.me.id.clone());
             }
             let load = owner_counts(&state);
-            let eligible = state.brokers.keys().filter(|id| alive(id));
-            crate::placement::least_loaded(key, eligible, &load)
+            let eligible = isolation::eligible(&state, key, None);
+            crate::placement::least_loaded(key, eligible.into_iter(), &load)
         };
         let me = self.me.id.as_str();
         let take = |next: Result<OwnershipRecord, TransitionError>| match (candidate(), next) {
@@ -490,14 +499,34 @@ impl ClusterOwnership {
         next: &OwnershipRecord,
     ) -> Result<bool, CoordinationError> {
         assert!(next.serves(&self.me.id), "a broker writes only records it owns by");
+        let Some(version) = self.put_record(key, read_version, next, &self.me).await? else {
+            return Ok(false);
+        };
+        let session = self.store.session().id();
+        let mut state = self.state.lock();
+        state.owned_session = session;
+        state.owned.insert(key.to_string(), version);
+        state.owners.insert(key.to_string(), self.me.id.clone());
+        Ok(true)
+    }
+
+    /// Writes `next` at `key` if the record is still at `read_version` (0: absent), naming
+    /// `urls` as where the bundle is served; the new version, or None when another write won.
+    async fn put_record(
+        &self,
+        key: &str,
+        read_version: u64,
+        next: &OwnershipRecord,
+        urls: &BrokerUrls,
+    ) -> Result<Option<u64>, CoordinationError> {
         let stored = StoredRecord {
             state: state_name(next.state).to_string(),
             dst: next.dst.clone(),
             src: next.src.clone(),
-            native_url: Some(self.me.service_url.clone()),
-            native_url_tls: self.me.service_url_tls.clone(),
-            http_url: Some(self.me.web_url.clone()),
-            http_url_tls: self.me.web_url_tls.clone(),
+            native_url: Some(urls.service_url.clone()),
+            native_url_tls: urls.service_url_tls.clone(),
+            http_url: Some(urls.web_url.clone()),
+            http_url_tls: urls.web_url_tls.clone(),
             disabled: false,
         };
         let value = Bytes::from(serde_json::to_vec(&stored).expect("a record serializes"));
@@ -506,15 +535,8 @@ impl ClusterOwnership {
             v => ExpectedVersion::Exactly(v),
         };
         match self.store.put_ephemeral(key, value, expected).await {
-            Ok(version) => {
-                let session = self.store.session().id();
-                let mut state = self.state.lock();
-                state.owned_session = session;
-                state.owned.insert(key.to_string(), version);
-                state.owners.insert(key.to_string(), self.me.id.clone());
-                Ok(true)
-            }
-            Err(MetadataError::BadVersion { .. }) => Ok(false),
+            Ok(version) => Ok(Some(version)),
+            Err(MetadataError::BadVersion { .. }) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
@@ -608,6 +630,7 @@ impl ClusterOwnership {
         &self,
         ns: &NamespaceName,
         range: Option<BundleRange>,
+        wanted: Option<&str>,
     ) -> Result<usize, CoordinationError> {
         let prefix = format!("{OWNERSHIP_ROOT}/{}/{}/", ns.tenant(), ns.namespace());
         let mut keys = Vec::new();
@@ -618,7 +641,7 @@ impl ClusterOwnership {
             }
             keys.push(key);
         }
-        self.hand_over_elsewhere(keys).await
+        self.hand_over_elsewhere(keys, wanted).await
     }
 
     fn lose(&self, key: &str, why: &str) {
@@ -874,6 +897,8 @@ enum Watched {
     Brokers,
     Records,
     Namespaces,
+    /// The clusters' documents, for the isolation policies among them.
+    Clusters,
 }
 
 /// Applies a watch's changes until the store closes or the ownership is dropped; a lagged
@@ -888,12 +913,17 @@ async fn follow(this: Weak<ClusterOwnership>, mut stream: WatchStream, what: Wat
                 this.state.lock().bundles.clear();
                 Ok(())
             }
+            (WatchEvent::Lagged, Watched::Clusters) => this.reload_isolation().await,
             (WatchEvent::Changed(change), what) => {
                 let deleted = change.kind == magnetar_metadata::EventKind::Delete;
                 match what {
                     Watched::Brokers => this.on_broker_changed(&change.key, deleted).await,
                     Watched::Records => this.on_record_changed(&change.key).await,
                     Watched::Namespaces => this.on_namespace_changed(&change.key).await,
+                    Watched::Clusters if change.key.ends_with(ISOLATION_SUFFIX) => {
+                        this.reload_isolation().await
+                    }
+                    Watched::Clusters => Ok(()),
                 }
             }
         };

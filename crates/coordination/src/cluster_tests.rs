@@ -302,7 +302,7 @@ async fn an_unload_hands_the_bundle_over_and_its_clients_wait_there_for_the_old_
     let (b1, b2, t, key) = owned_by_b1(&shared, "t-hand-over").await;
     let range = b1.ownership.bundle_of(&t).await.unwrap();
     let keys = b1.ownership.stop_serving(t.namespace(), Some(range));
-    let handed = b1.ownership.begin_hand_over(&keys).await;
+    let handed = b1.ownership.begin_hand_over(&keys, None).await;
     assert_eq!(handed.get(&key).map(|b| b.id.as_str()), Some("b2:1"));
     assert_eq!(b1.ownership.handed_over_to(&t).map(|b| b.id), Some("b2:1".to_string()));
     assert_eq!(stored_state(&shared, &key).await, ("Releasing".into(), Some("b2:1".into())));
@@ -336,7 +336,7 @@ async fn the_new_owner_takes_a_handed_over_bundle_with_no_client_asking() {
     let shared = store_with_namespace().await;
     let (b1, b2, t, key) = owned_by_b1(&shared, "t-eager").await;
     let keys = b1.ownership.stop_serving(t.namespace(), None);
-    b1.ownership.begin_hand_over(&keys).await;
+    b1.ownership.begin_hand_over(&keys, None).await;
     b1.ownership.released(&keys).await.unwrap();
     eventually("b2 owns it", || b2.ownership.owned_bundles().len() == 1).await;
     assert_eq!(stored_state(&shared, &key).await, ("Owned".into(), Some("b2:1".into())));
@@ -348,7 +348,7 @@ async fn an_unload_through_another_broker_asks_the_owner_to_hand_over() {
     let (b1, b2, t, key) = owned_by_b1(&shared, "t-asked").await;
     let mut lost = b1.ownership.lost();
     let range = b2.ownership.bundle_of(&t).await.unwrap();
-    assert_eq!(b2.ownership.unload_elsewhere(t.namespace(), Some(range)).await.unwrap(), 1);
+    assert_eq!(b2.ownership.unload_elsewhere(t.namespace(), Some(range), None).await.unwrap(), 1);
     let asked = tokio::time::timeout(Duration::from_secs(10), lost.recv()).await.unwrap().unwrap();
     let release = asked.release.expect("a hand-over, not a loss");
     assert_eq!(release.key, key);
@@ -362,11 +362,44 @@ async fn an_unload_through_another_broker_asks_the_owner_to_hand_over() {
 }
 
 #[tokio::test]
+async fn an_unload_with_a_destination_broker_hands_the_bundle_to_that_broker() {
+    let shared = store_with_namespace().await;
+    let (b1, b2, t, key) = owned_by_b1(&shared, "t-destination").await;
+    let b3 = broker(&shared, "b3:1", quiet()).await;
+    eventually("b2 knows b3", || b2.ownership.check_destination("b3:1").is_ok()).await;
+    assert!(matches!(
+        b2.ownership.check_destination("nowhere:1"),
+        Err(CoordinationError::NotABroker(_))
+    ));
+    let mut lost = b1.ownership.lost();
+    let range = b2.ownership.bundle_of(&t).await.unwrap();
+    // The owner itself as the destination: nothing to do.
+    assert_eq!(
+        b2.ownership.unload_elsewhere(t.namespace(), Some(range), Some("b1:1")).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        b2.ownership.unload_elsewhere(t.namespace(), Some(range), Some("b3:1")).await.unwrap(),
+        1
+    );
+    let asked = tokio::time::timeout(Duration::from_secs(10), lost.recv()).await.unwrap().unwrap();
+    assert_eq!(asked.release.and_then(|r| r.to).map(|b| b.id), Some("b3:1".to_string()));
+    b1.ownership.released(std::slice::from_ref(&key)).await.unwrap();
+    eventually("b3 owns it", || b3.ownership.owned_bundles().len() == 1).await;
+    assert_eq!(stored_state(&shared, &key).await, ("Owned".into(), Some("b3:1".into())));
+    // And from the owner: b3 hands it back to b1, not to the least-loaded b2.
+    eventually("b3 knows b1", || b3.ownership.check_destination("b1:1").is_ok()).await;
+    let keys = b3.ownership.stop_serving(t.namespace(), None);
+    let handed = b3.ownership.begin_hand_over(&keys, Some("b1:1")).await;
+    assert_eq!(handed.get(&key).map(|b| b.id.as_str()), Some("b1:1"));
+}
+
+#[tokio::test]
 async fn a_hand_over_whose_old_owner_vanishes_is_taken_by_the_waiting_broker() {
     let shared = store_with_namespace().await;
     let (b1, b2, t, key) = owned_by_b1(&shared, "t-vanish").await;
     let keys = b1.ownership.stop_serving(t.namespace(), None);
-    b1.ownership.begin_hand_over(&keys).await;
+    b1.ownership.begin_hand_over(&keys, None).await;
     eventually("b2 sees the hand-over", || b2.ownership.load().get("b2:1") == Some(&1)).await;
     let waiting = {
         let b2 = b2.ownership.clone();
@@ -388,7 +421,7 @@ async fn with_no_other_broker_an_unload_frees_the_bundle() {
     let t = topic("t-alone");
     b1.ownership.lookup(&t, false).await.unwrap();
     let keys = b1.ownership.stop_serving(t.namespace(), None);
-    assert!(b1.ownership.begin_hand_over(&keys).await.is_empty());
+    assert!(b1.ownership.begin_hand_over(&keys, None).await.is_empty());
     b1.ownership.released(&keys).await.unwrap();
     assert!(shared.get(&keys[0]).await.unwrap().is_none(), "Free");
 }
@@ -463,4 +496,47 @@ async fn the_leader_gives_a_dead_brokers_bundles_to_the_live_ones_at_once() {
     })
     .await;
     assert_eq!(leader.ownership.owned_bundles().len(), 2, "spread over the live brokers");
+}
+
+async fn set_isolation(store: &MemoryStore, primary: &str, secondary: &str) {
+    let policies = serde_json::json!({ "iso": {
+        "namespaces": ["public/default"], "primary": [primary], "secondary": [secondary],
+        "auto_failover_policy": {"policy_type": "min_available",
+                                 "parameters": {"min_limit": "1", "usage_threshold": "80"}}
+    }});
+    let key = format!("/admin/clusters/c{ISOLATION_SUFFIX}");
+    store.put(&key, Bytes::from(policies.to_string()), ExpectedVersion::Any).await.unwrap();
+}
+
+#[tokio::test]
+async fn isolation_policies_steer_assignment_hand_over_and_misplaced_bundles() {
+    let shared = store_with_namespace().await;
+    let (b1, b2, t, key) = owned_by_b1(&shared, "t-isolated").await;
+    let b3 = broker(&shared, "b3:1", quiet()).await;
+    eventually("b1 knows b3", || b1.ownership.check_destination("b3:1").is_ok()).await;
+    set_isolation(&shared, "b3:.*", "b2:1").await;
+    let seen = |b: &Broker| !b.ownership.state.lock().isolation.is_empty();
+    eventually("every broker sees the policy", || seen(&b1) && seen(&b2) && seen(&b3)).await;
+    // A new bundle of the namespace: only the primary is a candidate, wherever the lookup lands.
+    let other = (0..1000)
+        .map(|i| topic(&format!("t-isolated-{i}")))
+        .find(|o| b1.ownership.cached_bundle_of(o) != b1.ownership.cached_bundle_of(&t))
+        .expect("a topic in another bundle");
+    match b1.ownership.lookup(&other, false).await.unwrap() {
+        Lookup::Redirect { broker, .. } => assert_eq!(broker.id, "b3:1"),
+        answer => panic!("expected a redirect to b3, got {answer:?}"),
+    }
+    // b1 owns a bundle the policy gives to b3: the leader's pass moves it there.
+    let mut lost = b1.ownership.lost();
+    assert_eq!(b2.ownership.move_misplaced().await.unwrap(), 1);
+    let asked = tokio::time::timeout(Duration::from_secs(10), lost.recv()).await.unwrap().unwrap();
+    assert_eq!(asked.release.and_then(|r| r.to).map(|b| b.id), Some("b3:1".to_string()));
+    b1.ownership.released(std::slice::from_ref(&key)).await.unwrap();
+    let range = b1.ownership.bundle_of(&t).await.unwrap();
+    eventually("b3 owns it", || b3.ownership.owns(t.namespace(), range)).await;
+    assert_eq!(b2.ownership.move_misplaced().await.unwrap(), 0, "nothing left to move");
+    // The primary gone: its bundles go to the secondary, never to b1.
+    let keys = b3.ownership.stop_serving(t.namespace(), None);
+    let handed = b3.ownership.begin_hand_over(&keys, None).await;
+    assert_eq!(handed.get(&key).map(|b| b.id.as_str()), Some("b2:1"), "b3 is the only primary");
 }

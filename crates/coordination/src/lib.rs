@@ -13,6 +13,8 @@
 //!   Owned, Assigning, Releasing, Splitting, Deleted) with the transitions Pulsar allows over a
 //!   metadata store. A broker serves a bundle's topics only while the record says Owned by it.
 //! - [`placement`]: the least-loaded eligible broker, ties broken by rendezvous hashing.
+//! - [`isolation`]: namespace isolation policies: which brokers may own which namespaces'
+//!   bundles (primary, secondary on too few primaries, shared for the rest).
 //! - [`liveness`]: the failure detector fed by probes (refusals count faster than timeouts).
 //! - [`shedder`]: which bundles the leader moves, from the brokers' load reports (Pulsar's
 //!   `TransferShedder`).
@@ -29,6 +31,7 @@
 pub mod bundles;
 pub mod cluster;
 mod crc32;
+pub mod isolation;
 pub mod liveness;
 pub mod ownership;
 pub mod placement;

@@ -94,8 +94,14 @@ impl Shedder {
         &self.load
     }
 
-    /// One decision over the current `reports` (broker id -> report) at `now_ms`.
-    pub fn decide(&mut self, reports: &BTreeMap<String, LoadReport>, now_ms: u64) -> Vec<Transfer> {
+    /// One decision over the current `reports` (broker id -> report) at `now_ms`; a bundle
+    /// moves only to a broker `may_own(bundle, broker)` allows (the isolation policies).
+    pub fn decide(
+        &mut self,
+        reports: &BTreeMap<String, LoadReport>,
+        now_ms: u64,
+        may_own: &dyn Fn(&str, &str) -> bool,
+    ) -> Vec<Transfer> {
         let history = self.config.history.clamp(0.0, 1.0);
         self.load.retain(|id, _| reports.contains_key(id));
         for (id, report) in reports {
@@ -112,7 +118,7 @@ impl Shedder {
         let mut owned: BTreeMap<&str, Vec<&BundleLoad>> =
             reports.iter().map(|(id, r)| (id.as_str(), r.bundles.iter().collect())).collect();
         let mut transfers = Vec::new();
-        self.fill_empty_brokers(&mut owned, &mut transfers);
+        self.fill_empty_brokers(&mut owned, &mut transfers, may_own);
         if self.load.len() < 2 {
             return self.commit(transfers, now_ms);
         }
@@ -143,8 +149,11 @@ impl Shedder {
             let bundles = owned.get_mut(from).expect("every reporting broker is listed");
             let total: f64 = bundles.iter().map(|b| b.throughput).sum();
             let mut to_move = share * total;
-            let mut candidates: Vec<&BundleLoad> =
-                bundles.iter().copied().filter(|b| !self.moved_at.contains_key(&b.key)).collect();
+            let mut candidates: Vec<&BundleLoad> = bundles
+                .iter()
+                .copied()
+                .filter(|b| !self.moved_at.contains_key(&b.key) && may_own(&b.key, to))
+                .collect();
             candidates
                 .sort_by(|a, b| b.throughput.total_cmp(&a.throughput).then(a.key.cmp(&b.key)));
             for bundle in candidates {
@@ -172,6 +181,7 @@ impl Shedder {
         &self,
         owned: &mut BTreeMap<&'a str, Vec<&'a BundleLoad>>,
         transfers: &mut Vec<Transfer>,
+        may_own: &dyn Fn(&str, &str) -> bool,
     ) {
         let empty: Vec<&str> =
             owned.iter().filter(|(_, b)| b.is_empty()).map(|(id, _)| *id).collect();
@@ -187,7 +197,7 @@ impl Shedder {
             let bundles = owned.get_mut(from).expect("listed");
             let pick = bundles
                 .iter()
-                .filter(|b| !self.moved_at.contains_key(&b.key))
+                .filter(|b| !self.moved_at.contains_key(&b.key) && may_own(&b.key, to))
                 .min_by(|a, b| a.throughput.total_cmp(&b.throughput).then(a.key.cmp(&b.key)))
                 .copied();
             let Some(pick) = pick else { continue };
@@ -220,6 +230,10 @@ mod tests {
         }
     }
 
+    fn anywhere(_bundle: &str, _to: &str) -> bool {
+        true
+    }
+
     fn reports(list: Vec<(&str, LoadReport)>) -> BTreeMap<String, LoadReport> {
         list.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
@@ -233,7 +247,7 @@ mod tests {
             ("c", report(0.55, &[("c1", 10.0), ("c2", 5.0)])),
         ]);
         for cycle in 0..10 {
-            assert!(shedder.decide(&r, cycle * 5_000).is_empty(), "cycle {cycle}");
+            assert!(shedder.decide(&r, cycle * 5_000, &anywhere).is_empty(), "cycle {cycle}");
         }
     }
 
@@ -244,16 +258,16 @@ mod tests {
             ("hot", report(0.9, &[("h1", 40.0), ("h2", 30.0), ("h3", 20.0), ("h4", 10.0)])),
             ("cold", report(0.1, &[("c1", 1.0)])),
         ]);
-        assert!(shedder.decide(&r, 0).is_empty(), "one hit");
-        assert!(shedder.decide(&r, 5_000).is_empty(), "two hits");
-        let moved = shedder.decide(&r, 10_000);
+        assert!(shedder.decide(&r, 0, &anywhere).is_empty(), "one hit");
+        assert!(shedder.decide(&r, 5_000, &anywhere).is_empty(), "two hits");
+        let moved = shedder.decide(&r, 10_000, &anywhere);
         // (0.9 - 0.1) / 2 / 0.9 = 44 % of 100 B/s: h1 (40); then every other is bigger than
         // the 4 B/s left.
         let names: Vec<&str> = moved.iter().map(|t| t.bundle.as_str()).collect();
         assert_eq!(names, vec!["h1"], "the biggest bundle under 44 first: {moved:?}");
         assert!(moved.iter().all(|t| t.from == "hot" && t.to == "cold"));
         // The same reports again: the moved bundle cools down, the rest waits for new hits.
-        assert!(shedder.decide(&r, 15_000).is_empty());
+        assert!(shedder.decide(&r, 15_000, &anywhere).is_empty());
     }
 
     #[test]
@@ -264,10 +278,10 @@ mod tests {
             ("hot", report(0.9, &[("h1", 40.0), ("h2", 60.0)])),
             ("cold", report(0.1, &[("c1", 1.0)])),
         ]);
-        assert_eq!(shedder.decide(&r, 0).len(), 1);
+        assert_eq!(shedder.decide(&r, 0, &anywhere).len(), 1);
         // Reports not yet refreshed (h1 still listed on hot): h1 stays put; h2 is too big.
-        assert!(shedder.decide(&r, 60_000).is_empty());
-        assert_eq!(shedder.decide(&r, 181_000).len(), 1, "cooled down");
+        assert!(shedder.decide(&r, 60_000, &anywhere).is_empty());
+        assert_eq!(shedder.decide(&r, 181_000, &anywhere).len(), 1, "cooled down");
     }
 
     #[test]
@@ -278,7 +292,7 @@ mod tests {
             ("hot", report(1.0, &[("h1", 100.0)])),
             ("cold", report(0.0, &[("c1", 1.0)])),
         ]);
-        assert!(shedder.decide(&r, 0).is_empty());
+        assert!(shedder.decide(&r, 0, &anywhere).is_empty());
     }
 
     #[test]
@@ -289,7 +303,7 @@ mod tests {
             ("b", report(0.1, &[("b1", 5.0), ("b2", 1.0)])),
             ("new", report(0.0, &[])),
         ]);
-        let moved = shedder.decide(&r, 0);
+        let moved = shedder.decide(&r, 0, &anywhere);
         assert_eq!(
             moved,
             vec![Transfer { bundle: "a2".into(), from: "a".into(), to: "new".into() }]
@@ -297,17 +311,34 @@ mod tests {
         // A broker alone, or brokers with one bundle each, move nothing.
         let mut shedder = Shedder::new(ShedderConfig::default());
         let r = reports(vec![("a", report(0.1, &[("a1", 5.0)])), ("new", report(0.0, &[]))]);
-        assert!(shedder.decide(&r, 0).is_empty());
+        assert!(shedder.decide(&r, 0, &anywhere).is_empty());
+    }
+
+    #[test]
+    fn bundles_move_only_where_the_isolation_policies_allow() {
+        let config = ShedderConfig { hit_threshold: 1, ..ShedderConfig::default() };
+        let mut shedder = Shedder::new(config);
+        let r = reports(vec![
+            ("hot", report(0.9, &[("iso1", 40.0), ("h2", 30.0), ("h3", 20.0)])),
+            ("cold", report(0.1, &[("c1", 1.0)])),
+            ("new", report(0.0, &[])),
+        ]);
+        // `iso…` bundles may not go to `new`; nothing may go to `cold`.
+        let may_own =
+            |bundle: &str, to: &str| to != "cold" && !(to == "new" && bundle.starts_with("iso"));
+        let moved = shedder.decide(&r, 0, &may_own);
+        assert!(!moved.is_empty());
+        assert!(moved.iter().all(|t| may_own(&t.bundle, &t.to)), "{moved:?}");
     }
 
     #[test]
     fn loads_are_smoothed_and_forgotten_with_their_broker() {
         let mut shedder = Shedder::new(ShedderConfig::default());
-        shedder.decide(&reports(vec![("a", report(1.0, &[]))]), 0);
+        shedder.decide(&reports(vec![("a", report(1.0, &[]))]), 0, &anywhere);
         assert_eq!(shedder.loads()["a"], 1.0, "the first report is taken as it is");
-        shedder.decide(&reports(vec![("a", report(0.0, &[]))]), 1);
+        shedder.decide(&reports(vec![("a", report(0.0, &[]))]), 1, &anywhere);
         assert!((shedder.loads()["a"] - 0.9).abs() < 1e-9, "90 % history");
-        shedder.decide(&reports(vec![("b", report(0.0, &[]))]), 2);
+        shedder.decide(&reports(vec![("b", report(0.0, &[]))]), 2, &anywhere);
         assert!(!shedder.loads().contains_key("a"));
     }
 }

@@ -16,6 +16,7 @@ pub struct CoordinatedOwnership(pub Arc<ClusterOwnership>);
 /// everything that passes.
 fn broker_error(error: CoordinationError) -> BrokerError {
     match error {
+        CoordinationError::NotABroker(_) => BrokerError::NotAllowed(error.to_string()),
         CoordinationError::NamespaceNotFound(ns) => {
             BrokerError::TopicNotFound(format!("Namespace {ns} does not exist"))
         }
@@ -66,16 +67,27 @@ impl Ownership for CoordinatedOwnership {
         &self,
         namespace: Option<&NamespaceName>,
         bundle: Option<&str>,
-    ) -> Release {
+        destination: Option<&str>,
+    ) -> Result<Release, BrokerError> {
+        if let Some(broker) = destination {
+            self.0.check_destination(broker).map_err(broker_error)?;
+        }
         let bundles = match namespace {
+            // The bundles asked for that this broker owns stay, when they are to come here.
+            _ if destination == Some(self.0.me().id.as_str()) => Vec::new(),
             None => self.0.stop_serving_all(),
             Some(ns) => {
                 let range = bundle.and_then(|b| BundleRange::parse(b).ok());
                 self.0.stop_serving(ns, range)
             }
         };
-        self.0.begin_hand_over(&bundles).await;
-        Release { namespace: namespace.cloned(), bundle: bundle.map(str::to_string), bundles }
+        self.0.begin_hand_over(&bundles, destination).await;
+        Ok(Release {
+            namespace: namespace.cloned(),
+            bundle: bundle.map(str::to_string),
+            bundles,
+            destination: destination.map(str::to_string),
+        })
     }
 
     fn in_release(&self, release: &Release, topic: &TopicName) -> bool {
@@ -91,7 +103,8 @@ impl Ownership for CoordinatedOwnership {
         if let Some(ns) = &release.namespace {
             // An admin unload: the bundles other brokers own unload there.
             let range = release.bundle.as_deref().and_then(|b| BundleRange::parse(b).ok());
-            self.0.unload_elsewhere(ns, range).await.map_err(broker_error)?;
+            let destination = release.destination.as_deref();
+            self.0.unload_elsewhere(ns, range, destination).await.map_err(broker_error)?;
         }
         Ok(())
     }

@@ -265,7 +265,7 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         if coordination.is_some() {
             // Hand the bundles back before the session goes: other brokers take them at once
             // instead of after the lease.
-            match service.unload_bundles(None, None).await {
+            match service.unload_bundles(None, None, None).await {
                 Ok(unloaded) => tracing::info!(unloaded, "bundles released"),
                 Err(error) => tracing::warn!(%error, "bundles not all released"),
             }

@@ -62,6 +62,9 @@ pub(crate) fn check_write(config: &EtcdStoreConfig, key: &str, len: usize) -> Re
 }
 
 /// The etcd key of a metadata key (or prefix, or path).
+/// Gets per read-only transaction: well under etcd's `--max-txn-ops` (128 by default).
+const MAX_TXN_READS: usize = 64;
+
 pub(crate) fn full_key(config: &EtcdStoreConfig, key: &str) -> String {
     format!("{}{key}", config.root)
 }
@@ -177,6 +180,58 @@ impl Kv {
         let version = version_of(kv.version())?;
         let (_, value) = kv.into_key_value();
         Ok(Some(Versioned { value: Bytes::from(value), version }))
+    }
+
+    /// Reads `keys` in read-only transactions of at most [`MAX_TXN_READS`] gets each (one
+    /// round trip, one snapshot, for a topic's few keys), retried within the request timeout.
+    pub(crate) async fn get_many(
+        &self,
+        config: &EtcdStoreConfig,
+        keys: &[String],
+    ) -> Result<Vec<Option<Versioned>>> {
+        let mut found = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(MAX_TXN_READS) {
+            let reads: Vec<TxnOp> = chunk
+                .iter()
+                .map(|key| TxnOp::get(full_key(config, key).into_bytes(), None))
+                .collect();
+            let txn = Txn::new().and_then(reads);
+            let response = with_retries(Self::deadline(config), true, || {
+                let mut client = self.client.clone();
+                let txn = txn.clone();
+                async move { client.txn(txn).await }
+            })
+            .await
+            .map_err(|f| io_error("reading from etcd", &f))?;
+            let answers = response.op_responses();
+            if answers.len() != chunk.len() {
+                return Err(MetadataError::io(
+                    "reading an etcd response",
+                    std::io::Error::other(format!(
+                        "{} answers to {} reads",
+                        answers.len(),
+                        chunk.len()
+                    )),
+                ));
+            }
+            for answer in answers {
+                let TxnOpResponse::Get(mut get) = answer else {
+                    return Err(MetadataError::io(
+                        "reading an etcd response",
+                        std::io::Error::other("a read transaction answered a write"),
+                    ));
+                };
+                found.push(match get.take_kvs().into_iter().next() {
+                    Some(kv) => {
+                        let version = version_of(kv.version())?;
+                        let (_, value) = kv.into_key_value();
+                        Some(Versioned { value: Bytes::from(value), version })
+                    }
+                    None => None,
+                });
+            }
+        }
+        Ok(found)
     }
 
     /// The current revision of the cluster (a cheap count-only read of `key`).

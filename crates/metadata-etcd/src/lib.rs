@@ -155,6 +155,14 @@ impl MetadataStore for EtcdStore {
         self.inner.kv.get(&self.inner.config, key).await
     }
 
+    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Versioned>>> {
+        for key in keys {
+            magnetar_metadata::validate_key(key)?;
+        }
+        self.inner.check_open()?;
+        self.inner.kv.get_many(&self.inner.config, keys).await
+    }
+
     async fn put(&self, key: &str, value: Bytes, expected: ExpectedVersion) -> Result<u64> {
         kv::check_write(&self.inner.config, key, value.len())?;
         self.inner.check_open()?;

@@ -94,6 +94,7 @@ macro_rules! conformance_tests {
                 cas_exactly,
                 delete_semantics,
                 list_by_prefix,
+                get_many_answers_each_key_in_order,
                 list_children_like_zookeeper,
                 invalid_keys_are_typed_errors,
                 value_size_limit,
@@ -248,6 +249,33 @@ pub async fn list_by_prefix(t: &Subject) {
     assert!(s.list("/nothing").await.unwrap().is_empty());
     s.delete("/t/b/c", ExpectedVersion::Any).await.unwrap();
     assert_eq!(s.list("/t/b").await.unwrap(), vec!["/t/b/d"]);
+}
+
+/// Conformance case `get_many_answers_each_key_in_order`.
+pub async fn get_many_answers_each_key_in_order(t: &Subject) {
+    let s = t.kv();
+    s.put("/m/a", b("1"), ExpectedVersion::Any).await.unwrap();
+    s.put("/m/c", b("3"), ExpectedVersion::Any).await.unwrap();
+    s.put("/m/c", b("33"), ExpectedVersion::Any).await.unwrap();
+    let keys: Vec<String> = ["/m/c", "/m/b", "/m/a"].iter().map(|k| k.to_string()).collect();
+    let found = s.get_many(&keys).await.unwrap();
+    assert_eq!(found.len(), 3);
+    let c = found[0].as_ref().expect("/m/c");
+    assert_eq!((&c.value[..], c.version), (&b"33"[..], 2));
+    assert!(found[1].is_none());
+    assert_eq!(&found[2].as_ref().expect("/m/a").value[..], b"1");
+    assert!(s.get_many(&[]).await.unwrap().is_empty());
+    // More keys than one etcd transaction takes.
+    let many: Vec<String> = (0..150).map(|i| format!("/m/many/{i}")).collect();
+    s.put("/m/many/149", b("last"), ExpectedVersion::Any).await.unwrap();
+    let found = s.get_many(&many).await.unwrap();
+    assert_eq!(found.len(), 150);
+    assert!(found[..149].iter().all(Option::is_none));
+    assert_eq!(&found[149].as_ref().expect("the last").value[..], b"last");
+    assert!(matches!(
+        s.get_many(&["bad key".to_string()]).await,
+        Err(MetadataError::InvalidKey { .. })
+    ));
 }
 
 /// Conformance case `list_children_like_zookeeper`.

@@ -23,7 +23,8 @@ pub struct CountingStore {
 }
 
 /// The operations timed, as the `op` label names them.
-const OPERATIONS: [&str; 6] = ["get", "put", "delete", "list", "list_children", "watch"];
+const OPERATIONS: [&str; 7] =
+    ["get", "put", "delete", "list", "list_children", "watch", "get_many"];
 
 /// Bucket bounds of the operation latency histograms, in microseconds (50 us .. 5 s).
 const LATENCY_BUCKETS_US: &[u64] =
@@ -104,6 +105,13 @@ impl MetadataStore for CountingStore {
         let started = now();
         let result = self.inner.get(key).await;
         self.latency.record(0, started);
+        result
+    }
+
+    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Versioned>>> {
+        let started = now();
+        let result = self.inner.get_many(keys).await;
+        self.latency.record(6, started);
         result
     }
 

@@ -62,6 +62,7 @@ mod error;
 mod intercept;
 mod key;
 mod memory;
+mod prefetch;
 mod session;
 mod state;
 mod watch;
@@ -80,6 +81,7 @@ pub use error::{MetadataError, Result};
 pub use intercept::{InterceptedStore, Interceptor, Operation};
 pub use key::{validate_key, validate_path, validate_prefix, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use memory::{MemoryStore, DEFAULT_WATCH_CAPACITY};
+pub use prefetch::Prefetched;
 pub use session::{
     SessionEvent, SessionEvents, SessionId, SessionNotifier, SessionState, SessionStore,
     SESSION_EVENTS_CAPACITY,
@@ -135,6 +137,17 @@ impl fmt::Display for ExpectedVersion {
 pub trait MetadataStore: Send + Sync {
     /// Reads a key. `Ok(None)` when it does not exist.
     async fn get(&self, key: &str) -> Result<Option<Versioned>>;
+
+    /// Reads several keys, one answer per key in order (`None`: absent), in one request where
+    /// the store can (etcd: one read-only transaction, so the answers are one snapshot); the
+    /// default reads them one after another.
+    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Versioned>>> {
+        let mut found = Vec::with_capacity(keys.len());
+        for key in keys {
+            found.push(self.get(key).await?);
+        }
+        Ok(found)
+    }
 
     /// Writes `value` if the key's current version satisfies `expected`; returns the new
     /// version. Errors: `BadVersion`, `InvalidKey`, `ValueTooLarge`, `Io`, `Poisoned`,

@@ -14,6 +14,7 @@ mod broker;
 mod console;
 mod expiry;
 mod forward;
+mod isolation;
 pub(crate) mod namespaces;
 mod policies;
 mod schemas;
@@ -76,6 +77,19 @@ pub(crate) fn build(state: AdminState) -> Router {
         .route("/metrics/", get(broker::metrics))
         .route("/admin/v2/clusters", get(tenants::list_clusters))
         .route("/admin/v2/clusters/{cluster}", get(tenants::get_cluster))
+        .route("/admin/v2/clusters/{cluster}/namespaceIsolationPolicies", get(isolation::list))
+        .route(
+            "/admin/v2/clusters/{cluster}/namespaceIsolationPolicies/brokers",
+            get(isolation::brokers),
+        )
+        .route(
+            "/admin/v2/clusters/{cluster}/namespaceIsolationPolicies/brokers/{broker}",
+            get(isolation::broker),
+        )
+        .route(
+            "/admin/v2/clusters/{cluster}/namespaceIsolationPolicies/{policy}",
+            get(isolation::get).post(isolation::set).delete(isolation::delete),
+        )
         .route("/admin/v2/tenants", get(tenants::list_tenants))
         .route(
             "/admin/v2/tenants/{tenant}",

@@ -444,15 +444,17 @@ pub(crate) async fn unload_namespace(
     let target = namespace_target(&uri)?;
     target.load(&state).await?;
     let ns = PathSegments::new(&uri).namespace(1)?;
-    let unloaded = state.hooks.unload_namespace(&ns, None).await?;
+    let unloaded = state.hooks.unload_namespace(&ns, None, None).await?;
     tracing::info!(namespace = %ns, unloaded, "unloaded namespace");
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `PUT /admin/v2/namespaces/{t}/{ns}/{bundle}/unload`: `{bundle}` is `0xLOWER_0xUPPER`, one of
-/// the namespace's bundles (412 when malformed, 404 when not one of them). In a cluster the
-/// bundle's topics close and the bundle is free for any broker; standalone, the whole namespace
-/// unloads (one broker holds every bundle). 204.
+/// `PUT /admin/v2/namespaces/{t}/{ns}/{bundle}/unload[?destinationBroker=host:port]`:
+/// `{bundle}` is `0xLOWER_0xUPPER`, one of the namespace's bundles (412 when malformed, 404 when
+/// not one of them). In a cluster the bundle's topics close and the bundle is handed over to
+/// another broker: `destinationBroker` (a broker id, as `brokers list` names it; 412 when it is
+/// not a live broker) or the least-loaded one; standalone, the whole namespace unloads (one
+/// broker holds every bundle). 204.
 pub(crate) async fn unload_bundle(
     State(state): State<AdminState>,
     uri: Uri,
@@ -464,7 +466,9 @@ pub(crate) async fn unload_bundle(
     if !namespace_bundles(&doc, &ns)?.has(range) {
         return Err(AdminError::NotFound(format!("Bundle {range} not found")));
     }
-    let unloaded = state.hooks.unload_namespace(&ns, Some(&range.name())).await?;
+    let destination = super::query_param(&uri, "destinationBroker").filter(|b| !b.is_empty());
+    let unloaded =
+        state.hooks.unload_namespace(&ns, Some(&range.name()), destination.as_deref()).await?;
     tracing::info!(namespace = %ns, bundle = %range, unloaded, "unloaded bundle");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -533,7 +537,7 @@ pub(crate) async fn split_bundle(
         .await?;
     tracing::info!(namespace = %ns, bundle = %name, algorithm = %algorithm_name, "bundle split");
     if super::query_param(&uri, "unload").is_some_and(|v| v == "true") {
-        state.hooks.unload_namespace(&ns, None).await?;
+        state.hooks.unload_namespace(&ns, None, None).await?;
     }
     Ok(StatusCode::NO_CONTENT)
 }

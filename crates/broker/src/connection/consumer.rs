@@ -483,9 +483,12 @@ pub(super) async fn create_consumer(
             _ => StartAt::Latest,
         },
     };
-    let topic = service.topic(&name, create).await?;
-    // Read again, as at a producer's creation: another broker's admin API may have changed them.
-    topic.refresh_policies().await?;
+    let (topic, loaded_now) = service.topic_loading(&name, create).await?;
+    if !loaded_now {
+        // Read again, as at a producer's creation: another broker's admin API may have changed
+        // them (a topic this call loaded has just read them).
+        topic.refresh_policies().await?;
+    }
     let policies = topic.policies();
     if let Some(schema) = request.schema.as_ref().filter(|s| s.r#type != TYPE_AUTO_CONSUME) {
         consumer_schema(service, &name, topic.is_idle(), policies.schema, schema).await?;

@@ -435,10 +435,13 @@ pub(super) async fn create_producer(
         let context = NpProducerContext { topic, name: producer_name, key, info, schema_version };
         return Ok(CreatedProducer::NonPersistent(context, epoch));
     }
-    let topic = service.topic(&name, true).await?;
-    // Policies may have changed since the topic was loaded (another broker's admin API in
-    // cluster mode; here a cheap re-read keeps this path obviously right).
-    topic.refresh_policies().await?;
+    let (topic, loaded_now) = service.topic_loading(&name, true).await?;
+    if !loaded_now {
+        // Policies may have changed since the topic was loaded (another broker's admin API in
+        // cluster mode, seen by the policy watch a moment later): read them again. A topic this
+        // call loaded has just read them.
+        topic.refresh_policies().await?;
+    }
     // The schema first: an incompatible one fails the producer (Pulsar's tryAddSchema).
     let schema_policies = topic.policies().schema;
     let schema_version =

@@ -22,13 +22,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bytes::Bytes;
 use magnetar_metadata::{ExpectedVersion, MetadataError};
 use magnetar_model::names::TopicName;
 
 use super::{
-    owner_counts, ownership_key, parse_ownership_key, state_name, BrokerUrls, ClusterOwnership,
-    CoordinationError, LostBundle, StoredRecord,
+    owner_counts, ownership_key, parse_ownership_key, BrokerUrls, ClusterOwnership,
+    CoordinationError, LostBundle,
 };
 use crate::ownership::{OwnershipRecord, UnitState};
 
@@ -37,35 +36,47 @@ use crate::ownership::{OwnershipRecord, UnitState};
 pub const HAND_OVER_WAIT: Duration = Duration::from_secs(5);
 
 impl ClusterOwnership {
-    /// The broker a bundle now with `owner` is handed to: the least-loaded live broker other
-    /// than `owner` (`planned`: bundles already promised to each in this round); `None` when
-    /// there is no other.
+    /// The broker a bundle now with `owner` is handed to: `wanted` (an operator's
+    /// `--destinationBroker`) when it is live and not the owner, else, without `wanted`, the
+    /// least-loaded live broker other than `owner` (`planned`: bundles already promised to
+    /// each in this round); `None` when there is none.
     pub(super) fn pick_destination(
         &self,
         key: &str,
         owner: &str,
         planned: &HashMap<String, usize>,
+        wanted: Option<&str>,
     ) -> Option<BrokerUrls> {
         let state = self.state.lock();
+        if let Some(wanted) = wanted {
+            let live = wanted != owner && !state.liveness.is_dead(wanted);
+            return state.brokers.get(wanted).filter(|_| live).cloned();
+        }
         let mut load = owner_counts(&state);
         for (id, n) in planned {
             *load.entry(id.clone()).or_default() += n;
         }
-        let eligible =
-            state.brokers.keys().filter(|id| id.as_str() != owner && !state.liveness.is_dead(id));
-        let to = crate::placement::least_loaded(key, eligible, &load)?;
+        let eligible = super::isolation::eligible(&state, key, Some(owner));
+        let to = crate::placement::least_loaded(key, eligible.into_iter(), &load)?;
         state.brokers.get(&to).cloned()
     }
 
     /// Starts handing over `keys`, which this broker has stopped serving
-    /// ([`ClusterOwnership::stop_serving`]): each goes to the least-loaded other live broker
-    /// (`Releasing{src: me, dst}`). Returns where each went; a bundle missing from the answer
-    /// (no other broker, or its record changed) is simply freed by `released`.
-    pub async fn begin_hand_over(&self, keys: &[String]) -> HashMap<String, BrokerUrls> {
+    /// ([`ClusterOwnership::stop_serving`]): each goes to `wanted`, or without it to the
+    /// least-loaded other live broker (`Releasing{src: me, dst}`). Returns where each went; a
+    /// bundle missing from the answer (no other broker, or its record changed) is simply freed
+    /// by `released`.
+    pub async fn begin_hand_over(
+        &self,
+        keys: &[String],
+        wanted: Option<&str>,
+    ) -> HashMap<String, BrokerUrls> {
         let mut planned: HashMap<String, usize> = HashMap::new();
         let mut handed = HashMap::new();
         for key in keys {
-            let Some(to) = self.pick_destination(key, &self.me.id, &planned) else { continue };
+            let Some(to) = self.pick_destination(key, &self.me.id, &planned, wanted) else {
+                continue;
+            };
             let started = async {
                 let (record, _) = self.read_record(key).await?;
                 if !record.serves(&self.me.id) {
@@ -90,6 +101,16 @@ impl ClusterOwnership {
         handed
     }
 
+    /// Checks that `broker` (an unload's `--destinationBroker`, a broker id `host:web-port`) is
+    /// a live broker of the cluster, before anything is unloaded.
+    pub fn check_destination(&self, broker: &str) -> Result<(), CoordinationError> {
+        let state = self.state.lock();
+        match state.brokers.contains_key(broker) && !state.liveness.is_dead(broker) {
+            true => Ok(()),
+            false => Err(CoordinationError::NotABroker(broker.to_string())),
+        }
+    }
+
     /// How many requests wait here for a hand-over to finish now.
     pub fn hand_over_waits(&self) -> usize {
         self.hand_over_waits.load(std::sync::atomic::Ordering::SeqCst)
@@ -102,12 +123,14 @@ impl ClusterOwnership {
     }
 
     /// Asks the owner of each bundle of `keys` it serves (another broker, alive) to hand it over
-    /// to the least-loaded other broker, by writing `Releasing{src: owner, dst}`; a record
-    /// whose owner is dead, or with no other broker to go to, is deleted (the bundle is free).
-    /// Returns how many bundles were asked for.
+    /// to `wanted`, or without it to the least-loaded other broker, by writing
+    /// `Releasing{src: owner, dst}`; a record whose owner is dead, or with no other broker to go
+    /// to, is deleted (the bundle is free). A bundle `wanted` owns already stays. Returns how
+    /// many bundles were asked for.
     pub(super) async fn hand_over_elsewhere(
         &self,
         keys: Vec<String>,
+        wanted: Option<&str>,
     ) -> Result<usize, CoordinationError> {
         let mut planned: HashMap<String, usize> = HashMap::new();
         let mut asked = 0;
@@ -117,11 +140,11 @@ impl ClusterOwnership {
             else {
                 continue;
             };
-            if owner == self.me.id {
+            if owner == self.me.id || wanted == Some(owner.as_str()) {
                 continue;
             }
             let alive = self.state.lock().brokers.contains_key(&owner) && !self.is_dead(&owner);
-            let to = alive.then(|| self.pick_destination(&key, &owner, &planned)).flatten();
+            let to = alive.then(|| self.pick_destination(&key, &owner, &planned, wanted)).flatten();
             let Some(to) = to else {
                 match self.store.delete(&key, ExpectedVersion::Exactly(record.version)).await {
                     Ok(()) => asked += 1,
@@ -149,26 +172,7 @@ impl ClusterOwnership {
         next: &OwnershipRecord,
         to: &BrokerUrls,
     ) -> Result<bool, CoordinationError> {
-        let stored = StoredRecord {
-            state: state_name(next.state).to_string(),
-            dst: next.dst.clone(),
-            src: next.src.clone(),
-            native_url: Some(to.service_url.clone()),
-            native_url_tls: to.service_url_tls.clone(),
-            http_url: Some(to.web_url.clone()),
-            http_url_tls: to.web_url_tls.clone(),
-            disabled: false,
-        };
-        let value = Bytes::from(serde_json::to_vec(&stored).expect("a record serializes"));
-        let expected = match read_version {
-            0 => ExpectedVersion::Absent,
-            v => ExpectedVersion::Exactly(v),
-        };
-        match self.store.put_ephemeral(key, value, expected).await {
-            Ok(_) => Ok(true),
-            Err(MetadataError::BadVersion { .. }) => Ok(false),
-            Err(e) => Err(e.into()),
-        }
+        Ok(self.put_record(key, read_version, next, to).await?.is_some())
     }
 
     /// A record of a bundle in hand-over changed. On the owner asked by another broker

@@ -183,7 +183,7 @@ impl ClusterOwnership {
         }
     }
 
-    async fn transfer(
+    pub(super) async fn transfer(
         &self,
         transfer: &Transfer,
         to: &BrokerUrls,
@@ -217,7 +217,7 @@ impl ClusterOwnership {
             if record.dst.as_deref() != Some(dead.as_str()) || !record.state.active() {
                 continue;
             }
-            let Some(to) = self.pick_destination(&key, &dead, &planned) else { continue };
+            let Some(to) = self.pick_destination(&key, &dead, &planned, None) else { continue };
             let Ok(next) = record.take_over(&dead, &to.id) else { continue };
             if next.state == UnitState::Assigning
                 && self.write_transition(&key, record.version, &next, &to).await?
@@ -258,10 +258,14 @@ async fn run(this: Weak<ClusterOwnership>, loads: Arc<dyn TopicLoads>, config: L
         if let Err(error) = this.reassign_dead().await {
             tracing::warn!(%error, "dead brokers' bundles not reassigned");
         }
+        if let Err(error) = this.move_misplaced().await {
+            tracing::warn!(%error, "bundles the isolation policies disallow not moved");
+        }
         match this.read_reports().await {
             Ok(reports) => {
                 let now_ms = started.elapsed().as_millis() as u64;
-                let transfers = shedder.decide(&reports, now_ms);
+                let may_own = |bundle: &str, to: &str| this.may_own(bundle, to);
+                let transfers = shedder.decide(&reports, now_ms, &may_own);
                 this.apply(transfers).await;
             }
             Err(error) => tracing::warn!(%error, "load reports not read"),
