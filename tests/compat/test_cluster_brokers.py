@@ -78,6 +78,15 @@ def _namespace(broker, name):
     return ns
 
 
+def _dedup_namespace(broker, name):
+    """`_namespace` with deduplication on (the queue checkers count each message once)."""
+    ns = _namespace(broker, name)
+    status, body = http_request("POST", "%s/admin/v2/namespaces/%s/deduplication"
+                                % (broker.web_url, ns), "true")
+    assert status in (200, 204), (status, body)
+    return ns
+
+
 def _http_lookup(broker, topic):
     path = topic.replace("://", "/")
     status, body = http_request("GET", "%s/lookup/v2/topic/%s" % (broker.web_url, path))
@@ -230,10 +239,7 @@ def _under_load(brokers, topic, fault, first=0, settle_s=1.0):
 
 def test_the_owner_killed_under_load_loses_nothing_and_duplicates_nothing(cluster):
     etcd, brokers, start_broker = cluster
-    ns = _namespace(brokers[0], "kill")
-    status, body = http_request("POST", "%s/admin/v2/namespaces/%s/deduplication"
-                                % (brokers[0].web_url, ns), "true")
-    assert status in (200, 204), (status, body)
+    ns = _dedup_namespace(brokers[0], "kill")
     topic = "persistent://%s/%s" % (ns, unique_topic("queue").rsplit("/", 1)[-1])
     client = pulsar.Client(_service_url(brokers), operation_timeout_seconds=30)
     client.create_producer(topic).close()  # assigns the bundle
@@ -263,10 +269,7 @@ SESSION_TTL_S = 10  # the brokers' etcd lease ([metadata] session_ttl's default)
 def test_the_owner_frozen_past_its_lease_is_fenced_and_ownership_settles(cluster):
     _, brokers, _ = cluster
     live = [b for b in brokers[:BROKERS] if b.running()]
-    ns = _namespace(live[0], "frozen")
-    status, body = http_request("POST", "%s/admin/v2/namespaces/%s/deduplication"
-                                % (live[0].web_url, ns), "true")
-    assert status in (200, 204), (status, body)
+    ns = _dedup_namespace(live[0], "frozen")
     topic = "persistent://%s/%s" % (ns, unique_topic("queue").rsplit("/", 1)[-1])
     client = pulsar.Client(_service_url(live), operation_timeout_seconds=30)
     client.create_producer(topic).close()
@@ -295,10 +298,8 @@ def test_the_owner_frozen_past_its_lease_is_fenced_and_ownership_settles(cluster
 
 def test_unload_and_a_graceful_stop_under_load_reach_no_application(cluster):
     _, brokers, _ = cluster
-    ns = _namespace(brokers[0], "unload")
+    ns = _dedup_namespace(brokers[0], "unload")
     topic = "persistent://%s/%s" % (ns, unique_topic("queue").rsplit("/", 1)[-1])
-    http_request("POST", "%s/admin/v2/namespaces/%s/deduplication" % (brokers[0].web_url, ns),
-                 "true")
     client = pulsar.Client(_service_url(brokers), operation_timeout_seconds=30)
     client.create_producer(topic).close()
     client.close()
@@ -377,9 +378,7 @@ def test_an_unload_with_a_destination_broker_moves_the_bundle_there(cluster):
 
 def test_a_rolling_restart_of_every_broker_under_load_reaches_no_application(cluster):
     _, brokers, _ = cluster
-    ns = _namespace(brokers[0], "rolling")
-    http_request("POST", "%s/admin/v2/namespaces/%s/deduplication" % (brokers[0].web_url, ns),
-                 "true")
+    ns = _dedup_namespace(brokers[0], "rolling")
     topic = "persistent://%s/%s" % (ns, unique_topic("queue").rsplit("/", 1)[-1])
     live = [b for b in brokers if b.running()]
     assert len(live) == BROKERS, "three brokers before the restart"
@@ -402,10 +401,7 @@ def _client_env(brokers, name):
     with deduplication on."""
     live = [b for b in brokers[:BROKERS] if b.running()]
     assert len(live) == BROKERS
-    ns = _namespace(live[0], name)
-    status, body = http_request("POST", "%s/admin/v2/namespaces/%s/deduplication"
-                                % (live[0].web_url, ns), "true")
-    assert status in (200, 204), (status, body)
+    ns = _dedup_namespace(live[0], name)
     return {"MAGNETAR_TEST_SERVICE_URLS": ",".join(b.service_url for b in live),
             "MAGNETAR_TEST_WEB_URLS": ",".join(b.web_url for b in live),
             "MAGNETAR_TEST_NAMESPACE": ns}

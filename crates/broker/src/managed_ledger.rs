@@ -596,6 +596,9 @@ impl ManagedLedger {
         result: Result<u64, LedgerError>,
         done: AppendDone,
     ) {
+        // Decided under the locks taken anyway: whether the full ledger's last answer lets
+        // the appends held for the next ledger go on.
+        let mut rollover_may_go_on = false;
         let mut batch = {
             let mut state = self.state.lock();
             if let Err(error) = &result {
@@ -606,6 +609,7 @@ impl ManagedLedger {
             }
             let batch = state.order.completed(ledger, Completed { ledger, result, done });
             confirm_locked(&mut state, &batch);
+            rollover_may_go_on |= held_may_go_on(&state);
             batch
         };
         while !batch.is_empty() {
@@ -613,15 +617,12 @@ impl ManagedLedger {
             let mut state = self.state.lock();
             batch = state.order.next_batch(batch);
             confirm_locked(&mut state, &batch);
+            rollover_may_go_on |= held_may_go_on(&state);
             if batch.is_empty() && state.settling > 0 {
                 self.settled.notify_waiters();
             }
         }
-        let rollover_waits = {
-            let state = self.state.lock();
-            !state.held.is_empty() && state.answered_in_current >= state.staged_in_current
-        };
-        if rollover_waits {
+        if rollover_may_go_on {
             // The full ledger is answered: its held successors may go to the next one. On a
             // runtime thread (this is the storage's completion thread, which must not stage).
             let me = self.clone();
@@ -1149,6 +1150,12 @@ fn confirm_locked(state: &mut State, batch: &[Completed]) {
             state.failure_rolls = 0;
         }
     }
+}
+
+/// Whether appends held at a rollover may go on: every append of the current (full) ledger
+/// is answered.
+fn held_may_go_on(state: &State) -> bool {
+    !state.held.is_empty() && state.answered_in_current >= state.staged_in_current
 }
 
 /// A `settle` waiting, counted in `State::settling` (so completions wake it) until it is
