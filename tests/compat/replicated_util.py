@@ -182,7 +182,19 @@ def replicated_cluster(tmp_path, nodes=3, node_args=()):
             if srv.proc is not None and srv.proc.poll() is None:
                 os.kill(srv.proc.pid, signal.SIGCONT)  # a frozen broker must be able to die
             srv.close()
+            _keep_log(srv.log_path, "broker-%d.log" % srv.web_port)
             shutil.rmtree(srv._tmp, ignore_errors=True)
         for node in started:
+            node.kill()
+            _keep_log(node.log_path, "node-%s.log" % os.path.basename(node.dir))
             node.close()
         etcd.close()
+
+
+def _keep_log(path, name):
+    """Copies a process's log into MAGNETAR_TEST_KEEP_LOGS (a directory) when that is set: the
+    logs of a cluster test go with its scratch directories otherwise."""
+    keep = os.environ.get("MAGNETAR_TEST_KEEP_LOGS")
+    if keep and path and os.path.exists(path):
+        os.makedirs(keep, exist_ok=True)
+        shutil.copyfile(path, os.path.join(keep, name))

@@ -8,8 +8,9 @@ storage nodes, driven by the official Python client and Apache's pulsar-admin.
   `topics bundle-range`, `namespaces bundles`;
 - a queue checker (every acknowledged send consumed exactly once, in order: deduplication on) runs
   while the owning broker is SIGKILLed: the producer's sends all succeed, on the new owner;
-- the owner frozen (SIGSTOP) past its etcd lease, then thawed (SIGCONT) under load: taken over,
-  fenced, nothing lost or duplicated, and the ownership settles on one broker (no flapping);
+- the owner frozen (SIGSTOP) past its etcd lease, then thawed (SIGCONT) under load, once while it
+  is the load manager's leader and once while it is not: taken over, fenced, nothing lost or
+  duplicated, and the ownership settles on one broker (no flapping);
 - an unload of the namespace through a broker that owns none of it, and a graceful stop (SIGTERM)
   of the owner, under load: no send error reaches the application, nothing is lost; the unload
   hands the bundle to another broker (PIP-307);
@@ -145,8 +146,10 @@ def test_any_broker_answers_the_owner_and_topics_spread(cluster):
         client.close()
 
     # A topic operation on a broker that does not own the topic: 307 to the owner's admin API.
+    # The leader may have moved a bundle meanwhile (a broker left with none gets one of the
+    # busiest broker's): the owner is asked again here.
     some = next(iter(owners))
-    owner = next(b for b in brokers if b.service_url == owners[some])
+    owner = _owner(brokers, some)
     elsewhere = next(b for b in brokers if b is not owner)
     stats_path = "/admin/v2/%s/stats" % some.replace("://", "/")
     status, _, headers = _request_no_redirect("GET", elsewhere.web_url + stats_path)
@@ -158,7 +161,7 @@ def test_any_broker_answers_the_owner_and_topics_spread(cluster):
     if pulsar_admin_available():
         for broker in brokers:
             admin = PulsarAdmin(broker.web_url)
-            assert admin("topics", "lookup", some).strip() == owners[some]
+            assert admin("topics", "lookup", some).strip() == owner.service_url
             stats = json.loads(admin("topics", "stats", some))
             assert "s" in stats["subscriptions"], stats
             bundles = json.loads(admin("namespaces", "bundles", ns))
@@ -263,18 +266,44 @@ def test_the_owner_killed_under_load_loses_nothing_and_duplicates_nothing(cluste
 SESSION_TTL_S = 10  # the brokers' etcd lease ([metadata] session_ttl's default)
 
 
-@pytest.mark.skip(reason="known bug, issue 47 note of 2026-12-03: after the thaw two brokers "
-                  "answer for the bundle for a while (flapping), and once 84 acknowledged "
-                  "messages were not read back")
-def test_the_owner_frozen_past_its_lease_is_fenced_and_ownership_settles(cluster):
+def _leader(brokers):
+    """The load manager's leader, as every broker's admin API names it."""
+    status, body = http_request("GET", brokers[0].web_url + "/admin/v2/brokers/leaderBroker")
+    assert status == 200, (status, body)
+    leader = json.loads(body)["brokerId"]
+    return next(b for b in brokers if _broker_id(b) == leader)
+
+
+def _move_bundle(brokers, topic, to):
+    """Moves `topic`'s bundle to the broker `to` (an unload with a destination)."""
+    status, body = http_request("GET", "%s/lookup/v2/topic/%s/bundle"
+                                % (brokers[0].web_url, topic.replace("://", "/")))
+    assert status == 200, (status, body)
+    bundle = json.loads(body) if body.startswith(b'"') else body.decode()
+    ns = topic.split("://", 1)[1].rsplit("/", 1)[0]
+    status, body = http_request("PUT", "%s/admin/v2/namespaces/%s/%s/unload?destinationBroker=%s"
+                                % (brokers[0].web_url, ns, bundle, _broker_id(to)))
+    assert status in (200, 204), (status, body)
+    assert _owner(brokers, topic) is to
+
+
+@pytest.mark.parametrize("frozen", ["the leader", "not the leader"])
+def test_the_owner_frozen_past_its_lease_is_fenced_and_ownership_settles(cluster, frozen):
     _, brokers, _ = cluster
     live = [b for b in brokers[:BROKERS] if b.running()]
-    ns = _dedup_namespace(live[0], "frozen")
+    ns = _dedup_namespace(live[0], "frozen-%s" % frozen.split()[0])
     topic = "persistent://%s/%s" % (ns, unique_topic("queue").rsplit("/", 1)[-1])
     client = pulsar.Client(_service_url(live), operation_timeout_seconds=30)
     client.create_producer(topic).close()
     client.close()
+    # Which broker is frozen decides who takes the bundle over: with the leader frozen, the
+    # others first elect a new leader (its lease must run out), else the leader reassigns.
+    leader = _leader(live)
     owner = _owner(live, topic)
+    if (owner is leader) != (frozen == "the leader"):
+        _move_bundle(live, topic, leader if frozen == "the leader"
+                     else next(b for b in live if b is not leader))
+        owner = _owner(live, topic)
 
     def freeze_past_the_lease():
         owner.proc.send_signal(signal.SIGSTOP)
@@ -284,7 +313,8 @@ def test_the_owner_frozen_past_its_lease_is_fenced_and_ownership_settles(cluster
             owner.proc.send_signal(signal.SIGCONT)
 
     sent, gap = _under_load(live, topic, freeze_past_the_lease, settle_s=2.0)
-    print("owner frozen %d s: %.2f s without an acknowledged send" % (SESSION_TTL_S + 2, gap))
+    print("owner (%s) frozen %d s: %.2f s without an acknowledged send"
+          % (frozen, SESSION_TTL_S + 2, gap))
     _check_queue(_service_url(live), topic, sent)
     # Settled: every broker names the same owner, again and again.
     answers = set()
@@ -370,8 +400,12 @@ def test_an_unload_with_a_destination_broker_moves_the_bundle_there(cluster):
             assert status in (200, 204), (status, body)
         assert _owner(brokers, topic) is target
         producer.send(b"after")  # reconnected to the new owner by itself
-        got = [m.data() for m in receive_n(consumer, 2)]
-        assert got == [b"before", b"after"], got
+        # "before" is not acknowledged: a consumer that reconnects after it took "before" from
+        # its queue gets it again from the new owner (at-least-once, as with Pulsar's brokers).
+        got = []
+        while b"after" not in got and len(got) < 3:
+            got.append(receive_n(consumer, 1)[0].data())
+        assert got in ([b"before", b"after"], [b"before", b"before", b"after"]), got
     finally:
         client.close()
 
