@@ -170,8 +170,9 @@ def replicated_cluster(tmp_path, nodes=3, node_args=()):
         assert done.returncode == 0, done.stdout + done.stderr
         started.extend(StorageNode(etcd, node_args) for _ in range(nodes))
 
-        def broker(name, extra_toml=""):
+        def broker(name, extra_toml="", health_headers=None):
             srv = broker_server(etcd, tmp_path, name, extra_toml)
+            srv.health_headers = health_headers  # credentials of a secured broker's health check
             brokers.append(srv)
             srv.start()
             return srv

@@ -29,6 +29,8 @@ pub enum Command {
     Broker(BrokerArgs),
     /// Run a storage node: replicated ledgers for the brokers of a cluster.
     Storage(StorageArgs),
+    /// Run a proxy: one address for clients that cannot reach every broker (Pulsar's proxy).
+    Proxy(ProxyArgs),
     /// Cluster metadata tools.
     #[command(subcommand)]
     Metadata(MetadataCommand),
@@ -77,6 +79,23 @@ pub struct BrokerArgs {
     /// must have been initialized with `magnetar metadata init`.
     #[arg(long)]
     pub cluster: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ProxyArgs {
+    /// Configuration file (TOML): `[proxy]`, `[authentication]`, `[tls]`, `[log]`; see
+    /// docs/src/deployment/cluster.md. Flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The cluster's metadata store (etcd://host:2379[,...]): the brokers are found there.
+    #[arg(long)]
+    pub metadata: String,
+    /// Cluster name (the root of its keys in etcd).
+    #[arg(long)]
+    pub cluster: String,
+    /// Binary protocol port clients connect to [default: 6650].
+    #[arg(long)]
+    pub port: Option<u16>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -546,6 +565,7 @@ impl Cli {
             // `config::Settings::load`, before anything is opened.
             Command::Standalone(_)
             | Command::Broker(_)
+            | Command::Proxy(_)
             | Command::Debug(_)
             | Command::Tokens(_) => {}
         }

@@ -7,6 +7,7 @@ mod config;
 mod config_reference;
 mod ownership;
 mod perf;
+mod proxy;
 mod server;
 mod standalone;
 mod storage;
@@ -37,6 +38,7 @@ fn main() {
         Command::Standalone(args) => args.config.as_deref(),
         Command::Broker(args) => args.server.config.as_deref(),
         Command::Storage(args) => args.config.as_deref(),
+        Command::Proxy(args) => args.config.as_deref(),
         _ => None,
     }
     .map(config::LogSection::peek)
@@ -58,6 +60,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Standalone(args) => standalone::run(args),
         Command::Broker(args) => cluster::broker(args),
         Command::Storage(args) => storage::run(args),
+        Command::Proxy(args) => proxy::run(args),
         Command::Metadata(MetadataCommand::Init(args)) => cluster::init(args),
         Command::Perf(PerfCommand::Produce(args)) => perf::produce(args),
         Command::Perf(PerfCommand::Consume(args)) => perf::consume(args),

@@ -41,6 +41,10 @@ pub struct AuthorizationConfig {
     /// Permission maps may name roles by `prefix*` / `*suffix` (Pulsar's
     /// `authorizationAllowWildcardsMatching`). Default false.
     pub allow_wildcards_matching: bool,
+    /// Roles of proxies (Pulsar's `proxyRoles`): a connection authenticated as one of them acts
+    /// for the client its CONNECT names in `original_principal`, whose role is authorized.
+    /// Default empty: `original_principal` is ignored.
+    pub proxy_roles: Vec<String>,
 }
 
 /// Why a request was refused; the text is what the client is told.

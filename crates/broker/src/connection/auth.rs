@@ -15,6 +15,7 @@
 use super::{Connection, Handled};
 use magnetar_protocol::commands;
 use magnetar_protocol::proto::{BaseCommand, CommandConnect, ServerError};
+use magnetar_security::Principal;
 
 use std::time::Duration;
 
@@ -68,6 +69,13 @@ impl Connection {
         let now_ms = self.service.ledgers.clock.now_ms();
         match authenticator.authenticate(method, data, &self.identity, now_ms) {
             Ok(principal) => {
+                let principal = match self.acting_for(connect, principal) {
+                    Ok(principal) => principal,
+                    Err(why) => {
+                        self.refuse_auth(&why);
+                        return Err(why);
+                    }
+                };
                 tracing::debug!(peer = %self.peer, role = %principal.role,
                     method = %principal.method, "authenticated");
                 self.auth.supports_refresh = connect
@@ -88,6 +96,33 @@ impl Connection {
                 Err(format!("authentication failed: {error}"))
             }
         }
+    }
+
+    /// The principal a connection acts as: a proxy's (a role of `proxy_roles`) acts for the
+    /// client it names in `original_principal`, keeping its own credential's expiry (a refresh
+    /// is the client's, passed through the proxy). A proxy naming another proxy is refused;
+    /// another role's `original_principal` is ignored, with a warning: it acts as itself.
+    fn acting_for(
+        &self,
+        connect: &CommandConnect,
+        principal: Principal,
+    ) -> Result<Principal, String> {
+        let Some(original) = connect.original_principal.as_deref().filter(|p| !p.is_empty()) else {
+            return Ok(principal);
+        };
+        let proxies = &self.service.config.authorization.proxy_roles;
+        if !proxies.contains(&principal.role) {
+            let now_ms = self.service.ledgers.clock.now_ms();
+            magnetar_clock::warn_limited!(now_ms, peer = %self.peer, role = %principal.role,
+                "original_principal from a role that is not a proxy role: ignored");
+            return Ok(principal);
+        }
+        if proxies.iter().any(|p| p == original) {
+            return Err(format!("Invalid roles: {original} is a proxy role"));
+        }
+        tracing::debug!(peer = %self.peer, proxy = %principal.role, role = original,
+            "connection through a proxy");
+        Ok(Principal { role: original.to_string(), ..principal })
     }
 
     /// Sends the ERROR that ends a connection whose authentication failed.

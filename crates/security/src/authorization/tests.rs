@@ -9,6 +9,7 @@ fn config(enabled: bool) -> AuthorizationConfig {
         enabled,
         super_user_roles: vec!["root".to_string()],
         allow_wildcards_matching: false,
+        proxy_roles: vec![],
     }
 }
 
