@@ -5,6 +5,9 @@ official Python client given only the proxy's URL:
   consume work on each, a partitioned topic too (PARTITIONED_METADATA answered through it);
 - the official Go client (tests/go/proxy_test.go) does the same through the proxy, and a queue
   checker runs through a namespace unload under load (no send error, every send once, in order);
+- the admin API through the proxy's web port: pulsar-admin (namespaces, topic stats and lookups,
+  which the proxy follows to each topic's owner), and against secured brokers the caller's own
+  token is what the broker checks;
 - the proxy is no open relay: a CONNECT naming an address that is not a registered broker is
   refused (ServiceNotReady) and closed, and a PRODUCER on a lookup connection is refused;
 - against secured brokers (tokens, authorization, `proxy_roles`): the proxy authenticates the
@@ -28,6 +31,7 @@ import conftest
 import pulsar_wire as wire
 from auth_util import Keys, bearer
 from compat_util import free_port, http_request, receive_n
+from pulsar_admin import PulsarAdmin, pulsar_admin_available
 from go_runner import BUILD_AND_RUN_TIMEOUT_S as GO_BUILD_AND_RUN_TIMEOUT_S
 from go_runner import needs_go, run_go_test
 from replicated_util import CLUSTER, replicated_cluster, skip_unless_own_magnetar
@@ -41,21 +45,25 @@ class Proxy:
     """A `magnetar proxy` process on a free loopback port; killed by PID on close."""
 
     def __init__(self, etcd, directory, toml=""):
-        self.port = free_port()
+        self.port, self.web_port = free_port(), free_port()
+        while self.web_port == self.port:
+            self.web_port = free_port()
         self.url = "pulsar://127.0.0.1:%d" % self.port
+        self.web_url = "http://127.0.0.1:%d" % self.web_port
         config = os.path.join(directory, "proxy.toml")
         with open(config, "w") as f:
             f.write('[proxy]\nbind_address = "127.0.0.1"\n' + toml)
         self.log_path = os.path.join(directory, "proxy.log")
         self._log = open(self.log_path, "ab")
         cmd = [conftest.magnetar_binary(), "proxy", "--metadata", etcd.url, "--cluster", CLUSTER,
-               "--port", str(self.port), "--config", config]
+               "--port", str(self.port), "--web-port", str(self.web_port), "--config", config]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log,
                                      stdin=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"))
-        line = self.proc.stdout.readline().decode()  # bounded: the process exits or prints
-        if "proxy serving pulsar://" not in line:
+        # Bounded: the process prints each listener, or exits (and the read ends).
+        lines = [self.proc.stdout.readline().decode() for _ in range(2)]
+        if "proxy serving pulsar://" not in lines[0] or "proxy serving http://" not in lines[1]:
             self.close()
-            pytest.fail("the proxy did not start: %r\n%s" % (line, self.log_tail()))
+            pytest.fail("the proxy did not start: %r\n%s" % (lines, self.log_tail()))
 
     def log_tail(self):
         with open(self.log_path, "rb") as f:
@@ -237,6 +245,15 @@ def test_a_secured_broker_authorizes_the_client_the_proxy_names(secured):
         forged.close()
     assert "authentication failed" in proxy.log_tail() and "token signature" in proxy.log_tail()
 
+    # The admin API through the proxy: the caller's token goes to the broker, which checks it.
+    path = "/admin/v2/namespaces/public"
+    status, body = http_request("GET", proxy.web_url + path, headers=bearer(admin))
+    assert status == 200 and ns in json.loads(body), (status, body)
+    status, body = http_request("GET", proxy.web_url + path, headers=bearer(keys.hs_token("bob")))
+    assert status == 403, (status, body)
+    status, body = http_request("GET", proxy.web_url + path)
+    assert status == 401, (status, body)
+
 
 def test_an_unload_under_load_through_the_proxy_reaches_no_application(plain):
     brokers, proxy = plain
@@ -280,3 +297,36 @@ def test_the_go_client_reaches_every_broker_through_the_proxy(plain):
            "MAGNETAR_TEST_WEB_URLS": ",".join(b.web_url for b in brokers)}
     out = run_go_test("brokers", "TestTheProxyIsOneAddressForEveryBroker", env)
     assert "produced and consumed through the proxy" in out, out[-3000:]
+
+
+def test_pulsar_admin_works_through_the_proxy(plain):
+    brokers, proxy = plain
+    ns = "public/proxied-admin-%d" % os.getpid()
+    status, body = http_request("PUT", proxy.web_url + "/admin/v2/namespaces/" + ns,
+                                json.dumps({"bundles": {"numBundles": 4}}))
+    assert status in (200, 204), (status, body)
+    client = pulsar.Client(proxy.url, operation_timeout_seconds=30)
+    topics = ["persistent://%s/t-%d" % (ns, i) for i in range(6)]
+    try:
+        for topic in topics:
+            client.create_producer(topic).send(b"x")
+    finally:
+        client.close()
+    owners = {_owner(brokers[0], t) for t in topics}
+    # Topic operations are the owner's: a broker that does not own the topic answers 307, which
+    # the proxy follows itself (to registered brokers only).
+    for topic in topics:
+        path = "/admin/v2/%s/stats" % topic.replace("://", "/")
+        status, body = http_request("GET", proxy.web_url + path)
+        assert status == 200 and json.loads(body)["msgInCounter"] == 1, (status, body)
+    status, body = http_request("GET", proxy.web_url + "/metrics")
+    assert status == 404 and b"/admin/" in body, (status, body)
+    if not pulsar_admin_available():
+        return
+    admin = PulsarAdmin(proxy.web_url)
+    assert ns in admin("namespaces", "list", "public")
+    for topic in topics:
+        assert admin("topics", "lookup", topic).strip() in owners
+        assert json.loads(admin("topics", "stats", topic))["msgInCounter"] == 1
+    listed = admin("brokers", "list", CLUSTER)
+    assert all(b.web_url.split("://", 1)[1] in listed for b in brokers), listed

@@ -96,6 +96,9 @@ pub struct ProxyArgs {
     /// Binary protocol port clients connect to [default: 6650].
     #[arg(long)]
     pub port: Option<u16>,
+    /// HTTP port of the admin API, sent on to the brokers [default: 8080].
+    #[arg(long)]
+    pub web_port: Option<u16>,
 }
 
 #[derive(Subcommand, Debug)]

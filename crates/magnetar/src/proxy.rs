@@ -35,6 +35,9 @@ struct ProxySection {
     bind_address: String,
     /// Binary protocol port (Pulsar's `servicePort`). Default 6650.
     port: u16,
+    /// HTTP port of the admin API and HTTP lookups, sent on to the brokers (Pulsar's
+    /// `webServicePort`). Default 8080.
+    web_port: u16,
     /// A file holding the token the proxy shows brokers when it authenticates clients itself
     /// (Pulsar's `brokerClientAuthenticationParameters`); empty: none.
     broker_client_token_file: PathBuf,
@@ -51,6 +54,7 @@ impl Default for ProxySection {
         ProxySection {
             bind_address: "0.0.0.0".into(),
             port: 6650,
+            web_port: 8080,
             broker_client_token_file: PathBuf::new(),
             forward_authorization_credentials: false,
             broker_connect_timeout_ms: 10_000,
@@ -83,6 +87,12 @@ fn validate(args: &ProxyArgs) -> anyhow::Result<Validated> {
     if let Some(port) = args.port {
         file.proxy.port = port;
     }
+    if let Some(port) = args.web_port {
+        file.proxy.web_port = port;
+    }
+    if file.proxy.web_port == file.proxy.port && file.proxy.port != 0 {
+        anyhow::bail!("[proxy] port and web_port are both {}", file.proxy.port);
+    }
     if !(1..=600_000).contains(&file.proxy.broker_connect_timeout_ms) {
         anyhow::bail!("[proxy] broker_connect_timeout_ms must be 1..=600000");
     }
@@ -99,7 +109,7 @@ fn validate(args: &ProxyArgs) -> anyhow::Result<Validated> {
         true => Some(Arc::new(Authenticator::from_config(&file.authentication)?)),
         false => None,
     };
-    file.tls.validate(file.proxy.port, 0).map_err(ConfigError::Tls)?;
+    file.tls.validate(file.proxy.port, file.proxy.web_port).map_err(ConfigError::Tls)?;
     let tls = match file.tls.enabled {
         true => Some(Arc::new(ServerTls::load(&file.tls).map_err(ConfigError::Tls)?)),
         false => None,
@@ -145,6 +155,12 @@ pub fn run(args: ProxyArgs) -> anyhow::Result<()> {
             println!("proxy serving pulsar+ssl://{}", listener.local_addr()?);
             servers.push(tokio::spawn(proxy.clone().serve(listener, Some(tls))));
         }
+        let address = format!("{bind}:{}", validated.section.web_port);
+        let listener = tokio::net::TcpListener::bind(&address)
+            .await
+            .with_context(|| format!("bind the proxy's web port {address}"))?;
+        println!("proxy serving http://{}", listener.local_addr()?);
+        servers.push(tokio::spawn(proxy.clone().serve_http(listener)));
         tracing::info!(cluster = %args.cluster, "proxy started: brokers found in the cluster's metadata");
         crate::shutdown_signal().await?;
         for server in servers {

@@ -262,7 +262,7 @@ impl LookupSession {
             self.lookup(request.clone()).await
         } else {
             match self.proxy.brokers.pick().await {
-                Ok(broker) => self.forward(&broker, request.clone()).await,
+                Ok(broker) => self.forward(&broker.service, request.clone()).await,
                 Err(error) => Err(error),
             }
         };
@@ -279,7 +279,7 @@ impl LookupSession {
     /// LOOKUP: a broker is asked, its redirects followed to the owner, and the client told to
     /// reach the owner through the proxy.
     async fn lookup(&self, request: BaseCommand) -> Result<BaseCommand, ProxyError> {
-        let mut broker = self.proxy.brokers.pick().await?;
+        let mut broker = self.proxy.brokers.pick().await?.service;
         let mut authoritative = false;
         for _ in 0..MAX_REDIRECTS {
             let mut ask = request.clone();

@@ -12,11 +12,18 @@ use parking_lot::Mutex;
 
 use crate::ProxyError;
 
+/// Where a registered broker is reached: its binary protocol's and its admin API's `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BrokerAddress {
+    pub service: String,
+    pub web: String,
+}
+
 /// Where the registered brokers are found.
 #[async_trait]
 pub trait Directory: Send + Sync {
-    /// The binary-protocol addresses (`host:port`) of the registered brokers.
-    async fn brokers(&self, fresh: bool) -> Result<Vec<String>, ProxyError>;
+    /// The registered brokers (`fresh`: read again, not from a cache).
+    async fn brokers(&self, fresh: bool) -> Result<Vec<BrokerAddress>, ProxyError>;
 }
 
 /// `host:port` of a `pulsar://host:port` (or `pulsar+ssl://`) URL; the address itself when it
@@ -25,13 +32,13 @@ pub fn host_port(url: &str) -> &str {
     url.split_once("://").map_or(url, |(_, rest)| rest).trim_end_matches('/')
 }
 
-/// A fixed list (a proxy in front of brokers given on the command line, and tests).
-pub struct StaticDirectory(pub Vec<String>);
+/// A fixed list (tests).
+pub struct StaticDirectory(pub Vec<BrokerAddress>);
 
 #[async_trait]
 impl Directory for StaticDirectory {
-    async fn brokers(&self, _fresh: bool) -> Result<Vec<String>, ProxyError> {
-        Ok(self.0.iter().map(|url| host_port(url).to_string()).collect())
+    async fn brokers(&self, _fresh: bool) -> Result<Vec<BrokerAddress>, ProxyError> {
+        Ok(self.0.clone())
     }
 }
 
@@ -41,7 +48,7 @@ const CACHE_FOR: Duration = Duration::from_secs(1);
 /// The registrations in the cluster's metadata store.
 pub struct MetadataDirectory {
     store: Arc<dyn MetadataStore>,
-    cached: Mutex<Option<(Instant, Vec<String>)>>,
+    cached: Mutex<Option<(Instant, Vec<BrokerAddress>)>>,
 }
 
 impl MetadataDirectory {
@@ -49,7 +56,7 @@ impl MetadataDirectory {
         MetadataDirectory { store, cached: Mutex::new(None) }
     }
 
-    async fn read(&self) -> Result<Vec<String>, ProxyError> {
+    async fn read(&self) -> Result<Vec<BrokerAddress>, ProxyError> {
         let prefix = format!("{}/", magnetar_model::keys::BROKERS_ROOT);
         let error = |e: magnetar_metadata::MetadataError| ProxyError::Directory(e.to_string());
         let keys = self.store.list(&prefix).await.map_err(error)?;
@@ -58,9 +65,10 @@ impl MetadataDirectory {
         for (key, value) in keys.iter().zip(values) {
             let Some(value) = value else { continue }; // gone since the listing
             match serde_json::from_slice::<BrokerRegistration>(&value.value) {
-                Ok(registration) => {
-                    brokers.push(host_port(&registration.pulsar_service_url).to_string())
-                }
+                Ok(registration) => brokers.push(BrokerAddress {
+                    service: host_port(&registration.pulsar_service_url).to_string(),
+                    web: host_port(&registration.web_service_url).to_string(),
+                }),
                 Err(error) => {
                     tracing::warn!(key, %error, "proxy: a broker registration not understood")
                 }
@@ -73,7 +81,7 @@ impl MetadataDirectory {
 
 #[async_trait]
 impl Directory for MetadataDirectory {
-    async fn brokers(&self, fresh: bool) -> Result<Vec<String>, ProxyError> {
+    async fn brokers(&self, fresh: bool) -> Result<Vec<BrokerAddress>, ProxyError> {
         if !fresh {
             if let Some((at, brokers)) = self.cached.lock().as_ref() {
                 if at.elapsed() < CACHE_FOR {
@@ -99,7 +107,7 @@ impl Brokers {
     }
 
     /// The next broker to ask (Pulsar's proxy: round robin over the available brokers).
-    pub async fn pick(&self) -> Result<String, ProxyError> {
+    pub async fn pick(&self) -> Result<BrokerAddress, ProxyError> {
         let brokers = self.directory.brokers(false).await?;
         if brokers.is_empty() {
             return Err(ProxyError::NoBroker);
@@ -107,15 +115,25 @@ impl Brokers {
         Ok(brokers[self.next.fetch_add(1, Ordering::Relaxed) % brokers.len()].clone())
     }
 
-    /// Whether `target` (a client's `proxy_to_broker_url`, `host:port`) is a registered broker:
-    /// the proxy connects only to those. A broker registered a moment ago is found by reading
-    /// the registrations again.
+    /// Whether `target` (a client's `proxy_to_broker_url`, `host:port`) is a registered broker's
+    /// binary protocol address: the proxy connects only to those.
     pub async fn is_broker(&self, target: &str) -> Result<bool, ProxyError> {
         let target = host_port(target);
-        if self.directory.brokers(false).await?.iter().any(|b| b == target) {
+        self.registered(|b| b.service == target).await
+    }
+
+    /// Whether `target` (`host:port`, a redirect's) is a registered broker's admin API.
+    pub async fn is_web(&self, target: &str) -> Result<bool, ProxyError> {
+        let target = host_port(target);
+        self.registered(|b| b.web == target).await
+    }
+
+    /// A broker registered a moment ago is found by reading the registrations again.
+    async fn registered(&self, test: impl Fn(&BrokerAddress) -> bool) -> Result<bool, ProxyError> {
+        if self.directory.brokers(false).await?.iter().any(&test) {
             return Ok(true);
         }
-        Ok(self.directory.brokers(true).await?.iter().any(|b| b == target))
+        Ok(self.directory.brokers(true).await?.iter().any(&test))
     }
 }
 
@@ -146,14 +164,14 @@ mod tests {
         }
         store.put("/brokers/bad", Bytes::from_static(b"{"), ExpectedVersion::Any).await.unwrap();
         let brokers = Brokers::new(Arc::new(MetadataDirectory::new(store.clone())));
-        let picks: Vec<String> = [
-            brokers.pick().await.unwrap(),
-            brokers.pick().await.unwrap(),
-            brokers.pick().await.unwrap(),
-        ]
-        .into();
+        let mut picks = Vec::new();
+        for _ in 0..3 {
+            picks.push(brokers.pick().await.unwrap().service);
+        }
         assert_eq!(picks, ["127.0.0.1:7000", "127.0.0.1:7100", "127.0.0.1:7000"]);
         assert!(brokers.is_broker("127.0.0.1:7100").await.unwrap());
+        assert!(brokers.is_web("127.0.0.1:7101").await.unwrap());
+        assert!(!brokers.is_web("127.0.0.1:7100").await.unwrap(), "a service port is no web port");
         assert!(!brokers.is_broker("127.0.0.1:22").await.unwrap(), "not an open relay");
         // Registered after the last read: found by reading again.
         let key = "/brokers/127.0.0.1:7201";

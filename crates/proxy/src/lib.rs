@@ -19,6 +19,9 @@
 //! principal only from a role in its `proxy_roles`. Without authentication at the proxy, the
 //! client's credentials go to the broker as they are, and the broker checks them.
 //!
+//! The HTTP side (`http`): the admin API and HTTP lookups sent on to a broker, its 307s to a
+//! topic's owner followed by the proxy, so `pulsar-admin` given the proxy's URL works.
+//!
 //! Sans-IO parts: [`handshake`] (what to do with a CONNECT, the CONNECT the broker gets, the
 //! CONNECTED the client gets) and [`request_ids`] (a forwarded request's id, rewritten both
 //! ways). The shell: [`directory`] (the registered brokers), `link` (a proxy-to-broker
@@ -29,6 +32,7 @@ pub mod handshake;
 pub mod request_ids;
 
 mod connection;
+mod http;
 mod link;
 
 use std::sync::Arc;
