@@ -8,6 +8,8 @@ official Python client given only the proxy's URL:
 - the admin API through the proxy's web port: pulsar-admin (namespaces, topic stats and lookups,
   which the proxy follows to each topic's owner), and against secured brokers the caller's own
   token is what the broker checks;
+- TLS at the proxy: a client of `pulsar+ssl://` (the proxy's certificate) produces and consumes
+  on brokers it reaches in plain text through the proxy;
 - the proxy is no open relay: a CONNECT naming an address that is not a registered broker is
   refused (ServiceNotReady) and closed, and a PRODUCER on a lookup connection is refused;
 - against secured brokers (tokens, authorization, `proxy_roles`): the proxy authenticates the
@@ -35,6 +37,7 @@ from pulsar_admin import PulsarAdmin, pulsar_admin_available
 from go_runner import BUILD_AND_RUN_TIMEOUT_S as GO_BUILD_AND_RUN_TIMEOUT_S
 from go_runner import needs_go, run_go_test
 from replicated_util import CLUSTER, replicated_cluster, skip_unless_own_magnetar
+from tls_certs import Certs
 
 pytestmark = pytest.mark.restarts_server
 
@@ -59,9 +62,15 @@ class Proxy:
                "--port", str(self.port), "--web-port", str(self.web_port), "--config", config]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log,
                                      stdin=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"))
-        # Bounded: the process prints each listener, or exits (and the read ends).
-        lines = [self.proc.stdout.readline().decode() for _ in range(2)]
-        if "proxy serving pulsar://" not in lines[0] or "proxy serving http://" not in lines[1]:
+        # Bounded: the process prints each listener (the web one last), or exits.
+        lines = []
+        while not lines or "proxy serving http://" not in lines[-1]:
+            line = self.proc.stdout.readline().decode()
+            lines.append(line)
+            if not line or len(lines) > 3:
+                self.close()
+                pytest.fail("the proxy did not start: %r\n%s" % (lines, self.log_tail()))
+        if "proxy serving pulsar://" not in lines[0]:
             self.close()
             pytest.fail("the proxy did not start: %r\n%s" % (lines, self.log_tail()))
 
@@ -112,7 +121,14 @@ def plain(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("proxy")
     with replicated_cluster(tmp) as (etcd, _, start_broker):
         brokers = [start_broker("b%d" % i) for i in range(2)]
-        proxy = Proxy(etcd, str(tmp))
+        certs = Certs(str(tmp / "certs"))
+        ca = certs.ca("proxy-ca")
+        leaf = certs.leaf(ca, "proxy")
+        tls_port = free_port()
+        proxy = Proxy(etcd, str(tmp), "[tls]\nenabled = true\ncert_file = %s\nkey_file = %s\n"
+                      "broker_port_tls = %d\n" % (json.dumps(leaf["cert"]),
+                                                  json.dumps(leaf["key"]), tls_port))
+        proxy.tls_url, proxy.ca = "pulsar+ssl://127.0.0.1:%d" % tls_port, ca["cert"]
         try:
             yield brokers, proxy
         finally:
@@ -330,3 +346,22 @@ def test_pulsar_admin_works_through_the_proxy(plain):
         assert json.loads(admin("topics", "stats", topic))["msgInCounter"] == 1
     listed = admin("brokers", "list", CLUSTER)
     assert all(b.web_url.split("://", 1)[1] in listed for b in brokers), listed
+
+
+def test_a_tls_client_of_the_proxy_reaches_the_brokers(plain):
+    brokers, proxy = plain
+    ns = "public/proxied-tls-%d" % os.getpid()
+    status, body = http_request("PUT", brokers[0].web_url + "/admin/v2/namespaces/" + ns,
+                                json.dumps({"bundles": {"numBundles": 4}}))
+    assert status in (200, 204), (status, body)
+    client = pulsar.Client(proxy.tls_url, tls_trust_certs_file_path=proxy.ca,
+                           operation_timeout_seconds=30)
+    try:
+        for i in range(4):
+            topic = "persistent://%s/t-%d" % (ns, i)
+            producer = client.create_producer(topic, batching_enabled=False)
+            consumer = client.subscribe(topic, "s")
+            producer.send(b"over tls %d" % i)
+            assert receive_n(consumer, 1)[0].data() == b"over tls %d" % i
+    finally:
+        client.close()
