@@ -3,8 +3,10 @@ official Python client given only the proxy's URL:
 
 - lookups through the proxy reach every broker (a namespace's four bundles over both), produce and
   consume work on each, a partitioned topic too (PARTITIONED_METADATA answered through it);
-- the official Go client (tests/go/proxy_test.go) does the same through the proxy, and a queue
-  checker runs through a namespace unload under load (no send error, every send once, in order);
+- a queue checker runs through a namespace unload under load (no send error, every send once, in
+  order), with the Python client and with the official Java client (tests/java
+  ClusterBrokersThroughProxyTest); the official Go client (tests/go/proxy_test.go) produces and
+  consumes through the proxy;
 - the admin API through the proxy's web port: pulsar-admin (namespaces, topic stats and lookups,
   which the proxy follows to each topic's owner), and against secured brokers the caller's own
   token is what the broker checks;
@@ -36,6 +38,8 @@ from compat_util import free_port, http_request, receive_n
 from pulsar_admin import PulsarAdmin, pulsar_admin_available
 from go_runner import BUILD_AND_RUN_TIMEOUT_S as GO_BUILD_AND_RUN_TIMEOUT_S
 from go_runner import needs_go, run_go_test
+from java_runner import BUILD_AND_RUN_TIMEOUT_S as JAVA_BUILD_AND_RUN_TIMEOUT_S
+from java_runner import needs_java, run_java_tests
 from replicated_util import CLUSTER, replicated_cluster, skip_unless_own_magnetar
 from tls_certs import Certs
 
@@ -365,3 +369,20 @@ def test_a_tls_client_of_the_proxy_reaches_the_brokers(plain):
             assert receive_n(consumer, 1)[0].data() == b"over tls %d" % i
     finally:
         client.close()
+
+
+@needs_java
+@pytest.mark.timeout(JAVA_BUILD_AND_RUN_TIMEOUT_S + 120)
+def test_the_java_client_goes_through_the_proxy_and_an_unload(plain):
+    brokers, proxy = plain
+    ns = "public/proxied-java-%d" % os.getpid()
+    status, body = http_request("PUT", brokers[0].web_url + "/admin/v2/namespaces/" + ns,
+                                json.dumps({"bundles": {"numBundles": 4}}))
+    assert status in (200, 204), (status, body)
+    status, body = http_request("POST", "%s/admin/v2/namespaces/%s/deduplication"
+                                % (brokers[0].web_url, ns), "true")
+    assert status in (200, 204), (status, body)
+    env = {"MAGNETAR_TEST_PROXY_URL": proxy.url, "MAGNETAR_TEST_PROXY_WEB_URL": proxy.web_url,
+           "MAGNETAR_TEST_NAMESPACE": ns}
+    passed = run_java_tests(env, "ClusterBrokersThroughProxyTest")
+    assert passed == ["ClusterBrokersThroughProxyTest.theProxyIsOneAddressForEveryBroker"], passed
