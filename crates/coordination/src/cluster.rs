@@ -39,7 +39,7 @@ mod isolation;
 mod load;
 pub use hand_over::HAND_OVER_WAIT;
 pub use isolation::ISOLATION_SUFFIX;
-pub use load::{LoadManagerConfig, TopicLoads, LEADER_KEY, LOAD_ROOT};
+pub use load::{LoadManagerConfig, TopicLoad, TopicLoads, LEADER_KEY, LOAD_ROOT};
 
 /// Parent of every bundle ownership record.
 pub const OWNERSHIP_ROOT: &str = "/namespace";

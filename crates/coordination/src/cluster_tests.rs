@@ -429,8 +429,52 @@ async fn with_no_other_broker_an_unload_frees_the_bundle() {
 struct NoTraffic;
 
 impl TopicLoads for NoTraffic {
-    fn topic_throughputs(&self) -> Vec<(TopicName, f64)> {
+    fn topic_loads(&self) -> Vec<TopicLoad> {
         Vec::new()
+    }
+}
+
+/// Topics loaded on a broker, each with a little traffic.
+struct Loaded(Vec<TopicName>);
+
+impl TopicLoads for Loaded {
+    fn topic_loads(&self) -> Vec<TopicLoad> {
+        let load =
+            |name: &TopicName| TopicLoad { name: name.clone(), throughput: 1.0, msg_rate: 1.0 };
+        self.0.iter().map(load).collect()
+    }
+}
+
+#[tokio::test]
+async fn the_leader_splits_a_bundle_past_its_topic_threshold_and_its_owner_keeps_the_halves() {
+    let shared = store_with_namespace().await;
+    let b1 = broker(&shared, "b1:1", quiet()).await;
+    // Topics of the first bundle (0x00000000_0x40000000) only, loaded on b1.
+    let mut topics = Vec::new();
+    for i in 0..200 {
+        let t = topic(&format!("t-{i}"));
+        if b1.ownership.bundle_of(&t).await.unwrap().lower == 0 {
+            b1.ownership.lookup(&t, true).await.unwrap();
+            topics.push(t);
+        }
+    }
+    assert!(topics.len() > 5, "{} topics in the first bundle", topics.len());
+    let split = crate::splitter::SplitConfig { max_topics: 5, ..Default::default() };
+    let config = LoadManagerConfig { split, ..fast_load_manager() };
+    b1.ownership.start_load_manager(Arc::new(Loaded(topics.clone())), config);
+    eventually("the bundle split, its halves owned by b1", || {
+        let owned = b1.ownership.owned_bundles();
+        owned.iter().any(|b| b.ends_with("/0x00000000_0x20000000"))
+            && owned.iter().any(|b| b.ends_with("/0x20000000_0x40000000"))
+    })
+    .await;
+    // Split again while past the threshold (each half still holds more than 5 of them).
+    eventually("split further", || b1.ownership.owned_bundles().len() >= 3).await;
+    let doc = shared.get("/admin/namespaces/public/default").await.unwrap().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&doc.value).unwrap();
+    assert!(doc["bundles"]["numBundles"].as_u64().unwrap() >= 5, "{doc}");
+    for t in &topics {
+        b1.ownership.check_serve(t).await.unwrap(); // every topic still served by its owner
     }
 }
 

@@ -18,6 +18,8 @@
 //! - [`liveness`]: the failure detector fed by probes (refusals count faster than timeouts).
 //! - [`shedder`]: which bundles the leader moves, from the brokers' load reports (Pulsar's
 //!   `TransferShedder`).
+//! - [`splitter`]: which bundles the leader splits, from the same reports (Pulsar's automatic
+//!   bundle split past topic, message-rate and bandwidth thresholds).
 //! - [`cluster`]: records in the store (`/namespace/{tenant}/{ns}/{range}`, ephemeral, written
 //!   by their owner by compare-and-set), lookups, takeover of a dead owner's bundles, release.
 //!
@@ -36,10 +38,11 @@ pub mod liveness;
 pub mod ownership;
 pub mod placement;
 pub mod shedder;
+pub mod splitter;
 
 pub use bundles::{topic_hash, BundleError, BundleRange, Bundles, SplitAlgorithm};
 pub use cluster::{
     BrokerUrls, ClusterOwnership, CoordinationConfig, CoordinationError, LoadManagerConfig, Lookup,
-    TopicLoads,
+    TopicLoad, TopicLoads,
 };
 pub use ownership::{OwnershipRecord, TransitionError, UnitState};

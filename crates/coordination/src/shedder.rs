@@ -24,6 +24,10 @@ pub struct BundleLoad {
     pub key: String,
     /// Bytes per second in and out.
     pub throughput: f64,
+    /// Topics loaded in it.
+    pub topics: u32,
+    /// Messages per second in.
+    pub msg_rate: f64,
 }
 
 /// What a broker reports (resource uses as fractions of its limits, 0..=1).
@@ -224,7 +228,12 @@ mod tests {
             cpu,
             bundles: bundles
                 .iter()
-                .map(|(k, t)| BundleLoad { key: k.to_string(), throughput: *t })
+                .map(|(k, t)| BundleLoad {
+                    key: k.to_string(),
+                    throughput: *t,
+                    topics: 1,
+                    msg_rate: 0.0,
+                })
                 .collect(),
             ..LoadReport::default()
         }

@@ -35,6 +35,8 @@ pub struct ServerConfig {
     /// `[ledgers]`: where topics' ledgers live (this broker's disk, or storage nodes).
     pub ledgers: LedgersSection,
     pub metadata: MetadataSection,
+    /// `[load_manager]`: the cluster's load manager (`magnetar broker`; standalone ignores it).
+    pub load_manager: LoadManagerSection,
     pub log: LogSection,
     /// `[tls]`: `pulsar+ssl://` and HTTPS (see `magnetar_security::tls`).
     pub tls: TlsConfig,
@@ -187,6 +189,81 @@ pub struct MetadataSection {
     pub connect_timeout_seconds: u64,
 }
 
+/// The load manager of `magnetar broker`: reports, shedding and automatic bundle splits (Pulsar's
+/// `loadBalancer*` settings). The leader's values decide.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoadManagerSection {
+    /// Seconds between a broker's load reports and the leader's decisions.
+    pub interval_seconds: u64,
+    /// Move bundles between brokers by load (Pulsar's `loadBalancerSheddingEnabled`).
+    pub shedding_enabled: bool,
+    /// Split a bundle past any threshold below (Pulsar's `loadBalancerAutoBundleSplitEnabled`).
+    pub auto_bundle_split_enabled: bool,
+    /// Topics a bundle may hold (Pulsar's `loadBalancerNamespaceBundleMaxTopics`).
+    pub namespace_bundle_max_topics: u32,
+    /// Messages per second in a bundle may take (`loadBalancerNamespaceBundleMaxMsgRate`).
+    pub namespace_bundle_max_msg_rate: f64,
+    /// Megabytes per second a bundle may carry (`loadBalancerNamespaceBundleMaxBandwidthMbytes`).
+    pub namespace_bundle_max_bandwidth_mbytes: f64,
+    /// Bundles a namespace may be split into (`loadBalancerNamespaceMaximumBundles`).
+    pub namespace_maximum_bundles: usize,
+}
+
+impl Default for LoadManagerSection {
+    fn default() -> Self {
+        let manager = magnetar_coordination::LoadManagerConfig::default();
+        LoadManagerSection {
+            interval_seconds: manager.interval.as_secs(),
+            shedding_enabled: manager.shedding_enabled,
+            auto_bundle_split_enabled: manager.split.enabled,
+            namespace_bundle_max_topics: manager.split.max_topics,
+            namespace_bundle_max_msg_rate: manager.split.max_msg_rate,
+            namespace_bundle_max_bandwidth_mbytes: manager.split.max_bandwidth / (1024.0 * 1024.0),
+            namespace_maximum_bundles: manager.split.max_bundles,
+        }
+    }
+}
+
+impl LoadManagerSection {
+    /// The load manager's configuration; an error names the key at fault.
+    pub fn to_config(&self) -> Result<magnetar_coordination::LoadManagerConfig, ConfigError> {
+        let bad = |what: &'static str| ConfigError::LoadManagerSection(what);
+        if !(1..=3600).contains(&self.interval_seconds) {
+            return Err(bad("interval_seconds must be 1..=3600"));
+        }
+        if self.namespace_bundle_max_topics < 1 {
+            return Err(bad("namespace_bundle_max_topics must be 1 or more"));
+        }
+        if !self.namespace_bundle_max_msg_rate.is_finite()
+            || self.namespace_bundle_max_msg_rate <= 0.0
+        {
+            return Err(bad("namespace_bundle_max_msg_rate must be above 0"));
+        }
+        if !self.namespace_bundle_max_bandwidth_mbytes.is_finite()
+            || self.namespace_bundle_max_bandwidth_mbytes <= 0.0
+        {
+            return Err(bad("namespace_bundle_max_bandwidth_mbytes must be above 0"));
+        }
+        if !(1..=4096).contains(&self.namespace_maximum_bundles) {
+            return Err(bad("namespace_maximum_bundles must be 1..=4096"));
+        }
+        let mut config = magnetar_coordination::LoadManagerConfig {
+            interval: Duration::from_secs(self.interval_seconds),
+            shedding_enabled: self.shedding_enabled,
+            ..Default::default()
+        };
+        config.split = magnetar_coordination::splitter::SplitConfig {
+            enabled: self.auto_bundle_split_enabled,
+            max_topics: self.namespace_bundle_max_topics,
+            max_msg_rate: self.namespace_bundle_max_msg_rate,
+            max_bandwidth: self.namespace_bundle_max_bandwidth_mbytes * 1024.0 * 1024.0,
+            max_bundles: self.namespace_maximum_bundles,
+        };
+        Ok(config)
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -198,6 +275,7 @@ impl Default for ServerConfig {
             storage: StorageSection::default(),
             ledgers: LedgersSection::default(),
             metadata: MetadataSection::default(),
+            load_manager: LoadManagerSection::default(),
             log: LogSection::default(),
             tls: TlsConfig::default(),
             authentication: Default::default(),
@@ -241,6 +319,8 @@ impl Default for MetadataSection {
 /// `source` chain: `main` prints the chain, which would repeat it).
 #[derive(Debug, Error)]
 pub enum ConfigError {
+    #[error("[load_manager] {0}")]
+    LoadManagerSection(&'static str),
     #[error("read config file {path}: {cause}")]
     Read { path: PathBuf, cause: std::io::Error },
     #[error("parse config file {path}: {message}")]
@@ -378,6 +458,7 @@ impl Settings {
         config.broker.authorization = config.authorization.clone();
         config.broker.persistence = persistence(&config.ledgers, &metadata)?;
         config.broker.persistence_policies = config.ledgers.storage == "nodes";
+        config.load_manager.to_config()?;
         let ledger = ledger_store_config(&config)?;
         config
             .tls

@@ -151,12 +151,15 @@ pub fn close_lost_bundles(service: &Arc<BrokerService>, ownership: &Arc<ClusterO
     });
 }
 
-/// The load manager's view of this broker's topics: bytes per second published to each loaded
-/// topic since the previous reading.
+/// The load manager's view of this broker's topics: bytes and messages per second published to
+/// each loaded topic since the previous reading.
 pub struct ServiceLoads {
     service: std::sync::Weak<BrokerService>,
-    last: std::sync::Mutex<(std::time::Instant, std::collections::HashMap<String, u64>)>,
+    /// When the previous reading was, and each topic's (bytes, messages) then.
+    last: std::sync::Mutex<Reading>,
 }
+
+type Reading = (std::time::Instant, std::collections::HashMap<String, (u64, u64)>);
 
 impl ServiceLoads {
     pub fn new(service: &Arc<BrokerService>) -> ServiceLoads {
@@ -166,7 +169,7 @@ impl ServiceLoads {
 }
 
 impl magnetar_coordination::TopicLoads for ServiceLoads {
-    fn topic_throughputs(&self) -> Vec<(TopicName, f64)> {
+    fn topic_loads(&self) -> Vec<magnetar_coordination::TopicLoad> {
         let Some(service) = self.service.upgrade() else { return Vec::new() };
         let now = std::time::Instant::now();
         let mut last = self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -174,10 +177,14 @@ impl magnetar_coordination::TopicLoads for ServiceLoads {
         let mut counts = std::collections::HashMap::new();
         let mut out = Vec::new();
         for topic in service.loaded_topics() {
-            let bytes = topic.in_meter.bytes();
-            let before = last.1.get(&topic.full_name).copied().unwrap_or(bytes);
-            out.push((topic.name.clone(), bytes.saturating_sub(before) as f64 / seconds));
-            counts.insert(topic.full_name.clone(), bytes);
+            let now_counts = (topic.in_meter.bytes(), topic.in_meter.messages());
+            let before = last.1.get(&topic.full_name).copied().unwrap_or(now_counts);
+            out.push(magnetar_coordination::TopicLoad {
+                name: topic.name.clone(),
+                throughput: now_counts.0.saturating_sub(before.0) as f64 / seconds,
+                msg_rate: now_counts.1.saturating_sub(before.1) as f64 / seconds,
+            });
+            counts.insert(topic.full_name.clone(), now_counts);
         }
         *last = (now, counts);
         out

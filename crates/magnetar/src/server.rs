@@ -134,7 +134,7 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         if let Some(coordination) = &coordination {
             crate::ownership::close_lost_bundles(&service, coordination);
             let loads = Arc::new(crate::ownership::ServiceLoads::new(&service));
-            let config = magnetar_coordination::LoadManagerConfig::default();
+            let config = settings.config.load_manager.to_config()?;
             coordination.start_load_manager(loads, config);
         }
         // The dynamic configuration set through any broker's admin API (`brokers

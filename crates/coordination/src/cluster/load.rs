@@ -9,6 +9,9 @@
 //!   key to the next broker that tries, within one interval).
 //! - A transfer is a hand-over the owner is asked for (`Releasing{src: owner, dst}`), so
 //!   clients move without an error, as on an admin unload.
+//! - Before shedding, the leader splits the bundles the [`crate::splitter`] picks (their topics,
+//!   message and byte rates are in the reports) in their namespaces' policies; their owners
+//!   adopt the halves through their watches, and that cycle sheds nothing.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
@@ -19,19 +22,34 @@ use magnetar_metadata::{ExpectedVersion, MetadataError};
 use magnetar_model::names::TopicName;
 use serde::{Deserialize, Serialize};
 
-use super::{ownership_key, BrokerUrls, ClusterOwnership, CoordinationError};
+use super::{
+    ownership_key, parse_ownership_key, BrokerUrls, ClusterOwnership, CoordinationError,
+    NAMESPACES_ROOT,
+};
 use crate::ownership::UnitState;
 use crate::shedder::{BundleLoad, LoadReport, Shedder, ShedderConfig, Transfer};
+use crate::splitter::SplitConfig;
+use crate::Bundles;
 
 /// Parent of the brokers' load reports.
 pub const LOAD_ROOT: &str = "/loadbalance/brokers";
 /// The leader's id.
 pub const LEADER_KEY: &str = "/loadbalance/leader";
 
+/// One loaded topic's traffic since the previous reading.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicLoad {
+    pub name: TopicName,
+    /// Bytes per second in and out.
+    pub throughput: f64,
+    /// Messages per second in.
+    pub msg_rate: f64,
+}
+
 /// The broker's side: its topics' traffic.
 pub trait TopicLoads: Send + Sync + 'static {
-    /// Bytes per second in and out of each loaded topic.
-    fn topic_throughputs(&self) -> Vec<(TopicName, f64)>;
+    /// Each loaded topic's traffic.
+    fn topic_loads(&self) -> Vec<TopicLoad>;
 }
 
 /// Timings and limits of the load manager. Defaults in [`Default`].
@@ -42,7 +60,12 @@ pub struct LoadManagerConfig {
     /// The network a broker may use, bytes per second in each direction. Default 125 MB/s
     /// (1 Gbit/s).
     pub bandwidth_limit: f64,
+    /// Move bundles between brokers by load (Pulsar's `loadBalancerSheddingEnabled`). Default
+    /// true.
+    pub shedding_enabled: bool,
     pub shedder: ShedderConfig,
+    /// Automatic bundle splits.
+    pub split: SplitConfig,
 }
 
 impl Default for LoadManagerConfig {
@@ -50,7 +73,9 @@ impl Default for LoadManagerConfig {
         LoadManagerConfig {
             interval: Duration::from_secs(5),
             bandwidth_limit: 125e6,
+            shedding_enabled: true,
             shedder: ShedderConfig::default(),
+            split: SplitConfig::default(),
         }
     }
 }
@@ -64,6 +89,12 @@ struct StoredReport {
     bandwidth_out: f64,
     /// Ownership key -> bytes per second.
     bundles: BTreeMap<String, f64>,
+    /// Ownership key -> topics loaded (absent in a report of an older broker).
+    #[serde(default)]
+    topics: BTreeMap<String, u32>,
+    /// Ownership key -> messages per second in.
+    #[serde(default)]
+    msg_rates: BTreeMap<String, f64>,
 }
 
 impl ClusterOwnership {
@@ -109,12 +140,17 @@ impl ClusterOwnership {
     fn report(&self, loads: &dyn TopicLoads, usage: (f64, f64), limit: f64) -> StoredReport {
         let mut bundles: BTreeMap<String, f64> =
             self.state.lock().owned.keys().map(|k| (k.clone(), 0.0)).collect();
+        let mut topics: BTreeMap<String, u32> = BTreeMap::new();
+        let mut msg_rates: BTreeMap<String, f64> = BTreeMap::new();
         let mut total = 0.0;
-        for (topic, throughput) in loads.topic_throughputs() {
-            total += throughput;
-            let Some(range) = self.cached_bundle_of(&topic) else { continue };
-            if let Some(sum) = bundles.get_mut(&ownership_key(topic.namespace(), range)) {
-                *sum += throughput;
+        for load in loads.topic_loads() {
+            total += load.throughput;
+            let Some(range) = self.cached_bundle_of(&load.name) else { continue };
+            let key = ownership_key(load.name.namespace(), range);
+            if let Some(sum) = bundles.get_mut(&key) {
+                *sum += load.throughput;
+                *topics.entry(key.clone()).or_default() += 1;
+                *msg_rates.entry(key).or_default() += load.msg_rate;
             }
         }
         let network = if limit > 0.0 { total / 2.0 / limit } else { 0.0 };
@@ -124,6 +160,8 @@ impl ClusterOwnership {
             bandwidth_in: network,
             bandwidth_out: network,
             bundles,
+            topics,
+            msg_rates,
         }
     }
 
@@ -153,7 +191,12 @@ impl ClusterOwnership {
             let bundles = stored
                 .bundles
                 .into_iter()
-                .map(|(key, throughput)| BundleLoad { key, throughput })
+                .map(|(key, throughput)| BundleLoad {
+                    topics: stored.topics.get(&key).copied().unwrap_or(0),
+                    msg_rate: stored.msg_rates.get(&key).copied().unwrap_or(0.0),
+                    key,
+                    throughput,
+                })
                 .collect();
             let report = LoadReport {
                 cpu: stored.cpu,
@@ -165,6 +208,72 @@ impl ClusterOwnership {
             reports.insert(id.to_string(), report);
         }
         Ok(reports)
+    }
+
+    /// Splits the bundles the splitter picks from `reports`; how many were split.
+    async fn split_hot_bundles(
+        &self,
+        reports: &BTreeMap<String, LoadReport>,
+        config: &SplitConfig,
+    ) -> usize {
+        if !config.enabled {
+            return 0;
+        }
+        let namespace_of = |key: &str| parse_ownership_key(key).map(|(ns, _)| ns.to_string());
+        let counts: std::collections::HashMap<String, usize> = {
+            let state = self.state.lock();
+            state.bundles.iter().map(|(ns, b)| (ns.to_string(), b.ranges().count())).collect()
+        };
+        // A namespace whose bundles this broker has not read yet: `split_bundle` reads them.
+        let count = |ns: &str| Some(counts.get(ns).copied().unwrap_or(0));
+        let mut split = 0;
+        for key in crate::splitter::bundles_to_split(reports, &namespace_of, &count, config) {
+            match self.split_bundle(&key, config.max_bundles).await {
+                Ok(true) => {
+                    split += 1;
+                    tracing::info!(bundle = %key, "bundle split: past a load threshold");
+                }
+                Ok(false) => {}
+                Err(error) => tracing::warn!(bundle = %key, %error, "bundle not split"),
+            }
+        }
+        split
+    }
+
+    /// Splits the bundle `key` at the middle of its range in its namespace's policies, by
+    /// compare-and-set (the owner adopts the halves through its watch, as after
+    /// `namespaces split-bundle`). False when the bundle is gone or the namespace is full.
+    pub async fn split_bundle(
+        &self,
+        key: &str,
+        max_bundles: usize,
+    ) -> Result<bool, CoordinationError> {
+        let Some((ns, range)) = parse_ownership_key(key) else { return Ok(false) };
+        let doc_key = format!("{NAMESPACES_ROOT}/{}/{}", ns.tenant(), ns.namespace());
+        let Some(found) = self.store.get(&doc_key).await? else { return Ok(false) };
+        let corrupt = |reason: String| CoordinationError::Corrupt { key: doc_key.clone(), reason };
+        let mut doc: serde_json::Value =
+            serde_json::from_slice(&found.value).map_err(|e| corrupt(e.to_string()))?;
+        let bundles = self.read_bundles(&ns).await?;
+        if !bundles.has(range) || bundles.ranges().count() >= max_bundles {
+            return Ok(false);
+        }
+        let Some(at) = Bundles::split_point(range, crate::SplitAlgorithm::RangeEquallyDivide, &[])
+        else {
+            return Ok(false);
+        };
+        let split = bundles.split_at(range, at).map_err(|e| corrupt(e.to_string()))?;
+        let Some(object) = doc.as_object_mut() else { return Err(corrupt("not an object".into())) };
+        object.insert(
+            "bundles".into(),
+            serde_json::json!({ "boundaries": split.boundary_strings(), "numBundles": split.ranges().count() }),
+        );
+        let value = Bytes::from(serde_json::to_vec(&doc).expect("a document serializes"));
+        match self.store.put(&doc_key, value, ExpectedVersion::Exactly(found.version)).await {
+            Ok(_) => Ok(true),
+            Err(magnetar_metadata::MetadataError::BadVersion { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Asks each transfer's owner for the hand-over (skipped if the record changed meanwhile).
@@ -263,6 +372,13 @@ async fn run(this: Weak<ClusterOwnership>, loads: Arc<dyn TopicLoads>, config: L
         }
         match this.read_reports().await {
             Ok(reports) => {
+                // A split's halves are the owner's once it sees them: no shedding meanwhile.
+                if this.split_hot_bundles(&reports, &config.split).await > 0 {
+                    continue;
+                }
+                if !config.shedding_enabled {
+                    continue;
+                }
                 let now_ms = started.elapsed().as_millis() as u64;
                 let may_own = |bundle: &str, to: &str| this.may_own(bundle, to);
                 let transfers = shedder.decide(&reports, now_ms, &may_own);
