@@ -12,6 +12,7 @@ official Python client given only the proxy's URL:
   token is what the broker checks;
 - TLS at the proxy: a client of `pulsar+ssl://` (the proxy's certificate) produces and consumes
   on brokers it reaches in plain text through the proxy;
+- our own client (`magnetar perf produce`) through the proxy too;
 - the proxy is no open relay: a CONNECT naming an address that is not a registered broker is
   refused (ServiceNotReady) and closed, and a PRODUCER on a lookup connection is refused;
 - against secured brokers (tokens, authorization, `proxy_roles`): the proxy authenticates the
@@ -89,6 +90,19 @@ class Proxy:
         self._log.close()
 
 
+def _namespace(broker, name, deduplication=False):
+    """A namespace of four bundles (deduplication on if asked), created through `broker`."""
+    ns = "public/%s-%d" % (name, os.getpid())
+    status, body = http_request("PUT", broker.web_url + "/admin/v2/namespaces/" + ns,
+                                json.dumps({"bundles": {"numBundles": 4}}))
+    assert status in (200, 204), (status, body)
+    if deduplication:
+        status, body = http_request("POST", "%s/admin/v2/namespaces/%s/deduplication"
+                                    % (broker.web_url, ns), "true")
+        assert status in (200, 204), (status, body)
+    return ns
+
+
 def _owner(broker, topic):
     status, body = http_request("GET", "%s/lookup/v2/topic/%s"
                                 % (broker.web_url, topic.replace("://", "/")),
@@ -141,10 +155,7 @@ def plain(tmp_path_factory):
 
 def test_clients_reach_every_broker_through_the_proxy(plain):
     brokers, proxy = plain
-    ns = "public/proxied-%d" % os.getpid()
-    status, body = http_request("PUT", brokers[0].web_url + "/admin/v2/namespaces/" + ns,
-                                json.dumps({"bundles": {"numBundles": 4}}))
-    assert status in (200, 204), (status, body)
+    ns = _namespace(brokers[0], "proxied")
     client = pulsar.Client(proxy.url, operation_timeout_seconds=30)
     owners = set()
     try:
@@ -277,13 +288,7 @@ def test_a_secured_broker_authorizes_the_client_the_proxy_names(secured):
 
 def test_an_unload_under_load_through_the_proxy_reaches_no_application(plain):
     brokers, proxy = plain
-    ns = "public/proxied-unload-%d" % os.getpid()
-    status, body = http_request("PUT", brokers[0].web_url + "/admin/v2/namespaces/" + ns,
-                                json.dumps({"bundles": {"numBundles": 4}}))
-    assert status in (200, 204), (status, body)
-    status, body = http_request("POST", "%s/admin/v2/namespaces/%s/deduplication"
-                                % (brokers[0].web_url, ns), "true")
-    assert status in (200, 204), (status, body)
+    ns = _namespace(brokers[0], "proxied-unload", deduplication=True)
     topic = "persistent://%s/queue" % ns
     client = pulsar.Client(proxy.url, operation_timeout_seconds=30)
     try:
@@ -309,10 +314,7 @@ def test_an_unload_under_load_through_the_proxy_reaches_no_application(plain):
 @pytest.mark.timeout(GO_BUILD_AND_RUN_TIMEOUT_S + 120)
 def test_the_go_client_reaches_every_broker_through_the_proxy(plain):
     brokers, proxy = plain
-    ns = "public/proxied-go-%d" % os.getpid()
-    status, body = http_request("PUT", brokers[0].web_url + "/admin/v2/namespaces/" + ns,
-                                json.dumps({"bundles": {"numBundles": 4}}))
-    assert status in (200, 204), (status, body)
+    ns = _namespace(brokers[0], "proxied-go")
     env = {"MAGNETAR_TEST_PROXY_URL": proxy.url, "MAGNETAR_TEST_NAMESPACE": ns,
            "MAGNETAR_TEST_WEB_URLS": ",".join(b.web_url for b in brokers)}
     out = run_go_test("brokers", "TestTheProxyIsOneAddressForEveryBroker", env)
@@ -354,10 +356,7 @@ def test_pulsar_admin_works_through_the_proxy(plain):
 
 def test_a_tls_client_of_the_proxy_reaches_the_brokers(plain):
     brokers, proxy = plain
-    ns = "public/proxied-tls-%d" % os.getpid()
-    status, body = http_request("PUT", brokers[0].web_url + "/admin/v2/namespaces/" + ns,
-                                json.dumps({"bundles": {"numBundles": 4}}))
-    assert status in (200, 204), (status, body)
+    ns = _namespace(brokers[0], "proxied-tls")
     client = pulsar.Client(proxy.tls_url, tls_trust_certs_file_path=proxy.ca,
                            operation_timeout_seconds=30)
     try:
@@ -375,14 +374,22 @@ def test_a_tls_client_of_the_proxy_reaches_the_brokers(plain):
 @pytest.mark.timeout(JAVA_BUILD_AND_RUN_TIMEOUT_S + 120)
 def test_the_java_client_goes_through_the_proxy_and_an_unload(plain):
     brokers, proxy = plain
-    ns = "public/proxied-java-%d" % os.getpid()
-    status, body = http_request("PUT", brokers[0].web_url + "/admin/v2/namespaces/" + ns,
-                                json.dumps({"bundles": {"numBundles": 4}}))
-    assert status in (200, 204), (status, body)
-    status, body = http_request("POST", "%s/admin/v2/namespaces/%s/deduplication"
-                                % (brokers[0].web_url, ns), "true")
-    assert status in (200, 204), (status, body)
+    ns = _namespace(brokers[0], "proxied-java", deduplication=True)
     env = {"MAGNETAR_TEST_PROXY_URL": proxy.url, "MAGNETAR_TEST_PROXY_WEB_URL": proxy.web_url,
            "MAGNETAR_TEST_NAMESPACE": ns}
     passed = run_java_tests(env, "ClusterBrokersThroughProxyTest")
     assert passed == ["ClusterBrokersThroughProxyTest.theProxyIsOneAddressForEveryBroker"], passed
+
+
+def test_our_own_client_reaches_the_owner_through_the_proxy(plain):
+    """`magnetar perf` (crates/client) names the owner in `proxy_to_broker_url` as the official
+    clients do, on its own connection through the proxy."""
+    brokers, proxy = plain
+    ns = _namespace(brokers[0], "proxied-perf")
+    topic = "persistent://%s/perf" % ns
+    done = subprocess.run([conftest.magnetar_binary(), "perf", "produce", "-u", proxy.url,
+                           "-m", "200", "--json", topic], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-2000:]
+    stream = next(s for s in json.loads(done.stdout)["streams"] if s["name"] == "publish")
+    assert stream["messages"] == 200 and stream["errors"] == 0, stream

@@ -88,10 +88,12 @@ pub(crate) struct ClientInner {
 /// Where a topic is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LookupResult {
-    /// Broker to connect to (`pulsar://host:port`).
+    /// Where to connect (`pulsar://host:port`): the owner, or the service URL (a proxy).
     pub broker_url: String,
     /// Whether to connect through the service URL (a proxy) instead.
     pub proxy_through_service_url: bool,
+    /// The owner's own URL (what the proxy is told to reach, in `proxy_to_broker_url`).
+    pub owner_url: String,
 }
 
 /// Full topic name: `my-topic` → `persistent://public/default/my-topic`,
@@ -224,16 +226,35 @@ impl Client {
 
     /// The pooled connection to `url`, (re)connecting if needed.
     pub(crate) async fn connection(&self, url: &str) -> Result<Arc<Connection>> {
+        self.connection_via(url, None).await
+    }
+
+    /// The pooled connection to `url`, which is a proxy forwarding it to the broker at
+    /// `proxy_to` (`proxy_to_broker_url`) when that is given.
+    pub(crate) async fn connection_via(
+        &self,
+        url: &str,
+        proxy_to: Option<&str>,
+    ) -> Result<Arc<Connection>> {
+        let key = match proxy_to {
+            Some(to) => format!("{url} -> {to}"),
+            None => url.to_string(),
+        };
         let mut pool = self.inner.pool.lock().await;
-        if let Some(conn) = pool.get(url) {
+        if let Some(conn) = pool.get(&key) {
             if !conn.is_closed() {
                 return Ok(conn.clone());
             }
         }
-        let conn =
-            Connection::connect(url, self.inner.tls.as_ref(), self.inner.credentials.clone())
-                .await?;
-        pool.insert(url.to_string(), conn.clone());
+        let proxy_to = proxy_to.map(crate::connection::socket_address).transpose()?;
+        let conn = Connection::connect(
+            url,
+            self.inner.tls.as_ref(),
+            self.inner.credentials.clone(),
+            proxy_to,
+        )
+        .await?;
+        pool.insert(key, conn.clone());
         Ok(conn)
     }
 
@@ -295,9 +316,13 @@ impl Client {
                     let broker_url = if proxy || target.is_empty() {
                         self.inner.service_url.clone()
                     } else {
-                        target
+                        target.clone()
                     };
-                    return Ok(LookupResult { broker_url, proxy_through_service_url: proxy });
+                    return Ok(LookupResult {
+                        broker_url,
+                        proxy_through_service_url: proxy,
+                        owner_url: target,
+                    });
                 }
                 Some(LookupType::Redirect) => {
                     if !target.is_empty() {
@@ -316,6 +341,9 @@ impl Client {
     /// Connection to the broker serving `topic`.
     pub(crate) async fn topic_connection(&self, topic: &str) -> Result<Arc<Connection>> {
         let lookup = self.lookup_topic(topic).await?;
+        if lookup.proxy_through_service_url && !lookup.owner_url.is_empty() {
+            return self.connection_via(&lookup.broker_url, Some(&lookup.owner_url)).await;
+        }
         self.connection(&lookup.broker_url).await
     }
 

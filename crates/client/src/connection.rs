@@ -165,6 +165,7 @@ impl Connection {
         url: &str,
         tls: Option<&Arc<rustls::ClientConfig>>,
         credentials: Option<Arc<Credentials>>,
+        proxy_to: Option<String>,
     ) -> Result<Arc<Self>> {
         let address = socket_address(url)?;
         let stream = tokio::time::timeout(REQUEST_TIMEOUT, TcpStream::connect(&address))
@@ -173,7 +174,7 @@ impl Connection {
         stream.set_nodelay(true)?;
         if !is_tls_url(url) {
             // The socket's own halves: no lock between reader and writer.
-            return Self::start(url, stream, TcpStream::into_split, credentials).await;
+            return Self::start(url, stream, TcpStream::into_split, credentials, proxy_to).await;
         }
         let config = tls.ok_or_else(|| {
             Error::Config(format!("{url} needs a trust store (Client::connect_tls)"))
@@ -186,7 +187,7 @@ impl Connection {
         let stream = tokio::time::timeout(REQUEST_TIMEOUT, connector.connect(name, stream))
             .await
             .map_err(|_| Error::Timeout("TLS handshake"))??;
-        Self::start(url, stream, tokio::io::split, credentials).await
+        Self::start(url, stream, tokio::io::split, credentials, proxy_to).await
     }
 
     /// The CONNECT/CONNECTED handshake on `stream`, then the reader and writer tasks on the
@@ -196,6 +197,7 @@ impl Connection {
         mut stream: S,
         split: fn(S) -> (R, W),
         credentials: Option<Arc<Credentials>>,
+        proxy_to: Option<String>,
     ) -> Result<Arc<Self>>
     where
         S: AsyncRead + AsyncWrite + Unpin,
@@ -203,6 +205,10 @@ impl Connection {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let mut connect = commands::connect(CLIENT_VERSION, PROTOCOL_VERSION);
+        if let Some(body) = connect.connect.as_mut() {
+            // Through a proxy: the broker it is to reach (`host:port`).
+            body.proxy_to_broker_url = proxy_to;
+        }
         if let (Some(credentials), Some(body)) = (&credentials, connect.connect.as_mut()) {
             body.auth_method_name = Some(TOKEN_METHOD.to_string());
             body.auth_data = Some(credentials.token()?.into_bytes().into());

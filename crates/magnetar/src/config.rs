@@ -555,6 +555,11 @@ fn persistence(
 }
 
 fn read_file(path: &Path) -> Result<ServerConfig, ConfigError> {
+    read_toml(path)
+}
+
+/// A configuration file of any command (`T`: its sections), parsed; the error is one line.
+pub fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|cause| ConfigError::Read { path: path.to_path_buf(), cause })?;
     toml::from_str(&text).map_err(|e| ConfigError::Parse {

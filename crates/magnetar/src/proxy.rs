@@ -2,7 +2,7 @@
 //! configuration file, validated (token file read, keys loaded, TLS files checked) before any
 //! socket opens.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,18 +70,9 @@ struct Validated {
     etcd: EtcdStoreConfig,
 }
 
-fn read(path: &Path) -> Result<ProxyFile, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|cause| ConfigError::Read { path: path.to_path_buf(), cause })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Parse {
-        path: path.to_path_buf(),
-        message: e.to_string().split_whitespace().collect::<Vec<_>>().join(" "),
-    })
-}
-
 fn validate(args: &ProxyArgs) -> anyhow::Result<Validated> {
     let mut file = match &args.config {
-        Some(path) => read(path)?,
+        Some(path) => crate::config::read_toml(path)?,
         None => ProxyFile::default(),
     };
     if let Some(port) = args.port {
