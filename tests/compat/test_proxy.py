@@ -103,6 +103,16 @@ def _namespace(broker, name, deduplication=False):
     return ns
 
 
+def _one_message_each(client, ns, topics, label):
+    """On topics t-0 .. t-(topics - 1) of `ns`: one message produced and consumed on each."""
+    for i in range(topics):
+        topic = "persistent://%s/t-%d" % (ns, i)
+        producer = client.create_producer(topic, batching_enabled=False)
+        consumer = client.subscribe(topic, "s")
+        producer.send(b"%s %d" % (label, i))
+        assert receive_n(consumer, 1)[0].data() == b"%s %d" % (label, i)
+
+
 def _owner(broker, topic):
     status, body = http_request("GET", "%s/lookup/v2/topic/%s"
                                 % (broker.web_url, topic.replace("://", "/")),
@@ -247,12 +257,7 @@ def test_a_secured_broker_authorizes_the_client_the_proxy_names(secured):
     alice = pulsar.Client(proxy.url, authentication=pulsar.AuthenticationToken(
         keys.hs_token("alice")), operation_timeout_seconds=30)
     try:
-        for i in range(4):
-            topic = "persistent://%s/t-%d" % (ns, i)
-            producer = alice.create_producer(topic, batching_enabled=False)
-            consumer = alice.subscribe(topic, "s")
-            producer.send(b"from alice %d" % i)
-            assert receive_n(consumer, 1)[0].data() == b"from alice %d" % i
+        _one_message_each(alice, ns, 4, b"from alice")
     finally:
         alice.close()
 
@@ -360,12 +365,7 @@ def test_a_tls_client_of_the_proxy_reaches_the_brokers(plain):
     client = pulsar.Client(proxy.tls_url, tls_trust_certs_file_path=proxy.ca,
                            operation_timeout_seconds=30)
     try:
-        for i in range(4):
-            topic = "persistent://%s/t-%d" % (ns, i)
-            producer = client.create_producer(topic, batching_enabled=False)
-            consumer = client.subscribe(topic, "s")
-            producer.send(b"over tls %d" % i)
-            assert receive_n(consumer, 1)[0].data() == b"over tls %d" % i
+        _one_message_each(client, ns, 4, b"over tls")
     finally:
         client.close()
 
