@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Failover and unload with three brokers (issue 47), with the official Python client.
+"""Failover and unload with three brokers (issue 47), with an official client: Python (in this
+process), Go (bench/clients/go, `go run`) or Java (bench/clients/AckingProducer.java, run with the
+Java client pulsar-admin's classpath brings).
 
 Starts etcd, three storage nodes and three `magnetar broker`s on loopback (the test suite's
 helpers in tests/compat), then, round by round on a new topic each:
@@ -15,7 +17,7 @@ helpers in tests/compat), then, round by round on a new topic each:
 Send errors are counted (the goal is none). Prints one table. Not a test: run by hand,
 alone on the machine:
 
-    .venv/bin/python bench/failover.py [--rounds 20]
+    .venv/bin/python bench/failover.py [--rounds 20] [--client python|go|java] [--no-unload]
 """
 
 import argparse
@@ -28,6 +30,7 @@ import threading
 import time
 import pathlib
 import signal
+import subprocess
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "compat"))
 
@@ -51,6 +54,42 @@ def producer_thread(service_url, topic, stop, acks, errors):
         client.close()
 
 
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+CLIENTS_DIR = os.path.join(BENCH_DIR, "clients")
+
+
+def external_command(client):
+    """The command line of the Go or Java producer (arguments: service URL, topic)."""
+    if client == "go":
+        binary = os.path.join(tempfile.gettempdir(), "magnetar-bench-acking-producer")
+        subprocess.run(["go", "build", "-o", binary, "."], cwd=os.path.join(CLIENTS_DIR, "go"),
+                       check=True, timeout=900)
+        return [binary]
+    from pulsar_admin import classpath  # noqa: E402: only the Java client needs it
+    return ["java", "-cp", classpath(), os.path.join(CLIENTS_DIR, "AckingProducer.java")]
+
+
+def external_producer(command, service_url, topic, stop, acks, errors):
+    """Runs the Go or Java producer until `stop`; its lines become `acks` and `errors`, each ack
+    timed as its line arrives (a pipe adds microseconds to a figure in milliseconds)."""
+    proc = subprocess.Popen(command + [service_url, topic], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    closer = threading.Thread(target=lambda: (stop.wait(), proc.stdin.close()), daemon=True)
+    closer.start()
+    try:
+        for line in proc.stdout:
+            now = time.monotonic()
+            if line == b"a\n":
+                acks.append(now)
+            elif line.startswith(b"e "):
+                errors.append(line[2:].decode("utf-8", "replace").strip())
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def owner_of(brokers, topic):
     status, body = http_request("GET", "%s/lookup/v2/topic/%s"
                                 % (brokers[0].web_url, topic.replace("://", "/")))
@@ -59,12 +98,18 @@ def owner_of(brokers, topic):
     return next(b for b in brokers if b.service_url == url)
 
 
-def one_round(brokers, topic, fault):
+def one_round(brokers, topic, fault, command=None):
     stop, acks, errors = threading.Event(), [], []
     url = "pulsar://" + ",".join(b.service_url[len("pulsar://"):] for b in brokers)
-    worker = threading.Thread(target=producer_thread, args=(url, topic, stop, acks, errors))
+    if command is None:
+        worker = threading.Thread(target=producer_thread, args=(url, topic, stop, acks, errors))
+    else:
+        worker = threading.Thread(target=external_producer,
+                                  args=(command, url, topic, stop, acks, errors))
     worker.start()
+    deadline = time.monotonic() + 120  # a JVM's start and class loading included
     while len(acks) < 20:
+        assert time.monotonic() < deadline and worker.is_alive(), "the producer never started"
         time.sleep(0.01)
     at = time.monotonic()
     fault()
@@ -88,7 +133,10 @@ def summary(values):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--client", choices=("python", "go", "java"), default="python")
+    parser.add_argument("--no-unload", action="store_true", help="only the kill rounds")
     args = parser.parse_args()
+    command = None if args.client == "python" else external_command(args.client)
     with tempfile.TemporaryDirectory(prefix="magnetar-failover-") as tmp, \
             replicated_cluster(pathlib.Path(tmp)) as (_etcd, _nodes, start_broker):
         brokers = [start_broker("b%d" % i) for i in range(3)]
@@ -107,14 +155,14 @@ def main():
             def kill():
                 os.kill(owner.proc.pid, signal.SIGKILL)
 
-            _, gap, errs = one_round(brokers, topic, kill)
+            _, gap, errs = one_round(brokers, topic, kill, command)
             kills.append(gap)
             errors += errs
             owner.proc.wait(30)
             owner.start()
             print("kill round %d: %.3f s, %d errors" % (r, gap, errs), flush=True)
         unload_errors = 0
-        for r in range(args.rounds):
+        for r in range(0 if args.no_unload else args.rounds):
             topic = "persistent://%s/unload-%d" % (ns, r)
             client = pulsar.Client(brokers[0].service_url, operation_timeout_seconds=30)
             client.create_producer(topic).close()
@@ -127,7 +175,7 @@ def main():
                                             % (other.web_url, ns))
                 assert status in (200, 204), body
 
-            _, gap, errs = one_round(brokers, topic, unload)
+            _, gap, errs = one_round(brokers, topic, unload, command)
             unloads.append(gap)
             unload_errors += errs
             print("unload round %d: %.3f s, %d errors" % (r, gap, errs), flush=True)
@@ -148,12 +196,13 @@ def main():
                 assert status == 200
             timings[name] = statistics.median(samples) * 1000
         print()
-        print("| measurement (%d rounds) | figure |" % args.rounds)
+        print("| measurement (%d rounds, the %s client) | figure |" % (args.rounds, args.client))
         print("|---|---|")
         print("| SIGKILL of the owner: longest gap between acks | %s; %d send errors |"
               % (summary(kills), errors))
-        print("| namespace unload through another broker: longest gap between acks | %s; %d send "
-              "errors |" % (summary(unloads), unload_errors))
+        if unloads:
+            print("| namespace unload through another broker: longest gap between acks | %s; %d "
+                  "send errors |" % (summary(unloads), unload_errors))
         print("| HTTP lookup p50 (200 each): at the owner / at another broker | %.2f ms / %.2f ms |"
               % (timings["owner"], timings["other"]))
 

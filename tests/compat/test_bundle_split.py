@@ -50,6 +50,8 @@ def test_a_bundle_past_its_topic_threshold_is_split_under_load_without_a_send_er
             # Ten loaded topics in the one bundle: past the threshold of four.
             idle = [client.create_producer("persistent://%s/t-%d" % (ns, i)) for i in range(10)]
             topic = "persistent://%s/queue" % ns
+            # The checker's subscription first, so that no closed ledger is trimmed before it.
+            client.subscribe(topic, "check", initial_position=pulsar.InitialPosition.Earliest).close()
             producer = client.create_producer(topic, batching_enabled=False,
                                               send_timeout_millis=30000)
             acked, errors, stop = [], [], threading.Event()
@@ -85,8 +87,7 @@ def test_a_bundle_past_its_topic_threshold_is_split_under_load_without_a_send_er
             assert bundles["boundaries"][0] == "0x00000000", bundles
             assert bundles["boundaries"][-1] == "0xffffffff", bundles
             assert bundles["numBundles"] == len(bundles["boundaries"]) - 1 >= 2, bundles
-            consumer = client.subscribe(topic, "check",
-                                        initial_position=pulsar.InitialPosition.Earliest)
+            consumer = client.subscribe(topic, "check")
             got = [int(m.data()) for m in receive_n(consumer, len(acked))]
             assert got == acked, "every acknowledged send once, in order"
             for p in idle:

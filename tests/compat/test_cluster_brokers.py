@@ -188,12 +188,25 @@ def _checked_producer(service_url, topic, first, stop, sent, errors):
         client.close()
 
 
+CHECKER = "queue-checker"
+
+
+def _subscribe_checker(service_url, topic):
+    """The queue checker's subscription, made before anything is sent: without one (and without
+    retention) a closed ledger is trimmed at once, as Pulsar trims it, and a subscription made
+    later from Earliest rightly starts after it."""
+    client = pulsar.Client(service_url, operation_timeout_seconds=30)
+    try:
+        client.subscribe(topic, CHECKER, initial_position=pulsar.InitialPosition.Earliest).close()
+    finally:
+        client.close()
+
+
 def _check_queue(service_url, topic, sent):
     """Every acknowledged value consumed exactly once and in order (deduplication is on)."""
     client = pulsar.Client(service_url, operation_timeout_seconds=30)
     try:
-        consumer = client.subscribe(topic, "check-%d" % time.monotonic_ns(),
-                                    initial_position=pulsar.InitialPosition.Earliest)
+        consumer = client.subscribe(topic, CHECKER)
         acked = [v for v, _ in sent]
         got = [int(m.data()) for m in receive_n(consumer, len(acked))]
         first_difference = next((i for i, (a, b) in enumerate(zip(got, acked)) if a != b), None)
@@ -212,6 +225,7 @@ def _under_load(brokers, topic, fault, first=0, settle_s=1.0):
     """Runs the checked producer, applies `fault` once it has 50 sends acknowledged, and stops it
     `settle_s` after the first send acknowledged after the fault; returns what was acknowledged
     and the longest time between two acknowledgements from just before the fault on."""
+    _subscribe_checker(_service_url(brokers), topic)
     stop, sent, errors = threading.Event(), [], []
     worker = threading.Thread(target=_checked_producer,
                               args=(_service_url(brokers), topic, first, stop, sent, errors))

@@ -297,6 +297,8 @@ def test_an_unload_under_load_through_the_proxy_reaches_no_application(plain):
     topic = "persistent://%s/queue" % ns
     client = pulsar.Client(proxy.url, operation_timeout_seconds=30)
     try:
+        # The checker's subscription first, so that no closed ledger is trimmed before it.
+        client.subscribe(topic, "check", initial_position=pulsar.InitialPosition.Earliest).close()
         producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=30000)
         owner = _owner(brokers[0], topic)
         acked = []
@@ -308,7 +310,7 @@ def test_an_unload_under_load_through_the_proxy_reaches_no_application(plain):
             producer.send(b"%d" % i, sequence_id=i)  # an error here reaches the application
             acked.append(i)
         assert _owner(brokers[0], topic) != owner, "the unloaded bundle stayed on its broker"
-        consumer = client.subscribe(topic, "check", initial_position=pulsar.InitialPosition.Earliest)
+        consumer = client.subscribe(topic, "check")
         got = [int(m.data()) for m in receive_n(consumer, len(acked))]
         assert got == acked, "every acknowledged send once, in order"
     finally:

@@ -131,6 +131,9 @@ func TestThreeBrokersAreOneService(t *testing.T) {
 	// owner the producer was sent to. Sends are synchronous: see unload_under_load_test.go.
 	topic := fmt.Sprintf("persistent://%s/go-queue", ns)
 	c := newClientURL(t, strings.Join(services, ","))
+	// The checker's subscription first: without one (and without retention) a closed ledger
+	// is trimmed at once, as Pulsar trims it.
+	subscribe(t, c, pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "check"}).Close()
 	p, err := c.CreateProducer(pulsar.ProducerOptions{
 		Topic: topic, DisableBatching: true, SendTimeout: 30 * time.Second, Name: "go-checker",
 	})

@@ -385,6 +385,7 @@ impl ClusterOwnership {
                 }
             }
             let (record, stored) = self.read_record(&key).await?;
+            self.learn_brokers_named(&record).await?;
             let decision = self.decide(&key, &record, stored.as_ref(), authoritative);
             match decision {
                 Decision::Connect(owner) => return Ok(Lookup::Connect(owner)),
@@ -407,6 +408,22 @@ impl ClusterOwnership {
         Err(CoordinationError::Contended { key: ownership_key(ns, self.bundle_of(topic).await?) })
     }
 
+    /// A record may name a broker whose registration this broker has not read yet: its watch of
+    /// the registrations lags the record's (as after this process was paused). Read it, so that
+    /// a live owner is not taken for a dead one and its bundle taken from it.
+    async fn learn_brokers_named(&self, record: &OwnershipRecord) -> Result<(), CoordinationError> {
+        for id in [record.dst.as_deref(), record.src.as_deref()].into_iter().flatten() {
+            if id == self.me.id || self.state.lock().brokers.contains_key(id) {
+                continue;
+            }
+            if let Some(urls) = self.read_broker(&format!("{BROKERS_ROOT}/{id}")).await? {
+                tracing::info!(broker = %id, "registration read ahead of its watch");
+                self.state.lock().brokers.entry(id.to_string()).or_insert(urls);
+            }
+        }
+        Ok(())
+    }
+
     fn decide(
         &self,
         key: &str,
@@ -426,6 +443,9 @@ impl ClusterOwnership {
         };
         let me = self.me.id.as_str();
         let take = |next: Result<OwnershipRecord, TransitionError>| match (candidate(), next) {
+            // Without a session this broker's record would die with the old lease: it takes
+            // nothing until the new session is there (the client retries).
+            (Some(c), Ok(_)) if c == me && state.session_lost => Decision::Wait,
             (Some(c), Ok(next)) if c == me => Decision::Acquire(next),
             (Some(c), _) => match state.brokers.get(&c) {
                 Some(urls) => Decision::Redirect(urls.clone()),
@@ -446,9 +466,10 @@ impl ClusterOwnership {
                 take(record.take_over(owner, me).and_then(|r| r.own(me)))
             }
             // Handed over to this broker: take it.
-            (UnitState::Assigning, Some(_), _) => {
+            (UnitState::Assigning, Some(_), _) if !state.session_lost => {
                 record.own(me).map_or(Decision::Wait, Decision::Acquire)
             }
+            (UnitState::Assigning, Some(_), _) => Decision::Wait,
             // This broker's own record from before a restart (an older session's lease): take
             // it back under this session.
             (UnitState::Owned, Some(_), _) => {
@@ -945,12 +966,22 @@ async fn probe_brokers(this: Weak<ClusterOwnership>, config: CoordinationConfig)
             state.brokers.values().filter(|b| b.id != strong.me.id).cloned().collect()
         };
         drop(strong);
+        let started = tokio::time::Instant::now();
         let mut probes = tokio::task::JoinSet::new();
         for broker in targets {
             let timeout = config.probe_timeout;
             probes.spawn(async move { (broker.id, probe(&broker.web_url, timeout).await) });
         }
-        let results: Vec<(String, Probe)> = probes.join_all().await;
+        let mut results: Vec<(String, Probe)> = probes.join_all().await;
+        if !crate::liveness::round_measured_others(started.elapsed(), config.probe_timeout) {
+            // This process stalled (frozen, starved) while its probes ran: their time-outs
+            // measured this broker, not the others.
+            tracing::warn!(
+                took_ms = started.elapsed().as_millis() as u64,
+                "probe round stalled: its time-outs not counted"
+            );
+            results.retain(|(_, probe)| *probe != Probe::TimedOut);
+        }
         let Some(strong) = this.upgrade() else { return };
         let mut newly_dead = false;
         {

@@ -584,3 +584,29 @@ async fn isolation_policies_steer_assignment_hand_over_and_misplaced_bundles() {
     let handed = b3.ownership.begin_hand_over(&keys, None).await;
     assert_eq!(handed.get(&key).map(|b| b.id.as_str()), Some("b2:1"), "b3 is the only primary");
 }
+
+#[tokio::test]
+async fn an_owner_whose_registration_was_not_read_yet_is_not_taken_for_dead() {
+    let shared = store_with_namespace().await;
+    let b1 = broker(&shared, "b1:1", quiet()).await;
+    let b2 = broker(&shared, "b2:1", quiet()).await;
+    eventually("b1 sees b2", || b1.ownership.load().contains_key("b2:1")).await;
+    let t = topic("lagging-watch");
+    assert_eq!(connect_id(&b2.ownership.lookup(&t, true).await.unwrap()), "b2:1");
+    // As after a pause: b1 reads the record before its watch delivers b2's registration.
+    b1.ownership.state.lock().brokers.remove("b2:1");
+    let answer = b1.ownership.lookup(&t, true).await.unwrap();
+    assert_eq!(connect_id(&answer), "b2:1", "the live owner keeps its bundle");
+    assert!(b2.ownership.check_serve(&t).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_broker_without_a_session_takes_no_bundle() {
+    let shared = store_with_namespace().await;
+    let b1 = broker(&shared, "b1:1", quiet()).await;
+    b1.ownership.state.lock().session_lost = true;
+    let refused = b1.ownership.lookup(&topic("no-session"), true).await;
+    assert!(matches!(refused, Err(CoordinationError::NoBroker(_))), "{refused:?}");
+    b1.ownership.state.lock().session_lost = false;
+    assert_eq!(connect_id(&b1.ownership.lookup(&topic("no-session"), true).await.unwrap()), "b1:1");
+}

@@ -45,4 +45,5 @@ pub use cluster::{
     BrokerUrls, ClusterOwnership, CoordinationConfig, CoordinationError, LoadManagerConfig, Lookup,
     TopicLoad, TopicLoads,
 };
+pub use liveness::LivenessConfig;
 pub use ownership::{OwnershipRecord, TransitionError, UnitState};

@@ -10,6 +10,7 @@
 //! slow answer. One good answer makes a broker alive again.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 /// What one probe of a broker found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +84,14 @@ impl Liveness {
     }
 }
 
+/// Whether a round of probes, each bounded by `timeout`, that took `took` in all measured the
+/// brokers probed. A round far past its bound means this process itself stalled (frozen by
+/// SIGSTOP, starved of CPU, a VM paused): its probes' timers fired late, and their time-outs
+/// say nothing of the others. Counting them would make a thawed broker take every bundle back.
+pub fn round_measured_others(took: Duration, timeout: Duration) -> bool {
+    took <= timeout.saturating_mul(2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +123,14 @@ mod tests {
         assert!(live.observe("b", Probe::Refused), "timeouts and a refusal add up");
         live.forget("b");
         assert!(!live.is_dead("b"));
+    }
+
+    #[test]
+    fn a_round_far_past_its_timeout_measured_this_process() {
+        let timeout = Duration::from_secs(1);
+        assert!(round_measured_others(Duration::from_millis(3), timeout));
+        assert!(round_measured_others(Duration::from_millis(1_001), timeout), "timed out on time");
+        assert!(round_measured_others(Duration::from_millis(2_000), timeout), "a busy runtime");
+        assert!(!round_measured_others(Duration::from_secs(12), timeout), "frozen for 12 s");
     }
 }

@@ -37,6 +37,8 @@ pub struct ServerConfig {
     pub metadata: MetadataSection,
     /// `[load_manager]`: the cluster's load manager (`magnetar broker`; standalone ignores it).
     pub load_manager: LoadManagerSection,
+    /// `[coordination]`: how brokers find each other dead (`magnetar broker`).
+    pub coordination: CoordinationSection,
     pub log: LogSection,
     /// `[tls]`: `pulsar+ssl://` and HTTPS (see `magnetar_security::tls`).
     pub tls: TlsConfig,
@@ -225,6 +227,63 @@ impl Default for LoadManagerSection {
     }
 }
 
+/// How a broker of a cluster finds another dead (`magnetar broker`; standalone ignores this
+/// section): it probes every other broker's web port, and a broker that stops answering has its
+/// bundles taken over before its etcd lease runs out. Safety does not rest on it (a broker
+/// taking a bundle fences the topics' ledgers); it decides how fast a failover is.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CoordinationSection {
+    /// Milliseconds between two probes of each other broker.
+    pub probe_interval_ms: u64,
+    /// Milliseconds a probe waits for an answer before it counts as timed out.
+    pub probe_timeout_ms: u64,
+    /// Refused connections in a row that make a broker dead (no process listens there).
+    pub dead_after_refused_probes: u32,
+    /// Timed-out probes in a row that make a broker dead (frozen or cut off, not just slow).
+    pub dead_after_timed_out_probes: u32,
+}
+
+impl Default for CoordinationSection {
+    fn default() -> Self {
+        let config = magnetar_coordination::CoordinationConfig::default();
+        CoordinationSection {
+            probe_interval_ms: config.probe_interval.as_millis() as u64,
+            probe_timeout_ms: config.probe_timeout.as_millis() as u64,
+            dead_after_refused_probes: config.liveness.refused_misses,
+            dead_after_timed_out_probes: config.liveness.timeout_misses,
+        }
+    }
+}
+
+impl CoordinationSection {
+    /// The shell's timings; an error names the key at fault.
+    pub fn to_config(&self) -> Result<magnetar_coordination::CoordinationConfig, ConfigError> {
+        let bad = |what: &'static str| ConfigError::CoordinationSection(what);
+        if !(10..=60_000).contains(&self.probe_interval_ms) {
+            return Err(bad("probe_interval_ms must be 10..=60000"));
+        }
+        if !(10..=60_000).contains(&self.probe_timeout_ms) {
+            return Err(bad("probe_timeout_ms must be 10..=60000"));
+        }
+        if !(1..=100).contains(&self.dead_after_refused_probes)
+            || !(1..=100).contains(&self.dead_after_timed_out_probes)
+        {
+            return Err(bad(
+                "dead_after_refused_probes and dead_after_timed_out_probes must be 1..=100",
+            ));
+        }
+        Ok(magnetar_coordination::CoordinationConfig {
+            probe_interval: Duration::from_millis(self.probe_interval_ms),
+            probe_timeout: Duration::from_millis(self.probe_timeout_ms),
+            liveness: magnetar_coordination::LivenessConfig {
+                refused_misses: self.dead_after_refused_probes,
+                timeout_misses: self.dead_after_timed_out_probes,
+            },
+        })
+    }
+}
+
 impl LoadManagerSection {
     /// The load manager's configuration; an error names the key at fault.
     pub fn to_config(&self) -> Result<magnetar_coordination::LoadManagerConfig, ConfigError> {
@@ -276,6 +335,7 @@ impl Default for ServerConfig {
             ledgers: LedgersSection::default(),
             metadata: MetadataSection::default(),
             load_manager: LoadManagerSection::default(),
+            coordination: CoordinationSection::default(),
             log: LogSection::default(),
             tls: TlsConfig::default(),
             authentication: Default::default(),
@@ -321,6 +381,8 @@ impl Default for MetadataSection {
 pub enum ConfigError {
     #[error("[load_manager] {0}")]
     LoadManagerSection(&'static str),
+    #[error("[coordination] {0}")]
+    CoordinationSection(&'static str),
     #[error("read config file {path}: {cause}")]
     Read { path: PathBuf, cause: std::io::Error },
     #[error("parse config file {path}: {message}")]
@@ -459,6 +521,7 @@ impl Settings {
         config.broker.persistence = persistence(&config.ledgers, &metadata)?;
         config.broker.persistence_policies = config.ledgers.storage == "nodes";
         config.load_manager.to_config()?;
+        config.coordination.to_config()?;
         let ledger = ledger_store_config(&config)?;
         config
             .tls
@@ -681,6 +744,8 @@ mod tests {
             ("storage", format!("{:?}", default.storage)),
             ("ledgers", format!("{:?}", default.ledgers)),
             ("metadata", format!("{:?}", default.metadata)),
+            ("load_manager", format!("{:?}", default.load_manager)),
+            ("coordination", format!("{:?}", default.coordination)),
             ("log", format!("{:?}", default.log)),
             ("tls", format!("{:?}", default.tls)),
             ("authentication", format!("{:?}", default.authentication)),
@@ -699,6 +764,24 @@ mod tests {
             let knobs = debug.matches(": ").count() - not_in_file;
             assert_eq!(table.len(), knobs, "every {section} knob is listed");
         }
+    }
+
+    #[test]
+    fn probe_timings_out_of_range_are_refused_before_anything_opens() {
+        let refused = |f: &dyn Fn(&mut CoordinationSection)| {
+            let mut config = ServerConfig::default();
+            f(&mut config.coordination);
+            let error = Settings::validate(config, MetadataBackend::Embedded).unwrap_err();
+            assert!(matches!(error, ConfigError::CoordinationSection(_)), "{error}");
+            error.to_string()
+        };
+        assert!(refused(&|c| c.probe_interval_ms = 0).contains("probe_interval_ms"));
+        assert!(refused(&|c| c.probe_timeout_ms = 120_000).contains("probe_timeout_ms"));
+        assert!(refused(&|c| c.dead_after_timed_out_probes = 0).contains("dead_after"));
+        let config = CoordinationSection { probe_interval_ms: 200, ..Default::default() };
+        let shell = config.to_config().unwrap();
+        assert_eq!(shell.probe_interval, Duration::from_millis(200));
+        assert_eq!(shell.liveness, magnetar_coordination::LivenessConfig::default());
     }
 
     #[test]

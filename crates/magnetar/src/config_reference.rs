@@ -12,6 +12,8 @@ const SECTIONS: &[(&str, &str, &str)] = &[
     ("storage", "StorageSection", include_str!("config.rs")),
     ("ledgers", "LedgersSection", include_str!("config.rs")),
     ("metadata", "MetadataSection", include_str!("config.rs")),
+    ("load_manager", "LoadManagerSection", include_str!("config.rs")),
+    ("coordination", "CoordinationSection", include_str!("config.rs")),
     ("log", "LogSection", include_str!("config.rs")),
     ("tls", "TlsConfig", include_str!("../../security/src/tls.rs")),
     (

@@ -111,7 +111,7 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
                     web_url: web_url.clone(),
                     web_url_tls: web_url_tls.clone(),
                 };
-                let config = magnetar_coordination::CoordinationConfig::default();
+                let config = settings.config.coordination.to_config()?;
                 let started =
                     magnetar_coordination::ClusterOwnership::start(metadata.clone(), me, config)
                         .await

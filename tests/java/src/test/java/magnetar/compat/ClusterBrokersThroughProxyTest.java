@@ -54,6 +54,9 @@ class ClusterBrokersThroughProxyTest extends PulsarTestBase {
         // A namespace unload (through the proxy's admin API) under synchronous sends: the
         // producer is sent to the bundle's new owner, still through the proxy, and no send fails.
         String topic = "persistent://" + ns + "/java-proxied-queue";
+        // The checker's subscription first, so that no closed ledger is trimmed before it.
+        c.newConsumer(Schema.STRING).topic(topic).subscriptionName("check")
+                .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest).subscribe().close();
         Producer<String> p = closeLater(c.newProducer(Schema.STRING).topic(topic)
                 .enableBatching(false).sendTimeout(30, java.util.concurrent.TimeUnit.SECONDS)
                 .producerName("java-proxied").create());

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""10,000 topics on a killed broker (issue 47): how long until every one accepts a publish again.
+
+Starts etcd, three storage nodes and three `magnetar broker`s on loopback (the test suite's
+helpers in tests/compat); a namespace of four bundles, all moved to one broker that is not the
+load manager's leader (an unload with a destination); one producer per topic (the official Python
+client, one connection per broker), each topic sent one message. Then that broker is SIGKILLed and
+every producer sends one message at once (asynchronously); the figures are the times from the kill
+to each acknowledgement: p50, p99 and the last one (the goal: the last within 5 s). The survivors
+load the topics as their clients come back, so the figure is bound by the failure detection, the
+clients' reconnect back-off and the topic-load rate of the survivors. Not a test: run by hand,
+alone on the machine:
+
+    .venv/bin/python bench/many_topics_failover.py [--topics 10000]
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "compat"))
+
+import pulsar  # noqa: E402
+
+from compat_util import http_request  # noqa: E402
+from replicated_util import replicated_cluster  # noqa: E402
+
+
+def broker_id(broker):
+    return broker.web_url.split("://", 1)[1]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--topics", type=int, default=10000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="magnetar-many-topics-") as tmp, \
+            replicated_cluster(pathlib.Path(tmp)) as (_etcd, _nodes, start_broker):
+        brokers = [start_broker("b%d" % i) for i in range(3)]
+        ns = "public/many-%d" % os.getpid()
+        status, body = http_request("PUT", brokers[0].web_url + "/admin/v2/namespaces/" + ns,
+                                    json.dumps({"bundles": {"numBundles": 4}}))
+        assert status in (200, 204), body
+        status, body = http_request("GET", brokers[0].web_url + "/admin/v2/brokers/leaderBroker")
+        assert status == 200, body
+        leader = json.loads(body)["brokerId"]
+        victim = next(b for b in brokers if broker_id(b) != leader)
+        status, body = http_request("GET", "%s/admin/v2/namespaces/%s/bundles"
+                                    % (brokers[0].web_url, ns))
+        boundaries = json.loads(body)["boundaries"]
+        for lo, hi in zip(boundaries, boundaries[1:]):
+            status, body = http_request(
+                "PUT", "%s/admin/v2/namespaces/%s/%s_%s/unload?destinationBroker=%s"
+                % (brokers[0].web_url, ns, lo, hi, broker_id(victim)))
+            assert status in (200, 204), (status, body)
+
+        url = "pulsar://" + ",".join(b.service_url[len("pulsar://"):] for b in brokers)
+        client = pulsar.Client(url, operation_timeout_seconds=60, io_threads=2)
+        t = time.monotonic()
+        producers = []
+        for i in range(args.topics):
+            producers.append(client.create_producer(
+                "persistent://%s/t-%d" % (ns, i), batching_enabled=False,
+                send_timeout_millis=60000))
+        loaded_s = time.monotonic() - t
+        for p in producers:
+            p.send(b"before")
+        status, body = http_request("GET", "%s/lookup/v2/topic/persistent/%s/t-0"
+                                    % (brokers[0].web_url, ns))
+        assert json.loads(body)["brokerUrl"] == victim.service_url, body
+        print("%d topics created and loaded on %s in %.1f s (%.0f topics/s)"
+              % (args.topics, victim.service_url, loaded_s, args.topics / loaded_s), flush=True)
+
+        done, lock, acked, errors = threading.Event(), threading.Lock(), [], []
+
+        def sent(result, _msg_id):
+            now = time.monotonic()
+            with lock:
+                (acked if result == pulsar.Result.Ok else errors).append((now, result))
+                if len(acked) + len(errors) == len(producers):
+                    done.set()
+
+        os.kill(victim.proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        for p in producers:
+            p.send_async(b"after", sent)
+        assert done.wait(180), "not every send answered within 180 s: %d acked, %d failed" % (
+            len(acked), len(errors))
+        victim.proc.wait(30)
+        times = sorted(t - killed for t, _ in acked)
+        print()
+        print("| measurement (%d topics on the killed broker) | figure |" % args.topics)
+        print("|---|---|")
+        print("| SIGKILL to each topic's next acknowledged publish | p50 %.2f s, p99 %.2f s, last "
+              "%.2f s; %d send errors |" % (statistics.median(times),
+                                            times[int(len(times) * 0.99) - 1], times[-1],
+                                            len(errors)))
+        print("| the same topics' first load (creation), for the load rate | %.1f s, %.0f "
+              "topics/s |" % (loaded_s, args.topics / loaded_s))
+        client.close()
+
+
+if __name__ == "__main__":
+    main()
