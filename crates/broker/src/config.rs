@@ -143,6 +143,10 @@ pub struct BrokerConfig {
     pub max_consumers_per_subscription: u32,
     /// Subscriptions one topic accepts (Pulsar's `maxSubscriptionsPerTopic`, 0: no limit).
     pub max_subscriptions_per_topic: u32,
+    /// Topics this broker loads at once (Pulsar's `maxConcurrentTopicLoadRequest`); more wait
+    /// their turn. A broker taking over thousands of topics would otherwise send every load's
+    /// metadata reads at once, and the metadata store answers none in time.
+    pub max_concurrent_topic_loads: usize,
     /// A consumer may create its durable subscription by subscribing (Pulsar's
     /// `allowAutoSubscriptionCreation`, true); readers always may.
     pub allow_auto_subscription_creation: bool,
@@ -235,6 +239,7 @@ impl Default for BrokerConfig {
             max_consumers_per_topic: 0,
             max_consumers_per_subscription: 0,
             max_subscriptions_per_topic: 0,
+            max_concurrent_topic_loads: 64,
             allow_auto_subscription_creation: true,
             delayed_delivery_enabled: true,
             dispatch_throttling_rate_per_topic_in_msg: 0,
@@ -267,6 +272,9 @@ impl BrokerConfig {
         }
         if self.stats_update_frequency_seconds == 0 {
             return Err("stats_update_frequency_seconds must be at least 1".into());
+        }
+        if !(1..=100_000).contains(&self.max_concurrent_topic_loads) {
+            return Err("max_concurrent_topic_loads must be 1..=100000".into());
         }
         if !(1..=128).contains(&self.default_number_of_namespace_bundles) {
             return Err("default_number_of_namespace_bundles must be 1..=128".into());

@@ -271,7 +271,7 @@ impl ManagedLedger {
         let mut ids = Vec::new();
         let mut closed = BTreeMap::new();
         for &id in &persisted.ledgers {
-            let info = match store.info(id) {
+            let info = match store.info_async(id).await {
                 Ok(info) => info,
                 Err(LedgerError::NoSuchLedger(_)) => continue,
                 Err(e) => return Err(e.into()),

@@ -39,6 +39,8 @@ pub struct BrokerService {
     /// Live non-persistent topics: in memory only, gone with the process (as in Pulsar).
     non_persistent: Mutex<HashMap<String, Arc<NonPersistentTopic>>>,
     next_key: AtomicU64,
+    /// Loads under way at most (`max_concurrent_topic_loads`).
+    load_permits: tokio::sync::Semaphore,
     /// Bumped before every policy refresh of the loaded topics: a topic whose load started
     /// before a bump re-reads its policies once loaded (it was not among the loaded ones).
     policy_changes: AtomicU64,
@@ -89,6 +91,7 @@ impl BrokerService {
         metrics: Arc<BrokerMetrics>,
         ownership: Option<Arc<dyn Ownership>>,
     ) -> Arc<Self> {
+        let max_concurrent_topic_loads = config.max_concurrent_topic_loads;
         let ownership = ownership.unwrap_or_else(|| {
             Arc::new(SingleBroker {
                 urls: BrokerUrls {
@@ -128,6 +131,7 @@ impl BrokerService {
             topics: Mutex::default(),
             non_persistent: Mutex::default(),
             next_key: AtomicU64::new(1),
+            load_permits: tokio::sync::Semaphore::new(max_concurrent_topic_loads),
             policy_changes: AtomicU64::new(0),
             history: Mutex::default(),
         })
@@ -274,6 +278,12 @@ impl BrokerService {
         };
         if let Some(topic) = cell.get() {
             return Ok((topic.clone(), false));
+        }
+        // Held through the load (and through a wait on another request's load of the same
+        // topic: that one holds a permit too, so the waits always end).
+        let _permit = self.load_permits.acquire().await.map_err(|_| BrokerError::ShuttingDown)?;
+        if let Some(topic) = cell.get() {
+            return Ok((topic.clone(), false)); // loaded by another request meanwhile
         }
         // Loading a topic relies on this broker's registration (its metadata session): refuse
         // new loads, with an error clients retry, while it is lost; and on owning its bundle.

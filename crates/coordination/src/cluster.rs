@@ -200,6 +200,8 @@ struct State {
     /// an older one is re-written, not lost.
     owned_session: Option<magnetar_metadata::SessionId>,
     liveness: Liveness,
+    /// When each other broker was last probed on a lookup's behalf ([`ON_DEMAND_PROBE_GAP`]).
+    probed_on_demand: HashMap<String, std::time::Instant>,
     /// The cluster's namespace isolation policies, as last read.
     isolation: crate::isolation::IsolationPolicies,
     /// The load manager's leader, as last read.
@@ -216,7 +218,15 @@ pub struct ClusterOwnership {
     changed: tokio::sync::Notify,
     /// Requests held for a hand-over to this broker to finish, now.
     hand_over_waits: std::sync::atomic::AtomicUsize,
+    /// Refused probes in a row that make a broker dead ([`LivenessConfig::refused_misses`]).
+    refused_misses: u32,
 }
+
+/// A lookup that would send its client to another broker probes that broker first, at most this
+/// often per broker (see [`ClusterOwnership::probe_owner_now`]).
+const ON_DEMAND_PROBE_GAP: Duration = Duration::from_millis(100);
+/// How long a lookup's probe waits for the connection (loopback or a LAN: microseconds).
+const ON_DEMAND_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// A lookup reads, decides and writes at most this many times before it gives up (each retry
 /// follows a compare-and-set lost to another broker).
@@ -241,6 +251,7 @@ impl ClusterOwnership {
             lost,
             changed,
             hand_over_waits: Default::default(),
+            refused_misses: config.liveness.refused_misses,
         });
         // Watches first, then the reads: nothing changed in between is missed.
         let brokers = this.store.watch(&format!("{BROKERS_ROOT}/")).await?;
@@ -386,6 +397,7 @@ impl ClusterOwnership {
             }
             let (record, stored) = self.read_record(&key).await?;
             self.learn_brokers_named(&record).await?;
+            self.probe_owner_now(&record).await;
             let decision = self.decide(&key, &record, stored.as_ref(), authoritative);
             match decision {
                 Decision::Connect(owner) => return Ok(Lookup::Connect(owner)),
@@ -422,6 +434,52 @@ impl ClusterOwnership {
             }
         }
         Ok(())
+    }
+
+    /// Right after an owner dies its clients look up again (within 100 ms), long before the
+    /// next periodic probe finds it dead, and every answer naming it costs each client a
+    /// reconnect back-off that doubles. So a lookup about to name another broker first checks
+    /// that something listens there, with a bare connect: refusals count as the periodic
+    /// probes' do (the probe is repeated while refused, up to the refusals that make a broker
+    /// dead), anything else is left to the periodic probes (a frozen process's kernel still
+    /// accepts connections). At most one per broker per [`ON_DEMAND_PROBE_GAP`].
+    async fn probe_owner_now(&self, record: &OwnershipRecord) {
+        if record.state != UnitState::Owned {
+            return;
+        }
+        let Some(owner) = record.dst.as_deref().filter(|o| *o != self.me.id) else { return };
+        let address = {
+            let mut state = self.state.lock();
+            if state.liveness.is_dead(owner) {
+                return;
+            }
+            let Some(urls) = state.brokers.get(owner) else { return };
+            let address = host_port(&urls.web_url);
+            let now = std::time::Instant::now();
+            if state
+                .probed_on_demand
+                .get(owner)
+                .is_some_and(|at| now.duration_since(*at) < ON_DEMAND_PROBE_GAP)
+            {
+                return;
+            }
+            state.probed_on_demand.insert(owner.to_string(), now);
+            address
+        };
+        for _ in 0..self.refused_misses {
+            let connect = tokio::net::TcpStream::connect(&address);
+            let refused = match tokio::time::timeout(ON_DEMAND_PROBE_TIMEOUT, connect).await {
+                Ok(Err(error)) => error.kind() == std::io::ErrorKind::ConnectionRefused,
+                Ok(Ok(_)) | Err(_) => false,
+            };
+            if !refused {
+                return;
+            }
+            if self.state.lock().liveness.observe(owner, Probe::Refused) {
+                tracing::warn!(broker = %owner, "broker unreachable (a lookup's probe): its bundles may be taken over");
+                return;
+            }
+        }
     }
 
     fn decide(
@@ -1008,17 +1066,18 @@ async fn probe_brokers(this: Weak<ClusterOwnership>, config: CoordinationConfig)
     }
 }
 
+/// `host:port` of a URL.
+fn host_port(url: &str) -> String {
+    url.split_once("://").map_or(url, |(_, rest)| rest).trim_end_matches('/').to_string()
+}
+
 /// One probe of a broker's web port: a connection and an HTTP request; any reaction (an answer
 /// of any status, or the connection closed, as a TLS port does to plain text) is life. Only a
 /// refused or reset connection, or silence past `timeout` (a frozen process, whose kernel still
 /// accepts the connection), count against it.
 async fn probe(web_url: &str, timeout: Duration) -> Probe {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let address = web_url
-        .split_once("://")
-        .map_or(web_url, |(_, rest)| rest)
-        .trim_end_matches('/')
-        .to_string();
+    let address = host_port(web_url);
     let attempt = async {
         let mut stream = tokio::net::TcpStream::connect(&address).await?;
         let request = format!(

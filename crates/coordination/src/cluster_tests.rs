@@ -46,14 +46,34 @@ async fn register(store: &MemoryStore, broker: &BrokerUrls) {
 struct Broker {
     store: Arc<MemoryStore>,
     ownership: Arc<ClusterOwnership>,
+    /// Its web port: connections to it are accepted (by the kernel; nothing answers them).
+    _web: Option<std::net::TcpListener>,
 }
 
+/// A broker whose web port listens (a lookup's probe finds it there).
 async fn broker(shared: &MemoryStore, id: &str, config: CoordinationConfig) -> Broker {
+    let web = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = web.local_addr().unwrap().port();
+    start_broker(shared, id, config, port, Some(web)).await
+}
+
+/// A broker whose web port is closed: every probe of it is refused, though its session lives.
+async fn deaf_broker(shared: &MemoryStore, id: &str, config: CoordinationConfig) -> Broker {
+    start_broker(shared, id, config, closed_port(), None).await
+}
+
+async fn start_broker(
+    shared: &MemoryStore,
+    id: &str,
+    config: CoordinationConfig,
+    web_port: u16,
+    web: Option<std::net::TcpListener>,
+) -> Broker {
     let store = Arc::new(shared.peer());
-    let me = urls(id, closed_port());
+    let me = urls(id, web_port);
     register(&store, &me).await;
     let ownership = ClusterOwnership::start(store.clone(), me, config).await.unwrap();
-    Broker { store, ownership }
+    Broker { store, ownership, _web: web }
 }
 
 /// Waits (bounded) until `done` holds: the shell applies watch events on tasks of its own.
@@ -210,7 +230,7 @@ async fn a_dead_owner_is_taken_over_before_its_session_ends_and_learns_it_lost()
     let fast =
         CoordinationConfig { probe_interval: Duration::from_millis(20), ..Default::default() };
     // b1's web port is closed: b2's probes are refused, though b1's session lives on.
-    let b1 = broker(&shared, "b1:1", quiet()).await;
+    let b1 = deaf_broker(&shared, "b1:1", quiet()).await;
     let t = topic("t-dead");
     assert_eq!(connect_id(&b1.ownership.lookup(&t, false).await.unwrap()), "b1:1");
     let mut lost = b1.ownership.lost();
@@ -609,4 +629,23 @@ async fn a_broker_without_a_session_takes_no_bundle() {
     assert!(matches!(refused, Err(CoordinationError::NoBroker(_))), "{refused:?}");
     b1.ownership.state.lock().session_lost = false;
     assert_eq!(connect_id(&b1.ownership.lookup(&topic("no-session"), true).await.unwrap()), "b1:1");
+}
+
+#[tokio::test]
+async fn a_lookup_that_would_name_a_dead_owner_probes_it_and_takes_the_bundle_at_once() {
+    let shared = store_with_namespace().await;
+    let b1 = deaf_broker(&shared, "b1:1", quiet()).await;
+    let t = topic("t-probed");
+    assert_eq!(connect_id(&b1.ownership.lookup(&t, false).await.unwrap()), "b1:1");
+    // b2 never probes on its own (an hour apart): its lookup's probes find nobody at b1's port.
+    let b2 = broker(&shared, "b2:1", quiet()).await;
+    eventually("b2 sees b1", || b2.ownership.load().contains_key("b1:1")).await;
+    assert!(!b2.ownership.is_dead("b1:1"));
+    assert_eq!(connect_id(&b2.ownership.lookup(&t, false).await.unwrap()), "b2:1");
+    assert!(b2.ownership.is_dead("b1:1"), "two refused connections in a row");
+    // A live owner (its port listens, though nothing answers: as a frozen one) keeps its bundle.
+    let b3 = broker(&shared, "b3:1", quiet()).await;
+    eventually("b3 sees b2", || b3.ownership.load().contains_key("b2:1")).await;
+    assert_eq!(connect_id(&b3.ownership.lookup(&t, false).await.unwrap()), "b2:1");
+    assert!(!b3.ownership.is_dead("b2:1"));
 }

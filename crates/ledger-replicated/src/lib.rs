@@ -279,6 +279,13 @@ impl ReplicatedLedgers {
     }
 }
 
+/// What [`LedgerStorage::info`] says of a ledger that is not open here.
+fn info_of(ledger: u64, meta: &LedgerMeta) -> LedgerInfo {
+    let entries = meta.last_entry_id.map_or(0, |l| l + 1);
+    let closed = meta.state == LedgerState::Closed;
+    LedgerInfo { id: ledger, entries, closed, fenced: meta.state != LedgerState::Open }
+}
+
 #[async_trait]
 impl LedgerStorage for ReplicatedLedgers {
     async fn create(&self, id: u64, metadata: &LedgerMetadata) -> Result<(), LedgerError> {
@@ -426,9 +433,15 @@ impl LedgerStorage for ReplicatedLedgers {
             Some(meta) => meta,
             None => self.block_on(self.meta(ledger))?,
         };
-        let entries = meta.last_entry_id.map_or(0, |l| l + 1);
-        let closed = meta.state == LedgerState::Closed;
-        Ok(LedgerInfo { id: ledger, entries, closed, fenced: meta.state != LedgerState::Open })
+        Ok(info_of(ledger, &meta))
+    }
+
+    async fn info_async(&self, ledger: u64) -> Result<LedgerInfo, LedgerError> {
+        if let Some(open) = self.open_ledger(ledger) {
+            let entries = open.last_add_confirmed().map_or(0, |l| l + 1);
+            return Ok(LedgerInfo { id: ledger, entries, closed: false, fenced: false });
+        }
+        Ok(info_of(ledger, &self.meta(ledger).await?))
     }
 
     fn write_metrics(

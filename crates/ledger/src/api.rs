@@ -102,6 +102,14 @@ pub trait LedgerStorage: Send + Sync + 'static {
 
     fn info(&self, ledger: u64) -> Result<LedgerInfo, LedgerError>;
 
+    /// [`LedgerStorage::info`] from async code. A storage whose `info` may wait on the network
+    /// answers here without holding a runtime thread meanwhile: a broker taking over thousands
+    /// of topics at once would otherwise park every worker in a blocking wait (the default
+    /// calls `info`).
+    async fn info_async(&self, ledger: u64) -> Result<LedgerInfo, LedgerError> {
+        self.info(ledger)
+    }
+
     /// Ids below this may be taken already by this storage (ledgers created before ids came
     /// from the cluster-wide allocator): the allocator starts at or above it.
     fn ledger_id_floor(&self) -> u64 {

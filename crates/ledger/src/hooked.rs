@@ -96,6 +96,10 @@ impl<H: StorageHooks> LedgerStorage for Hooked<H> {
         self.inner.info(ledger)
     }
 
+    async fn info_async(&self, ledger: u64) -> Result<LedgerInfo, LedgerError> {
+        self.inner.info_async(ledger).await
+    }
+
     fn short_of_disk(&self) -> Option<String> {
         self.inner.short_of_disk()
     }
