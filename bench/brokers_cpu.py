@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Three brokers against one, in broker CPU per message (issue 47).
+
+Starts etcd, three storage nodes and three `magnetar broker`s on loopback (the test suite's
+helpers in tests/compat), shedding and automatic splits off; a namespace of four bundles and
+twelve topics. `magnetar perf produce` (our Rust client, 1 KiB messages, its default batching) sends
+a fixed rate over all twelve topics, through the service URL of all three brokers, in two
+placements alternated in the same run (one, three, one, three):
+
+- one:   every bundle moved to one broker (an unload with a destination): one broker does the work;
+- three: the bundles spread over the three brokers.
+
+The figure is the brokers' CPU (user + system, from /proc, all three summed) per acknowledged
+message: what several brokers cost per message over one (lookups, redirects, ownership checks and
+three processes' fixed costs); and the same with the brokers' idle CPU over as long, measured just
+before, taken off (probes, load reports, housekeeping: the fixed costs). Prints one table. Not a test: run by hand, alone on the machine:
+
+    .venv/bin/python bench/brokers_cpu.py [--seconds 15] [--rate 12000]
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "compat"))
+
+import conftest  # noqa: E402
+from compat_util import http_request  # noqa: E402
+from replicated_util import replicated_cluster  # noqa: E402
+
+TOPICS = 12
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def perf(url, topic, seconds, rate):
+    cmd = [conftest.magnetar_binary(), "perf", "produce", "-u", url, "-d", str(seconds),
+           "-s", "1024", "-t", str(TOPICS), "-r", str(rate), "--json", topic]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    stream = next(s for s in report["streams"] if s["name"] == "publish")
+    assert stream["errors"] == 0, stream
+    return stream
+
+
+def broker_id(broker):
+    return broker.web_url.split("://", 1)[1]
+
+
+def owners(brokers, ns):
+    found = set()
+    for i in range(TOPICS):
+        status, body = http_request("GET", "%s/lookup/v2/topic/persistent/%s/cpu-%d"
+                                    % (brokers[0].web_url, ns, i))
+        assert status == 200, body
+        found.add(json.loads(body)["brokerUrl"])
+    return found
+
+
+def place(brokers, ns, spread):
+    status, body = http_request("GET", "%s/admin/v2/namespaces/%s/bundles"
+                                % (brokers[0].web_url, ns))
+    boundaries = json.loads(body)["boundaries"]
+    for i, (lo, hi) in enumerate(zip(boundaries, boundaries[1:])):
+        to = brokers[i % len(brokers)] if spread else brokers[0]
+        status, body = http_request(
+            "PUT", "%s/admin/v2/namespaces/%s/%s_%s/unload?destinationBroker=%s"
+            % (brokers[0].web_url, ns, lo, hi, broker_id(to)))
+        assert status in (200, 204), (status, body)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=int, default=15)
+    parser.add_argument("--rate", type=int, default=12000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="magnetar-brokers-cpu-") as tmp, \
+            replicated_cluster(pathlib.Path(tmp)) as (_etcd, _nodes, start_broker):
+        fixed = "[load_manager]\nshedding_enabled = false\nauto_bundle_split_enabled = false\n"
+        brokers = [start_broker("b%d" % i, fixed) for i in range(3)]
+        ns = "public/cpu-%d" % os.getpid()
+        status, body = http_request("PUT", brokers[0].web_url + "/admin/v2/namespaces/" + ns,
+                                    json.dumps({"bundles": {"numBundles": 4}}))
+        assert status in (200, 204), body
+        url = "pulsar://" + ",".join(b.service_url[len("pulsar://"):] for b in brokers)
+        topic = "persistent://%s/cpu" % ns
+        perf(url, topic, 2, 1000)  # the topics loaded, their bundles placed
+        rows = {"one": [], "three": []}
+        for _ in range(2):
+            for shape in ("one", "three"):
+                place(brokers, ns, spread=(shape == "three"))
+                serving = owners(brokers, ns)
+                assert len(serving) == (1 if shape == "one" else 3), serving
+                perf(url, topic, 2, args.rate)  # clients settled on the owners
+                # The brokers' idle cost (probes, load reports, housekeeping) over as long.
+                before = sum(cpu_seconds(b.proc.pid) for b in brokers)
+                time.sleep(args.seconds)  # measuring an idle interval, not waiting on an event
+                idle = sum(cpu_seconds(b.proc.pid) for b in brokers) - before
+                before = [cpu_seconds(b.proc.pid) for b in brokers]
+                stream = perf(url, topic, args.seconds, args.rate)
+                used = sum(cpu_seconds(b.proc.pid) for b in brokers) - sum(before)
+                rows[shape].append((stream["messages"], used, stream["msg_per_s"], idle))
+                print("%s broker(s): %d messages, %.2f CPU s (idle %.2f), %.1f µs/msg"
+                      % (shape, stream["messages"], used, idle, used / stream["messages"] * 1e6),
+                      flush=True)
+        per = {k: sum(r[1] for r in v) / sum(r[0] for r in v) * 1e6 for k, v in rows.items()}
+        net = {k: sum(r[1] - r[3] for r in v) / sum(r[0] for r in v) * 1e6
+               for k, v in rows.items()}
+        idle = {k: sum(r[3] for r in v) / len(v) / args.seconds for k, v in rows.items()}
+        rate = {k: sum(r[2] for r in v) / len(v) for k, v in rows.items()}
+        print()
+        print("| placement (%d topics, %d msg/s asked, 1 KiB) | msg/s | broker CPU per message "
+              "| the same, idle cost taken off | brokers' idle CPU |" % (TOPICS, args.rate))
+        print("|---|---|---|---|---|")
+        print("| one broker serves every bundle | %.0f | %.2f µs | %.2f µs | %.1f %% |"
+              % (rate["one"], per["one"], net["one"], idle["one"] * 100))
+        print("| the bundles over three brokers | %.0f | %.2f µs (%.2fx) | %.2f µs (%.2fx) | "
+              "%.1f %% |" % (rate["three"], per["three"], per["three"] / per["one"], net["three"],
+                            net["three"] / net["one"], idle["three"] * 100))
+
+
+if __name__ == "__main__":
+    main()
