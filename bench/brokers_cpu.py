@@ -20,41 +20,20 @@ before, taken off (probes, load reports, housekeeping: the fixed costs). Prints 
 
 import argparse
 import json
-import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "compat"))
-
-import conftest  # noqa: E402
+from cluster_bench import (FIXED_PLACEMENT, cpu_seconds, create_namespace, move_bundles,
+                           perf_produce, service_url)  # first: it puts tests/compat on the path
 from compat_util import http_request  # noqa: E402
 from replicated_util import replicated_cluster  # noqa: E402
 
 TOPICS = 12
 
 
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def perf(url, topic, seconds, rate):
-    cmd = [conftest.magnetar_binary(), "perf", "produce", "-u", url, "-d", str(seconds),
-           "-s", "1024", "-t", str(TOPICS), "-r", str(rate), "--json", topic]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout)
-    stream = next(s for s in report["streams"] if s["name"] == "publish")
-    assert stream["errors"] == 0, stream
-    return stream
-
-
-def broker_id(broker):
-    return broker.web_url.split("://", 1)[1]
+    return perf_produce(url, topic, seconds, "-t", str(TOPICS), "-r", str(rate))
 
 
 def owners(brokers, ns):
@@ -67,18 +46,6 @@ def owners(brokers, ns):
     return found
 
 
-def place(brokers, ns, spread):
-    status, body = http_request("GET", "%s/admin/v2/namespaces/%s/bundles"
-                                % (brokers[0].web_url, ns))
-    boundaries = json.loads(body)["boundaries"]
-    for i, (lo, hi) in enumerate(zip(boundaries, boundaries[1:])):
-        to = brokers[i % len(brokers)] if spread else brokers[0]
-        status, body = http_request(
-            "PUT", "%s/admin/v2/namespaces/%s/%s_%s/unload?destinationBroker=%s"
-            % (brokers[0].web_url, ns, lo, hi, broker_id(to)))
-        assert status in (200, 204), (status, body)
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=15)
@@ -86,19 +53,16 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="magnetar-brokers-cpu-") as tmp, \
             replicated_cluster(pathlib.Path(tmp)) as (_etcd, _nodes, start_broker):
-        fixed = "[load_manager]\nshedding_enabled = false\nauto_bundle_split_enabled = false\n"
-        brokers = [start_broker("b%d" % i, fixed) for i in range(3)]
-        ns = "public/cpu-%d" % os.getpid()
-        status, body = http_request("PUT", brokers[0].web_url + "/admin/v2/namespaces/" + ns,
-                                    json.dumps({"bundles": {"numBundles": 4}}))
-        assert status in (200, 204), body
-        url = "pulsar://" + ",".join(b.service_url[len("pulsar://"):] for b in brokers)
+        brokers = [start_broker("b%d" % i, FIXED_PLACEMENT) for i in range(3)]
+        ns = create_namespace(brokers[0], "cpu")
+        url = service_url(brokers)
         topic = "persistent://%s/cpu" % ns
         perf(url, topic, 2, 1000)  # the topics loaded, their bundles placed
         rows = {"one": [], "three": []}
         for _ in range(2):
             for shape in ("one", "three"):
-                place(brokers, ns, spread=(shape == "three"))
+                spread = shape == "three"
+                move_bundles(brokers, ns, lambda i: brokers[i % 3] if spread else brokers[0])
                 serving = owners(brokers, ns)
                 assert len(serving) == (1 if shape == "one" else 3), serving
                 perf(url, topic, 2, args.rate)  # clients settled on the owners

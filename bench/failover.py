@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -32,7 +31,7 @@ import pathlib
 import signal
 import subprocess
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "compat"))
+from cluster_bench import create_namespace, service_url  # first: it puts tests/compat on the path
 
 import pulsar  # noqa: E402
 
@@ -100,7 +99,7 @@ def owner_of(brokers, topic):
 
 def one_round(brokers, topic, fault, command=None):
     stop, acks, errors = threading.Event(), [], []
-    url = "pulsar://" + ",".join(b.service_url[len("pulsar://"):] for b in brokers)
+    url = service_url(brokers)
     if command is None:
         worker = threading.Thread(target=producer_thread, args=(url, topic, stop, acks, errors))
     else:
@@ -140,10 +139,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="magnetar-failover-") as tmp, \
             replicated_cluster(pathlib.Path(tmp)) as (_etcd, _nodes, start_broker):
         brokers = [start_broker("b%d" % i) for i in range(3)]
-        ns = "public/failover-%d" % os.getpid()
-        status, body = http_request("PUT", brokers[0].web_url + "/admin/v2/namespaces/" + ns,
-                                    json.dumps({"bundles": {"numBundles": 4}}))
-        assert status in (200, 204), body
+        ns = create_namespace(brokers[0], "failover")
         kills, unloads, errors = [], [], 0
         for r in range(args.rounds):
             topic = "persistent://%s/kill-%d" % (ns, r)

@@ -20,21 +20,17 @@ import os
 import pathlib
 import signal
 import statistics
-import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "compat"))
+from cluster_bench import (FIXED_PLACEMENT, broker_id, create_namespace,  # first: the path
+                           leader_id, move_bundles, service_url)
 
 import pulsar  # noqa: E402
 
 from compat_util import http_request  # noqa: E402
 from replicated_util import replicated_cluster  # noqa: E402
-
-
-def broker_id(broker):
-    return broker.web_url.split("://", 1)[1]
 
 
 def main():
@@ -43,19 +39,11 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="magnetar-many-topics-") as tmp, \
             replicated_cluster(pathlib.Path(tmp)) as (_etcd, _nodes, start_broker):
-        # Shedding and splits off: the load manager would give the idle brokers bundles of the
-        # busy one, and split the namespace's bundles past 1,000 topics each.
-        no_shedding = "[load_manager]\nshedding_enabled = false\nauto_bundle_split_enabled = false\n"
-        brokers = [start_broker("b%d" % i, no_shedding) for i in range(3)]
-        ns = "public/many-%d" % os.getpid()
-        status, body = http_request("PUT", brokers[0].web_url + "/admin/v2/namespaces/" + ns,
-                                    json.dumps({"bundles": {"numBundles": 4}}))
-        assert status in (200, 204), body
-        status, body = http_request("GET", brokers[0].web_url + "/admin/v2/brokers/leaderBroker")
-        assert status == 200, body
-        leader = json.loads(body)["brokerId"]
+        brokers = [start_broker("b%d" % i, FIXED_PLACEMENT) for i in range(3)]
+        ns = create_namespace(brokers[0], "many")
+        leader = leader_id(brokers[0])
         victim = next(b for b in brokers if broker_id(b) != leader)
-        url = "pulsar://" + ",".join(b.service_url[len("pulsar://"):] for b in brokers)
+        url = service_url(brokers)
         client = pulsar.Client(url, operation_timeout_seconds=60, io_threads=2)
         t = time.monotonic()
         producers = []
@@ -65,15 +53,7 @@ def main():
                 send_timeout_millis=60000))
         loaded_s = time.monotonic() - t
         # Then every bundle to the victim (a bundle nobody owns yet has nothing to move).
-        status, body = http_request("GET", "%s/admin/v2/namespaces/%s/bundles"
-                                    % (brokers[0].web_url, ns))
-        boundaries = json.loads(body)["boundaries"]
-        for lo, hi in zip(boundaries, boundaries[1:]):
-            status, body = http_request(
-                "PUT", "%s/admin/v2/namespaces/%s/%s_%s/unload?destinationBroker=%s"
-                % (brokers[0].web_url, ns, lo, hi, broker_id(victim)))
-            assert status in (200, 204), (status, body)
-
+        move_bundles(brokers, ns, lambda _: victim)
         for p in producers:
             p.send(b"before")
         for i in range(min(args.topics, 40)):  # every bundle's topics are there

@@ -17,35 +17,18 @@ one table. Not a test: run by hand, alone on the machine:
 
 import argparse
 import json
-import os
 import pathlib
-import subprocess
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "compat"))
+from cluster_bench import cpu_seconds, create_namespace, perf_produce  # first: the path
 
-import conftest  # noqa: E402
 from compat_util import http_request  # noqa: E402
 from replicated_util import replicated_cluster  # noqa: E402
 from test_proxy import Proxy  # noqa: E402
 
 
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def perf(url, topic, seconds, sync):
-    cmd = [conftest.magnetar_binary(), "perf", "produce", "-u", url, "-d", str(seconds),
-           "-s", "1024", "--json", topic] + (["--sync"] if sync else [])
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout)
-    stream = next(s for s in report["streams"] if s["name"] == "publish")
-    assert stream["errors"] == 0, stream
-    return stream
+    return perf_produce(url, topic, seconds, *(["--sync"] if sync else []))
 
 
 def main():
@@ -57,10 +40,7 @@ def main():
         brokers = [start_broker("b%d" % i) for i in range(2)]
         proxy = Proxy(etcd, tmp)
         try:
-            ns = "public/proxy-bench-%d" % os.getpid()
-            status, body = http_request("PUT", brokers[0].web_url + "/admin/v2/namespaces/" + ns,
-                                        json.dumps({"bundles": {"numBundles": 4}}))
-            assert status in (200, 204), body
+            ns = create_namespace(brokers[0], "proxy-bench")
             topic = "persistent://%s/bench" % ns
             perf(proxy.url, topic, 1, sync=True)  # the topic loaded, its bundle placed
             status, body = http_request("GET", "%s/lookup/v2/topic/%s"
