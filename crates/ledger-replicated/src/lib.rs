@@ -279,7 +279,20 @@ impl ReplicatedLedgers {
     }
 }
 
-/// What [`LedgerStorage::info`] says of a ledger that is not open here.
+impl ReplicatedLedgers {
+    /// [`LedgerStorage::info`] of a ledger open here or known closed: no metadata read.
+    fn info_without_io(&self, ledger: u64) -> Option<LedgerInfo> {
+        if let Some(open) = self.open_ledger(ledger) {
+            let entries = open.last_add_confirmed().map_or(0, |l| l + 1);
+            return Some(LedgerInfo { id: ledger, entries, closed: false, fenced: false });
+        }
+        // Not inside a `match` on the lock: the guard would live through the arms.
+        let known = self.closed.lock().get(&ledger).cloned();
+        known.map(|meta| info_of(ledger, &meta))
+    }
+}
+
+/// What [`LedgerStorage::info`] says of a ledger from its metadata.
 fn info_of(ledger: u64, meta: &LedgerMeta) -> LedgerInfo {
     let entries = meta.last_entry_id.map_or(0, |l| l + 1);
     let closed = meta.state == LedgerState::Closed;
@@ -422,24 +435,15 @@ impl LedgerStorage for ReplicatedLedgers {
     }
 
     fn info(&self, ledger: u64) -> Result<LedgerInfo, LedgerError> {
-        if let Some(open) = self.open_ledger(ledger) {
-            let entries = open.last_add_confirmed().map_or(0, |l| l + 1);
-            return Ok(LedgerInfo { id: ledger, entries, closed: false, fenced: false });
+        if let Some(known) = self.info_without_io(ledger) {
+            return Ok(known);
         }
-        // Not `match self.closed.lock()...`: the guard would live through the arms, and
-        // `meta` takes the same lock.
-        let known = self.closed.lock().get(&ledger).cloned();
-        let meta = match known {
-            Some(meta) => meta,
-            None => self.block_on(self.meta(ledger))?,
-        };
-        Ok(info_of(ledger, &meta))
+        Ok(info_of(ledger, &self.block_on(self.meta(ledger))?))
     }
 
     async fn info_async(&self, ledger: u64) -> Result<LedgerInfo, LedgerError> {
-        if let Some(open) = self.open_ledger(ledger) {
-            let entries = open.last_add_confirmed().map_or(0, |l| l + 1);
-            return Ok(LedgerInfo { id: ledger, entries, closed: false, fenced: false });
+        if let Some(known) = self.info_without_io(ledger) {
+            return Ok(known);
         }
         Ok(info_of(ledger, &self.meta(ledger).await?))
     }
