@@ -5,10 +5,13 @@ Starts etcd, three storage nodes and three `magnetar broker`s on loopback (the t
 helpers in tests/compat), shedding and automatic splits off; a namespace of four bundles and
 twelve topics. `magnetar perf produce` (our Rust client, 1 KiB messages, its default batching) sends
 a fixed rate over all twelve topics, through the service URL of all three brokers, in two
-placements alternated in the same run (one, three, one, three):
+placements alternated in the same run (one, three, one at a third, and again):
 
 - one:   every bundle moved to one broker (an unload with a destination): one broker does the work;
-- three: the bundles spread over the three brokers.
+- three: the bundles spread over the three brokers;
+- one at a third: one broker again, at a third of the rate: the load each broker has in "three",
+  which tells what comes from a process doing less work per wake-up (its per-read and per-batch
+  costs spread over fewer messages) from what comes from several brokers being one service.
 
 The figure is the brokers' CPU (user + system, from /proc, all three summed) per acknowledged
 message: what several brokers cost per message over one (lookups, redirects, ownership checks and
@@ -58,23 +61,24 @@ def main():
         url = service_url(brokers)
         topic = "persistent://%s/cpu" % ns
         perf(url, topic, 2, 1000)  # the topics loaded, their bundles placed
-        rows = {"one": [], "three": []}
+        rows = {"one": [], "three": [], "third": []}
         for _ in range(2):
-            for shape in ("one", "three"):
+            for shape in ("one", "three", "third"):
                 spread = shape == "three"
+                rate = args.rate // 3 if shape == "third" else args.rate
                 move_bundles(brokers, ns, lambda i: brokers[i % 3] if spread else brokers[0])
                 serving = owners(brokers, ns)
-                assert len(serving) == (1 if shape == "one" else 3), serving
-                perf(url, topic, 2, args.rate)  # clients settled on the owners
+                assert len(serving) == (3 if spread else 1), serving
+                perf(url, topic, 2, rate)  # clients settled on the owners
                 # The brokers' idle cost (probes, load reports, housekeeping) over as long.
                 before = sum(cpu_seconds(b.proc.pid) for b in brokers)
                 time.sleep(args.seconds)  # measuring an idle interval, not waiting on an event
                 idle = sum(cpu_seconds(b.proc.pid) for b in brokers) - before
                 before = [cpu_seconds(b.proc.pid) for b in brokers]
-                stream = perf(url, topic, args.seconds, args.rate)
+                stream = perf(url, topic, args.seconds, rate)
                 used = sum(cpu_seconds(b.proc.pid) for b in brokers) - sum(before)
                 rows[shape].append((stream["messages"], used, stream["msg_per_s"], idle))
-                print("%s broker(s): %d messages, %.2f CPU s (idle %.2f), %.1f µs/msg"
+                print("%s: %d messages, %.2f CPU s (idle %.2f), %.1f µs/msg"
                       % (shape, stream["messages"], used, idle, used / stream["messages"] * 1e6),
                       flush=True)
         per = {k: sum(r[1] for r in v) / sum(r[0] for r in v) * 1e6 for k, v in rows.items()}
@@ -91,6 +95,11 @@ def main():
         print("| the bundles over three brokers | %.0f | %.2f µs (%.2fx) | %.2f µs (%.2fx) | "
               "%.1f %% |" % (rate["three"], per["three"], per["three"] / per["one"], net["three"],
                             net["three"] / net["one"], idle["three"] * 100))
+        print("| one broker, a third of the rate | %.0f | %.2f µs (%.2fx) | %.2f µs (%.2fx) | "
+              "%.1f %% |" % (rate["third"], per["third"], per["third"] / per["one"], net["third"],
+                            net["third"] / net["one"], idle["third"] * 100))
+        print("\nthree brokers against one at the load each of them has: %.2fx (idle taken off: "
+              "%.2fx)" % (per["three"] / per["third"], net["three"] / net["third"]))
 
 
 if __name__ == "__main__":

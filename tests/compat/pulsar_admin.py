@@ -60,7 +60,9 @@ requires_pulsar_admin = pytest.mark.skipif(
 def classpath():
     """The CLI's classpath, resolved once (by Maven) and cached."""
     with _lock:
-        if not os.path.exists(CLASSPATH_FILE):
+        pom = os.path.join(CLI_DIR, "pom.xml")
+        if not os.path.exists(CLASSPATH_FILE) or \
+                os.path.getmtime(CLASSPATH_FILE) < os.path.getmtime(pom):
             cmd = ["mvn", "-B", "-ntp", "-q", "-Dstyle.color=never",
                    "-Dmaven.repo.local=" + os.path.join(CLI_DIR, ".m2"),
                    "dependency:build-classpath", "-Dmdep.outputFile=" + CLASSPATH_FILE + ".tmp"]

@@ -91,11 +91,15 @@ def run_magnetar(args):
 
 
 def broker_server(etcd, tmp_path, name, extra_toml=""):
-    """A conftest.Server running `magnetar broker` with its ledgers on the storage nodes."""
+    """A conftest.Server running `magnetar broker` with its ledgers on the storage nodes.
+    `extra_toml` is appended to its config file; a function of the server gives it (for settings
+    that name the server's own ports)."""
+    srv = conftest.Server()
+    if callable(extra_toml):
+        extra_toml = extra_toml(srv)
     config = tmp_path / ("%s.toml" % name)
     config.write_text('[ledgers]\nstorage = "nodes"\nensemble_size = 2\nwrite_quorum = 2\n'
                       'ack_quorum = 2\nadd_timeout_millis = 1000\n' + extra_toml)
-    srv = conftest.Server()
     assert srv.cmd[1] == "standalone", srv.cmd
     srv.cmd[1:2] = ["broker", "--metadata", etcd.url, "--cluster", CLUSTER, "--config", str(config)]
     return srv

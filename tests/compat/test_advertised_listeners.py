@@ -3,7 +3,9 @@
 internal listener's, and one naming a listener the broker does not have fails with
 ServiceNotReady "the broker do not have X listener" (the text the C++-based clients turn into a
 connect error, as Pulsar's `test_listener_name_client` expects). The HTTP lookup takes the name
-from `?listenerName=` or the `X-Pulsar-ListenerName` header."""
+from `?listenerName=` or the `X-Pulsar-ListenerName` header. With several brokers, a lookup on any
+of them is answered the owner's URL for the listener named (each broker registers its listeners),
+and the official client given one broker and a listener name reaches a topic another owns."""
 
 import json
 import os
@@ -99,3 +101,70 @@ def test_listener_configuration_is_checked_before_start(tmp_path):
     assert proc.returncode != 0
     assert "do not contain listener name" in proc.stderr, proc.stderr
     assert not (tmp_path / "data").exists(), "validated before any data is opened"
+
+
+@pytest.fixture(scope="module")
+def listeners_cluster(tmp_path_factory):
+    """Two `magnetar broker`s on etcd, each with an internal and an external listener (the same
+    ports under 127.0.0.1 and localhost), binary and HTTP."""
+    from replicated_util import replicated_cluster, skip_unless_own_magnetar
+    skip_unless_own_magnetar()
+
+    def listeners(srv):
+        return ('[broker]\nadvertised_listeners = "internal:pulsar://127.0.0.1:{b},'
+                'internal:http://127.0.0.1:{w},external:pulsar://localhost:{b},'
+                'external:http://localhost:{w}"\n').format(b=srv.broker_port, w=srv.web_port)
+    with replicated_cluster(tmp_path_factory.mktemp("listeners")) as (_, _, start_broker):
+        yield [start_broker("l%d" % i, listeners) for i in range(2)]
+
+
+def test_every_broker_answers_the_owners_listener(listeners_cluster):
+    # A lookup answered with another broker (the owner of the topic's bundle) carries that
+    # broker's URL for the listener the client names (Pulsar's owner `advertisedListeners`).
+    first, second = listeners_cluster
+    ns = "public/listeners-%d" % os.getpid()
+    status, body = http_request("PUT", first.web_url + "/admin/v2/namespaces/" + ns,
+                                json.dumps({"bundles": {"numBundles": 8}}))
+    assert status in (200, 204), (status, body)
+    with wire.RawConnection(first.service_url) as conn:
+        conn.handshake()
+        # Look topics up until one is the second broker's (the bundles spread over both).
+        for i in range(64):
+            topic = "persistent://%s/t-%d" % (ns, i)
+            unnamed = _lookup(conn, topic, 10 + 4 * i)
+            if unnamed[1] == [b"pulsar://127.0.0.1:%d" % second.broker_port]:
+                break
+        else:
+            pytest.fail("no topic of 64 in 8 bundles went to the second broker")
+        external = _lookup(conn, topic, 11 + 4 * i, "external")
+        assert external[1] == [b"pulsar://localhost:%d" % second.broker_port], external
+        internal = _lookup(conn, topic, 12 + 4 * i, "internal")
+        assert internal[1] == unnamed[1], internal
+        missing = _lookup(conn, topic, 13 + 4 * i, "nope")
+        assert missing[6] == [SERVICE_NOT_READY], missing
+        assert missing[7] == [b"the broker do not have nope listener"], missing
+
+    # The official client, given the first broker and the external listener, reaches the topic
+    # on the second broker through its external URL.
+    client = pulsar.Client(first.service_url, listener_name="external",
+                           operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer(topic)
+        consumer = client.subscribe(topic, "s")
+        producer.send(b"to-the-owner-through-external")
+        assert consumer.receive(timeout_millis=10_000).data() == b"to-the-owner-through-external"
+    finally:
+        client.close()
+
+    path = "/lookup/v2/topic/" + topic.replace("://", "/")
+    status, body = http_request("GET", first.web_url + path + "?listenerName=external")
+    assert status == 200, (status, body)
+    answer = json.loads(body)
+    assert answer["brokerUrl"] == "pulsar://localhost:%d" % second.broker_port, answer
+    assert answer["httpUrl"] == "http://localhost:%d" % second.web_port, answer
+    status, body = http_request("GET", first.web_url + path,
+                                headers={"X-Pulsar-ListenerName": "internal"})
+    assert status == 200, (status, body)
+    assert json.loads(body)["brokerUrl"] == "pulsar://127.0.0.1:%d" % second.broker_port, body
+    status, body = http_request("GET", first.web_url + path + "?listenerName=nope")
+    assert status == 500 and b"the broker do not have nope listener" in body, (status, body)

@@ -169,6 +169,98 @@ def test_any_broker_answers_the_owner_and_topics_spread(cluster):
             assert admin("topics", "bundle-range", some).strip().startswith("0x")
 
 
+def test_a_partitioned_topic_over_several_brokers_is_one_topic_to_the_admin_api(cluster):
+    # Its partitions hash into bundles other brokers own: stats, subscriptions and subscription
+    # operations asked of any broker reach every partition on its owner (Pulsar's broker asks
+    # each partition's owner). `brokers namespaces` names each bundle's one owner, from any
+    # broker, and `broker-stats load-report` is the broker's load report.
+    _, brokers, _ = cluster
+    ns = _namespace(brokers[0], "partitioned")
+    topic = "persistent://%s/spread" % ns
+    partitions, messages = 16, 48
+    status, body = http_request("PUT", "%s/admin/v2/%s/partitions" % (
+        brokers[0].web_url, topic.replace("://", "/")), "%d" % partitions)
+    assert status in (200, 204), (status, body)
+    # The partitions' bundles placed (HTTP lookups), over two brokers at least.
+    names = ["%s-partition-%d" % (topic, i) for i in range(partitions)]
+    owners = {_http_lookup(brokers[0], name) for name in names}
+    if len(owners) == 1:  # the four bundles placed on one broker (a tie broken alike)
+        _move_bundle(brokers, names[0],
+                     next(b for b in brokers if b.service_url not in owners))
+    owners = {_http_lookup(brokers[0], name) for name in names}
+    assert len(owners) >= 2, "16 partitions in 4 bundles over 3 brokers: %s" % owners
+    client = pulsar.Client(_service_url(brokers), operation_timeout_seconds=30)
+    try:
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(
+            topic, batching_enabled=False,
+            message_routing_mode=pulsar.PartitionsRoutingMode.RoundRobinDistribution)
+        for i in range(messages):
+            producer.send(b"%d" % i)
+        received = receive_n(consumer, messages)
+        for message in received:
+            consumer.acknowledge(message)
+        got = sorted(int(m.data()) for m in received)
+        assert got == list(range(messages)), got
+        consumer.close()  # flushes the acknowledgments
+    finally:
+        client.close()
+
+    stats_path = "/admin/v2/%s/partitioned-stats" % topic.replace("://", "/")
+    for broker in brokers:
+        status, body = http_request("GET", broker.web_url + stats_path)
+        assert status == 200, (broker.web_url, status, body)
+        stats = json.loads(body)
+        assert stats["msgInCounter"] == messages, stats["msgInCounter"]
+        assert len(stats["partitions"]) == partitions, sorted(stats["partitions"])
+        assert stats["subscriptions"]["s"]["msgBacklog"] == 0, stats["subscriptions"]
+    subscriptions_path = "/admin/v2/%s/subscriptions" % topic.replace("://", "/")
+    status, body = http_request("PUT", "%s/admin/v2/%s/subscription/again" % (
+        brokers[1].web_url, topic.replace("://", "/")), json.dumps(
+            {"ledgerId": -1, "entryId": -1}))
+    assert status in (200, 204), (status, body)
+    status, body = http_request("GET", brokers[2].web_url + stats_path)
+    assert status == 200 and json.loads(body)["subscriptions"]["again"]["msgBacklog"] == \
+        messages, body
+    status, body = http_request("GET", brokers[2].web_url + subscriptions_path)
+    assert status == 200 and sorted(json.loads(body)) == ["again", "s"], (status, body)
+    status, body = http_request("DELETE", "%s/admin/v2/%s/subscription/again" % (
+        brokers[0].web_url, topic.replace("://", "/")))
+    assert status in (200, 204), (status, body)
+    status, body = http_request("GET", brokers[1].web_url + subscriptions_path)
+    assert status == 200 and json.loads(body) == ["s"], (status, body)
+
+    # Each bundle of the namespace has exactly one owner, whichever broker is asked.
+    ids = [_broker_id(b) for b in brokers]
+    owned = {}
+    for broker in brokers:
+        for asked in brokers:
+            status, body = http_request("GET", "%s/admin/v2/brokers/%s/%s/ownedNamespaces" % (
+                asked.web_url, CLUSTER, _broker_id(broker)))
+            assert status == 200, (status, body)
+            mine = sorted(b for b in json.loads(body) if b.startswith(ns + "/"))
+            assert owned.setdefault(broker.web_url, mine) == mine, "every broker answers alike"
+    bundles = [b for mine in owned.values() for b in mine]
+    assert len(bundles) == len(set(bundles)) == 4, owned
+    status, body = http_request("GET", brokers[0].web_url + "/admin/v2/broker-stats/load-report")
+    assert status == 200, (status, body)
+    report = json.loads(body)
+    assert report["loadReportType"] == "LocalBrokerData" and "usage" in report["cpu"], report
+
+    if pulsar_admin_available():
+        admin = PulsarAdmin(brokers[1].web_url)
+        stats = admin.json("topics", "partitioned-stats", topic)
+        assert stats["msgInCounter"] == messages, stats["msgInCounter"]
+        assert admin("topics", "subscriptions", topic).split() == ["s"]
+        # One line per bundle: `tenant/ns/0x…_0x…    [broker_assignment=shared …]`.
+        lines = admin("brokers", "namespaces", CLUSTER, "--url", ids[2]).splitlines()
+        namespaces = [line.split()[0] for line in lines if line.strip()]
+        assert sorted(b for b in namespaces if b.startswith(ns + "/")) == \
+            owned[brokers[2].web_url], namespaces
+        report = admin.json("broker-stats", "load-report")
+        assert report["pulsarServiceUrl"] == brokers[1].service_url, report
+
+
 def _checked_producer(service_url, topic, first, stop, sent, errors):
     """Sends first, first + 1, ... until `stop` (each value its sequence id); records every acknowledged value and every error the
     application sees."""

@@ -8,10 +8,12 @@ use magnetar_broker::history::HistoryView;
 use magnetar_broker::stats::{AdminMessage, InternalStats, TopicStats};
 use magnetar_broker::topic::{ExaminePosition, SubscriptionStart, Topic};
 use magnetar_broker::{BrokerError, BrokerService};
-use magnetar_model::names::{NamespaceName, TopicDomain, TopicName};
+use magnetar_model::names::{encode_topic_name, NamespaceName, TopicDomain, TopicName};
 use magnetar_model::policy::PolicyDefaults;
 
 use crate::hooks::{BrokerHooks, HookError, ResetTarget, TopicOwner};
+use crate::remote::RemoteOwner;
+use hyper::Method;
 
 /// The admin API's view of the broker.
 pub struct AdminHooks(pub Arc<BrokerService>);
@@ -31,6 +33,17 @@ fn hook_error(error: BrokerError) -> HookError {
 }
 
 impl AdminHooks {
+    /// The other broker that owns the partition `topic`, if another does: a partitioned
+    /// topic's operations reach all of its partitions from the broker asked. (Every other
+    /// topic reaching a hook is this broker's: the router sends a topic's requests to its
+    /// owner first.) Standalone: never, without I/O.
+    async fn elsewhere(&self, topic: &TopicName) -> Result<Option<RemoteOwner>, HookError> {
+        if topic.partition_index().is_none() {
+            return Ok(None);
+        }
+        Ok(self.topic_owner(topic, false).await?.map(|owner| RemoteOwner::of(&owner)))
+    }
+
     /// The persistent topic `name`, loaded if it exists (never created).
     async fn loaded(&self, name: &TopicName) -> Result<Arc<Topic>, HookError> {
         self.0.topic(name, false).await.map_err(hook_error)
@@ -74,6 +87,10 @@ impl BrokerHooks for AdminHooks {
     }
 
     async fn delete_topic(&self, topic: &TopicName, force: bool) -> Result<(), HookError> {
+        if let Some(owner) = self.elsewhere(topic).await? {
+            let query = if force { "?force=true" } else { "" };
+            return owner.call(Method::DELETE, topic, query, None).await.map(drop);
+        }
         match self.0.delete_topic(topic, force).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(HookError::NotFound(format!("Topic {topic} not found"))),
@@ -83,6 +100,9 @@ impl BrokerHooks for AdminHooks {
     }
 
     async fn topic_stats(&self, topic: &TopicName) -> Result<TopicStats, HookError> {
+        if let Some(owner) = self.elsewhere(topic).await? {
+            return owner.json(Method::GET, topic, "/stats").await;
+        }
         if topic.domain() == TopicDomain::NonPersistent {
             let live = self.0.non_persistent_topic(topic, false).await.map_err(hook_error)?;
             return Ok(live.stats(self.0.ledgers.clock.now()));
@@ -91,10 +111,16 @@ impl BrokerHooks for AdminHooks {
     }
 
     async fn topic_internal_stats(&self, topic: &TopicName) -> Result<InternalStats, HookError> {
+        if let Some(owner) = self.elsewhere(topic).await? {
+            return owner.json(Method::GET, topic, "/internalStats").await;
+        }
         Ok(self.loaded(topic).await?.internal_stats())
     }
 
     async fn subscriptions(&self, topic: &TopicName) -> Result<Vec<String>, HookError> {
+        if let Some(owner) = self.elsewhere(topic).await? {
+            return owner.json(Method::GET, topic, "/subscriptions").await;
+        }
         let mut names = if topic.domain() == TopicDomain::NonPersistent {
             self.0
                 .non_persistent_topic(topic, false)
@@ -114,6 +140,11 @@ impl BrokerHooks for AdminHooks {
         name: &str,
         start: SubscriptionStart,
     ) -> Result<(), HookError> {
+        if let Some(owner) = self.elsewhere(topic).await? {
+            let path = format!("/subscription/{}", encode_topic_name(name));
+            let body = Some(message_id_body(start));
+            return owner.call(Method::PUT, topic, &path, body).await.map(drop);
+        }
         if topic.partition_index().is_some() {
             // A partition nobody used yet: created now, as Pulsar does for a subscription.
             self.0.create_topic(topic).await.map_err(hook_error)?;
@@ -131,6 +162,10 @@ impl BrokerHooks for AdminHooks {
         name: &str,
         force: bool,
     ) -> Result<(), HookError> {
+        if let Some(owner) = self.elsewhere(topic).await? {
+            let path = format!("/subscription/{}?force={force}", encode_topic_name(name));
+            return owner.call(Method::DELETE, topic, &path, None).await.map(drop);
+        }
         self.loaded(topic).await?.unsubscribe(name, force).await.map_err(hook_error)
     }
 
@@ -140,6 +175,14 @@ impl BrokerHooks for AdminHooks {
         name: &str,
         count: Option<u64>,
     ) -> Result<(), HookError> {
+        if let Some(owner) = self.elsewhere(topic).await? {
+            let name = encode_topic_name(name);
+            let path = match count {
+                Some(n) => format!("/subscription/{name}/skip/{n}"),
+                None => format!("/subscription/{name}/skip_all"),
+            };
+            return owner.call(Method::POST, topic, &path, None).await.map(drop);
+        }
         let subscription =
             self.loaded(topic).await?.existing_subscription(name).map_err(hook_error)?;
         match count {
@@ -155,6 +198,14 @@ impl BrokerHooks for AdminHooks {
         name: &str,
         target: ResetTarget,
     ) -> Result<(), HookError> {
+        if let Some(owner) = self.elsewhere(topic).await? {
+            let path = format!("/subscription/{}/resetcursor", encode_topic_name(name));
+            let (path, body) = match target {
+                ResetTarget::PublishTime(time) => (format!("{path}/{time}"), None),
+                ResetTarget::Position(start) => (path, Some(message_id_body(start))),
+            };
+            return owner.call(Method::POST, topic, &path, body).await.map(drop);
+        }
         let loaded = self.loaded(topic).await?;
         match target {
             ResetTarget::PublishTime(time) => loaded.reset_subscription_to_time(name, time).await,
@@ -209,6 +260,9 @@ impl BrokerHooks for AdminHooks {
     }
 
     async fn compact_topic(&self, topic: &TopicName) -> Result<(), HookError> {
+        if let Some(owner) = self.elsewhere(topic).await? {
+            return owner.call(Method::PUT, topic, "/compaction", None).await.map(drop);
+        }
         let loaded = self.loaded(topic).await?;
         loaded
             .compaction
@@ -229,10 +283,21 @@ impl BrokerHooks for AdminHooks {
     }
 
     async fn unload_topic(&self, topic: &TopicName) -> Result<(), HookError> {
+        if let Some(owner) = self.elsewhere(topic).await? {
+            return owner.call(Method::PUT, topic, "/unload", None).await.map(drop);
+        }
         self.0.unload_topic(topic).await.map(|_| ()).map_err(hook_error)
     }
 
     async fn terminate_topic(&self, topic: &TopicName) -> Result<(u64, i64), HookError> {
+        if let Some(owner) = self.elsewhere(topic).await? {
+            let id: serde_json::Value = owner.json(Method::POST, topic, "/terminate").await?;
+            let field = |name: &str| id.get(name).and_then(serde_json::Value::as_i64);
+            return match (field("ledgerId"), field("entryId")) {
+                (Some(ledger), Some(entry)) if ledger >= 0 => Ok((ledger as u64, entry)),
+                _ => Err(HookError::Internal(format!("the owner of {topic} answered {id}"))),
+            };
+        }
         let loaded = self.loaded(topic).await?;
         loaded.terminate().await.map_err(hook_error)?;
         Ok(loaded.last_message_id())
@@ -280,6 +345,7 @@ impl BrokerHooks for AdminHooks {
             web_url,
             web_url_tls: urls.web_url_tls,
             redirect,
+            listeners: urls.listeners,
         }))
     }
 
@@ -339,6 +405,14 @@ impl BrokerHooks for AdminHooks {
         subscription: Option<&str>,
         expire_time_seconds: u64,
     ) -> Result<(), HookError> {
+        if let Some(owner) = self.elsewhere(topic).await? {
+            let path = match subscription {
+                Some(name) => format!("/subscription/{}/expireMessages", encode_topic_name(name)),
+                None => "/all_subscription/expireMessages".to_string(),
+            };
+            let path = format!("{path}/{expire_time_seconds}");
+            return owner.call(Method::POST, topic, &path, None).await.map(drop);
+        }
         let loaded = self.0.topic(topic, false).await.map_err(expiry_error)?;
         let ttl_ms = expire_time_seconds.saturating_mul(1000);
         magnetar_broker::expiry::expire_by_time(&loaded, subscription, ttl_ms)
@@ -355,6 +429,13 @@ impl BrokerHooks for AdminHooks {
         entry_id: u64,
         excluded: bool,
     ) -> Result<(), HookError> {
+        if let Some(owner) = self.elsewhere(topic).await? {
+            let path = format!("/subscription/{}/expireMessages", encode_topic_name(subscription));
+            let body = serde_json::json!({
+                "ledgerId": ledger_id, "entryId": entry_id, "isExcluded": excluded,
+            });
+            return owner.call(Method::POST, topic, &path, Some(body)).await.map(drop);
+        }
         let loaded = self.0.topic(topic, false).await.map_err(expiry_error)?;
         let position = magnetar_broker::cursor::Position::new(ledger_id, entry_id);
         let through = if excluded {
@@ -399,5 +480,19 @@ fn expiry_error(error: BrokerError) -> HookError {
         }
         BrokerError::NotAllowed(why) => HookError::PreconditionFailed(why),
         other => HookError::Internal(other.to_string()),
+    }
+}
+
+/// A subscription start as the admin API's `MessageId` body gives it (Pulsar's earliest and
+/// latest ids for those).
+fn message_id_body(start: SubscriptionStart) -> serde_json::Value {
+    let at = |p: Position, excluded: bool| serde_json::json!({ "ledgerId": p.ledger_id, "entryId": p.entry_id, "isExcluded": excluded });
+    match start {
+        SubscriptionStart::Latest => {
+            serde_json::json!({ "ledgerId": i64::MAX, "entryId": i64::MAX })
+        }
+        SubscriptionStart::Earliest => serde_json::json!({ "ledgerId": -1, "entryId": -1 }),
+        SubscriptionStart::At(p) => at(p, false),
+        SubscriptionStart::After(p) => at(p, true),
     }
 }

@@ -100,6 +100,10 @@ impl From<HookError> for AdminError {
             HookError::PreconditionFailed(m) => AdminError::PreconditionFailed(m),
             HookError::Unavailable(m) => AdminError::Unavailable(m),
             HookError::Internal(m) => AdminError::Internal(m),
+            HookError::Answered(status, m) => match StatusCode::from_u16(status) {
+                Ok(status) => AdminError::Status(status, m),
+                Err(_) => AdminError::Internal(m),
+            },
         }
     }
 }

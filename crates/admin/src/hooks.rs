@@ -39,6 +39,8 @@ pub struct TopicOwner {
     /// The broker is to take the topic (a redirect to the broker chosen for a free bundle):
     /// the client asks it again with `authoritative=true`.
     pub redirect: bool,
+    /// That broker's advertised listeners (an HTTP lookup's `listenerName`).
+    pub listeners: magnetar_model::listeners::AdvertisedListeners,
 }
 
 fn no_broker(topic: &TopicName) -> HookError {
@@ -63,6 +65,9 @@ pub enum HookError {
     /// 500: anything else.
     #[error("{0}")]
     Internal(String),
+    /// Another broker's answer (the owner of a partition asked), passed on with its status.
+    #[error("{1}")]
+    Answered(u16, String),
 }
 
 /// Operations the admin router delegates to the broker.

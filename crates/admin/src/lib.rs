@@ -181,6 +181,7 @@ mod broker_hooks;
 mod error;
 mod hooks;
 mod model;
+mod remote;
 mod routes;
 
 use std::fmt;

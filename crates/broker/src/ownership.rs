@@ -4,6 +4,7 @@
 
 use crate::error::BrokerError;
 use async_trait::async_trait;
+use magnetar_model::listeners::AdvertisedListeners;
 use magnetar_model::names::{NamespaceName, TopicName};
 pub use magnetar_protocol::commands::AssignedBroker;
 
@@ -25,6 +26,41 @@ pub struct BrokerUrls {
     pub broker_url_tls: Option<String>,
     pub web_url: Option<String>,
     pub web_url_tls: Option<String>,
+    /// The broker's advertised listeners (Pulsar's `advertisedListeners`).
+    pub listeners: AdvertisedListeners,
+}
+
+impl BrokerUrls {
+    /// These URLs as a client naming listener `name` (LOOKUP's `advertised_listener_name`,
+    /// the HTTP lookup's `listenerName`) is to see them: that listener's, or the internal
+    /// listener's when it names none. `Err` with Pulsar's "the broker do not have X listener"
+    /// (which clients match on) when the broker has no such listener. A broker without
+    /// listeners answers an unnamed lookup with its URLs as they are.
+    pub fn for_listener(mut self, name: Option<&str>) -> Result<BrokerUrls, String> {
+        if let Some(listener) = self.listeners.select(name)? {
+            if let Some(url) = &listener.broker_url {
+                self.broker_url = url.clone();
+            }
+            self.broker_url_tls = listener.broker_url_tls.clone().or(self.broker_url_tls);
+            self.web_url = listener.web_url.clone().or(self.web_url);
+            self.web_url_tls = listener.web_url_tls.clone().or(self.web_url_tls);
+        }
+        Ok(self)
+    }
+}
+
+impl LookupAnswer {
+    /// The answer for a client naming listener `name` (see [`BrokerUrls::for_listener`]).
+    pub fn for_listener(self, name: Option<&str>) -> Result<LookupAnswer, String> {
+        Ok(match self {
+            LookupAnswer::Connect { urls } => {
+                LookupAnswer::Connect { urls: urls.for_listener(name)? }
+            }
+            LookupAnswer::Redirect { urls, authoritative } => {
+                LookupAnswer::Redirect { urls: urls.for_listener(name)?, authoritative }
+            }
+        })
+    }
 }
 
 /// The bundles an unload stops serving, from [`Ownership::stop_serving`] to
@@ -103,5 +139,57 @@ pub struct SingleBroker {
 impl Ownership for SingleBroker {
     async fn lookup(&self, _: &TopicName, _: bool) -> Result<LookupAnswer, BrokerError> {
         Ok(LookupAnswer::Connect { urls: self.urls.clone() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(listeners: &str) -> BrokerUrls {
+        BrokerUrls {
+            broker_url: "pulsar://10.0.0.2:6650".into(),
+            broker_url_tls: None,
+            web_url: Some("http://10.0.0.2:8080".into()),
+            web_url_tls: None,
+            listeners: AdvertisedListeners::parse(listeners, "").unwrap(),
+        }
+    }
+
+    #[test]
+    fn an_answer_takes_the_owners_url_for_the_listener_named() {
+        let urls = owner(
+            "internal:pulsar://10.0.0.2:6650,external:pulsar://b2.example:16650,\
+             external:http://b2.example:18080,secure:pulsar+ssl://b2.example:16651",
+        );
+        let answer = LookupAnswer::Redirect { urls: urls.clone(), authoritative: true };
+        let LookupAnswer::Redirect { urls: external, authoritative } =
+            answer.for_listener(Some("external")).unwrap()
+        else {
+            panic!("a redirect stays a redirect");
+        };
+        assert!(authoritative);
+        assert_eq!(external.broker_url, "pulsar://b2.example:16650");
+        assert_eq!(external.broker_url_tls, None);
+        assert_eq!(external.web_url.as_deref(), Some("http://b2.example:18080"));
+        let secure = urls.clone().for_listener(Some("secure")).unwrap();
+        assert_eq!(secure.broker_url_tls.as_deref(), Some("pulsar+ssl://b2.example:16651"));
+        assert_eq!(secure.broker_url, "pulsar://10.0.0.2:6650", "no plain URL: the owner's");
+        // None named: the internal listener's; an unknown name: Pulsar's error text.
+        assert_eq!(urls.clone().for_listener(None).unwrap().broker_url, "pulsar://10.0.0.2:6650");
+        assert_eq!(
+            urls.for_listener(Some("nope")).unwrap_err(),
+            "the broker do not have nope listener"
+        );
+    }
+
+    #[test]
+    fn an_owner_without_listeners_keeps_its_urls_unless_one_is_named() {
+        let urls = owner("");
+        assert_eq!(urls.clone().for_listener(None).unwrap(), urls);
+        assert_eq!(
+            urls.for_listener(Some("external")).unwrap_err(),
+            "the broker do not have external listener"
+        );
     }
 }

@@ -6,7 +6,7 @@ use crate::error::BrokerError;
 use crate::managed_ledger::LedgerBackend;
 use crate::metrics::BrokerMetrics;
 use crate::non_persistent::NonPersistentTopic;
-use crate::ownership::{AssignedBroker, BrokerUrls, LookupAnswer, Ownership, SingleBroker};
+use crate::ownership::{AssignedBroker, BrokerUrls, Ownership, SingleBroker};
 use crate::registration::Readiness;
 use crate::schema_registry::SchemaRegistry;
 use crate::topic::Topic;
@@ -99,6 +99,7 @@ impl BrokerService {
                     broker_url_tls: config.service_url_tls.clone(),
                     web_url: None,
                     web_url_tls: None,
+                    listeners: config.listeners(),
                 },
             })
         });
@@ -184,30 +185,6 @@ impl BrokerService {
         *self.policy_defaults.write() = self.config.policy_defaults_with(&values);
         tracing::info!(?document, "dynamic configuration applied");
         self.refresh_policies_of(|_| true).await
-    }
-
-    /// A LOOKUP answer as the listener the client names sees it (Pulsar's
-    /// `advertisedListeners`): that listener's URLs, or the internal listener's when it names
-    /// none; ServiceNotReady "the broker do not have X listener" when this broker has no such
-    /// listener. Without listeners configured an unnamed lookup keeps the answer as it is.
-    pub fn for_listener(
-        &self,
-        answer: LookupAnswer,
-        name: Option<&str>,
-    ) -> Result<LookupAnswer, BrokerError> {
-        let Some(listener) = self.listeners.select(name).map_err(BrokerError::ServiceNotReady)?
-        else {
-            return Ok(answer);
-        };
-        // A broker answers its own listeners; another owner's answer keeps that owner's URLs.
-        Ok(match answer {
-            LookupAnswer::Connect { mut urls } if urls.broker_url == self.config.service_url() => {
-                urls.broker_url = listener.broker_url.clone().unwrap_or(urls.broker_url);
-                urls.broker_url_tls = listener.broker_url_tls.clone().or(urls.broker_url_tls);
-                LookupAnswer::Connect { urls }
-            }
-            other => other,
-        })
     }
 
     /// A broker-wide unique key for producers and consumers.

@@ -25,6 +25,7 @@ use bytes::Bytes;
 use magnetar_metadata::{
     ExpectedVersion, MetadataError, SessionEvent, SessionStore, WatchEvent, WatchStream,
 };
+use magnetar_model::listeners::{AdvertisedListeners, Listener};
 use magnetar_model::names::{NamespaceName, TopicName};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -72,6 +73,9 @@ pub struct BrokerUrls {
     pub service_url_tls: Option<String>,
     pub web_url: String,
     pub web_url_tls: Option<String>,
+    /// Its advertised listeners: a client naming one is answered that listener's URLs.
+    #[serde(default)]
+    pub listeners: AdvertisedListeners,
 }
 
 /// A lookup's answer.
@@ -793,6 +797,10 @@ impl ClusterOwnership {
             pulsar_service_url_tls: Option<String>,
             #[serde(default)]
             web_service_url_tls: Option<String>,
+            #[serde(default)]
+            advertised_listeners: BTreeMap<String, Listener>,
+            #[serde(default)]
+            internal_listener_name: Option<String>,
         }
         match serde_json::from_slice::<Registration>(&found.value) {
             Ok(r) => Ok(Some(BrokerUrls {
@@ -801,6 +809,10 @@ impl ClusterOwnership {
                 service_url_tls: r.pulsar_service_url_tls,
                 web_url: r.web_service_url,
                 web_url_tls: r.web_service_url_tls,
+                listeners: AdvertisedListeners {
+                    listeners: r.advertised_listeners,
+                    internal: r.internal_listener_name,
+                },
             })),
             Err(error) => {
                 tracing::warn!(key, %error, "broker registration not understood: left out");
@@ -968,6 +980,8 @@ fn urls_of(id: &str, stored: &StoredRecord) -> Option<BrokerUrls> {
         service_url_tls: stored.native_url_tls.clone(),
         web_url: stored.http_url.clone()?,
         web_url_tls: stored.http_url_tls.clone(),
+        // A record does not carry listeners: only for an owner whose registration is not read.
+        listeners: AdvertisedListeners::default(),
     })
 }
 

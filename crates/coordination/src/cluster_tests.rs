@@ -13,6 +13,7 @@ fn urls(id: &str, web_port: u16) -> BrokerUrls {
         service_url_tls: None,
         web_url: format!("http://127.0.0.1:{web_port}"),
         web_url_tls: None,
+        listeners: Default::default(),
     }
 }
 

@@ -41,6 +41,7 @@ fn urls(broker: magnetar_coordination::BrokerUrls) -> BrokerUrls {
         broker_url_tls: broker.service_url_tls,
         web_url: Some(broker.web_url),
         web_url_tls: broker.web_url_tls,
+        listeners: broker.listeners,
     }
 }
 

@@ -91,6 +91,7 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         };
         let service_url = broker_config.service_url();
         let service_url_tls = broker_config.service_url_tls.clone();
+        let listeners = broker_config.listeners();
 
         let readiness = Arc::new(Readiness::not_ready("starting"));
         // Every metadata write of the broker and the admin API is counted
@@ -110,6 +111,7 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
                     service_url_tls: service_url_tls.clone(),
                     web_url: web_url.clone(),
                     web_url_tls: web_url_tls.clone(),
+                    listeners: listeners.clone(),
                 };
                 let config = settings.config.coordination.to_config()?;
                 let started =
@@ -178,6 +180,8 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
             web_service_url: web_url.clone(),
             pulsar_service_url_tls: service_url_tls.clone(),
             web_service_url_tls: web_url_tls.clone(),
+            advertised_listeners: listeners.listeners.clone(),
+            internal_listener_name: listeners.internal.clone(),
             start_timestamp,
             broker_version: env!("CARGO_PKG_VERSION").to_string(),
         };

@@ -10,19 +10,29 @@
 
 use std::collections::BTreeMap;
 
-/// One listener's URLs (at most one of each scheme; `http` and `https` ones are kept too).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+use serde::{Deserialize, Serialize};
+
+/// One listener's URLs (at most one of each scheme; `http` and `https` ones are kept too). As
+/// JSON, Pulsar's `AdvertisedListener` (a broker's registration carries its listeners so that
+/// every broker answers lookups of its topics with them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Listener {
+    #[serde(rename = "brokerServiceUrl", default, skip_serializing_if = "Option::is_none")]
     pub broker_url: Option<String>,
+    #[serde(rename = "brokerServiceUrlTls", default, skip_serializing_if = "Option::is_none")]
     pub broker_url_tls: Option<String>,
+    #[serde(rename = "brokerHttpUrl", default, skip_serializing_if = "Option::is_none")]
     pub web_url: Option<String>,
+    #[serde(rename = "brokerHttpsUrl", default, skip_serializing_if = "Option::is_none")]
     pub web_url_tls: Option<String>,
 }
 
 /// The listeners by name, and which is the internal one.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdvertisedListeners {
+    #[serde(default)]
     pub listeners: BTreeMap<String, Listener>,
+    #[serde(default)]
     pub internal: Option<String>,
 }
 

@@ -96,6 +96,13 @@ pub struct BrokerRegistration {
     /// `https://host:port` of its admin API, when TLS is enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub web_service_url_tls: Option<String>,
+    /// Its advertised listeners by name (Pulsar's `advertisedListeners`), which lookups of its
+    /// topics on any broker answer a client naming one with.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub advertised_listeners: BTreeMap<String, crate::listeners::Listener>,
+    /// Which of them a client naming none is answered (`internalListenerName`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_listener_name: Option<String>,
     /// When the broker process started, milliseconds since the Unix epoch.
     pub start_timestamp: u64,
     /// The broker's version (`CARGO_PKG_VERSION` of the binary).

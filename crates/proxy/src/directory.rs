@@ -149,6 +149,8 @@ mod tests {
             web_service_url: format!("http://127.0.0.1:{}", port + 1),
             pulsar_service_url_tls: None,
             web_service_url_tls: None,
+            advertised_listeners: Default::default(),
+            internal_listener_name: None,
             start_timestamp: 0,
             broker_version: "test".into(),
         };

@@ -19,9 +19,12 @@ pub(crate) async fn to_owner(
     let topic_route =
         path.starts_with("/admin/v2/persistent/") || path.starts_with("/admin/v2/non-persistent/");
     let segments = PathSegments::new(request.uri());
-    // `{domain}/{tenant}/{namespace}/{topic}…`, but not the namespace's `…/partitioned` list.
-    let names_topic =
-        segments.len() > 4 || (segments.len() == 4 && !path.ends_with("/partitioned"));
+    // `{domain}/{tenant}/{namespace}/{topic}…`, but not the namespace's `…/partitioned` list,
+    // nor a partitioned topic's metadata (`…/{topic}/partitions`: created, grown, read or
+    // deleted on any broker, as in Pulsar; a delete reaches each partition's owner).
+    let names_topic = (segments.len() > 4
+        || (segments.len() == 4 && !path.ends_with("/partitioned")))
+        && !path.ends_with("/partitions");
     let topic = match segments.topic() {
         Ok(topic) if topic_route && names_topic => topic,
         _ => return next.run(request).await,

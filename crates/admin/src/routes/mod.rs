@@ -11,6 +11,7 @@
 
 mod bookies;
 mod broker;
+mod broker_load;
 mod console;
 mod expiry;
 mod forward;
@@ -63,6 +64,11 @@ pub(crate) fn build(state: AdminState) -> Router {
         )
         .route("/admin/v2/brokers/internal-configuration", get(broker::internal_configuration))
         .route("/admin/v2/brokers/{cluster}", get(broker::list_brokers))
+        .route(
+            "/admin/v2/brokers/{cluster}/{broker}/ownedNamespaces",
+            get(broker_load::owned_namespaces),
+        )
+        .route("/admin/v2/broker-stats/load-report", get(broker_load::load_report))
         .route("/admin/v2/bookies/all", get(bookies::list_all))
         .route("/admin/v2/bookies/racks-info", get(bookies::racks))
         .route(
@@ -199,7 +205,9 @@ pub(crate) fn build(state: AdminState) -> Router {
     router = console::routes(router);
     // Authorization sees the matched route (a route layer), so it covers every route above.
     // Authorization (the outer layer: added last, it runs first), then a 307 to the topic's
-    // owner when that is another broker.
+    // owner when that is another broker, then the handler, with the caller's credentials kept
+    // for the partitions it asks other brokers about.
+    router = router.route_layer(axum::middleware::from_fn(crate::remote::keep_caller));
     router =
         router.route_layer(axum::middleware::from_fn_with_state(state.clone(), forward::to_owner));
     router = router

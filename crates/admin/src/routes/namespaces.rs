@@ -389,7 +389,7 @@ fn bundles_of(doc: &Map<String, Value>) -> Value {
 
 /// The namespace's bundles, parsed (a stored document whose boundaries do not cover the hash
 /// range is a server error: the admin API never stores one).
-fn namespace_bundles(
+pub(crate) fn namespace_bundles(
     doc: &Map<String, Value>,
     ns: &impl std::fmt::Display,
 ) -> Result<magnetar_coordination::Bundles, AdminError> {

@@ -413,39 +413,44 @@ pub(crate) async fn lookup(
     let topic = PathSegments::after(&uri, "/lookup/v2/topic/").topic()?;
     require_namespace(&state, topic.namespace()).await?;
     let authoritative = query_param(&uri, "authoritative").is_some_and(|v| v == "true");
-    if let Some(owner) = state.hooks.topic_owner(&topic, authoritative).await? {
-        if owner.redirect {
-            let location = format!("{}{}?authoritative=true", owner.web_url, uri.path());
-            return Ok(super::temporary_redirect(&location));
-        }
-        return Ok(Json(serde_json::json!({
-            "brokerUrl": owner.broker_url,
-            "brokerUrlTls": owner.broker_url_tls.unwrap_or_default(),
-            "httpUrl": owner.web_url,
-            "httpUrlTls": owner.web_url_tls.unwrap_or_default(),
-            "nativeUrl": owner.broker_url,
-        }))
-        .into_response());
-    }
     // Pulsar's `TopicLookup`: the `listenerName` parameter, else the `X-Pulsar-ListenerName`
-    // header; a listener the broker does not have is a server error (500), as in Pulsar.
+    // header; a listener the owner does not have is a server error (500), as in Pulsar.
     let named = query_param(&uri, "listenerName").filter(|n| !n.is_empty()).or_else(|| {
         headers.get("X-Pulsar-ListenerName").and_then(|v| v.to_str().ok()).map(str::to_string)
     });
-    let listener = state.listeners.select(named.as_deref()).map_err(AdminError::Internal)?;
-    let mut broker_url = state.broker_service_url.clone().unwrap_or_default();
-    let http_url = state.service_url.clone().unwrap_or_default();
-    let mut broker_url_tls = state.broker_service_url_tls.clone().unwrap_or_default();
-    if let Some(listener) = listener {
-        broker_url = listener.broker_url.clone().unwrap_or(broker_url);
-        broker_url_tls = listener.broker_url_tls.clone().unwrap_or(broker_url_tls);
+    let owner = state.hooks.topic_owner(&topic, authoritative).await?;
+    if let Some(owner) = owner.as_ref().filter(|owner| owner.redirect) {
+        // The redirected request keeps its `listenerName` (or header) for the next broker.
+        let mut query: Vec<&str> = (uri.query().unwrap_or_default().split('&'))
+            .filter(|p| !p.is_empty() && !p.starts_with("authoritative="))
+            .collect();
+        query.push("authoritative=true");
+        let location = format!("{}{}?{}", owner.web_url, uri.path(), query.join("&"));
+        return Ok(super::temporary_redirect(&location));
     }
-    let http_url_tls = state.service_url_tls.clone().unwrap_or_default();
+    // The owner's URLs (another broker's, or this one's), as the listener named sees them.
+    let (mut broker_url, mut broker_url_tls, mut http_url, mut http_url_tls, listeners) =
+        match owner {
+            Some(o) => (o.broker_url, o.broker_url_tls, o.web_url, o.web_url_tls, o.listeners),
+            None => (
+                state.broker_service_url.clone().unwrap_or_default(),
+                state.broker_service_url_tls.clone(),
+                state.service_url.clone().unwrap_or_default(),
+                state.service_url_tls.clone(),
+                state.listeners.clone(),
+            ),
+        };
+    if let Some(l) = listeners.select(named.as_deref()).map_err(AdminError::Internal)? {
+        broker_url = l.broker_url.clone().unwrap_or(broker_url);
+        broker_url_tls = l.broker_url_tls.clone().or(broker_url_tls);
+        http_url = l.web_url.clone().unwrap_or(http_url);
+        http_url_tls = l.web_url_tls.clone().or(http_url_tls);
+    }
     Ok(Json(serde_json::json!({
         "brokerUrl": broker_url,
-        "brokerUrlTls": broker_url_tls,
+        "brokerUrlTls": broker_url_tls.unwrap_or_default(),
         "httpUrl": http_url,
-        "httpUrlTls": http_url_tls,
+        "httpUrlTls": http_url_tls.unwrap_or_default(),
         "nativeUrl": broker_url,
     }))
     .into_response())

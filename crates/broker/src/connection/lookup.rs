@@ -55,8 +55,9 @@ impl Connection {
                 (Err(error), _) | (_, Err(error)) => Err(error),
                 (Ok(()), Ok(name)) => service.ownership.lookup(&name, authoritative).await,
             };
-            let answer =
-                answer.and_then(|answer| service.for_listener(answer, listener.as_deref()));
+            let answer = answer.and_then(|answer| {
+                answer.for_listener(listener.as_deref()).map_err(BrokerError::ServiceNotReady)
+            });
             let reply = match answer {
                 Ok(LookupAnswer::Connect { urls }) => commands::lookup_response(
                     request_id,
