@@ -170,6 +170,34 @@ impl LedgerMeta {
         Ok(())
     }
 
+    /// Checks that `next` is `self` with copies moved (re-replication): valid, and the same in
+    /// everything but the nodes of its ensembles, where each fragment keeps its start and its
+    /// size, and every node it drops is replaced by one it did not have. Unlike
+    /// [`validate_successor`](Self::validate_successor), any fragment may change, a CLOSED
+    /// ledger's too: the entries do not change, only where their copies are.
+    pub fn validate_replacement(&self, next: &LedgerMeta) -> Result<(), MetaError> {
+        next.validate()?;
+        let invalid = |why: &str| Err(MetaError::Invalid(why.to_string()));
+        let same = next.write_quorum == self.write_quorum
+            && next.ack_quorum == self.ack_quorum
+            && next.state == self.state
+            && next.last_entry_id == self.last_entry_id
+            && next.epoch == self.epoch
+            && next.isolation == self.isolation;
+        if !same {
+            return invalid("a re-replication changes nothing but ensembles");
+        }
+        if next.fragments.len() != self.fragments.len() {
+            return invalid("a re-replication keeps every fragment");
+        }
+        for (old, new) in self.fragments.iter().zip(&next.fragments) {
+            if old.first_entry != new.first_entry {
+                return invalid("a re-replication keeps every fragment's start");
+            }
+        }
+        Ok(())
+    }
+
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("ledger metadata always serializes")
     }
@@ -199,6 +227,32 @@ mod tests {
         assert_eq!(meta.ensemble_for(10), nodes(&[1, 3]).as_slice());
         assert_eq!(meta.ensemble_for(u64::MAX), nodes(&[1, 3]).as_slice());
         meta.validate().unwrap();
+    }
+
+    #[test]
+    fn a_replacement_moves_copies_of_any_fragment_and_changes_nothing_else() {
+        let mut closed = LedgerMeta::new(nodes(&[1, 2]), 2, 2);
+        closed.fragments.push(Fragment { first_entry: 10, ensemble: nodes(&[1, 3]) });
+        closed.state = LedgerState::Closed;
+        closed.last_entry_id = Some(20);
+        let mut moved = closed.clone();
+        moved.fragments[0].ensemble = nodes(&[4, 2]);
+        moved.fragments[1].ensemble = nodes(&[5, 3]);
+        closed.validate_replacement(&moved).unwrap();
+        assert!(closed.validate_successor(&moved).is_err(), "a writer may not do it");
+        let changed = |f: &dyn Fn(&mut LedgerMeta)| {
+            let mut next = moved.clone();
+            f(&mut next);
+            closed.validate_replacement(&next).is_err()
+        };
+        assert!(changed(&|m| m.last_entry_id = Some(19)));
+        assert!(changed(&|m| m.state = LedgerState::Open));
+        assert!(changed(&|m| m.epoch += 1));
+        assert!(changed(&|m| m.fragments[1].first_entry = 11));
+        assert!(changed(&|m| {
+            m.fragments.pop();
+        }));
+        assert!(changed(&|m| m.fragments[0].ensemble = nodes(&[2, 2])), "distinct nodes");
     }
 
     #[test]

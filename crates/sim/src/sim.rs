@@ -4,6 +4,7 @@
 use crate::disk::Disk;
 use crate::rng::Rng;
 use bytes::Bytes;
+use magnetar_autorecovery::{plan, CopyAction, FragmentCopy, Plan, PlanError};
 use magnetar_model::storage_nodes::IsolationGroups;
 use magnetar_replication::message::{Request, RequestId, Response};
 use magnetar_replication::meta::{LedgerMeta, LedgerState};
@@ -17,28 +18,49 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 const LEDGER: LedgerId = 1;
 const TICK_MS: u64 = 50;
+/// How long a re-replication copy waits for an answer before it asks again.
+const COPY_TIMEOUT_MS: u64 = 500;
 
-/// Who talks to the nodes: the writer, or recovery number `k`.
+/// Who talks to the nodes: the writer, recovery number `k`, or the re-replication that runs
+/// after a node is lost for good.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Client {
     Writer,
     Recovery(usize),
+    Rereplication,
 }
+
+/// The peer number of [`Client::Rereplication`] (recoveries count up from 1).
+const REREPLICATION_PEER: u64 = 1 << 32;
 
 impl Client {
     fn peer(self) -> u64 {
         match self {
             Client::Writer => 0,
             Client::Recovery(k) => k as u64 + 1,
+            Client::Rereplication => REREPLICATION_PEER,
         }
     }
 
     fn from_peer(peer: u64) -> Client {
         match peer {
             0 => Client::Writer,
+            REREPLICATION_PEER => Client::Rereplication,
             k => Client::Recovery(k as usize - 1),
         }
     }
+}
+
+/// The copies of a lost node's fragments under way (`magnetar-autorecovery`'s plan and copies).
+struct Rereplication {
+    plan: Plan,
+    copies: Vec<FragmentCopy>,
+    /// Request id -> (copy, entry, whether it is an add, the node asked).
+    requests: BTreeMap<RequestId, (usize, EntryId, bool, NodeId)>,
+    next_request: u64,
+    failed: Option<String>,
+    /// The metadata write's outcome, once answered.
+    written: Option<MetaWrite>,
 }
 
 /// The run's shape and fault rates; [`Knobs::random`] draws them from the seed.
@@ -172,6 +194,8 @@ pub struct Outcome {
     pub acked: u64,
     pub last_entry: Option<EntryId>,
     pub fragments: usize,
+    /// A node was lost for good at the end and its copies re-replicated (Qw copies checked).
+    pub rereplicated: bool,
     pub events: u64,
     pub virtual_ms: u64,
 }
@@ -248,6 +272,7 @@ pub struct Simulation {
     delete_scheduled: bool,
     violation: Option<String>,
     trace: Option<Vec<String>>,
+    rereplication: Option<Rereplication>,
 }
 
 impl Simulation {
@@ -307,6 +332,7 @@ impl Simulation {
             delete_scheduled: false,
             violation: None,
             trace: None,
+            rereplication: None,
             knobs,
         };
         sim.schedule(TICK_MS, Event::Tick { client: Client::Writer });
@@ -454,10 +480,12 @@ impl Simulation {
                 ));
             }
         }
+        let rereplicated = self.lose_a_node_and_rereplicate()?;
         Ok(Outcome {
             acked: self.acked.len() as u64,
             last_entry: self.meta.last_entry_id,
             fragments: self.meta.fragments.len(),
+            rereplicated,
             events: self.events,
             virtual_ms: self.now,
         })
@@ -819,6 +847,22 @@ impl Simulation {
                     self.schedule(TICK_MS, Event::Tick { client });
                 }
             }
+            Client::Rereplication => {
+                let Some(r) = &mut self.rereplication else { return };
+                let mut pending = Vec::new();
+                for (k, copy) in r.copies.iter_mut().enumerate() {
+                    let mut out = Vec::new();
+                    copy.tick(now, &mut out);
+                    pending.push((k, out));
+                }
+                let running = r.failed.is_none() && !r.copies.iter().all(FragmentCopy::is_finished);
+                for (k, out) in pending {
+                    self.rereplication_actions(k, out);
+                }
+                if running {
+                    self.schedule(TICK_MS, Event::Tick { client });
+                }
+            }
         }
     }
 
@@ -838,6 +882,7 @@ impl Simulation {
                 recovery.on_response(from, request, body, now, &mut out);
                 self.recovery_actions(k, out);
             }
+            Client::Rereplication => self.rereplication_answer(request, from, Some(body)),
         }
     }
 
@@ -856,6 +901,15 @@ impl Simulation {
                 let mut out = Vec::new();
                 recovery.on_node_failed(node, now, &mut out);
                 self.recovery_actions(k, out);
+            }
+            Client::Rereplication => {
+                let asked: Vec<RequestId> =
+                    self.rereplication.as_ref().map_or_else(Vec::new, |r| {
+                        r.requests.iter().filter(|(_, q)| q.3 == node).map(|(id, _)| *id).collect()
+                    });
+                for request in asked {
+                    self.rereplication_answer(request, node, None);
+                }
             }
         }
     }
@@ -1019,7 +1073,11 @@ impl Simulation {
                 if !apply {
                     MetaReply::Written(MetaWrite::Unknown)
                 } else {
-                    if let Err(e) = self.meta.validate_successor(&meta) {
+                    let valid = match client {
+                        Client::Rereplication => self.meta.validate_replacement(&meta),
+                        _ => self.meta.validate_successor(&meta),
+                    };
+                    if let Err(e) = valid {
                         self.violate(format!(
                             "{client:?} stored an invalid successor: {e}: {meta:?}"
                         ));
@@ -1072,7 +1130,173 @@ impl Simulation {
                 }
                 self.recovery_actions(k, out);
             }
+            Client::Rereplication => {
+                if let (Some(r), MetaReply::Written(result)) = (&mut self.rereplication, reply) {
+                    r.written = Some(result);
+                }
+            }
         }
+    }
+
+    // ------------------------------------------------------------------ re-replication
+
+    /// After the end checks: one node of the ledger's ensembles is lost for good (its disk with
+    /// it), the auditor's plan moves its copies to nodes that hold none of the ledger, the copies
+    /// run over the simulated network, the metadata is swapped by compare-and-set, and then every
+    /// entry must be on as many nodes of its ensemble as before the loss (the replacement holds
+    /// whatever a survivor held), at least Qa. The node lost is one whose every entry has another
+    /// copy (with Qa = 1 an entry may have none: its loss is data loss, which the copy reports
+    /// and no plan can undo). Skipped when no such node is there, or no node is free to take a
+    /// copy. Returns whether it ran.
+    fn lose_a_node_and_rereplicate(&mut self) -> Result<bool, String> {
+        // A ledger deleted (or about to be: its nodes collect it) has nothing to restore.
+        if self.deleted || self.delete_scheduled || self.meta.write_quorum < 2 {
+            return Ok(false);
+        }
+        let Some(last) = self.meta.last_entry_id else { return Ok(false) };
+        let holders = |sim: &Simulation, entry: EntryId| -> Vec<NodeId> {
+            let expected = sim.expected_data(entry);
+            (sim.meta.ensemble_for(entry).iter().copied())
+                .filter(|n| sim.nodes[n.0 as usize].disk.read(LEDGER, entry) == Some(&expected))
+                .collect()
+        };
+        let before: Vec<Vec<NodeId>> = (0..=last).map(|e| holders(self, e)).collect();
+        let named: BTreeSet<NodeId> =
+            self.meta.fragments.iter().flat_map(|f| f.ensemble.iter().copied()).collect();
+        let safe: Vec<NodeId> = named
+            .into_iter()
+            .filter(|n| before.iter().all(|h| !h.contains(n) || h.len() > 1))
+            .collect();
+        if safe.is_empty() {
+            return Ok(false);
+        }
+        let lost = safe[self.rng.below(safe.len() as u64) as usize];
+        let n = &mut self.nodes[lost.0 as usize];
+        n.core = None;
+        n.incarnation += 1;
+        n.disk = Disk::default();
+        let live: Vec<NodeInfo> = (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].core.is_some())
+            .map(|i| self.nodes[i].info.clone())
+            .collect();
+        let plan = match plan(&self.meta, &BTreeSet::from([lost]), &live) {
+            Ok(plan) => plan,
+            Err(PlanError::NoReplacement { .. }) => return Ok(false),
+            Err(e) => return Err(format!("re-replication of {lost}: {e}")),
+        };
+        assert!(!plan.left_to_writer, "the ledger is closed");
+        let (epoch, now) = (self.meta.epoch, self.now);
+        let mut copies = Vec::new();
+        let mut sends = Vec::new();
+        for transfer in &plan.transfers {
+            let mut out = Vec::new();
+            copies.push(FragmentCopy::start(
+                LEDGER,
+                epoch,
+                transfer,
+                4,
+                COPY_TIMEOUT_MS,
+                now,
+                &mut out,
+            ));
+            sends.push(out);
+        }
+        self.rereplication = Some(Rereplication {
+            plan,
+            copies,
+            requests: BTreeMap::new(),
+            next_request: 0,
+            failed: None,
+            written: None,
+        });
+        for (k, out) in sends.into_iter().enumerate() {
+            self.rereplication_actions(k, out);
+        }
+        self.schedule(TICK_MS, Event::Tick { client: Client::Rereplication });
+        let deadline = self.now + 60_000;
+        self.run_until(
+            |sim| {
+                sim.rereplication.as_ref().is_some_and(|r| {
+                    r.failed.is_some() || r.copies.iter().all(FragmentCopy::is_finished)
+                })
+            },
+            deadline,
+        )
+        .map_err(|why| {
+            let r = self.rereplication.as_ref().expect("set above");
+            format!("re-replication of {lost}: {why}: requests {:?}, copies {:?}, plan {:?}, metadata {:?}", r.requests, r.copies, r.plan, self.meta)
+        })?;
+        let r = self.rereplication.as_ref().expect("set above");
+        if let Some(why) = &r.failed {
+            return Err(format!(
+                "re-replication of {lost} failed: {why} (before: {before:?}; metadata {:?}; \
+                 plan {:?})",
+                self.meta, r.plan
+            ));
+        }
+        let next = r.plan.apply(&self.meta).map_err(|e| format!("re-replication plan: {e}"))?;
+        let expected = self.meta_version;
+        self.meta_request(Client::Rereplication, MetaOp::Write { meta: next, expected });
+        self.run_until(
+            |sim| sim.rereplication.as_ref().is_some_and(|r| r.written.is_some()),
+            deadline,
+        )?;
+        match self.rereplication.as_ref().and_then(|r| r.written.clone()) {
+            Some(MetaWrite::Written(_)) => {}
+            other => return Err(format!("re-replication's metadata write: {other:?}")),
+        }
+        self.check("after re-replication")?;
+        for (entry, had) in before.iter().enumerate() {
+            let now = holders(self, entry as EntryId);
+            if now.len() < had.len() {
+                return Err(format!(
+                    "entry {entry} had copies on {had:?} before {lost} was lost, now on {now:?} \
+                     only (metadata {:?})",
+                    self.meta
+                ));
+            }
+        }
+        Ok(true)
+    }
+
+    fn rereplication_actions(&mut self, copy: usize, actions: Vec<CopyAction>) {
+        for action in actions {
+            let Some(r) = &mut self.rereplication else { return };
+            match action {
+                CopyAction::Send { to, request } => {
+                    let (entry, add) = match &request {
+                        Request::Add { entry, .. } => (*entry, true),
+                        Request::Read { entry, .. } => (*entry, false),
+                        other => panic!("a copy sends reads and adds, not {other:?}"),
+                    };
+                    r.next_request += 1;
+                    let id = r.next_request;
+                    r.requests.insert(id, (copy, entry, add, to));
+                    self.send_to_node(Client::Rereplication, to, id, request);
+                }
+                CopyAction::Done => {}
+                CopyAction::Failed(why) => {
+                    r.failed.get_or_insert(why);
+                }
+            }
+        }
+    }
+
+    /// `from`'s answer to request `id` of a copy (`None`: its connection failed).
+    fn rereplication_answer(&mut self, id: RequestId, from: NodeId, answer: Option<Response>) {
+        let Some(r) = &mut self.rereplication else { return };
+        let Some(&(copy, entry, add, to)) = r.requests.get(&id) else { return };
+        if to != from {
+            return;
+        }
+        r.requests.remove(&id);
+        let (mut out, now) = (Vec::new(), self.now);
+        if add {
+            r.copies[copy].on_added(entry, answer, now, &mut out);
+        } else {
+            r.copies[copy].on_read(from, entry, answer, now, &mut out);
+        }
+        self.rereplication_actions(copy, out);
     }
 
     // ------------------------------------------------------------------ invariants
@@ -1126,6 +1350,11 @@ impl Simulation {
     /// Entry `entry` is durable, with the writer's bytes, on Qa nodes of the ensemble the
     /// stored metadata names for it.
     fn check_entry(&self, entry: EntryId) -> Result<(), String> {
+        self.check_entry_copies(entry, self.meta.ack_quorum)
+    }
+
+    /// Entry `entry` is durable, with the writer's bytes, on `wanted` nodes of its ensemble.
+    fn check_entry_copies(&self, entry: EntryId, wanted: u32) -> Result<(), String> {
         let expected = self.expected_data(entry);
         let ensemble = self.meta.ensemble_for(entry);
         let mut copies = 0;
@@ -1138,10 +1367,11 @@ impl Simulation {
                 None => {}
             }
         }
-        if copies < self.meta.ack_quorum {
+        if copies < wanted {
             return Err(format!(
-                "entry {entry} is durable on {copies} of {ensemble:?}, fewer than Qa = {} (metadata {:?})",
-                self.meta.ack_quorum, self.meta
+                "entry {entry} is durable on {copies} of {ensemble:?}, fewer than {wanted} (Qw {}, \
+                 Qa {}; metadata {:?})",
+                self.meta.write_quorum, self.meta.ack_quorum, self.meta
             ));
         }
         Ok(())
