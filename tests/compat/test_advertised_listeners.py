@@ -28,6 +28,18 @@ def _lookup(conn, topic, request_id, listener=None):
     return conn.expect(wire.LOOKUP_RESPONSE)
 
 
+def _round_trip(service_url, listener, topic, payload):
+    """Produces `payload` and consumes it with the official client naming `listener`."""
+    client = pulsar.Client(service_url, listener_name=listener, operation_timeout_seconds=10)
+    try:
+        producer = client.create_producer(topic)
+        consumer = client.subscribe(topic, "s")
+        producer.send(payload)
+        assert consumer.receive(timeout_millis=10_000).data() == payload
+    finally:
+        client.close()
+
+
 def test_a_listener_the_broker_does_not_have_fails_the_client(server):
     # Pulsar's python test_listener_name_client: no listeners configured, listener "test".
     client = pulsar.Client(server.service_url, listener_name="test", operation_timeout_seconds=10)
@@ -70,14 +82,7 @@ def test_lookups_answer_the_named_listener(listeners_server):
         assert missing[7] == [b"the broker do not have nope listener"], missing
 
     # The official client follows the external listener's URL and works through it.
-    client = pulsar.Client(srv.service_url, listener_name="external", operation_timeout_seconds=10)
-    try:
-        producer = client.create_producer(topic)
-        consumer = client.subscribe(topic, "s")
-        producer.send(b"through-external")
-        assert consumer.receive(timeout_millis=10_000).data() == b"through-external"
-    finally:
-        client.close()
+    _round_trip(srv.service_url, "external", topic, b"through-external")
 
     path = "/lookup/v2/topic/persistent/public/default/%s" % topic.rsplit("/", 1)[1]
     status, body = http_request("GET", srv.web_url + path + "?listenerName=external")
@@ -146,15 +151,7 @@ def test_every_broker_answers_the_owners_listener(listeners_cluster):
 
     # The official client, given the first broker and the external listener, reaches the topic
     # on the second broker through its external URL.
-    client = pulsar.Client(first.service_url, listener_name="external",
-                           operation_timeout_seconds=10)
-    try:
-        producer = client.create_producer(topic)
-        consumer = client.subscribe(topic, "s")
-        producer.send(b"to-the-owner-through-external")
-        assert consumer.receive(timeout_millis=10_000).data() == b"to-the-owner-through-external"
-    finally:
-        client.close()
+    _round_trip(first.service_url, "external", topic, b"to-the-owner-through-external")
 
     path = "/lookup/v2/topic/" + topic.replace("://", "/")
     status, body = http_request("GET", first.web_url + path + "?listenerName=external")

@@ -24,6 +24,7 @@ use crate::error::AdminError;
 use crate::hooks::HookError;
 use crate::model::{parse_partitions_body, PartitionedTopicMetadata};
 use crate::AdminState;
+use magnetar_broker::ownership::BrokerUrls;
 use magnetar_broker::schema_registry::SchemaRegistry;
 use magnetar_model::keys;
 use magnetar_model::names::{
@@ -429,29 +430,29 @@ pub(crate) async fn lookup(
         return Ok(super::temporary_redirect(&location));
     }
     // The owner's URLs (another broker's, or this one's), as the listener named sees them.
-    let (mut broker_url, mut broker_url_tls, mut http_url, mut http_url_tls, listeners) =
-        match owner {
-            Some(o) => (o.broker_url, o.broker_url_tls, o.web_url, o.web_url_tls, o.listeners),
-            None => (
-                state.broker_service_url.clone().unwrap_or_default(),
-                state.broker_service_url_tls.clone(),
-                state.service_url.clone().unwrap_or_default(),
-                state.service_url_tls.clone(),
-                state.listeners.clone(),
-            ),
-        };
-    if let Some(l) = listeners.select(named.as_deref()).map_err(AdminError::Internal)? {
-        broker_url = l.broker_url.clone().unwrap_or(broker_url);
-        broker_url_tls = l.broker_url_tls.clone().or(broker_url_tls);
-        http_url = l.web_url.clone().unwrap_or(http_url);
-        http_url_tls = l.web_url_tls.clone().or(http_url_tls);
-    }
+    let urls = match owner {
+        Some(o) => BrokerUrls {
+            broker_url: o.broker_url,
+            broker_url_tls: o.broker_url_tls,
+            web_url: Some(o.web_url),
+            web_url_tls: o.web_url_tls,
+            listeners: o.listeners,
+        },
+        None => BrokerUrls {
+            broker_url: state.broker_service_url.clone().unwrap_or_default(),
+            broker_url_tls: state.broker_service_url_tls.clone(),
+            web_url: state.service_url.clone(),
+            web_url_tls: state.service_url_tls.clone(),
+            listeners: state.listeners.clone(),
+        },
+    };
+    let urls = urls.for_listener(named.as_deref()).map_err(AdminError::Internal)?;
     Ok(Json(serde_json::json!({
-        "brokerUrl": broker_url,
-        "brokerUrlTls": broker_url_tls.unwrap_or_default(),
-        "httpUrl": http_url,
-        "httpUrlTls": http_url_tls.unwrap_or_default(),
-        "nativeUrl": broker_url,
+        "brokerUrl": urls.broker_url.clone(),
+        "brokerUrlTls": urls.broker_url_tls.unwrap_or_default(),
+        "httpUrl": urls.web_url.unwrap_or_default(),
+        "httpUrlTls": urls.web_url_tls.unwrap_or_default(),
+        "nativeUrl": urls.broker_url,
     }))
     .into_response())
 }
