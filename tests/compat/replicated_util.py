@@ -119,6 +119,20 @@ def ledgers_in_etcd(etcd):
             for key, value in zip(lines[0::2], lines[1::2])}
 
 
+def keys_in_etcd(etcd, path):
+    """The cluster's keys under `path` (e.g. `/autorecovery/under-replicated/`), without the
+    cluster's root."""
+    etcdctl = shutil.which("etcdctl")
+    if not etcdctl:
+        pytest.fail("etcdctl not found (apt-get install etcd-client)")
+    root = "/magnetar/%s" % CLUSTER
+    done = subprocess.run([etcdctl, "--endpoints", etcd.endpoint, "get", "--prefix", "--keys-only",
+                           root + path], capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT_S, env=dict(os.environ, ETCDCTL_API="3"))
+    assert done.returncode == 0, done.stderr
+    return [line[len(root):] for line in done.stdout.splitlines() if line.strip()]
+
+
 def ledger_ids_allocated_since(etcd, before):
     """How many ledger ids were taken since the ledger ids `before` were listed: ids come from
     one cluster-wide counter, and a topic's newest ledger stays, while consumed ledgers may be

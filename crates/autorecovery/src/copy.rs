@@ -1,7 +1,8 @@
 //! One fragment's entries copied to its replacement (BookKeeper's `LedgerFragmentReplicator`):
 //! each entry read from a survivor (the next survivor when one has it not or fails), written to
-//! the replacement with a recovery add carrying the last-add-confirmed the survivor holds (never
-//! more than what was confirmed: a node's LAC stays at or below the acknowledged entries)
+//! the replacement with a recovery add carrying the last-add-confirmed the survivor holds, below
+//! the entry (never more than what was confirmed: a node's LAC stays at or below the
+//! acknowledged entries; and the wire takes no LAC at or above its entry)
 //! (accepted by a fenced ledger at the ledger's epoch; a CLOSED ledger was fenced by its
 //! recovery), strictly in entry order: a storage node keeps one run of entries per ledger, so an
 //! entry past the next one would be refused. Up to `window` entries are read ahead. A request
@@ -231,9 +232,12 @@ impl FragmentCopy {
             return;
         }
         let Some((data, lac)) = self.read.remove(&self.next_add) else { return };
+        // A piggybacked LAC is below its entry (the wire refuses any other).
+        let entry = self.next_add;
+        let lac = lac.and_then(|lac| entry.checked_sub(1).map(|below| lac.min(below)));
         let request = Request::Add {
             ledger: self.ledger,
-            entry: self.next_add,
+            entry,
             epoch: self.epoch,
             lac,
             recovery: true,
@@ -304,7 +308,7 @@ mod tests {
             ledger: LEDGER,
             entry: e,
             epoch: 3,
-            lac: Some(12),
+            lac: e.checked_sub(1).map(|below| below.min(12)),
             recovery: true,
             data: data(e),
         };

@@ -17,6 +17,7 @@
 //! * `write_metrics` serves the client's own series (`stats`): nodes registered, ensemble
 //!   changes, recoveries, reads asked of another replica, requests left unanswered.
 
+pub mod autorecovery;
 mod meta;
 mod nodes;
 mod read;

@@ -474,6 +474,17 @@ pub struct StorageArgs {
     /// core, at least 2. 1 runs every connection and that task on one thread.
     #[arg(long)]
     pub worker_threads: Option<usize>,
+    /// Seconds a storage node may be unregistered before auto-recovery copies its ledgers'
+    /// lost copies to other nodes (BookKeeper's `lostBookieRecoveryDelay`); every node runs
+    /// the auditor (one per cluster, elected through etcd) and a re-replication worker.
+    #[arg(long, default_value_t = 60)]
+    pub lost_node_recovery_delay_seconds: u64,
+    /// Seconds between auto-recovery rounds (the auditor's look, the workers' pick-up).
+    #[arg(long, default_value_t = 5)]
+    pub audit_interval_seconds: u64,
+    /// No auto-recovery on this node (it neither audits nor re-replicates).
+    #[arg(long)]
+    pub no_autorecovery: bool,
 }
 
 #[derive(Subcommand, Debug)]

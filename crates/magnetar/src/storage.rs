@@ -25,6 +25,9 @@ const NODE_ID_FILE: &str = "node-id";
 const SPACE_CHECK_EVERY: Duration = Duration::from_millis(100);
 
 pub fn run(args: StorageArgs) -> anyhow::Result<()> {
+    if args.audit_interval_seconds == 0 {
+        anyhow::bail!("--audit-interval-seconds must be at least 1");
+    }
     anyhow::ensure!(args.worker_threads != Some(0), "--worker-threads must be at least 1");
     // Fail-stop: a panic on any thread (a journal thread's broken invariant, say) ends the
     // node at once instead of leaving it up with a dead journal, answering nothing.
@@ -134,6 +137,32 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
             }
             None => None,
         };
+        // Auto-recovery: the cluster's auditor (if elected) and a re-replication worker.
+        let autorecovery = match (&metadata, args.no_autorecovery) {
+            (Some(etcd), false) => {
+                let store: Arc<dyn MetadataStore> = etcd.clone();
+                let config = magnetar_ledger_replicated::ReplicatedConfig::default();
+                let ledgers = magnetar_ledger_replicated::ReplicatedLedgers::start(store, config)
+                    .await
+                    .context("auto-recovery: find the storage nodes")?;
+                let config = magnetar_ledger_replicated::autorecovery::AutoRecoveryConfig {
+                    lost_node_recovery_delay: Duration::from_secs(
+                        args.lost_node_recovery_delay_seconds,
+                    ),
+                    audit_interval: Duration::from_secs(args.audit_interval_seconds),
+                    ..Default::default()
+                };
+                let session: Arc<dyn SessionStore> = etcd.clone();
+                let run = magnetar_ledger_replicated::autorecovery::run(
+                    session,
+                    ledgers.nodes().clone(),
+                    node,
+                    config,
+                );
+                Some((ledgers, tokio::spawn(run)))
+            }
+            _ => None,
+        };
         let stats = Arc::new(magnetar_storage_node::NodeStats::new(Duration::from_secs(
             args.stats_interval_seconds,
         )));
@@ -171,6 +200,9 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
             })
             .await;
         watcher.abort();
+        if let Some((_ledgers, task)) = autorecovery {
+            task.abort();
+        }
         if let Some(task) = metrics {
             task.abort();
         }

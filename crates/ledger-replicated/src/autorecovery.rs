@@ -1,0 +1,283 @@
+//! Auto-recovery's shell (issue 48), run by every storage node: the decisions are
+//! `magnetar-autorecovery`'s; here are the metadata store and the connections to the nodes.
+//!
+//! Each round (`audit_interval`):
+//! - **auditor**: the node holding the ephemeral key [`AUDITOR_KEY`] (taken by whoever finds it
+//!   free: one per cluster) reads every ledger's metadata and the registrations, and marks each
+//!   ledger a lost node leaves short of copies at `/autorecovery/under-replicated/{ledger}`
+//!   (the lost nodes' ids, JSON); a marker whose ledger no longer names a lost node is removed.
+//! - **worker**: for each marker of a CLOSED ledger (an open one's metadata is its writer's), the
+//!   first node to take its ephemeral lock
+//!   (`/autorecovery/locks/{ledger}`) plans the ledger, copies each fragment entry by entry to its
+//!   replacement, then swaps the replacements into the metadata by compare-and-set (against the
+//!   version it planned from: a writer's change meanwhile makes it plan again next round),
+//!   removes the marker and releases the lock. A session lost mid-copy drops the lock with it;
+//!   a copy is idempotent (the same bytes again are answered as stored).
+//!
+//! Not yet: open ledgers' closed fragments (left until the ledger closes), wiped-disk detection (a node back with a new instance), a copy-rate throttle,
+//! progress metrics, decommissioning, and brokers' cached metadata of closed ledgers (they read
+//! the old ensemble's survivors until they reload it).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use magnetar_autorecovery::audit::{named_nodes, under_replicated};
+use magnetar_autorecovery::{plan, Auditor, CopyAction, FragmentCopy, PlanError};
+use magnetar_metadata::{ExpectedVersion, MetadataError, SessionStore};
+use magnetar_replication::meta::{LedgerMeta, LedgerState};
+use magnetar_replication::{LedgerId, MetaWrite, NodeId, Request, Response};
+use tokio::sync::mpsc;
+
+use crate::meta::{read_meta, write_meta};
+use crate::Nodes;
+
+/// Held by the cluster's auditor (ephemeral: it goes with the auditor's session).
+pub const AUDITOR_KEY: &str = "/autorecovery/auditor";
+/// Under-replicated ledgers, one key each.
+pub const UNDER_REPLICATED_ROOT: &str = "/autorecovery/under-replicated";
+/// A worker's lock on a ledger it re-replicates (ephemeral).
+pub const LOCKS_ROOT: &str = "/autorecovery/locks";
+
+/// Auto-recovery's settings. Defaults in [`Default`].
+#[derive(Debug, Clone)]
+pub struct AutoRecoveryConfig {
+    /// How long a node may be unregistered before its copies are made again elsewhere
+    /// (BookKeeper's `lostBookieRecoveryDelay`): a restart or an upgrade takes less. 60 s.
+    pub lost_node_recovery_delay: Duration,
+    /// How often the auditor looks and the workers pick up markers. 5 s.
+    pub audit_interval: Duration,
+    /// Entries read ahead per fragment copy. 16.
+    pub copy_window: u64,
+    /// How long a copy's request may go unanswered before it is asked again. 5 s.
+    pub request_timeout: Duration,
+}
+
+impl Default for AutoRecoveryConfig {
+    fn default() -> Self {
+        AutoRecoveryConfig {
+            lost_node_recovery_delay: Duration::from_secs(60),
+            audit_interval: Duration::from_secs(5),
+            copy_window: 16,
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Runs auto-recovery for the node `me` until the task is dropped.
+pub async fn run(
+    metadata: Arc<dyn SessionStore>,
+    nodes: Arc<Nodes>,
+    me: NodeId,
+    config: AutoRecoveryConfig,
+) {
+    let started = Instant::now();
+    let mut auditor = Auditor::new(config.lost_node_recovery_delay.as_millis() as u64);
+    let mut interval = tokio::time::interval(config.audit_interval);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let now_ms = started.elapsed().as_millis() as u64;
+        if let Err(error) = audit(&*metadata, me, &mut auditor, now_ms).await {
+            tracing::warn!(%error, "auto-recovery: audit round failed");
+        }
+        if let Err(error) = work(&*metadata, &nodes, &config).await {
+            tracing::warn!(%error, "auto-recovery: re-replication round failed");
+        }
+    }
+}
+
+/// The ledgers' metadata now (a ledger deleted meanwhile is left out).
+async fn all_ledgers(
+    metadata: &dyn SessionStore,
+) -> Result<BTreeMap<LedgerId, LedgerMeta>, MetadataError> {
+    let ids: Vec<String> = metadata.list_children(magnetar_model::keys::LEDGERS_ROOT).await?;
+    let keys: Vec<String> = ids.iter().map(|id| format!("/ledgers/{id}")).collect();
+    let mut ledgers = BTreeMap::new();
+    for (id, found) in ids.iter().zip(metadata.get_many(&keys).await?) {
+        let (Ok(id), Some(found)) = (id.parse::<LedgerId>(), found) else { continue };
+        match LedgerMeta::from_json(&found.value) {
+            Ok(meta) => {
+                ledgers.insert(id, meta);
+            }
+            Err(error) => {
+                tracing::warn!(ledger = id, %error, "auto-recovery: metadata not understood")
+            }
+        }
+    }
+    Ok(ledgers)
+}
+
+/// One auditor round, if this node is (or becomes) the auditor.
+async fn audit(
+    metadata: &dyn SessionStore,
+    me: NodeId,
+    auditor: &mut Auditor,
+    now_ms: u64,
+) -> Result<(), MetadataError> {
+    let mine = Bytes::from(me.0.to_string());
+    match metadata.put_ephemeral(AUDITOR_KEY, mine.clone(), ExpectedVersion::Absent).await {
+        Ok(_) => tracing::info!(node = %me, "auto-recovery: this node is the auditor"),
+        Err(MetadataError::BadVersion { .. }) => {
+            let holder = metadata.get(AUDITOR_KEY).await?.map(|found| found.value);
+            if holder.as_ref() != Some(&mine) {
+                return Ok(());
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    // Registered, whether this node can reach it or not (a TLS-only node it has no TLS for is
+    // not lost).
+    let root = magnetar_model::keys::STORAGE_NODES_ROOT;
+    let registered: BTreeSet<NodeId> = (metadata.list_children(root).await?.iter())
+        .filter_map(|child| child.parse::<u64>().ok().map(NodeId))
+        .collect();
+    let ledgers = all_ledgers(metadata).await?;
+    let lost =
+        auditor.observe(&named_nodes(ledgers.values()), &registered, &BTreeSet::new(), now_ms);
+    let short = under_replicated(&ledgers, &lost);
+    for (ledger, gone) in &short {
+        let key = format!("{UNDER_REPLICATED_ROOT}/{ledger}");
+        let value: Vec<u64> = gone.iter().map(|n| n.0).collect();
+        let value = Bytes::from(serde_json::to_vec(&value).expect("ids serialize"));
+        if metadata.get(&key).await?.map(|f| f.value) != Some(value.clone()) {
+            tracing::warn!(ledger, lost = ?gone, "auto-recovery: ledger under-replicated");
+            metadata.put(&key, value, ExpectedVersion::Any).await?;
+        }
+    }
+    for ledger in metadata.list_children(UNDER_REPLICATED_ROOT).await? {
+        let known = ledger.parse::<LedgerId>().is_ok_and(|id| short.contains_key(&id));
+        if !known {
+            let key = format!("{UNDER_REPLICATED_ROOT}/{ledger}");
+            match metadata.delete(&key, ExpectedVersion::Any).await {
+                Ok(()) | Err(MetadataError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One worker round: every marked ledger whose lock this node takes.
+async fn work(
+    metadata: &dyn SessionStore,
+    nodes: &Nodes,
+    config: &AutoRecoveryConfig,
+) -> Result<(), MetadataError> {
+    for ledger in metadata.list_children(UNDER_REPLICATED_ROOT).await? {
+        let Ok(id) = ledger.parse::<LedgerId>() else { continue };
+        let Some(marker) = metadata.get(&format!("{UNDER_REPLICATED_ROOT}/{id}")).await? else {
+            continue;
+        };
+        let Ok(lost) = serde_json::from_slice::<Vec<u64>>(&marker.value) else { continue };
+        let lost: BTreeSet<NodeId> = lost.into_iter().map(NodeId).collect();
+        let lock = format!("{LOCKS_ROOT}/{id}");
+        match metadata.put_ephemeral(&lock, Bytes::new(), ExpectedVersion::Absent).await {
+            Ok(_) => {}
+            Err(MetadataError::BadVersion { .. }) => continue, // another node's
+            Err(e) => return Err(e),
+        }
+        let outcome = rereplicate(metadata, nodes, id, &lost, config).await;
+        match &outcome {
+            Ok(true) => {
+                tracing::info!(ledger = id, ?lost, "auto-recovery: ledger re-replicated");
+                let key = format!("{UNDER_REPLICATED_ROOT}/{id}");
+                match metadata.delete(&key, ExpectedVersion::Exactly(marker.version)).await {
+                    Ok(())
+                    | Err(MetadataError::NotFound { .. } | MetadataError::BadVersion { .. }) => {}
+                    Err(e) => tracing::warn!(ledger = id, error = %e, "auto-recovery: marker kept"),
+                }
+            }
+            Ok(false) => {}
+            Err(why) => {
+                tracing::warn!(ledger = id, %why, "auto-recovery: not re-replicated (again next round)")
+            }
+        }
+        match metadata.delete(&lock, ExpectedVersion::Any).await {
+            Ok(()) | Err(MetadataError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Plans ledger `id` and runs its copies; `Ok(true)` once the metadata names the replacements.
+async fn rereplicate(
+    metadata: &dyn SessionStore,
+    nodes: &Nodes,
+    id: LedgerId,
+    lost: &BTreeSet<NodeId>,
+    config: &AutoRecoveryConfig,
+) -> Result<bool, String> {
+    let Some((meta, version)) = read_meta(metadata, id).await.map_err(|e| e.to_string())? else {
+        return Ok(true); // deleted: nothing to restore
+    };
+    // An open ledger's metadata is its writer's to change (a swap under it would conflict with
+    // its next ensemble change): its copies wait until it is closed.
+    if meta.state != LedgerState::Closed {
+        return Ok(false);
+    }
+    nodes.refresh().await.map_err(|e| e.to_string())?;
+    let plan = match plan(&meta, lost, &nodes.live()) {
+        Ok(plan) => plan,
+        Err(e @ PlanError::NoReplacement { .. }) => return Err(e.to_string()),
+        Err(e) => return Err(format!("cannot be restored: {e}")),
+    };
+    if plan.transfers.is_empty() {
+        return Ok(false); // only the writer's open fragment: its writer replaces the node
+    }
+    for transfer in &plan.transfers {
+        copy_fragment(nodes, id, meta.epoch, transfer, config).await?;
+    }
+    let next = plan.apply(&meta).map_err(|e| e.to_string())?;
+    match write_meta(metadata, id, &next, version).await {
+        MetaWrite::Written(_) => Ok(!plan.left_to_writer),
+        other => Err(format!("metadata changed meanwhile: {other:?}")),
+    }
+}
+
+/// One fragment's copy, driven to its end.
+async fn copy_fragment(
+    nodes: &Nodes,
+    ledger: LedgerId,
+    epoch: u64,
+    transfer: &magnetar_autorecovery::Transfer,
+    config: &AutoRecoveryConfig,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let now = || started.elapsed().as_millis() as u64;
+    let timeout = config.request_timeout.as_millis() as u64;
+    let (answers, mut answered) = mpsc::unbounded_channel::<(NodeId, Request, Option<Response>)>();
+    let mut out = Vec::new();
+    let mut copy =
+        FragmentCopy::start(ledger, epoch, transfer, config.copy_window, timeout, now(), &mut out);
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        for action in out.drain(..) {
+            match action {
+                CopyAction::Send { to, request } => {
+                    let answers = answers.clone();
+                    let asked = request.clone();
+                    nodes.send(
+                        to,
+                        &request,
+                        Box::new(move |answer| {
+                            let _ = answers.send((to, asked, answer));
+                        }),
+                    );
+                }
+                CopyAction::Done => return Ok(()),
+                CopyAction::Failed(why) => return Err(why),
+            }
+        }
+        tokio::select! {
+            Some((from, request, answer)) = answered.recv() => match request {
+                Request::Add { entry, .. } => copy.on_added(entry, answer, now(), &mut out),
+                Request::Read { entry, .. } => copy.on_read(from, entry, answer, now(), &mut out),
+                _ => {}
+            },
+            _ = tick.tick() => copy.tick(now(), &mut out),
+        }
+    }
+}
