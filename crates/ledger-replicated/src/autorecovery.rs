@@ -14,9 +14,8 @@
 //!   removes the marker and releases the lock. A session lost mid-copy drops the lock with it;
 //!   a copy is idempotent (the same bytes again are answered as stored).
 //!
-//! Not yet: open ledgers' closed fragments (left until the ledger closes), wiped-disk detection (a node back with a new instance), a copy-rate throttle,
-//! progress metrics, decommissioning, and brokers' cached metadata of closed ledgers (they read
-//! the old ensemble's survivors until they reload it).
+//! Not yet: open ledgers' closed fragments (left until the ledger closes), wiped-disk detection
+//! (a node back with a new instance), a copy-rate throttle, progress metrics, decommissioning.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -394,7 +394,24 @@ impl LedgerStorage for ReplicatedLedgers {
             if first > last || readable.is_none_or(|r| last > r) {
                 return Err(LedgerError::NoSuchEntry { ledger, entry: last });
             }
-            self.read_range(&meta, ledger, first, last).await
+            match self.read_range(&meta, ledger, first, last).await {
+                Err(LedgerError::Unavailable(why)) if meta.state == LedgerState::Closed => {
+                    // Auto-recovery may have moved the copies the cached metadata names (the
+                    // only change a closed ledger's metadata sees): read it again, and if the
+                    // ensembles moved, the read goes to where the copies are now.
+                    self.closed.lock().remove(&ledger);
+                    let stored = self.meta(ledger).await?;
+                    if stored.fragments == meta.fragments {
+                        return Err(LedgerError::Unavailable(why));
+                    }
+                    tracing::info!(
+                        ledger,
+                        "closed ledger's copies moved: read from the new ensemble"
+                    );
+                    self.read_range(&stored, ledger, first, last).await
+                }
+                other => other,
+            }
         })
     }
 
