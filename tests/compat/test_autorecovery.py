@@ -6,7 +6,7 @@ broker (ensemble 2, write and ack quorum 2). A topic's messages are written, the
 (its ledger closed), and one node of the ledger's ensemble SIGKILLed: within the bound, the
 cluster's auditor (elected through etcd) marks the ledger under-replicated, a worker copies the
 lost node's fragment to a node that held none of it and swaps it into the ledger's metadata, and
-the marker goes. Then the other node of the original ensemble is SIGKILLed too: every message is
+the marker goes, and the nodes' /metrics show it. Then the other node of the original ensemble is SIGKILLed too: every message is
 still read, from the copy auto-recovery made, through the same broker, which had the ledger's old
 metadata cached (a closed ledger's read that fails on every replica it names re-reads it).
 
@@ -15,6 +15,7 @@ Skipped without etcd unless MAGNETAR_REQUIRE_ETCD=1; skipped on an external brok
 import json
 import os
 import time
+import urllib.request
 
 import pulsar
 import pytest
@@ -80,11 +81,28 @@ def test_a_lost_nodes_copies_are_made_again_and_outlive_the_other_copy(tmp_path)
                 etcd, "/autorecovery/")
             time.sleep(0.2)  # polled, as above
 
+        # Progress in the nodes' /metrics: one auditor, the ledger counted as re-replicated,
+        # its entries as copied.
+        live = [n for n in nodes if n is not first]
+        assert sum(_metric(n, "magnetar_autorecovery_auditor") for n in live) == 1
+        assert sum(_metric(n, "magnetar_autorecovery_rereplicated_ledgers_total")
+                   for n in live) >= 1
+        assert sum(_metric(n, "magnetar_autorecovery_copied_entries_total")
+                   for n in live) >= MESSAGES
+
         # Only the copy auto-recovery made is left of the ledger's entries; the topic unloaded
         # so that the entries are read from storage again, not from the topic's cache.
         second.kill()
         _unload(broker, topic)
         _read_all(broker, topic)
+
+
+def _metric(node, name):
+    """The sum of a node's samples of `name` in its /metrics."""
+    with urllib.request.urlopen(node.metrics_url, timeout=COMMAND_TIMEOUT_S) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.split("{", 1)[0].split(" ", 1)[0] == name)
 
 
 def _unload(broker, topic):

@@ -15,9 +15,11 @@
 //!   a copy is idempotent (the same bytes again are answered as stored).
 //!
 //! Not yet: open ledgers' closed fragments (left until the ledger closes), wiped-disk detection
-//! (a node back with a new instance), a copy-rate throttle, progress metrics, decommissioning.
+//! (a node back with a new instance), a copy-rate throttle, decommissioning. Progress is counted
+//! in [`AutoRecoveryStats`] (the node's `/metrics`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +27,7 @@ use bytes::Bytes;
 use magnetar_autorecovery::audit::{named_nodes, under_replicated};
 use magnetar_autorecovery::{plan, Auditor, CopyAction, FragmentCopy, PlanError};
 use magnetar_metadata::{ExpectedVersion, MetadataError, SessionStore};
+use magnetar_metrics::{Exposition, Labels};
 use magnetar_replication::meta::{LedgerMeta, LedgerState};
 use magnetar_replication::{LedgerId, MetaWrite, NodeId, Request, Response};
 use tokio::sync::mpsc;
@@ -64,12 +67,69 @@ impl Default for AutoRecoveryConfig {
     }
 }
 
-/// Runs auto-recovery for the node `me` until the task is dropped.
+/// Auto-recovery's progress, for the node's `/metrics`.
+#[derive(Debug, Default)]
+pub struct AutoRecoveryStats {
+    /// 1 while this node is the cluster's auditor.
+    auditor: AtomicU64,
+    /// Under-replicated ledgers at the auditor's last round (0 on other nodes).
+    under_replicated: AtomicU64,
+    rereplicated: AtomicU64,
+    failed: AtomicU64,
+    copied_entries: AtomicU64,
+    copied_bytes: AtomicU64,
+}
+
+impl AutoRecoveryStats {
+    pub fn write_metrics(&self, out: &mut Exposition, labels: Labels) {
+        let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
+        out.gauge(
+            "magnetar_autorecovery_auditor",
+            "1 while this node is the cluster's auto-recovery auditor.",
+            labels,
+            load(&self.auditor) as f64,
+        );
+        out.gauge(
+            "magnetar_autorecovery_under_replicated_ledgers",
+            "Ledgers with a copy on a lost node, at the auditor's last round (0 elsewhere).",
+            labels,
+            load(&self.under_replicated) as f64,
+        );
+        let counters: [(&'static str, &'static str, &AtomicU64); 4] = [
+            (
+                "magnetar_autorecovery_rereplicated_ledgers",
+                "Ledgers this node re-replicated (copies made, metadata swapped).",
+                &self.rereplicated,
+            ),
+            (
+                "magnetar_autorecovery_failed_rereplications",
+                "Re-replications this node gave up on for a round (tried again the next).",
+                &self.failed,
+            ),
+            (
+                "magnetar_autorecovery_copied_entries",
+                "Entries this node copied to replacements.",
+                &self.copied_entries,
+            ),
+            (
+                "magnetar_autorecovery_copied_bytes",
+                "Entry bytes this node copied to replacements.",
+                &self.copied_bytes,
+            ),
+        ];
+        for (name, help, value) in counters {
+            out.counter(name, help, labels, load(value));
+        }
+    }
+}
+
+/// Runs auto-recovery for the node `me` until the task is dropped, counting into `stats`.
 pub async fn run(
     metadata: Arc<dyn SessionStore>,
     nodes: Arc<Nodes>,
     me: NodeId,
     config: AutoRecoveryConfig,
+    stats: Arc<AutoRecoveryStats>,
 ) {
     let started = Instant::now();
     let mut auditor = Auditor::new(config.lost_node_recovery_delay.as_millis() as u64);
@@ -78,10 +138,10 @@ pub async fn run(
     loop {
         interval.tick().await;
         let now_ms = started.elapsed().as_millis() as u64;
-        if let Err(error) = audit(&*metadata, me, &mut auditor, now_ms).await {
+        if let Err(error) = audit(&*metadata, me, &mut auditor, now_ms, &stats).await {
             tracing::warn!(%error, "auto-recovery: audit round failed");
         }
-        if let Err(error) = work(&*metadata, &nodes, &config).await {
+        if let Err(error) = work(&*metadata, &nodes, &config, &stats).await {
             tracing::warn!(%error, "auto-recovery: re-replication round failed");
         }
     }
@@ -114,6 +174,7 @@ async fn audit(
     me: NodeId,
     auditor: &mut Auditor,
     now_ms: u64,
+    stats: &AutoRecoveryStats,
 ) -> Result<(), MetadataError> {
     let mine = Bytes::from(me.0.to_string());
     match metadata.put_ephemeral(AUDITOR_KEY, mine.clone(), ExpectedVersion::Absent).await {
@@ -121,6 +182,8 @@ async fn audit(
         Err(MetadataError::BadVersion { .. }) => {
             let holder = metadata.get(AUDITOR_KEY).await?.map(|found| found.value);
             if holder.as_ref() != Some(&mine) {
+                stats.auditor.store(0, Ordering::Relaxed);
+                stats.under_replicated.store(0, Ordering::Relaxed);
                 return Ok(());
             }
         }
@@ -136,6 +199,8 @@ async fn audit(
     let lost =
         auditor.observe(&named_nodes(ledgers.values()), &registered, &BTreeSet::new(), now_ms);
     let short = under_replicated(&ledgers, &lost);
+    stats.auditor.store(1, Ordering::Relaxed);
+    stats.under_replicated.store(short.len() as u64, Ordering::Relaxed);
     for (ledger, gone) in &short {
         let key = format!("{UNDER_REPLICATED_ROOT}/{ledger}");
         let value: Vec<u64> = gone.iter().map(|n| n.0).collect();
@@ -163,6 +228,7 @@ async fn work(
     metadata: &dyn SessionStore,
     nodes: &Nodes,
     config: &AutoRecoveryConfig,
+    stats: &AutoRecoveryStats,
 ) -> Result<(), MetadataError> {
     for ledger in metadata.list_children(UNDER_REPLICATED_ROOT).await? {
         let Ok(id) = ledger.parse::<LedgerId>() else { continue };
@@ -177,9 +243,10 @@ async fn work(
             Err(MetadataError::BadVersion { .. }) => continue, // another node's
             Err(e) => return Err(e),
         }
-        let outcome = rereplicate(metadata, nodes, id, &lost, config).await;
+        let outcome = rereplicate(metadata, nodes, id, &lost, config, stats).await;
         match &outcome {
             Ok(true) => {
+                stats.rereplicated.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(ledger = id, ?lost, "auto-recovery: ledger re-replicated");
                 let key = format!("{UNDER_REPLICATED_ROOT}/{id}");
                 match metadata.delete(&key, ExpectedVersion::Exactly(marker.version)).await {
@@ -190,6 +257,7 @@ async fn work(
             }
             Ok(false) => {}
             Err(why) => {
+                stats.failed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(ledger = id, %why, "auto-recovery: not re-replicated (again next round)")
             }
         }
@@ -208,6 +276,7 @@ async fn rereplicate(
     id: LedgerId,
     lost: &BTreeSet<NodeId>,
     config: &AutoRecoveryConfig,
+    stats: &AutoRecoveryStats,
 ) -> Result<bool, String> {
     let Some((meta, version)) = read_meta(metadata, id).await.map_err(|e| e.to_string())? else {
         return Ok(true); // deleted: nothing to restore
@@ -227,7 +296,7 @@ async fn rereplicate(
         return Ok(false); // only the writer's open fragment: its writer replaces the node
     }
     for transfer in &plan.transfers {
-        copy_fragment(nodes, id, meta.epoch, transfer, config).await?;
+        copy_fragment(nodes, id, meta.epoch, transfer, config, stats).await?;
     }
     let next = plan.apply(&meta).map_err(|e| e.to_string())?;
     match write_meta(metadata, id, &next, version).await {
@@ -243,6 +312,7 @@ async fn copy_fragment(
     epoch: u64,
     transfer: &magnetar_autorecovery::Transfer,
     config: &AutoRecoveryConfig,
+    stats: &AutoRecoveryStats,
 ) -> Result<(), String> {
     let started = Instant::now();
     let now = || started.elapsed().as_millis() as u64;
@@ -272,7 +342,13 @@ async fn copy_fragment(
         }
         tokio::select! {
             Some((from, request, answer)) = answered.recv() => match request {
-                Request::Add { entry, .. } => copy.on_added(entry, answer, now(), &mut out),
+                Request::Add { entry, data, .. } => {
+                    if matches!(answer, Some(Response::Added { .. })) {
+                        stats.copied_entries.fetch_add(1, Ordering::Relaxed);
+                        stats.copied_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    }
+                    copy.on_added(entry, answer, now(), &mut out)
+                }
                 Request::Read { entry, .. } => copy.on_read(from, entry, answer, now(), &mut out),
                 _ => {}
             },

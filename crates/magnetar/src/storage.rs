@@ -5,6 +5,7 @@
 
 use anyhow::Context;
 use magnetar_ledger::LedgerStore;
+use magnetar_ledger_replicated::autorecovery::AutoRecoveryStats;
 use magnetar_metadata::{MetadataStore, SessionStore};
 use magnetar_metadata_etcd::{parse_metadata_url, EtcdStoreConfig};
 use magnetar_metrics::{Exposition, Format};
@@ -153,13 +154,15 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
                     ..Default::default()
                 };
                 let session: Arc<dyn SessionStore> = etcd.clone();
+                let stats = Arc::new(AutoRecoveryStats::default());
                 let run = magnetar_ledger_replicated::autorecovery::run(
                     session,
                     ledgers.nodes().clone(),
                     node,
                     config,
+                    stats.clone(),
                 );
-                Some((ledgers, tokio::spawn(run)))
+                Some((ledgers, stats, tokio::spawn(run)))
             }
             _ => None,
         };
@@ -178,6 +181,7 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
                     store: store.clone(),
                     space: space.clone(),
                     stats: stats.clone(),
+                    autorecovery: autorecovery.as_ref().map(|(_, stats, _)| stats.clone()),
                 };
                 Some(tokio::spawn(serve_metrics(listener, Arc::new(scrape))))
             }
@@ -200,7 +204,7 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
             })
             .await;
         watcher.abort();
-        if let Some((_ledgers, task)) = autorecovery {
+        if let Some((_ledgers, _, task)) = autorecovery {
             task.abort();
         }
         if let Some(task) = metrics {
@@ -234,6 +238,7 @@ struct Scrape {
     store: Arc<LedgerStore>,
     space: Arc<magnetar_storage_node::DiskSpace>,
     stats: Arc<magnetar_storage_node::NodeStats>,
+    autorecovery: Option<Arc<AutoRecoveryStats>>,
 }
 
 impl Scrape {
@@ -246,6 +251,9 @@ impl Scrape {
         self.stats.write_metrics(&self.space, &mut out, labels);
         self.store.write_metrics(&mut out, labels);
         self.stats.write_bookkeeper_metrics(&self.store, &self.space, &mut out, labels);
+        if let Some(autorecovery) = &self.autorecovery {
+            autorecovery.write_metrics(&mut out, labels);
+        }
         out.finish()
     }
 }
