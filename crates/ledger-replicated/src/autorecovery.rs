@@ -14,9 +14,10 @@
 //!   removes the marker and releases the lock. A session lost mid-copy drops the lock with it;
 //!   a copy is idempotent (the same bytes again are answered as stored).
 //!
-//! Not yet: open ledgers' closed fragments (left until the ledger closes), wiped-disk detection
-//! (a node back with a new instance), a copy-rate throttle, decommissioning. Progress is counted
-//! in [`AutoRecoveryStats`] (the node's `/metrics`).
+//! Copies are throttled per node ([`Throttle`], `copy_bytes_per_second`); progress is counted in
+//! [`AutoRecoveryStats`] (the node's `/metrics`). Not yet: open ledgers' closed fragments (left
+//! until the ledger closes), wiped-disk detection (a node back with a new instance),
+//! decommissioning.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +55,9 @@ pub struct AutoRecoveryConfig {
     pub copy_window: u64,
     /// How long a copy's request may go unanswered before it is asked again. 5 s.
     pub request_timeout: Duration,
+    /// Bytes per second this node copies at most (so that re-replication does not starve
+    /// publishing); 0: no limit. 50 MB/s.
+    pub copy_bytes_per_second: u64,
 }
 
 impl Default for AutoRecoveryConfig {
@@ -63,6 +67,7 @@ impl Default for AutoRecoveryConfig {
             audit_interval: Duration::from_secs(5),
             copy_window: 16,
             request_timeout: Duration::from_secs(5),
+            copy_bytes_per_second: 50_000_000,
         }
     }
 }
@@ -133,6 +138,7 @@ pub async fn run(
 ) {
     let started = Instant::now();
     let mut auditor = Auditor::new(config.lost_node_recovery_delay.as_millis() as u64);
+    let throttle = tokio::sync::Mutex::new(Throttle::new(config.copy_bytes_per_second));
     let mut interval = tokio::time::interval(config.audit_interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -141,7 +147,7 @@ pub async fn run(
         if let Err(error) = audit(&*metadata, me, &mut auditor, now_ms, &stats).await {
             tracing::warn!(%error, "auto-recovery: audit round failed");
         }
-        if let Err(error) = work(&*metadata, &nodes, &config, &stats).await {
+        if let Err(error) = work(&*metadata, &nodes, &config, &stats, &throttle).await {
             tracing::warn!(%error, "auto-recovery: re-replication round failed");
         }
     }
@@ -229,6 +235,7 @@ async fn work(
     nodes: &Nodes,
     config: &AutoRecoveryConfig,
     stats: &AutoRecoveryStats,
+    throttle: &tokio::sync::Mutex<Throttle>,
 ) -> Result<(), MetadataError> {
     for ledger in metadata.list_children(UNDER_REPLICATED_ROOT).await? {
         let Ok(id) = ledger.parse::<LedgerId>() else { continue };
@@ -243,7 +250,7 @@ async fn work(
             Err(MetadataError::BadVersion { .. }) => continue, // another node's
             Err(e) => return Err(e),
         }
-        let outcome = rereplicate(metadata, nodes, id, &lost, config, stats).await;
+        let outcome = rereplicate(metadata, nodes, id, &lost, config, stats, throttle).await;
         match &outcome {
             Ok(true) => {
                 stats.rereplicated.fetch_add(1, Ordering::Relaxed);
@@ -277,6 +284,7 @@ async fn rereplicate(
     lost: &BTreeSet<NodeId>,
     config: &AutoRecoveryConfig,
     stats: &AutoRecoveryStats,
+    throttle: &tokio::sync::Mutex<Throttle>,
 ) -> Result<bool, String> {
     let Some((meta, version)) = read_meta(metadata, id).await.map_err(|e| e.to_string())? else {
         return Ok(true); // deleted: nothing to restore
@@ -296,7 +304,7 @@ async fn rereplicate(
         return Ok(false); // only the writer's open fragment: its writer replaces the node
     }
     for transfer in &plan.transfers {
-        copy_fragment(nodes, id, meta.epoch, transfer, config, stats).await?;
+        copy_fragment(nodes, id, meta.epoch, transfer, config, stats, throttle).await?;
     }
     let next = plan.apply(&meta).map_err(|e| e.to_string())?;
     match write_meta(metadata, id, &next, version).await {
@@ -313,6 +321,7 @@ async fn copy_fragment(
     transfer: &magnetar_autorecovery::Transfer,
     config: &AutoRecoveryConfig,
     stats: &AutoRecoveryStats,
+    throttle: &tokio::sync::Mutex<Throttle>,
 ) -> Result<(), String> {
     let started = Instant::now();
     let now = || started.elapsed().as_millis() as u64;
@@ -326,6 +335,9 @@ async fn copy_fragment(
         for action in out.drain(..) {
             match action {
                 CopyAction::Send { to, request } => {
+                    if let Request::Add { data, .. } = &request {
+                        throttle.lock().await.take(data.len() as u64).await;
+                    }
                     let answers = answers.clone();
                     let asked = request.clone();
                     nodes.send(
@@ -354,5 +366,74 @@ async fn copy_fragment(
             },
             _ = tick.tick() => copy.tick(now(), &mut out),
         }
+    }
+}
+
+/// The copy rate's bound: bytes may go out at `rate` per second on average since the first.
+#[derive(Debug)]
+pub struct Throttle {
+    rate: u64,
+    since: Option<tokio::time::Instant>,
+    sent: u64,
+}
+
+impl Throttle {
+    /// `rate` bytes per second; 0: no bound.
+    pub fn new(rate: u64) -> Throttle {
+        Throttle { rate, since: None, sent: 0 }
+    }
+
+    /// Waits until `bytes` more may go out.
+    pub async fn take(&mut self, bytes: u64) {
+        if self.rate == 0 {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        // A pause (nothing to copy) is no credit for a burst afterwards: start again.
+        if self
+            .since
+            .is_some_and(|since| now.duration_since(self.due(since)) > Duration::from_secs(1))
+        {
+            (self.since, self.sent) = (None, 0);
+        }
+        let since = *self.since.get_or_insert(now);
+        self.sent += bytes;
+        tokio::time::sleep_until(self.due(since)).await;
+    }
+
+    /// When what was sent since `since` may all have gone out.
+    fn due(&self, since: tokio::time::Instant) -> tokio::time::Instant {
+        since + Duration::from_secs_f64(self.sent as f64 / self.rate as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_throttle_keeps_the_average_rate() {
+        let mut throttle = Throttle::new(1_000_000);
+        let started = tokio::time::Instant::now();
+        for _ in 0..10 {
+            throttle.take(500_000).await;
+        }
+        // 5 MB at 1 MB/s: the last take waits until 5 s after the first.
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        let mut unbounded = Throttle::new(0);
+        let again = tokio::time::Instant::now();
+        unbounded.take(u64::MAX / 2).await;
+        assert_eq!(again.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_pause_is_no_credit_for_a_burst() {
+        let mut throttle = Throttle::new(1_000_000);
+        throttle.take(1_000_000).await;
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let after = tokio::time::Instant::now();
+        throttle.take(1_000_000).await; // forgets the pause: a fresh start
+        throttle.take(1_000_000).await;
+        assert_eq!(after.elapsed(), Duration::from_secs(2));
     }
 }

@@ -482,6 +482,10 @@ pub struct StorageArgs {
     /// Seconds between auto-recovery rounds (the auditor's look, the workers' pick-up).
     #[arg(long, default_value_t = 5)]
     pub audit_interval_seconds: u64,
+    /// MB per second this node copies at most when it re-replicates (publishing keeps the rest
+    /// of its disk and network); 0: no limit.
+    #[arg(long, default_value_t = 50)]
+    pub rereplication_rate_mb: u64,
     /// No auto-recovery on this node (it neither audits nor re-replicates).
     #[arg(long)]
     pub no_autorecovery: bool,

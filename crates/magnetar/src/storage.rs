@@ -151,6 +151,7 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
                         args.lost_node_recovery_delay_seconds,
                     ),
                     audit_interval: Duration::from_secs(args.audit_interval_seconds),
+                    copy_bytes_per_second: args.rereplication_rate_mb.saturating_mul(1_000_000),
                     ..Default::default()
                 };
                 let session: Arc<dyn SessionStore> = etcd.clone();
