@@ -646,6 +646,12 @@ def test_namespace_isolation_pins_a_namespace_to_its_brokers(cluster):
     primary, secondary, shared = live[2], live[1], live[0]
     ns = _namespace(live[0], "iso")
     other = _namespace(live[0], "not-iso")
+    owners = _owners_of(live, ns)
+    if len(owners) == 1:
+        # The least-loaded broker took every new bundle (the earlier tests left it with the
+        # fewest): one moved elsewhere, so that the policy has bundles to gather.
+        _move_bundle(live, "persistent://%s/t-0" % ns,
+                     next(b for b in live if b.service_url not in owners))
     assert len(_owners_of(live, ns)) >= 2, "spread before the policy"
     client = pulsar.Client(_service_url(live), operation_timeout_seconds=30)
     try:
