@@ -21,6 +21,10 @@ pub enum JournalError {
     Io { context: String, source: Arc<std::io::Error> },
     #[error("corrupt journal record at segment {segment} offset {offset}")]
     Corrupt { segment: u64, offset: u64 },
+    /// The segment was released while it was read (compaction moved its live records): the
+    /// caller looks the records up again.
+    #[error("journal segment {segment} was released while being read")]
+    Released { segment: u64 },
     #[error("invalid journal configuration: {0}")]
     Config(String),
 }

@@ -547,8 +547,14 @@ impl Journal {
             other => other,
         }
         .unwrap_or_else(|| read_at_least(&*reader.file, target, aligned_start, needed));
-        let filled =
-            read.map_err(|e| JournalError::io(format!("read segment {seq} at {start}"), e))?;
+        let filled = read.map_err(|e| {
+            // Released meanwhile: the file may be gone (or reused) under the reader.
+            if self.shared.readers.read().contains_key(&seq) {
+                JournalError::io(format!("read segment {seq} at {start}"), e)
+            } else {
+                JournalError::Released { segment: seq }
+            }
+        })?;
         Ok((self.shared.read_pool.freeze(buf, filled), aligned_start))
     }
 
@@ -643,12 +649,7 @@ impl Journal {
     }
 
     fn reader(&self, seq: u64) -> Result<SegmentReader, JournalError> {
-        self.shared
-            .readers
-            .read()
-            .get(&seq)
-            .cloned()
-            .ok_or(JournalError::Corrupt { segment: seq, offset: 0 })
+        self.shared.readers.read().get(&seq).cloned().ok_or(JournalError::Released { segment: seq })
     }
 }
 

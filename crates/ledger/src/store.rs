@@ -731,8 +731,13 @@ impl LedgerStore {
                     }
                     return Ok(out.into_iter().map(|e| e.expect("all read")).collect());
                 }
-                // Compaction may have moved the entries meanwhile: look them up once more.
-                Err(JournalError::Corrupt { .. }) if attempt == 0 => continue,
+                // Compaction may have moved the entries meanwhile (and released their segment): look
+                // them up again.
+                Err(JournalError::Corrupt { .. } | JournalError::Released { .. })
+                    if attempt < 2 =>
+                {
+                    continue
+                }
                 Err(error) => return Err(error.into()),
             }
         }

@@ -517,6 +517,24 @@ fn the_last_segment_can_be_released_once_the_journal_is_closed() {
     journal.release_segments(&[location.segment]).unwrap();
 }
 
+/// A reader that raced compaction (its location looked up before the segment was released)
+/// is told the segment is gone, which the ledger store answers by looking the entry up again,
+/// not an I/O error (a consumer's read failed with "read segment 21: NotFound" this way).
+#[test]
+fn a_read_of_a_released_segment_says_released_not_an_io_error() {
+    let storage = SimStorage::new(15);
+    let (journal, _) = Journal::open(small_config(), Arc::new(storage.clone())).unwrap();
+    let location = append_sync(&journal, 1, 0).unwrap();
+    assert!(journal.read(location, header(1, 0)).is_ok());
+    journal.close();
+    journal.release_segments(&[location.segment]).unwrap();
+    let read = journal.read(location, header(1, 0));
+    assert!(
+        matches!(read, Err(JournalError::Released { segment }) if segment == location.segment),
+        "{read:?}"
+    );
+}
+
 /// The last owner of a journal may let it go inside a completion, which runs on one of the
 /// journal's own threads (the writer, for a lone group, or the completer): closing it there
 /// must neither panic (a thread joining itself) nor hang (the writer waiting for the completer,
