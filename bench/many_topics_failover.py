@@ -15,9 +15,11 @@ alone on the machine:
 """
 
 import argparse
+import collections
 import json
 import os
 import pathlib
+import re
 import signal
 import statistics
 import tempfile
@@ -33,12 +35,53 @@ from compat_util import http_request  # noqa: E402
 from replicated_util import replicated_cluster  # noqa: E402
 
 
+def etcd_requests(endpoint):
+    """etcd's answered gRPC requests so far, by method (Range, Txn, ...)."""
+    _, body = http_request("GET", endpoint + "/metrics")
+    out = collections.Counter()
+    for line in body.decode().splitlines():
+        m = re.match(r'^grpc_server_handled_total\{[^}]*grpc_method="(\w+)"[^}]*\} (\S+)$', line)
+        if m:
+            out[m.group(1)] += float(m.group(2))
+    return out
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds process `pid` has used."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_role(etcd, nodes, survivors):
+    """CPU seconds so far: etcd, the storage nodes, the surviving brokers, this client."""
+    return collections.Counter({
+        "etcd": cpu_seconds(etcd.proc.pid),
+        "storage nodes": sum(cpu_seconds(n.proc.pid) for n in nodes),
+        "surviving brokers": sum(cpu_seconds(b.proc.pid) for b in survivors),
+        "client": sum(os.times()[:2]),
+    })
+
+
+def metadata_ops(brokers):
+    """The brokers' metadata-store operations so far, by op, summed."""
+    out = collections.Counter()
+    for b in brokers:
+        _, body = http_request("GET", b.web_url + "/metrics")
+        for line in body.decode().splitlines():
+            m = re.match(r'^magnetar_metadata_operations_total\{[^}]*op="(\w+)"[^}]*\} (\S+)$',
+                         line)
+            if m:
+                out[m.group(1)] += float(m.group(2))
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--topics", type=int, default=10000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="magnetar-many-topics-") as tmp, \
-            replicated_cluster(pathlib.Path(tmp)) as (_etcd, _nodes, start_broker):
+            replicated_cluster(pathlib.Path(tmp)) as (etcd, nodes, start_broker):
         brokers = [start_broker("b%d" % i, FIXED_PLACEMENT) for i in range(3)]
         ns = create_namespace(brokers[0], "many")
         leader = leader_id(brokers[0])
@@ -72,13 +115,20 @@ def main():
                 if len(acked) + len(errors) == len(producers):
                     done.set()
 
+        survivors = [b for b in brokers if b is not victim]
+        etcd_before, ops_before = etcd_requests(etcd.endpoint), metadata_ops(survivors)
+        cpu_before = cpu_by_role(etcd, nodes, survivors)
         os.kill(victim.proc.pid, signal.SIGKILL)
         killed = time.monotonic()
         for p in producers:
             p.send_async(b"after", sent)
         assert done.wait(180), "not every send answered within 180 s: %d acked, %d failed" % (
             len(acked), len(errors))
+        last = time.monotonic()
+        cpu_spent = cpu_by_role(etcd, nodes, survivors) - cpu_before
         victim.proc.wait(30)
+        etcd_spent = etcd_requests(etcd.endpoint) - etcd_before
+        ops_spent = metadata_ops(survivors) - ops_before
         times = sorted(t - killed for t, _ in acked)
         if errors:
             failed_at = sorted(t - killed for t, _ in errors)
@@ -94,6 +144,14 @@ def main():
                                             len(errors)))
         print("| the same topics' creation (first load), for the load rate | %.1f s, %.0f "
               "topics/s |" % (loaded_s, args.topics / loaded_s))
+        per_topic = lambda c: ", ".join("%s %.1f" % (k, v / args.topics)
+                                        for k, v in sorted(c.items()) if v)
+        print("| etcd requests per topic, kill to last acknowledgement (whole cluster) | %s |"
+              % per_topic(etcd_spent))
+        print("| the survivors' metadata operations per topic | %s |" % per_topic(ops_spent))
+        print("| CPU seconds, kill to last acknowledgement (%.1f s: %.1f on 2 cores) | %s |"
+              % (last - killed, 2 * (last - killed),
+                 ", ".join("%s %.1f" % kv for kv in sorted(cpu_spent.items()))))
         client.close()
 
 

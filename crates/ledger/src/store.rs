@@ -658,7 +658,17 @@ impl LedgerStore {
         }
     }
 
-    /// Ids of all ledgers, ascending.
+    /// Whether ledger `ledger_id` exists (created, not deleted).
+    pub fn contains(&self, ledger_id: u64) -> bool {
+        self.inner.ledgers.read().contains_key(&ledger_id)
+    }
+
+    /// How many ledgers exist.
+    pub fn ledger_count(&self) -> usize {
+        self.inner.ledgers.read().len()
+    }
+
+    /// Ids of all ledgers, ascending (a sort of them all: not for a per-request path).
     pub fn ledgers(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self.inner.ledgers.read().keys().copied().collect();
         ids.sort_unstable();

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,8 +18,10 @@ use etcd_client::{
     TxnOp, TxnOpResponse,
 };
 use magnetar_metadata::{ExpectedVersion, MetadataError, Result, Versioned};
+use tokio::sync::oneshot;
 use tokio::time::{timeout, Instant};
 
+use crate::batch::{self, Queue, Read, Write};
 use crate::config::{EtcdStoreConfig, MAX_DECODING_MESSAGE_BYTES};
 use crate::errors::{classify, Failure};
 
@@ -130,19 +133,55 @@ where
 /// The key-value client of a store.
 pub(crate) struct Kv {
     client: KvClient,
+    /// What the batches' runners (tasks of their own) need.
+    batches: Arc<Batches>,
+}
+
+/// Reads and writes waiting to be combined into one request (see `batch.rs`).
+struct Batches {
+    client: KvClient,
+    config: EtcdStoreConfig,
+    reads: Queue<Read>,
+    writes: Queue<Write>,
 }
 
 impl Kv {
-    pub(crate) fn new(client: &Client) -> Self {
+    pub(crate) fn new(client: &Client, config: &EtcdStoreConfig) -> Self {
         let client = client
             .kv_client()
             .max_decoding_message_size(MAX_DECODING_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_DECODING_MESSAGE_BYTES);
-        Kv { client }
+        let batches = Arc::new(Batches {
+            client: client.clone(),
+            config: config.clone(),
+            reads: Queue::default(),
+            writes: Queue::default(),
+        });
+        Kv { client, batches }
     }
 
     fn deadline(config: &EtcdStoreConfig) -> Instant {
         Instant::now() + config.request_timeout
+    }
+
+    /// How long a caller waits for its batched operation: its turn in the queue, then the
+    /// request (itself bounded by `request_timeout`).
+    fn batched_wait(config: &EtcdStoreConfig) -> Duration {
+        config.request_timeout * 2
+    }
+
+    /// Gets `keys` (etcd keys) in a batch with other callers' gets.
+    async fn read_batched(
+        &self,
+        config: &EtcdStoreConfig,
+        keys: Vec<Vec<u8>>,
+    ) -> Result<Vec<Option<Versioned>>> {
+        let (reply, answer) = oneshot::channel();
+        if self.batches.reads.push(Read { keys, reply }) {
+            let batches = self.batches.clone();
+            tokio::spawn(async move { batches.run_reads().await });
+        }
+        await_batched(config, answer, "reading from etcd (timed out in the queue)").await
     }
 
     /// A range read, retried within the request timeout.
@@ -174,62 +213,26 @@ impl Kv {
         config: &EtcdStoreConfig,
         key: &str,
     ) -> Result<Option<Versioned>> {
-        let mut resp =
-            self.range(config, full_key(config, key).into_bytes(), GetOptions::new()).await?;
-        let Some(kv) = resp.take_kvs().into_iter().next() else { return Ok(None) };
-        let version = version_of(kv.version())?;
-        let (_, value) = kv.into_key_value();
-        Ok(Some(Versioned { value: Bytes::from(value), version }))
+        let keys = vec![full_key(config, key).into_bytes()];
+        let mut found = self.read_batched(config, keys).await?;
+        found.pop().ok_or_else(|| impossible("no answer to a get"))
     }
 
     /// Reads `keys` in read-only transactions of at most [`MAX_TXN_READS`] gets each (one
-    /// round trip, one snapshot, for a topic's few keys), retried within the request timeout.
+    /// round trip, one snapshot, for a topic's few keys), retried within the request timeout;
+    /// a few keys share their transaction with other callers' gets.
     pub(crate) async fn get_many(
         &self,
         config: &EtcdStoreConfig,
         keys: &[String],
     ) -> Result<Vec<Option<Versioned>>> {
+        let full = |key: &String| full_key(config, key).into_bytes();
+        if keys.len() <= batch::MAX_BATCH_OPS {
+            return self.read_batched(config, keys.iter().map(full).collect()).await;
+        }
         let mut found = Vec::with_capacity(keys.len());
         for chunk in keys.chunks(MAX_TXN_READS) {
-            let reads: Vec<TxnOp> = chunk
-                .iter()
-                .map(|key| TxnOp::get(full_key(config, key).into_bytes(), None))
-                .collect();
-            let txn = Txn::new().and_then(reads);
-            let response = with_retries(Self::deadline(config), true, || {
-                let mut client = self.client.clone();
-                let txn = txn.clone();
-                async move { client.txn(txn).await }
-            })
-            .await
-            .map_err(|f| io_error("reading from etcd", &f))?;
-            let answers = response.op_responses();
-            if answers.len() != chunk.len() {
-                return Err(MetadataError::io(
-                    "reading an etcd response",
-                    std::io::Error::other(format!(
-                        "{} answers to {} reads",
-                        answers.len(),
-                        chunk.len()
-                    )),
-                ));
-            }
-            for answer in answers {
-                let TxnOpResponse::Get(mut get) = answer else {
-                    return Err(MetadataError::io(
-                        "reading an etcd response",
-                        std::io::Error::other("a read transaction answered a write"),
-                    ));
-                };
-                found.push(match get.take_kvs().into_iter().next() {
-                    Some(kv) => {
-                        let version = version_of(kv.version())?;
-                        let (_, value) = kv.into_key_value();
-                        Some(Versioned { value: Bytes::from(value), version })
-                    }
-                    None => None,
-                });
-            }
+            found.extend(read_keys(&self.client, config, chunk.iter().map(full).collect()).await?);
         }
         Ok(found)
     }
@@ -297,33 +300,20 @@ impl Kv {
                 _ => return Err(self.bad_version(config, key, expected).await),
             },
         };
+        if lease.is_none() && value.len() <= batch::MAX_BATCHED_VALUE {
+            let (reply, answer) = oneshot::channel();
+            let write = Write { key: key.to_string(), full, value, expected, compare, reply };
+            if self.batches.writes.push(write) {
+                let batches = self.batches.clone();
+                tokio::spawn(batches.run_writes());
+            }
+            let why = "writing to etcd (outcome unknown: timed out in the queue)";
+            return await_batched(config, answer, why).await;
+        }
         let len = value.len();
-        let options = lease.map(|id| PutOptions::new().with_lease(id));
-        let read_back = || TxnOp::get(full.clone(), Some(GetOptions::new().with_keys_only()));
-        let txn = Txn::new()
-            .when(compare.into_iter().collect::<Vec<_>>())
-            .and_then(vec![TxnOp::put(full.clone(), value.to_vec(), options), read_back()])
-            .or_else(vec![read_back()]);
+        let txn = cas_txn(&full, &value, compare, lease);
         let resp = self.txn(config, key, len, txn).await?;
-        let current = read_back_version(&resp)?;
-        if !resp.succeeded() {
-            return Err(MetadataError::BadVersion {
-                key: key.to_string(),
-                expected,
-                actual: current,
-            });
-        }
-        let version = current.ok_or_else(|| impossible("a put left no key"))?;
-        match expected {
-            ExpectedVersion::Absent if version != 1 => {
-                return Err(impossible("create gave version != 1"))
-            }
-            ExpectedVersion::Exactly(v) if version != v + 1 => {
-                return Err(impossible("compare-and-set skipped a version"))
-            }
-            _ => {}
-        }
-        Ok((version, header_revision(resp.header())))
+        put_outcome(key, expected, &resp, header_revision(resp.header()))
     }
 
     /// `BadVersion` with the key's current version (for expectations that cannot match).
@@ -513,6 +503,223 @@ impl Kv {
             .await?;
         Ok(children.into_iter().collect())
     }
+}
+
+impl Batches {
+    /// Takes read batches until none is left: one read-only transaction each.
+    async fn run_reads(&self) {
+        while let Some(batch) = self.reads.next(batch::take_reads) {
+            let batch = batch.together;
+            let keys: Vec<Vec<u8>> = batch.iter().flat_map(|read| read.keys.clone()).collect();
+            match read_keys(&self.client, &self.config, keys).await {
+                Ok(found) => {
+                    let mut found = found.into_iter();
+                    for read in batch {
+                        let mine: Vec<_> = found.by_ref().take(read.keys.len()).collect();
+                        let _ = read.reply.send(Ok(mine));
+                    }
+                }
+                Err(error) => {
+                    let why = error.to_string();
+                    for read in batch {
+                        let _ = read.reply.send(Err(MetadataError::io(
+                            "reading from etcd",
+                            std::io::Error::other(why.clone()),
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes write batches until none is left: a lone write as its own compare-and-set
+    /// transaction, several as transactions nested in one.
+    async fn run_writes(self: Arc<Self>) {
+        while let Some(taken) = self.writes.next(batch::take_writes) {
+            for write in taken.alone {
+                let batches = self.clone();
+                tokio::spawn(async move {
+                    let outcome = batches.write_alone(&write).await;
+                    let _ = write.reply.send(outcome);
+                });
+            }
+            let mut batch = taken.together;
+            if batch.len() == 1 {
+                let write = batch.pop().expect("one write");
+                let outcome = self.write_alone(&write).await;
+                let _ = write.reply.send(outcome);
+                continue;
+            }
+            let nested: Vec<TxnOp> = batch
+                .iter()
+                .map(|w| TxnOp::txn(cas_txn(&w.full, &w.value, w.compare.clone(), None)))
+                .collect();
+            let txn = Txn::new().and_then(nested);
+            let sent = with_retries(Kv::deadline(&self.config), false, || {
+                let mut client = self.client.clone();
+                let txn = txn.clone();
+                async move { client.txn(txn).await }
+            })
+            .await;
+            match sent {
+                Ok(resp) => {
+                    let revision = header_revision(resp.header());
+                    let answers = resp.op_responses();
+                    if answers.len() != batch.len() {
+                        for write in batch {
+                            let _ = write.reply.send(Err(impossible("a batch lost answers")));
+                        }
+                        continue;
+                    }
+                    for (write, answer) in batch.into_iter().zip(answers) {
+                        let outcome = match answer {
+                            TxnOpResponse::Txn(one) => {
+                                put_outcome(&write.key, write.expected, &one, revision)
+                            }
+                            _ => Err(impossible("a nested write answered otherwise")),
+                        };
+                        let _ = write.reply.send(outcome);
+                    }
+                }
+                // Too large together after all: each on its own.
+                Err(Failure::TooLarge) => {
+                    for write in batch {
+                        let outcome = self.write_alone(&write).await;
+                        let _ = write.reply.send(outcome);
+                    }
+                }
+                Err(failure) => {
+                    for write in batch {
+                        let why = "writing to etcd (outcome unknown)";
+                        let _ = write.reply.send(Err(io_error(why, &failure)));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn write_alone(&self, write: &Write) -> Result<(u64, i64)> {
+        let config = &self.config;
+        let txn = cas_txn(&write.full, &write.value, write.compare.clone(), None);
+        let result = with_retries(Kv::deadline(config), false, || {
+            let mut client = self.client.clone();
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await;
+        let resp = result.map_err(|f| match f {
+            Failure::TooLarge => MetadataError::ValueTooLarge {
+                key: write.key.clone(),
+                len: write.value.len(),
+                max: config.max_value_len,
+            },
+            f => io_error("writing to etcd (outcome unknown)", &f),
+        })?;
+        put_outcome(&write.key, write.expected, &resp, header_revision(resp.header()))
+    }
+}
+
+/// Waits for a batched operation's outcome, at most [`Kv::batched_wait`]; a caller that stops
+/// waiting drops its operation if it has not been sent yet.
+async fn await_batched<T>(
+    config: &EtcdStoreConfig,
+    answer: oneshot::Receiver<Result<T>>,
+    timed_out: &str,
+) -> Result<T> {
+    match timeout(Kv::batched_wait(config), answer).await {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(_)) => Err(MetadataError::Closed), // the runtime is shutting down
+        Err(_) => Err(io_error(timed_out, &Failure::timed_out())),
+    }
+}
+
+/// Gets `keys` (etcd keys, at most [`batch::MAX_BATCH_OPS`]) in one request: a range
+/// for one key, a read-only transaction (one snapshot) for several; retried within the request
+/// timeout.
+async fn read_keys(
+    client: &KvClient,
+    config: &EtcdStoreConfig,
+    keys: Vec<Vec<u8>>,
+) -> Result<Vec<Option<Versioned>>> {
+    let deadline = Kv::deadline(config);
+    let found = |kv: Option<etcd_client::KeyValue>| -> Result<Option<Versioned>> {
+        let Some(kv) = kv else { return Ok(None) };
+        let version = version_of(kv.version())?;
+        let (_, value) = kv.into_key_value();
+        Ok(Some(Versioned { value: Bytes::from(value), version }))
+    };
+    if let [key] = &keys[..] {
+        let mut resp = with_retries(deadline, true, || {
+            let mut client = client.clone();
+            let key = key.clone();
+            async move { client.get(key, None).await }
+        })
+        .await
+        .map_err(|f| io_error("reading from etcd", &f))?;
+        return Ok(vec![found(resp.take_kvs().into_iter().next())?]);
+    }
+    let reads: Vec<TxnOp> = keys.iter().map(|key| TxnOp::get(key.clone(), None)).collect();
+    let txn = Txn::new().and_then(reads);
+    let response = with_retries(deadline, true, || {
+        let mut client = client.clone();
+        let txn = txn.clone();
+        async move { client.txn(txn).await }
+    })
+    .await
+    .map_err(|f| io_error("reading from etcd", &f))?;
+    let answers = response.op_responses();
+    if answers.len() != keys.len() {
+        return Err(MetadataError::io(
+            "reading an etcd response",
+            std::io::Error::other(format!("{} answers to {} reads", answers.len(), keys.len())),
+        ));
+    }
+    let mut out = Vec::with_capacity(keys.len());
+    for answer in answers {
+        let TxnOpResponse::Get(mut get) = answer else {
+            return Err(MetadataError::io(
+                "reading an etcd response",
+                std::io::Error::other("a read transaction answered a write"),
+            ));
+        };
+        out.push(found(get.take_kvs().into_iter().next())?);
+    }
+    Ok(out)
+}
+
+/// A compare-and-set put: `If(compare) Then(put, read back version) Else(read version)`.
+fn cas_txn(full: &str, value: &Bytes, compare: Option<Compare>, lease: Option<i64>) -> Txn {
+    let options = lease.map(|id| PutOptions::new().with_lease(id));
+    let read_back = || TxnOp::get(full, Some(GetOptions::new().with_keys_only()));
+    Txn::new()
+        .when(compare.into_iter().collect::<Vec<_>>())
+        .and_then(vec![TxnOp::put(full, value.to_vec(), options), read_back()])
+        .or_else(vec![read_back()])
+}
+
+/// The outcome of one compare-and-set put from its transaction's answer: (new version,
+/// `revision`), or `BadVersion` with the version the transaction saw.
+fn put_outcome(
+    key: &str,
+    expected: ExpectedVersion,
+    resp: &etcd_client::TxnResponse,
+    revision: i64,
+) -> Result<(u64, i64)> {
+    let current = read_back_version(resp)?;
+    if !resp.succeeded() {
+        return Err(MetadataError::BadVersion { key: key.to_string(), expected, actual: current });
+    }
+    let version = current.ok_or_else(|| impossible("a put left no key"))?;
+    match expected {
+        ExpectedVersion::Absent if version != 1 => {
+            return Err(impossible("create gave version != 1"))
+        }
+        ExpectedVersion::Exactly(v) if version != v + 1 => {
+            return Err(impossible("compare-and-set skipped a version"))
+        }
+        _ => {}
+    }
+    Ok((version, revision))
 }
 
 /// The smallest key after `key`.

@@ -33,6 +33,7 @@
 //! has a higher revision than the one before it on the same stream; an operation on a
 //! closed store returns `Closed`.
 
+mod batch;
 mod config;
 mod errors;
 mod kv;
@@ -102,7 +103,7 @@ impl EtcdStore {
     pub async fn connect(config: EtcdStoreConfig) -> Result<EtcdStore> {
         config.validate()?;
         let client = kv::connect_client(&config).await?;
-        let kv = Kv::new(&client);
+        let kv = Kv::new(&client, &config);
         let (shutdown, _) = signal::channel(false);
         let session = Session::start(&client, &config).await?;
         let inner = Arc::new(Inner {

@@ -306,7 +306,7 @@ impl NodeStats {
             writable,
         );
         // Untyped: promtool's lint refuses a gauge named `_count` (Pulsar's are served so too).
-        let ledgers = store.ledgers().len() as f64;
+        let ledgers = store.ledger_count() as f64;
         out.untyped("bookie_ledgers_count", "Ledgers stored.", labels, ledgers);
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed) as f64;
         out.untyped(

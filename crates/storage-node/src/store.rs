@@ -347,7 +347,9 @@ impl NodeStorage {
         ledger: LedgerId,
         epoch: Epoch,
     ) -> Result<(), ErrorCode> {
-        if !self.store.ledgers().contains(&self.fence_log) {
+        // Not `ledgers()`, which sorts every id: once per fence, it made a new owner's
+        // recovery of 3,000 topics spend a third of the machine's CPU sorting.
+        if !self.store.contains(self.fence_log) {
             self.store.create_ledger_with_id(self.fence_log).await.map_err(|_| ErrorCode::Io)?;
         }
         let mut record = BytesMut::with_capacity(16);

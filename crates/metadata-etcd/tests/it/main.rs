@@ -2,5 +2,6 @@
 //! and one instantiation of the shared generics instead of one per file: most of what
 //! `cargo test` spent on this crate).
 
+mod batching;
 mod conformance;
 mod faults;
