@@ -63,6 +63,10 @@
 //! | `GET /admin/v2/bookies/racks-info/{bookie}` | 200 `{"rack","hostname"}` | 404 none assigned |
 //! | `POST /admin/v2/bookies/racks-info/{bookie}?group=G` `{"rack","hostname"}` | 204 (placement uses it from the next ledger) | 412 no group, rack empty or of more than one level; 400 body |
 //! | `DELETE /admin/v2/bookies/racks-info/{bookie}` | 204 | 404 none assigned |
+//! | `PUT\|POST /admin/v2/bookies/{bookie}/decommission` (`{bookie}`: address or node id) | 204 (the node turns read-only, its copies move) | 404 unknown node |
+//! | `GET /admin/v2/bookies/{bookie}/decommission` | 200 `{"bookieId","nodeId","state":"draining"\|"drained"\|"removable","registered","requestedAtMs","closedLedgers","openLedgers","markedLedgers"}` | 404 not being decommissioned |
+//! | `DELETE /admin/v2/bookies/{bookie}/decommission` | 204 (called off) | 404 not being decommissioned |
+//! | `DELETE /admin/v2/bookies/{bookie}` | 204 (cookie, rack and record removed: listed no more) | 409 ledgers still name it, or it still runs |
 //! | `GET /admin/v2/broker-stats/{topics,bookieops}` / `{metrics,mbeans}` | 200 `{}` / `[]` (stubs) | |
 //! | `GET /metrics` | 200 Prometheus text | |
 //! | `GET /`, `GET /console/{app.js,app.css,favicon.svg}` | 200 the web console (embedded assets) | |
@@ -183,6 +187,7 @@ mod hooks;
 mod model;
 mod remote;
 mod routes;
+pub mod storage_nodes;
 
 use std::fmt;
 use std::future::Future;

@@ -14,6 +14,8 @@
 //!   entries per ledger). Once every copy is done, [`plan::Plan::apply`] gives the metadata to
 //!   store by compare-and-set, which [`magnetar_replication::LedgerMeta::validate_replacement`]
 //!   accepts.
+//! * [`decommission::Drain`]: how far the drain of a node the operator decommissions has come
+//!   (the ledgers still naming it), and whether it can be removed.
 //!
 //! Invariants: a copy is swapped into the metadata only after every entry of its range is
 //! durable on the replacement; a replacement never already holds entries of the ledger (one run
@@ -22,8 +24,10 @@
 
 pub mod audit;
 pub mod copy;
+pub mod decommission;
 pub mod plan;
 
 pub use audit::Auditor;
 pub use copy::{CopyAction, FragmentCopy};
+pub use decommission::{Drain, DrainState};
 pub use plan::{plan, Plan, PlanError, Transfer};

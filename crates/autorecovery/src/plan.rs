@@ -5,6 +5,9 @@
 //! replacement is never a node that already holds (or is chosen to hold) another fragment of
 //! the ledger. An OPEN ledger's last fragment is left to its writer (which replaces a failed node
 //! itself, or is fenced by a recovery when it is gone): the plan says so and copies the rest.
+//! The nodes whose copies move are lost ones (gone from the registrations) or leaving ones (being
+//! decommissioned: still registered, read-only): a leaving node is read from too, after the
+//! fragment's other copies, so a drain never lowers a fragment's copies even for a moment.
 
 use std::collections::BTreeSet;
 
@@ -45,13 +48,16 @@ pub enum PlanError {
     Meta(#[from] MetaError),
 }
 
-/// The plan for `meta`, whose copies on `lost` are gone, over the `live` nodes.
+/// The plan for `meta`, whose copies on `lost` move elsewhere, over the `live` (registered)
+/// nodes: a node of `lost` that is live (a decommissioned one) is read from last.
 pub fn plan(
     meta: &LedgerMeta,
     lost: &BTreeSet<NodeId>,
     live: &[NodeInfo],
 ) -> Result<Plan, PlanError> {
     let healthy: Vec<NodeInfo> = live.iter().filter(|n| !lost.contains(&n.id)).cloned().collect();
+    let leaving: BTreeSet<NodeId> =
+        live.iter().map(|n| n.id).filter(|id| lost.contains(id)).collect();
     let candidates = allowed(&healthy, meta.isolation.as_ref(), meta.write_quorum as usize);
     // Nodes that hold (or will hold) a run of this ledger's entries.
     let mut holders: BTreeSet<NodeId> =
@@ -69,8 +75,10 @@ pub fn plan(
             continue;
         }
         let entries = fragment_entries(meta, index);
-        let from: Vec<NodeId> =
-            fragment.ensemble.iter().copied().filter(|n| !lost.contains(n)).collect();
+        let from: Vec<NodeId> = (fragment.ensemble.iter().copied())
+            .filter(|n| !lost.contains(n))
+            .chain(fragment.ensemble.iter().copied().filter(|n| leaving.contains(n)))
+            .collect();
         if from.is_empty() && entries.is_some() {
             return Err(PlanError::NoSurvivor {
                 fragment: index,
@@ -220,6 +228,30 @@ mod tests {
             plan(&closed(), &lost(&[1]), &[node(2, "a"), node(3, "b")]),
             Err(PlanError::NoReplacement { fragment: 0, lost: NodeId(1) })
         );
+    }
+
+    #[test]
+    fn a_leaving_node_is_read_from_after_the_others_and_takes_no_copy() {
+        let mut leaving = node(1, "x");
+        leaving.read_only = true;
+        let live = [leaving.clone(), node(2, "a"), node(3, "b"), node(4, "a"), node(5, "c")];
+        let plan = plan(&closed(), &lost(&[1]), &live).unwrap();
+        let got: Vec<_> =
+            plan.transfers.iter().map(|t| (t.fragment, t.to, t.from.clone())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, NodeId(5), vec![NodeId(2), NodeId(1)]),
+                (1, NodeId(4), vec![NodeId(3), NodeId(1)]),
+            ]
+        );
+        // Its only copy (write quorum 1) is still readable: no survivor error.
+        let mut single = LedgerMeta::new(vec![NodeId(1)], 1, 1);
+        single.state = LedgerState::Closed;
+        single.last_entry_id = Some(4);
+        let plan = super::plan(&single, &lost(&[1]), &[leaving, node(2, "a")]).unwrap();
+        assert_eq!(plan.transfers[0].from, vec![NodeId(1)]);
+        assert_eq!(plan.transfers[0].to, NodeId(2));
     }
 
     #[test]

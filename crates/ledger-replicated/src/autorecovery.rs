@@ -15,9 +15,10 @@
 //!   a copy is idempotent (the same bytes again are answered as stored).
 //!
 //! Copies are throttled per node ([`Throttle`], `copy_bytes_per_second`); progress is counted in
-//! [`AutoRecoveryStats`] (the node's `/metrics`). Not yet: open ledgers' closed fragments (left
-//! until the ledger closes), wiped-disk detection (a node back with a new instance),
-//! decommissioning.
+//! [`AutoRecoveryStats`] (the node's `/metrics`). A node the operator decommissions
+//! (`/storage-node-decommission/{id}`) is marked like a lost one, at once, and read from while
+//! it runs (`magnetar_autorecovery::decommission`). Not yet: open ledgers' closed fragments
+//! (left until the ledger closes), wiped-disk detection (a node back with a new instance).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,7 +40,7 @@ use crate::Nodes;
 /// Held by the cluster's auditor (ephemeral: it goes with the auditor's session).
 pub const AUDITOR_KEY: &str = "/autorecovery/auditor";
 /// Under-replicated ledgers, one key each.
-pub const UNDER_REPLICATED_ROOT: &str = "/autorecovery/under-replicated";
+pub const UNDER_REPLICATED_ROOT: &str = magnetar_model::keys::AUTORECOVERY_UNDER_REPLICATED_ROOT;
 /// A worker's lock on a ledger it re-replicates (ephemeral).
 pub const LOCKS_ROOT: &str = "/autorecovery/locks";
 
@@ -79,6 +80,8 @@ pub struct AutoRecoveryStats {
     auditor: AtomicU64,
     /// Under-replicated ledgers at the auditor's last round (0 on other nodes).
     under_replicated: AtomicU64,
+    /// Nodes being decommissioned that ledgers still name, at the auditor's last round.
+    draining: AtomicU64,
     rereplicated: AtomicU64,
     failed: AtomicU64,
     copied_entries: AtomicU64,
@@ -99,6 +102,13 @@ impl AutoRecoveryStats {
             "Ledgers with a copy on a lost node, at the auditor's last round (0 elsewhere).",
             labels,
             load(&self.under_replicated) as f64,
+        );
+        out.gauge(
+            "magnetar_autorecovery_draining_nodes",
+            "Decommissioned nodes some ledger still names, at the auditor's last round (0 \
+             elsewhere).",
+            labels,
+            load(&self.draining) as f64,
         );
         let counters: [(&'static str, &'static str, &AtomicU64); 4] = [
             (
@@ -190,6 +200,7 @@ async fn audit(
             if holder.as_ref() != Some(&mine) {
                 stats.auditor.store(0, Ordering::Relaxed);
                 stats.under_replicated.store(0, Ordering::Relaxed);
+                stats.draining.store(0, Ordering::Relaxed);
                 return Ok(());
             }
         }
@@ -202,9 +213,19 @@ async fn audit(
         .filter_map(|child| child.parse::<u64>().ok().map(NodeId))
         .collect();
     let ledgers = all_ledgers(metadata).await?;
-    let lost =
-        auditor.observe(&named_nodes(ledgers.values()), &registered, &BTreeSet::new(), now_ms);
-    let short = under_replicated(&ledgers, &lost);
+    let named = named_nodes(ledgers.values());
+    let mut moving = auditor.observe(&named, &registered, &BTreeSet::new(), now_ms);
+    // Decommissioned nodes' copies move at once, whether the node still runs or not.
+    let decommissioned = (metadata
+        .list_children(magnetar_model::keys::STORAGE_NODE_DECOMMISSION_ROOT))
+    .await?
+    .iter()
+    .filter_map(|child| child.parse::<u64>().ok().map(NodeId))
+    .filter(|node| named.contains(node))
+    .collect::<BTreeSet<_>>();
+    stats.draining.store(decommissioned.len() as u64, Ordering::Relaxed);
+    moving.extend(decommissioned);
+    let short = under_replicated(&ledgers, &moving);
     stats.auditor.store(1, Ordering::Relaxed);
     stats.under_replicated.store(short.len() as u64, Ordering::Relaxed);
     for (ledger, gone) in &short {

@@ -34,6 +34,9 @@ pub enum Command {
     /// Cluster metadata tools.
     #[command(subcommand)]
     Metadata(MetadataCommand),
+    /// Storage node operations: decommission (drain) a node, follow its drain, remove it.
+    #[command(subcommand)]
+    StorageNodes(StorageNodesCommand),
     /// Benchmarks (not tests): see docs/src/benchmarks/.
     #[command(subcommand)]
     Perf(PerfCommand),
@@ -149,6 +152,48 @@ impl MetadataInitArgs {
         }
         Ok(())
     }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum StorageNodesCommand {
+    /// Drain a node before removing it: it turns read-only (no new copies, writers move off
+    /// it) and auto-recovery copies everything it holds to other nodes, reading from it too.
+    Decommission {
+        #[command(flatten)]
+        node: StorageNodeTarget,
+        /// Wait until no ledger names the node (at most this many seconds; exit 1 if not).
+        #[arg(long)]
+        wait_seconds: Option<u64>,
+    },
+    /// How far a node's drain has come (JSON: state draining, drained or removable).
+    Status {
+        #[command(flatten)]
+        node: StorageNodeTarget,
+    },
+    /// Call a node's drain off: it takes adds and copies again.
+    Cancel {
+        #[command(flatten)]
+        node: StorageNodeTarget,
+    },
+    /// Remove a drained node that has been stopped: its cookie, rack assignment and
+    /// decommission record (it is listed no more). Refused while ledgers name it or it runs.
+    Remove {
+        #[command(flatten)]
+        node: StorageNodeTarget,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct StorageNodeTarget {
+    /// Metadata store: etcd://host:2379[,host2:2379...].
+    #[arg(long)]
+    pub metadata: String,
+    /// Cluster name.
+    #[arg(long)]
+    pub cluster: String,
+    /// The node: its id, or its address (`host:port`, its bookie id).
+    #[arg(long)]
+    pub node: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -579,6 +624,12 @@ impl Cli {
                 }
             }
             Command::Metadata(MetadataCommand::Init(args)) => args.validate()?,
+            Command::StorageNodes(StorageNodesCommand::Decommission { wait_seconds, .. }) => {
+                if wait_seconds.is_some_and(|s| s > 30 * 86_400) {
+                    return Err("--wait-seconds must be at most 2592000 (30 days)".into());
+                }
+            }
+            Command::StorageNodes(_) => {}
             // Server commands validate their whole configuration (file included) in
             // `config::Settings::load`, before anything is opened.
             Command::Standalone(_)

@@ -11,6 +11,7 @@ mod proxy;
 mod server;
 mod standalone;
 mod storage;
+mod storage_nodes;
 mod tokens;
 
 use clap::Parser;
@@ -62,6 +63,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Storage(args) => storage::run(args),
         Command::Proxy(args) => proxy::run(args),
         Command::Metadata(MetadataCommand::Init(args)) => cluster::init(args),
+        Command::StorageNodes(command) => storage_nodes::run(command),
         Command::Perf(PerfCommand::Produce(args)) => perf::produce(args),
         Command::Perf(PerfCommand::Consume(args)) => perf::consume(args),
         Command::Perf(PerfCommand::E2e(args)) => perf::e2e(args),

@@ -239,6 +239,12 @@ pub const STORAGE_NODE_RACKS: &str = "/storage-node-racks";
 /// Parent of every storage node's cookie (persistent keys; children are node ids): BookKeeper's
 /// `/ledgers/cookies`, the record that a node id holds data ([`crate::storage_nodes::StorageNodeCookie`]).
 pub const STORAGE_NODE_COOKIES_ROOT: &str = "/storage-node-cookies";
+/// Parent of the storage nodes the operator is decommissioning (persistent keys; children are
+/// node ids, values [`crate::storage_nodes::StorageNodeDecommission`]).
+pub const STORAGE_NODE_DECOMMISSION_ROOT: &str = "/storage-node-decommission";
+/// Auto-recovery's under-replicated ledgers, one key each (children are ledger ids, values the
+/// JSON list of the node ids whose copies move).
+pub const AUTORECOVERY_UNDER_REPLICATED_ROOT: &str = "/autorecovery/under-replicated";
 /// Parent of every replicated ledger's metadata.
 pub const LEDGERS_ROOT: &str = "/ledgers";
 
@@ -251,6 +257,12 @@ pub fn storage_node(id: u64) -> String {
 /// kept while it lives on (the registration comes and goes with the process).
 pub fn storage_node_cookie(id: u64) -> String {
     format!("{STORAGE_NODE_COOKIES_ROOT}/{id}")
+}
+
+/// `/storage-node-decommission/{id}`: present while node `id` is being drained: it takes no
+/// new copies and no adds, and auto-recovery moves every copy it holds to other nodes.
+pub fn storage_node_decommission(id: u64) -> String {
+    format!("{STORAGE_NODE_DECOMMISSION_ROOT}/{id}")
 }
 
 /// `/ledgers/{id}`: a replicated ledger's metadata (ensembles, quorums, state), changed only

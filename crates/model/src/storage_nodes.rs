@@ -14,9 +14,13 @@ pub struct StorageNodeRegistration {
     /// The rack label of the node's own configuration (the operator's assignment wins).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rack: Option<String>,
-    /// Below its free-disk threshold: it refuses normal adds until space is freed.
+    /// Below its free-disk threshold, or being decommissioned: it refuses normal adds (until
+    /// space is freed, or the drain is called off).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,
+    /// Being decommissioned (`/storage-node-decommission/{id}`): read-only for good.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub decommissioning: bool,
     /// Its listener speaks TLS: clients connect with TLS, or not at all unless
     /// `plain_clients` says otherwise.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -38,6 +42,19 @@ pub struct StorageNodeCookie {
     pub address: String,
     /// Drawn at random with the data directory: which directory is this id's.
     pub instance: String,
+}
+
+/// What the operator writes at `/storage-node-decommission/{id}` (persistent, JSON) to drain a
+/// node before removing it: the node turns read-only (placement gives it nothing, writers
+/// replace it), and the auditor has every ledger naming it copied elsewhere, reading from the
+/// node itself among the others.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageNodeDecommission {
+    /// The node's address when the drain was asked for (its "bookie id").
+    pub address: String,
+    /// When the drain was asked for, milliseconds since the Unix epoch.
+    pub requested_at_ms: u64,
 }
 
 /// One node's assignment: Pulsar's `BookieInfo`.
@@ -197,6 +214,7 @@ mod tests {
         let old: StorageNodeRegistration =
             serde_json::from_str(r#"{"address":"h:1","freeBytes":5}"#).expect("parses");
         assert!(!old.read_only && !old.tls && !old.plain_clients && old.rack.is_none());
+        assert!(!old.decommissioning);
         let full = StorageNodeRegistration { read_only: true, ..old.clone() };
         let text = serde_json::to_string(&full).expect("serializes");
         assert!(text.contains(r#""readOnly":true"#), "{text}");

@@ -232,6 +232,7 @@ mod tests {
             free_bytes: 5,
             rack: Some("/own/".to_string()),
             read_only: false,
+            decommissioning: false,
             tls: false,
             plain_clients: false,
         };

@@ -5,7 +5,9 @@
 //! needs. It takes adds again once twice `min_free` is free (a margin, so that it does not flap
 //! around the threshold). Without this a full disk stops the journal and the node with it.
 //! It is read-only too while its ledger store has given up its disk reserve (the disk filled
-//! anyway: `magnetar_ledger::reserve`), whatever `min_free` is, until the reserve is back.
+//! anyway: `magnetar_ledger::reserve`), whatever `min_free` is, until the reserve is back, and
+//! while the operator decommissions it (`decommission.rs`): writers move off it as they would
+//! off a full node, and auto-recovery copies what it holds elsewhere.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,7 +23,11 @@ pub struct DiskSpace {
     min_free: u64,
     /// Below `min_free` at the last measurement (with the margin).
     measured_short: AtomicBool,
-    /// `measured_short`, or the store short of disk (its reserve given up).
+    /// The ledger store short of disk (its reserve given up) at the last measurement.
+    store_short: AtomicBool,
+    /// Being decommissioned: read-only whatever the disk.
+    decommissioned: AtomicBool,
+    /// `measured_short`, `store_short` or `decommissioned`.
     read_only: AtomicBool,
     free: AtomicU64,
     changed: Notify,
@@ -37,6 +43,8 @@ impl DiskSpace {
         Arc::new(DiskSpace {
             min_free,
             measured_short: AtomicBool::new(read_only),
+            store_short: AtomicBool::new(false),
+            decommissioned: AtomicBool::new(false),
             read_only: AtomicBool::new(read_only),
             free: AtomicU64::new(free),
             changed: Notify::new(),
@@ -59,20 +67,50 @@ impl DiskSpace {
         let measured =
             next_read_only(self.measured_short.load(Ordering::Relaxed), free, self.min_free);
         self.measured_short.store(measured, Ordering::Relaxed);
-        let now = measured || store_short;
+        self.store_short.store(store_short, Ordering::Relaxed);
+        self.settle();
+    }
+
+    /// Whether the operator is decommissioning the node.
+    pub fn is_decommissioned(&self) -> bool {
+        self.decommissioned.load(Ordering::Acquire)
+    }
+
+    /// The operator started (`true`) or called off (`false`) the node's decommissioning.
+    pub fn set_decommissioned(&self, on: bool) {
+        if self.decommissioned.swap(on, Ordering::AcqRel) != on {
+            if on {
+                tracing::warn!("storage node is being decommissioned: read-only until removed");
+            } else {
+                tracing::info!("storage node decommissioning called off");
+            }
+            self.settle();
+            self.changed.notify_one(); // the registration says `decommissioning` either way
+        }
+    }
+
+    /// Sets the mode from its three causes; wakes [`DiskSpace::changed`] waiters on a flip.
+    fn settle(&self) {
+        let (measured, store_short, decommissioned) = (
+            self.measured_short.load(Ordering::Relaxed),
+            self.store_short.load(Ordering::Relaxed),
+            self.decommissioned.load(Ordering::Acquire),
+        );
+        let now = measured || store_short || decommissioned;
         let was = self.read_only.swap(now, Ordering::AcqRel);
         if now == was {
             return;
         }
-        if now {
+        let free = self.free();
+        if now && !decommissioned {
             tracing::warn!(
                 free,
                 min_free = self.min_free,
                 store_short,
                 "storage node is read-only: disk short"
             );
-        } else {
-            tracing::info!(free, "storage node takes adds again: disk space freed");
+        } else if !now {
+            tracing::info!(free, "storage node takes adds again");
         }
         // A permit is kept if the waiter is busy (writing the registration): no flip is missed.
         self.changed.notify_one();
@@ -154,5 +192,19 @@ mod tests {
         assert!(space.is_read_only(), "the measurement's margin still holds");
         space.observe(200, false);
         assert!(!space.is_read_only());
+    }
+
+    #[test]
+    fn a_decommissioned_node_is_read_only_whatever_its_disk_until_called_off() {
+        let space = DiskSpace::new(100, 1_000);
+        space.set_decommissioned(true);
+        assert!(space.is_read_only() && space.is_decommissioned());
+        space.observe(1_000, false);
+        assert!(space.is_read_only(), "free disk does not end a decommissioning");
+        space.observe(50, false);
+        space.set_decommissioned(false);
+        assert!(space.is_read_only(), "still short of disk");
+        space.observe(200, false);
+        assert!(!space.is_read_only() && !space.is_decommissioned());
     }
 }

@@ -10,6 +10,15 @@
 //!   has none. `POST …?group=G` with a `BookieInfo` body assigns it (412 without a group or
 //!   with a rack of more than one level, as Pulsar's rack-aware placement requires).
 //!
+//! - `PUT|POST /admin/v2/bookies/{bookie}/decommission`: drain the node (`{bookie}` is its
+//!   address or its id; 404 when unknown): 204. `GET …/decommission`: how far the drain has
+//!   come, `{"bookieId", "nodeId", "state": "draining"|"drained"|"removable", "registered",
+//!   "requestedAtMs", "closedLedgers", "openLedgers", "markedLedgers"}` (404 when not being
+//!   decommissioned). `DELETE …/decommission`: call it off, 204.
+//! - `DELETE /admin/v2/bookies/{bookie}`: remove a drained, stopped node (its cookie, rack
+//!   assignment and decommission record): 204; 409 while ledgers name it or it still runs.
+//!   Pulsar's bookies API has no such verbs (BookKeeper's shell has `decommissionbookie`).
+//!
 //! Assignments are kept at `/storage-node-racks` by compare-and-set; brokers writing to
 //! storage nodes watch it, and their next placement puts a ledger's copies on different racks
 //! (the assignment wins over a node's own `rack` setting). Addresses are taken verbatim and
@@ -30,6 +39,7 @@ use std::collections::BTreeSet;
 
 use super::{body_bytes, get_json, query_param, to_json_bytes, update_document, PathSegments};
 use crate::error::AdminError;
+use crate::storage_nodes::{self, DecommissionError, StorageNode};
 use crate::AdminState;
 
 /// `GET /admin/v2/bookies/all`.
@@ -164,4 +174,72 @@ async fn update(
         Ok((to_json_bytes(&racks)?, expected))
     })
     .await
+}
+
+/// `PUT|POST /admin/v2/bookies/{bookie}/decommission`: 204.
+pub(crate) async fn decommission(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    let node = named_node(&state, &uri).await?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    storage_nodes::start(state.store.as_ref(), &node, now_ms).await?;
+    tracing::info!(
+        node = node.id,
+        address = node.address,
+        "storage node decommissioning asked for"
+    );
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /admin/v2/bookies/{bookie}/decommission`.
+pub(crate) async fn decommission_status(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<Json<Value>, AdminError> {
+    let node = named_node(&state, &uri).await?;
+    Ok(Json(storage_nodes::status(state.store.as_ref(), &node).await?.to_json()))
+}
+
+/// `DELETE /admin/v2/bookies/{bookie}/decommission`: 204.
+pub(crate) async fn cancel_decommission(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    let node = named_node(&state, &uri).await?;
+    storage_nodes::cancel(state.store.as_ref(), &node).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /admin/v2/bookies/{bookie}`: 204.
+pub(crate) async fn remove(
+    State(state): State<AdminState>,
+    uri: Uri,
+) -> Result<StatusCode, AdminError> {
+    let node = named_node(&state, &uri).await?;
+    storage_nodes::remove(state.store.as_ref(), &node).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The node `/admin/v2/bookies/{bookie}/…` names.
+async fn named_node(state: &AdminState, uri: &Uri) -> Result<StorageNode, AdminError> {
+    let name = PathSegments::new(uri)
+        .decoded(1)?
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| AdminError::PreconditionFailed("Bookie address is missing".to_string()))?;
+    Ok(storage_nodes::resolve(state.store.as_ref(), &name).await?)
+}
+
+impl From<DecommissionError> for AdminError {
+    fn from(e: DecommissionError) -> Self {
+        match e {
+            DecommissionError::UnknownNode(_) | DecommissionError::NotDecommissioning(_) => {
+                AdminError::NotFound(e.to_string())
+            }
+            DecommissionError::NotRemovable { .. } => AdminError::Conflict(e.to_string()),
+            DecommissionError::Metadata(e) => e.into(),
+        }
+    }
 }

@@ -1,0 +1,221 @@
+//! Decommissioning storage nodes, over the metadata store: what the admin API's
+//! `/admin/v2/bookies/{bookie}/decommission` routes and `magnetar storage-nodes` run. The
+//! decisions are `magnetar_autorecovery::decommission`'s; the node turns itself read-only when
+//! it sees its record, and the cluster's auditor moves its copies (ARCHITECTURE.md,
+//! "Auto-recovery").
+//!
+//! A node is named by its id or by its address (`host:port`, its "bookie id"), as the cookies
+//! and registrations record them.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use magnetar_autorecovery::{Drain, DrainState};
+use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
+use magnetar_model::keys;
+use magnetar_model::storage_nodes::{
+    StorageNodeCookie, StorageNodeDecommission, StorageNodeRacks, StorageNodeRegistration,
+};
+use magnetar_replication::{LedgerId, LedgerMeta, NodeId};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DecommissionError {
+    #[error("storage node {0} is not known (no cookie, no registration)")]
+    UnknownNode(String),
+    #[error("storage node {0} is not being decommissioned")]
+    NotDecommissioning(String),
+    /// Removing a node some ledger still names, or that still runs.
+    #[error("storage node {node} cannot be removed: it is {state}{why}")]
+    NotRemovable { node: String, state: &'static str, why: &'static str },
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+}
+
+/// A node as the operator named it, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageNode {
+    pub id: u64,
+    /// Its address at its latest start (empty if unknown).
+    pub address: String,
+}
+
+/// Where a decommissioned node's drain stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainStatus {
+    pub node: StorageNode,
+    pub requested_at_ms: u64,
+    pub registered: bool,
+    pub drain: Drain,
+    pub state: DrainState,
+    /// Under-replicated markers naming the node (the auditor's to-do list).
+    pub marked_ledgers: u64,
+}
+
+impl DrainStatus {
+    /// The admin API's JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "bookieId": self.node.address,
+            "nodeId": self.node.id,
+            "state": self.state.as_str(),
+            "registered": self.registered,
+            "requestedAtMs": self.requested_at_ms,
+            "closedLedgers": self.drain.closed_ledgers,
+            "openLedgers": self.drain.open_ledgers,
+            "markedLedgers": self.marked_ledgers,
+        })
+    }
+}
+
+/// Finds the node `name` (an id, or an address a cookie or registration holds).
+pub async fn resolve(
+    store: &dyn MetadataStore,
+    name: &str,
+) -> Result<StorageNode, DecommissionError> {
+    let mut known: BTreeMap<u64, String> = BTreeMap::new();
+    for (root, key) in [
+        (keys::STORAGE_NODE_COOKIES_ROOT, keys::storage_node_cookie as fn(u64) -> String),
+        (keys::STORAGE_NODES_ROOT, keys::storage_node),
+    ] {
+        for child in store.list_children(root).await? {
+            let Ok(id) = child.parse::<u64>() else { continue };
+            let Some(found) = store.get(&key(id)).await? else { continue };
+            let address = serde_json::from_slice::<StorageNodeCookie>(&found.value)
+                .map(|c| c.address)
+                .or_else(|_| {
+                    serde_json::from_slice::<StorageNodeRegistration>(&found.value)
+                        .map(|r| r.address)
+                })
+                .unwrap_or_default();
+            known.entry(id).or_insert(address);
+        }
+    }
+    let by_id = name.parse::<u64>().ok().filter(|id| known.contains_key(id));
+    let found = by_id.or_else(|| known.iter().find(|(_, a)| *a == name).map(|(id, _)| *id));
+    match found {
+        Some(id) => Ok(StorageNode { id, address: known.remove(&id).unwrap_or_default() }),
+        None => Err(DecommissionError::UnknownNode(name.to_string())),
+    }
+}
+
+/// Starts draining `node` (idempotent: a drain already asked for keeps its start time).
+pub async fn start(
+    store: &dyn MetadataStore,
+    node: &StorageNode,
+    now_ms: u64,
+) -> Result<(), DecommissionError> {
+    let record = StorageNodeDecommission { address: node.address.clone(), requested_at_ms: now_ms };
+    let value = Bytes::from(serde_json::to_vec(&record).expect("serializes"));
+    match store.put(&keys::storage_node_decommission(node.id), value, ExpectedVersion::Absent).await
+    {
+        Ok(_) | Err(MetadataError::BadVersion { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Calls off the drain of `node`: it takes adds and copies again (what moved stays moved).
+pub async fn cancel(
+    store: &dyn MetadataStore,
+    node: &StorageNode,
+) -> Result<(), DecommissionError> {
+    match store.delete(&keys::storage_node_decommission(node.id), ExpectedVersion::Any).await {
+        Ok(()) => Ok(()),
+        Err(MetadataError::NotFound { .. }) => {
+            Err(DecommissionError::NotDecommissioning(node.id.to_string()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// How far the drain of `node` has come.
+pub async fn status(
+    store: &dyn MetadataStore,
+    node: &StorageNode,
+) -> Result<DrainStatus, DecommissionError> {
+    let Some(record) = store.get(&keys::storage_node_decommission(node.id)).await? else {
+        return Err(DecommissionError::NotDecommissioning(node.id.to_string()));
+    };
+    let requested_at_ms = serde_json::from_slice::<StorageNodeDecommission>(&record.value)
+        .map(|r| r.requested_at_ms)
+        .unwrap_or(0);
+    let registered = store.get(&keys::storage_node(node.id)).await?.is_some();
+    let drain = Drain::of(&all_ledgers(store).await?, NodeId(node.id));
+    let mut marked_ledgers = 0;
+    let root = magnetar_model::keys::AUTORECOVERY_UNDER_REPLICATED_ROOT;
+    let children = store.list_children(root).await?;
+    let marker_keys: Vec<String> = children.iter().map(|c| format!("{root}/{c}")).collect();
+    for found in store.get_many(&marker_keys).await?.into_iter().flatten() {
+        let nodes: Vec<u64> = serde_json::from_slice(&found.value).unwrap_or_default();
+        marked_ledgers += u64::from(nodes.contains(&node.id));
+    }
+    Ok(DrainStatus {
+        node: node.clone(),
+        requested_at_ms,
+        registered,
+        drain,
+        state: drain.state(registered),
+        marked_ledgers,
+    })
+}
+
+/// Removes a drained, stopped node: its cookie, rack assignment and decommission record go, so
+/// that it is listed no more (`bookies list-bookies`) and its id could start afresh.
+pub async fn remove(
+    store: &dyn MetadataStore,
+    node: &StorageNode,
+) -> Result<(), DecommissionError> {
+    let status = status(store, node).await?;
+    if status.state != DrainState::Removable {
+        let why = match status.state {
+            DrainState::Drained => ": stop it first",
+            _ => ": ledgers still name it",
+        };
+        return Err(DecommissionError::NotRemovable {
+            node: node.id.to_string(),
+            state: status.state.as_str(),
+            why,
+        });
+    }
+    // The rack assignment first: a failure after it leaves a node still listed, never a cookie
+    // without its record.
+    loop {
+        let Some(found) = store.get(keys::STORAGE_NODE_RACKS).await? else { break };
+        let Ok(mut racks) = serde_json::from_slice::<StorageNodeRacks>(&found.value) else { break };
+        if node.address.is_empty() || !racks.remove(&node.address) {
+            break;
+        }
+        let value = Bytes::from(serde_json::to_vec(&racks).expect("serializes"));
+        match store
+            .put(keys::STORAGE_NODE_RACKS, value, ExpectedVersion::Exactly(found.version))
+            .await
+        {
+            Ok(_) => break,
+            Err(MetadataError::BadVersion { .. }) => continue, // changed meanwhile: again
+            Err(e) => return Err(e.into()),
+        }
+    }
+    for key in [keys::storage_node_cookie(node.id), keys::storage_node_decommission(node.id)] {
+        match store.delete(&key, ExpectedVersion::Any).await {
+            Ok(()) | Err(MetadataError::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    tracing::info!(node = node.id, address = node.address, "storage node removed");
+    Ok(())
+}
+
+/// Every replicated ledger's metadata (one unreadable is skipped: it names nothing we know).
+async fn all_ledgers(
+    store: &dyn MetadataStore,
+) -> Result<BTreeMap<LedgerId, LedgerMeta>, MetadataError> {
+    let ids = store.list_children(keys::LEDGERS_ROOT).await?;
+    let ids: Vec<LedgerId> = ids.iter().filter_map(|id| id.parse().ok()).collect();
+    let ledger_keys: Vec<String> = ids.iter().map(|&id| keys::ledger(id)).collect();
+    let mut ledgers = BTreeMap::new();
+    for (id, found) in ids.into_iter().zip(store.get_many(&ledger_keys).await?) {
+        if let Some(meta) = found.and_then(|f| LedgerMeta::from_json(&f.value).ok()) {
+            ledgers.insert(id, meta);
+        }
+    }
+    Ok(ledgers)
+}
