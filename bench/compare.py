@@ -14,11 +14,20 @@ Cases (the workload table Pulsar operators publish):
 Prints one table (both systems and the ratio), the raw fdatasync p50 / p99 of the disk and the
 host's CPU stalls (vCPU time taken away for whole milliseconds), measured in the same run, and
 writes it with the raw JSON under bench/results/.
+
+The systems alternate by rounds (--rounds 2: Magnetar, Pulsar, Pulsar, Magnetar), each round a
+fresh start of the broker running every case; each figure is the median over a system's rounds,
+so a change of weather on this shared host moves both halves alike. A 2 s stall probe runs before
+every case; a ratio whose two halves saw very different stalls is flagged (!) under the table.
+The backlog's subscription is created before the fill (consumers down, backlog kept on their
+subscription: without one, retention trims the ledgers as they roll over), and `perf consume`
+gives up (a failed run, not a hang) when no message arrived for its idle limit.
 """
 
 import argparse
 import datetime
 import json
+import statistics
 import os
 import resource
 import shutil
@@ -28,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -246,6 +256,23 @@ def host_stalls(secs=5.0, threshold_ms=0.5):
             "max_ms": gaps[-1] * 1000.0 if gaps else 0.0}
 
 
+def admin_put(path, body=b""):
+    """PUT on the broker's admin API (both systems speak Pulsar's); 2xx or 409 (exists) is fine."""
+    req = urllib.request.Request(ADMIN_URL + path, data=body, method="PUT",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as response:
+            response.read()
+    except urllib.error.HTTPError as e:
+        if e.code != 409:
+            raise RuntimeError("PUT %s: %d %s" % (path, e.code, e.read()[:500]))
+
+
+def case_stalls(results, key):
+    """A short stall probe right before case `key`, kept beside its figures."""
+    results.setdefault("stalls", {})[key] = host_stalls(secs=2.0)
+
+
 def run_system(system, binary, opts):
     results = {}
     log("== %s: start" % system.name)
@@ -256,10 +283,12 @@ def run_system(system, binary, opts):
         log("  ready in %.3f s, idle PSS %.1f MiB" % (ready_s, results["idle"]["pss_kib"] / 1024))
         stamp = str(int(time.time()))
         for size in opts.sync_sizes:
+            case_stalls(results, "sync_%d" % size)
             r = perf(binary, "produce", "sync-%d-%s" % (size, stamp), "--sync", "-s", size,
                      "-d", opts.sync_secs)
             results["sync_%d" % size] = stream(r, "publish")
         for size in opts.async_sizes:
+            case_stalls(results, "async_%d" % size)
             r = perf(binary, "produce", "async-%d-%s" % (size, stamp), "-s", size, "-d", opts.secs,
                      "-o", opts.max_pending, broker_pid=system.pid())
             results["async_%d" % size] = dict(stream(r, "publish"), cpu=r["cpu"])
@@ -272,21 +301,51 @@ def run_system(system, binary, opts):
             time.sleep(opts.settle_secs)
             # The e2e tail is bounded below by the host's own stalls: measure them right before.
             results["e2e_host_stalls"] = host_stalls()
+            results.setdefault("stalls", {})["e2e"] = results["e2e_host_stalls"]
             r = perf(binary, "e2e", "e2e-%s" % stamp, "-s", 1024, "-r", opts.e2e_rate,
                      "-d", opts.secs, *opts.e2e_args)
             results["e2e"] = stream(r, "e2e")
             results["e2e_publish"] = stream(r, "publish")
         if opts.backlog > 0:
             topic = "backlog-%s" % stamp
+            # The drain scenario: the consumers' subscription exists, they are down while the
+            # backlog builds, then they catch up.
+            admin_put("/admin/v2/persistent/public/default/%s" % topic)
+            admin_put("/admin/v2/persistent/public/default/%s/subscription/drain" % topic)
+            case_stalls(results, "backlog_fill")
             r = perf(binary, "produce", topic, "-s", 1024, "-m", opts.backlog, "-o", opts.max_pending)
             results["backlog_fill"] = stream(r, "publish")
-            r = perf(binary, "consume", topic, "-m", opts.backlog,
-                     "--subscription-position", "Earliest", "-q", 1000)
+            case_stalls(results, "drain")
+            r = perf(binary, "consume", topic, "-m", opts.backlog, "--subscriptions", "drain",
+                     "-q", 1000, "--idle-timeout", opts.idle_timeout)
             results["drain"] = stream(r, "consume")
     finally:
         log("== %s: stop" % system.name)
         system.stop()
     return results
+
+
+def median_of(rounds):
+    """One system's figures over its rounds: each number the median of the rounds' (nested
+    dictionaries alike), each list and string the first round's."""
+    rounds = [r for r in rounds if r is not None]
+    if not rounds:
+        return None
+    first = rounds[0]
+    if isinstance(first, dict):
+        return {k: median_of([r.get(k) for r in rounds]) for k in first}
+    if isinstance(first, bool) or not isinstance(first, (int, float)):
+        return first
+    return statistics.median(rounds)
+
+
+def stalls_differ(a, b):
+    """Whether two halves of a ratio saw very different host stalls: one lost over 3x the CPU
+    time to stalls the other did, and at least 1 % of it."""
+    if not a or not b:
+        return False
+    hi, lo = max(a["stalled_share"], b["stalled_share"]), min(a["stalled_share"], b["stalled_share"])
+    return hi >= 0.01 and hi > 3 * lo
 
 
 def fmt_rate(v):
@@ -308,8 +367,13 @@ def table(results, raw, stalls, opts):
     def ms(v):
         return "n/a" if v is None else "%.3f" % v
 
+    flagged = []
+
     def throughput_row(label, key):
         a, b = m.get(key), p.get(key)
+        if stalls_differ(m.get("stalls", {}).get(key), p.get("stalls", {}).get(key)):
+            flagged.append(label)
+            label += " (!)"
         rows.append("| %s | %s | %s | %s / %s | %s | %s | %s / %s | %s | %s |" % (
             label,
             fmt_rate(a["msg_per_s"]) if a else "n/a", "%.1f" % a["mb_per_s"] if a else "n/a",
@@ -332,6 +396,14 @@ def table(results, raw, stalls, opts):
         throughput_row("drain %s x 1 KiB backlog" % fmt_rate(opts.backlog), "drain")
     out += rows
     out.append("")
+    if flagged:
+        out.append("(!) the two halves saw very different host stalls (median share of CPU time "
+                   "lost, 2 s probe before the case): %s." % "; ".join(
+                       "%s: Magnetar %.1f %%, Pulsar %.1f %%" % (
+                           label, m["stalls"][key]["stalled_share"] * 100,
+                           p["stalls"][key]["stalled_share"] * 100)
+                       for label, key in _flagged_keys(flagged, opts)))
+        out.append("")
     cpu_rows = []
 
     def cpu_cells(r):
@@ -400,6 +472,18 @@ def table(results, raw, stalls, opts):
     return "\n".join(out)
 
 
+def _flagged_keys(labels, opts):
+    """(label, case key) of the flagged rows, in table order."""
+    keys = ["sync_%d" % s for s in opts.sync_sizes] + ["async_%d" % s for s in opts.async_sizes]
+    names = ["sync %s" % human(s) for s in opts.sync_sizes] + \
+        ["async batched %s" % human(s) for s in opts.async_sizes]
+    if opts.backlog > 0:
+        keys += ["backlog_fill", "drain"]
+        names += ["backlog fill %s x 1 KiB (async batched)" % fmt_rate(opts.backlog),
+                  "drain %s x 1 KiB backlog" % fmt_rate(opts.backlog)]
+    return [(n, k) for n, k in zip(names, keys) if n in labels]
+
+
 def human(size):
     if size >= 1024 and size % 1024 == 0:
         return "%d KiB" % (size // 1024)
@@ -420,6 +504,10 @@ def main():
     ap.add_argument("--e2e-rate", type=int, default=50_000)
     ap.add_argument("--e2e-args", default="", help="extra perf e2e arguments, e.g. --disable-batching")
     ap.add_argument("--idle-secs", type=float, default=5)
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds per system, alternated (2: A B B A); figures are medians")
+    ap.add_argument("--idle-timeout", type=float, default=120,
+                    help="the drain fails when no message arrived for this many seconds")
     ap.add_argument("--settle-secs", type=float, default=5,
                     help="pause after a sync(2) before the e2e case")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
@@ -440,17 +528,24 @@ def main():
         shutil.rmtree(scratch, ignore_errors=True)
     log("host CPU stall probe")
     stalls = host_stalls()
-    results = {}
     for name in systems:
-        if name == "magnetar":
-            results[name] = run_system(Magnetar(opts.binary), opts.binary, opts)
-        elif name == "pulsar":
-            if not opts.anchor:
-                sys.exit("--anchor is required for pulsar")
-            results[name] = run_system(Pulsar(opts.anchor), opts.binary, opts)
-        else:
+        if name not in ("magnetar", "pulsar"):
             sys.exit("unknown system %r" % name)
+        if name == "pulsar" and not opts.anchor:
+            sys.exit("--anchor is required for pulsar")
+    if opts.rounds < 1:
+        sys.exit("--rounds must be at least 1")
+    rounds = {name: [] for name in systems}
+    for i in range(opts.rounds):
+        for name in (systems if i % 2 == 0 else list(reversed(systems))):
+            log("round %d of %d: %s" % (i + 1, opts.rounds, name))
+            system = Magnetar(opts.binary) if name == "magnetar" else Pulsar(opts.anchor)
+            rounds[name].append(run_system(system, opts.binary, opts))
+    results = {name: median_of(rs) for name, rs in rounds.items()}
     text = table(results, raw, stalls, opts)
+    text += "\nEach figure: the median of %d round(s) per system, alternated (%s)." % (
+        opts.rounds, " ".join((systems if i % 2 == 0 else list(reversed(systems)))[j]
+                              for i in range(opts.rounds) for j in range(len(systems))))
     header = "Run %s UTC on %s (%d CPUs), both brokers fsync before ack; client: magnetar perf.\n" % (
         started.strftime("%Y-%m-%d %H:%M"), socket.gethostname(), os.cpu_count() or 0)
     print(header)
@@ -459,7 +554,8 @@ def main():
     with open(base + ".md", "w") as f:
         f.write(header + "\n" + text + "\n")
     with open(base + ".json", "w") as f:
-        json.dump({"started": started.isoformat(), "raw_disk": raw, "host_stalls": stalls, "results": results,
+        json.dump({"started": started.isoformat(), "raw_disk": raw, "host_stalls": stalls,
+                   "results": results, "rounds": rounds,
                    "options": {k: v for k, v in vars(opts).items()}}, f, indent=2)
     log("written %s.md and .json" % base)
 

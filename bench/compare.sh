@@ -3,8 +3,11 @@
 # not a test: CI does not run it). Both brokers fsync before acknowledging; both are driven by
 # `magnetar perf`. Prints one table with both systems and the ratios, and the raw fdatasync p50
 # of the disk measured in the same run; writes it to bench/results/compare-<time>.{md,json}.
+# The systems alternate by rounds (Magnetar, Pulsar, Pulsar, Magnetar); each figure is the
+# median of a system's rounds, and a ratio whose halves saw very different host stalls is flagged.
 #
-#   bench/compare.sh                      the whole table (about 8 minutes here, plus Pulsar's start)
+#   bench/compare.sh                      the whole table (about 20 minutes here, plus Pulsar's starts)
+#   bench/compare.sh --rounds 1           one round each (half the time, no protection from weather)
 #   bench/compare.sh --systems magnetar   Magnetar only (no Pulsar needed)
 #   bench/compare.sh --backlog 1000000 --secs 10    a shorter run
 #   bench/compare.sh --help               every option

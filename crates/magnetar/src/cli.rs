@@ -309,6 +309,11 @@ pub struct PerfConsumerArgs {
     /// Where a new subscription starts: Latest or Earliest.
     #[arg(long = "subscription-position", default_value = "Latest")]
     pub position: magnetar_perf::pulsar::PerfPosition,
+    /// With a message count (-m): give up when no message arrived for this many seconds
+    /// (print the figures, exit 1), so a run that cannot finish does not wait for ever;
+    /// 0: never. Without -m the run waits for producers as long as it is asked to.
+    #[arg(long = "idle-timeout", default_value_t = 60.0)]
+    pub idle_timeout: f64,
 }
 
 #[derive(Args, Debug)]

@@ -88,5 +88,6 @@ fn consume_options(
         sub_type: args.sub_type,
         receiver_queue: args.receiver_queue,
         initial_position: args.position,
+        idle_timeout: (args.idle_timeout > 0.0).then(|| Duration::from_secs_f64(args.idle_timeout)),
     }
 }

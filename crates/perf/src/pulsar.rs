@@ -93,6 +93,8 @@ pub struct ConsumeOptions {
     pub sub_type: PerfSubType,
     pub receiver_queue: u32,
     pub initial_position: PerfPosition,
+    /// With a message count: the run fails once nothing arrived for this long.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// Compression names as pulsar-perf spells them.
@@ -224,7 +226,8 @@ pub fn produce(
                 false,
             )));
         }
-        let (streams, finished) = drive(run, &control, stop, vec![&publish], workers).await;
+        let (streams, finished, _) =
+            drive(run, &control, stop, vec![&publish], None, workers).await;
         client.close().await;
         let report = report("produce", target, topics, Some(options.size), streams, run.json);
         finished_or_error(finished)?;
@@ -253,10 +256,13 @@ pub fn consume(
                 options.unsubscribe_at_end,
             )));
         }
-        let (streams, finished) = drive(run, &control, stop, vec![&received], workers).await;
+        let idle = idle_watch(run, options, &received);
+        let (streams, finished, idled) =
+            drive(run, &control, stop, vec![&received], idle, workers).await;
         client.close().await;
         let report = report("consume", target, topics, None, streams, run.json);
         finished_or_error(finished)?;
+        not_idle(idled, &received, run)?;
         Ok(report)
     })
 }
@@ -308,11 +314,14 @@ pub fn e2e(
                 true,
             )));
         }
-        let (streams, finished) = drive(run, &control, stop, vec![&publish, &e2e], workers).await;
+        let idle = idle_watch(run, consume, &e2e);
+        let (streams, finished, idled) =
+            drive(run, &control, stop, vec![&publish, &e2e], idle, workers).await;
         client.close().await;
         let report = report("e2e", target, topics, Some(produce.size), streams, run.json);
         finished_or_error(finished)?;
         no_failed_sends(&publish)?;
+        not_idle(idled, &e2e, run)?;
         Ok(report)
     })
 }
@@ -481,14 +490,41 @@ async fn create_consumers(
     Ok(consumers)
 }
 
-/// Runs until the duration, the message target or Ctrl-C; prints live lines meanwhile.
+/// The stream a consuming run watches for idleness, and for how long: only with a message
+/// count (a run without one waits for producers as long as it is asked to).
+fn idle_watch<'a>(
+    run: &RunOptions,
+    options: &ConsumeOptions,
+    stream: &'a Stream,
+) -> Option<(&'a Stream, Duration)> {
+    run.messages.and(options.idle_timeout).map(|limit| (stream, limit))
+}
+
+/// A consuming run that gave up for want of messages fails (its figures are printed).
+fn not_idle(idled: Option<Duration>, stream: &Stream, run: &RunOptions) -> anyhow::Result<()> {
+    match idled {
+        None => Ok(()),
+        Some(limit) => bail!(
+            "no message arrived for {} s: {} of {} received (a backlog smaller than -m, a \
+             subscription created after the messages were trimmed, or a stuck broker)",
+            limit.as_secs_f64(),
+            stream.messages(),
+            run.messages.unwrap_or(0)
+        ),
+    }
+}
+
+/// Runs until the duration, the message target, Ctrl-C or (with `idle`) a stream that stays
+/// still for its limit; prints live lines meanwhile. Returns the summaries, whether the workers
+/// finished, and the idle limit that ended the run, if one did.
 async fn drive(
     run: &RunOptions,
     control: &Control,
     stop: watch::Sender<bool>,
     streams: Vec<&Stream>,
+    idle: Option<(&Stream, Duration)>,
     workers: Vec<tokio::task::JoinHandle<()>>,
-) -> (Vec<StreamSummary>, bool) {
+) -> (Vec<StreamSummary>, bool, Option<Duration>) {
     let mut reporter = Reporter::new(streams, false);
     if run.messages.is_none() && !run.warmup.is_zero() {
         tokio::time::sleep(run.warmup).await;
@@ -497,6 +533,9 @@ async fn drive(
     let deadline = run.duration.map(|d| tokio::time::Instant::now() + d);
     let mut ticks = tokio::time::interval(run.report_interval);
     ticks.tick().await; // the first tick is immediate
+    let mut idle_checks = tokio::time::interval(IDLE_CHECK_EVERY);
+    let mut last_seen = (idle.map_or(0, |(stream, _)| stream.messages()), Instant::now());
+    let mut idled = None;
     loop {
         let until_deadline = async {
             match deadline {
@@ -509,6 +548,16 @@ async fn drive(
             () = until_deadline => break,
             () = control.done.notified() => break,
             _ = tokio::signal::ctrl_c() => break,
+            _ = idle_checks.tick(), if idle.is_some() => {
+                let (stream, limit) = idle.expect("checked");
+                let now = stream.messages();
+                if now != last_seen.0 {
+                    last_seen = (now, Instant::now());
+                } else if last_seen.1.elapsed() >= limit {
+                    idled = Some(limit);
+                    break;
+                }
+            }
         }
     }
     let summaries = reporter.summaries();
@@ -517,8 +566,11 @@ async fn drive(
     // Workers finish their in-flight messages; do not wait forever on a stuck broker.
     let join = futures_join(workers);
     let finished = tokio::time::timeout(WORKERS_STOP_TIMEOUT, join).await.is_ok();
-    (summaries, finished)
+    (summaries, finished, idled)
 }
+
+/// How often a consuming run with an idle limit looks at its message count.
+const IDLE_CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// How long producers and consumers get to finish what is in flight once a run ends.
 const WORKERS_STOP_TIMEOUT: Duration = Duration::from_secs(30);

@@ -56,8 +56,8 @@ fn standalone() -> Standalone {
     }
 }
 
-/// Runs `magnetar perf <args> --json` (bounded) and returns the named stream of its report.
-fn perf(server: &Standalone, args: &[&str], stream: &str) -> serde_json::Value {
+/// Runs `magnetar perf <args> --json` (bounded): its exit status, stdout and stderr.
+fn perf_output(server: &Standalone, args: &[&str]) -> (std::process::ExitStatus, String, String) {
     let mut child = Command::new(BIN)
         .arg("perf")
         .args(args)
@@ -67,7 +67,12 @@ fn perf(server: &Standalone, args: &[&str], stream: &str) -> serde_json::Value {
         .spawn()
         .unwrap();
     let (tx, rx) = mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
+    let (stdout, stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
+        text
+    });
     std::thread::spawn(move || {
         let mut text = String::new();
         let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut text);
@@ -78,8 +83,18 @@ fn perf(server: &Standalone, args: &[&str], stream: &str) -> serde_json::Value {
         panic!("perf {args:?} did not finish within {WAIT:?}");
     };
     let status = child.wait().unwrap();
-    assert!(status.success(), "perf {args:?} failed: {status}");
-    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON report");
+    (status, text, errors.join().unwrap_or_default())
+}
+
+/// Runs `magnetar perf <args> --json` (bounded) and returns the named stream of its report.
+fn perf(server: &Standalone, args: &[&str], stream: &str) -> serde_json::Value {
+    let (status, text, errors) = perf_output(server, args);
+    assert!(status.success(), "perf {args:?} failed: {status}\n{errors}");
+    stream_of(&text, stream)
+}
+
+fn stream_of(text: &str, stream: &str) -> serde_json::Value {
+    let report: serde_json::Value = serde_json::from_str(text).expect("JSON report");
     report["streams"]
         .as_array()
         .and_then(|streams| streams.iter().find(|s| s["name"] == stream))
@@ -103,6 +118,16 @@ fn produce_consume_and_e2e_report_what_they_did() {
     );
     assert_eq!(consumed["messages"], 5000, "the whole backlog is read");
     assert_eq!(consumed["bytes"], 5000 * 200);
+
+    // Fewer messages than -m asks for: the run gives up once none arrived for the idle limit,
+    // prints its figures and fails, rather than waiting for ever.
+    let started = std::time::Instant::now();
+    let args = ["consume", "t", "-m", "10", "--subscriptions", "late", "--idle-timeout", "1"];
+    let (status, text, errors) = perf_output(&server, &args);
+    assert_eq!(status.code(), Some(1), "an idle run fails: {errors}");
+    assert!(errors.contains("no message arrived for 1 s: 0 of 10 received"), "{errors}");
+    assert_eq!(stream_of(&text, "consume")["messages"], 0, "the figures are printed");
+    assert!(started.elapsed() < Duration::from_secs(30), "gave up late: {:?}", started.elapsed());
 
     let synced = perf(&server, &["produce", "t-sync", "--sync", "-m", "50"], "publish");
     assert_eq!(synced["messages"], 50);
