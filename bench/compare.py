@@ -17,8 +17,11 @@ writes it with the raw JSON under bench/results/.
 
 The systems alternate by rounds (--rounds 2: Magnetar, Pulsar, Pulsar, Magnetar), each round a
 fresh start of the broker running every case; each figure is the median over a system's rounds,
-so a change of weather on this shared host moves both halves alike. A 2 s stall probe runs before
-every case; a ratio whose two halves saw very different stalls is flagged (!) under the table.
+so a change of weather on this shared host moves both halves alike. The host's weather is
+measured twice: the stall probe before each round (no broker running) and, during every case,
+the CPU time the hypervisor took (steal, /proc/stat), which our own processes cannot cause (a
+stall probe during or right after a case also counts the broker's own background work); a ratio
+whose two halves saw very different steal is flagged (!) under the table.
 The backlog's subscription is created before the fill (consumers down, backlog kept on their
 subscription: without one, retention trims the ledgers as they roll over), and `perf consume`
 gives up (a failed run, not a hang) when no message arrived for its idle limit.
@@ -184,6 +187,7 @@ def perf(binary, mode, topic, *args, timeout=1800, broker_pid=None):
            "--json", "--report-interval", "5", topic] + [str(a) for a in args]
     log("  " + " ".join(cmd[1:]))
     broker0 = cpu_s(broker_pid) if broker_pid else 0.0
+    steal0, total0 = cpu_ticks()
     usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -192,6 +196,8 @@ def perf(binary, mode, topic, *args, timeout=1800, broker_pid=None):
     if out.returncode != 0:
         raise RuntimeError("perf failed: %s\n%s" % (" ".join(cmd), head_and_tail(out.stderr)))
     report = json.loads(out.stdout)
+    steal1, total1 = cpu_ticks()
+    report["steal_share"] = (steal1 - steal0) / (total1 - total0) if total1 > total0 else 0.0
     if broker_pid:
         client = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
         report["cpu"] = {"broker_cores": (cpu_s(broker_pid) - broker0) / wall,
@@ -268,14 +274,23 @@ def admin_put(path, body=b""):
             raise RuntimeError("PUT %s: %d %s" % (path, e.code, e.read()[:500]))
 
 
-def case_stalls(results, key):
-    """A short stall probe right before case `key`, kept beside its figures."""
-    results.setdefault("stalls", {})[key] = host_stalls(secs=2.0)
+def cpu_ticks():
+    """(steal, total) CPU ticks of the whole machine so far (/proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal [guest guest_nice: inside user and nice]
+    return fields[7] if len(fields) > 7 else 0, sum(fields[:8])
+
+
+def case(report, name):
+    """Stream `name` of a perf report, with the steal share its run saw."""
+    return dict(stream(report, name), steal_share=report["steal_share"])
 
 
 def run_system(system, binary, opts):
     results = {}
-    log("== %s: start" % system.name)
+    log("== %s: host stall probe, then start" % system.name)
+    results["round_stalls"] = host_stalls()
     ready_s = system.start()
     try:
         time.sleep(opts.idle_secs)  # idle: nothing runs yet
@@ -283,15 +298,13 @@ def run_system(system, binary, opts):
         log("  ready in %.3f s, idle PSS %.1f MiB" % (ready_s, results["idle"]["pss_kib"] / 1024))
         stamp = str(int(time.time()))
         for size in opts.sync_sizes:
-            case_stalls(results, "sync_%d" % size)
             r = perf(binary, "produce", "sync-%d-%s" % (size, stamp), "--sync", "-s", size,
                      "-d", opts.sync_secs)
-            results["sync_%d" % size] = stream(r, "publish")
+            results["sync_%d" % size] = case(r, "publish")
         for size in opts.async_sizes:
-            case_stalls(results, "async_%d" % size)
             r = perf(binary, "produce", "async-%d-%s" % (size, stamp), "-s", size, "-d", opts.secs,
                      "-o", opts.max_pending, broker_pid=system.pid())
-            results["async_%d" % size] = dict(stream(r, "publish"), cpu=r["cpu"])
+            results["async_%d" % size] = dict(case(r, "publish"), cpu=r["cpu"])
         # e2e before the backlog: it measures steady state, not the writeback of 10 GB.
         if opts.e2e_rate > 0:
             # Let the async cases' writeback finish first (both systems alike): the e2e figure is
@@ -301,10 +314,9 @@ def run_system(system, binary, opts):
             time.sleep(opts.settle_secs)
             # The e2e tail is bounded below by the host's own stalls: measure them right before.
             results["e2e_host_stalls"] = host_stalls()
-            results.setdefault("stalls", {})["e2e"] = results["e2e_host_stalls"]
             r = perf(binary, "e2e", "e2e-%s" % stamp, "-s", 1024, "-r", opts.e2e_rate,
                      "-d", opts.secs, *opts.e2e_args)
-            results["e2e"] = stream(r, "e2e")
+            results["e2e"] = case(r, "e2e")
             results["e2e_publish"] = stream(r, "publish")
         if opts.backlog > 0:
             topic = "backlog-%s" % stamp
@@ -312,13 +324,11 @@ def run_system(system, binary, opts):
             # backlog builds, then they catch up.
             admin_put("/admin/v2/persistent/public/default/%s" % topic)
             admin_put("/admin/v2/persistent/public/default/%s/subscription/drain" % topic)
-            case_stalls(results, "backlog_fill")
             r = perf(binary, "produce", topic, "-s", 1024, "-m", opts.backlog, "-o", opts.max_pending)
-            results["backlog_fill"] = stream(r, "publish")
-            case_stalls(results, "drain")
+            results["backlog_fill"] = case(r, "publish")
             r = perf(binary, "consume", topic, "-m", opts.backlog, "--subscriptions", "drain",
                      "-q", 1000, "--idle-timeout", opts.idle_timeout)
-            results["drain"] = stream(r, "consume")
+            results["drain"] = case(r, "consume")
     finally:
         log("== %s: stop" % system.name)
         system.stop()
@@ -339,12 +349,12 @@ def median_of(rounds):
     return statistics.median(rounds)
 
 
-def stalls_differ(a, b):
-    """Whether two halves of a ratio saw very different host stalls: one lost over 3x the CPU
-    time to stalls the other did, and at least 1 % of it."""
-    if not a or not b:
+def steal_differs(a, b):
+    """Whether two halves of a ratio saw very different weather: the hypervisor took over 3x
+    the CPU time from one that it took from the other, and at least 1 % of it."""
+    if not a or not b or "steal_share" not in a or "steal_share" not in b:
         return False
-    hi, lo = max(a["stalled_share"], b["stalled_share"]), min(a["stalled_share"], b["stalled_share"])
+    hi, lo = max(a["steal_share"], b["steal_share"]), min(a["steal_share"], b["steal_share"])
     return hi >= 0.01 and hi > 3 * lo
 
 
@@ -371,8 +381,9 @@ def table(results, raw, stalls, opts):
 
     def throughput_row(label, key):
         a, b = m.get(key), p.get(key)
-        if stalls_differ(m.get("stalls", {}).get(key), p.get("stalls", {}).get(key)):
-            flagged.append(label)
+        if steal_differs(a, b):
+            flagged.append("%s: Magnetar %.1f %%, Pulsar %.1f %%" % (
+                label, a["steal_share"] * 100, b["steal_share"] * 100))
             label += " (!)"
         rows.append("| %s | %s | %s | %s / %s | %s | %s | %s / %s | %s | %s |" % (
             label,
@@ -397,12 +408,8 @@ def table(results, raw, stalls, opts):
     out += rows
     out.append("")
     if flagged:
-        out.append("(!) the two halves saw very different host stalls (median share of CPU time "
-                   "lost, 2 s probe before the case): %s." % "; ".join(
-                       "%s: Magnetar %.1f %%, Pulsar %.1f %%" % (
-                           label, m["stalls"][key]["stalled_share"] * 100,
-                           p["stalls"][key]["stalled_share"] * 100)
-                       for label, key in _flagged_keys(flagged, opts)))
+        out.append("(!) the two halves saw very different weather (median share of the machine's "
+                   "CPU time taken by the hypervisor during the case): %s." % "; ".join(flagged))
         out.append("")
     cpu_rows = []
 
@@ -472,18 +479,6 @@ def table(results, raw, stalls, opts):
     return "\n".join(out)
 
 
-def _flagged_keys(labels, opts):
-    """(label, case key) of the flagged rows, in table order."""
-    keys = ["sync_%d" % s for s in opts.sync_sizes] + ["async_%d" % s for s in opts.async_sizes]
-    names = ["sync %s" % human(s) for s in opts.sync_sizes] + \
-        ["async batched %s" % human(s) for s in opts.async_sizes]
-    if opts.backlog > 0:
-        keys += ["backlog_fill", "drain"]
-        names += ["backlog fill %s x 1 KiB (async batched)" % fmt_rate(opts.backlog),
-                  "drain %s x 1 KiB backlog" % fmt_rate(opts.backlog)]
-    return [(n, k) for n, k in zip(names, keys) if n in labels]
-
-
 def human(size):
     if size >= 1024 and size % 1024 == 0:
         return "%d KiB" % (size // 1024)
@@ -543,9 +538,19 @@ def main():
             rounds[name].append(run_system(system, opts.binary, opts))
     results = {name: median_of(rs) for name, rs in rounds.items()}
     text = table(results, raw, stalls, opts)
+    order = [name for i in range(opts.rounds)
+             for name in (systems if i % 2 == 0 else list(reversed(systems)))]
     text += "\nEach figure: the median of %d round(s) per system, alternated (%s)." % (
-        opts.rounds, " ".join((systems if i % 2 == 0 else list(reversed(systems)))[j]
-                              for i in range(opts.rounds) for j in range(len(systems))))
+        opts.rounds, " ".join(order))
+    seen = {name: 0 for name in systems}
+    probes = []
+    for name in order:
+        probe = rounds[name][seen[name]]["round_stalls"]
+        seen[name] += 1
+        probes.append("%s %d: %.2f %% lost, %.1f per CPU-s, longest %.1f ms" % (
+            name, seen[name], probe["stalled_share"] * 100, probe["stalls_per_cpu_s"],
+            probe["max_ms"]))
+    text += "\nStall probe before each round (no broker running): " + "; ".join(probes) + "."
     header = "Run %s UTC on %s (%d CPUs), both brokers fsync before ack; client: magnetar perf.\n" % (
         started.strftime("%Y-%m-%d %H:%M"), socket.gethostname(), os.cpu_count() or 0)
     print(header)

@@ -14,6 +14,7 @@ Chromium, chromedriver or selenium is missing (scripts/test.sh installs them whe
 Every wait is bounded (selenium's WebDriverWait); none is a sleep.
 """
 
+import contextlib
 import http.client
 import http.server
 import json
@@ -56,6 +57,13 @@ def browser(server):
     if status != 200:
         pytest.skip("%s serves no Magnetar console (GET /console/api/history: %s)"
                     % (server.web_url, status))
+    with chromium() as driver:
+        yield driver
+
+
+@contextlib.contextmanager
+def chromium():
+    """Headless Chromium under selenium (skips the test when either is missing); quit after."""
     try:
         from selenium import webdriver
     except ImportError:

@@ -1,7 +1,8 @@
 """Decommissioning a storage node (issue 48): the operator drains a node that still runs, its
 copies move to the others without ever falling below the write quorum, writers move off it, and
 once no ledger names it and it is stopped it is removed and `pulsar-admin bookies list-bookies`
-lists it no more.
+lists it no more. The admin API's overview and the web console's storage page (headless
+Chromium, when installed) show the drain.
 
 etcd, four storage nodes (audit rounds and registration refreshes every second) and a broker
 (ensemble 2, write and ack quorum 2). A topic's first messages are written to one ledger; one
@@ -107,6 +108,16 @@ def test_a_decommissioned_node_is_drained_while_it_runs_then_removed(tmp_path):
             progress = json.loads(body)
             assert progress["nodeId"] == leaving.id and progress["bookieId"] == leaving.address
             assert progress["state"] == "draining" and progress["openLedgers"] >= 1, progress
+            status, body = http_request("GET", bookies + "autorecovery")
+            assert status == 200, (status, body)
+            overview = json.loads(body)
+            states = {n["nodeId"]: (n["state"], n["decommission"]) for n in overview["nodes"]}
+            assert set(states) == {n.id for n in nodes}, overview
+            assert states[leaving.id][0] == "read-only", overview
+            assert states[leaving.id][1]["state"] == "draining", overview
+            assert all(states[n.id] == ("up", None) for n in nodes if n is not leaving), overview
+            assert overview["auditor"] in states, overview
+            _console_shows_the_drain(broker, leaving)
         finally:
             client.close()
 
@@ -173,6 +184,33 @@ def test_a_decommissioning_called_off_gives_the_node_its_adds_back(tmp_path):
         assert done.returncode != 0 and "not being decommissioned" in done.stderr, done
         done = _storage_nodes(etcd, "status", "--node", "no-such-node:1")
         assert done.returncode != 0 and "not known" in done.stderr, done
+
+
+def _console_shows_the_drain(broker, leaving):
+    """The web console's storage page lists every node and the leaving one as draining."""
+    from test_console import chromium, wait_for
+    try:
+        session = chromium()
+        driver = session.__enter__()
+    except pytest.skip.Exception:
+        return  # no headless Chromium here: the REST checks above stand alone
+    try:
+        driver.get(broker.web_url + "/#/storage")
+
+        def leaving_row(d):
+            for row in d.find_elements("css selector", "#storage-nodes tbody tr"):
+                cells = [c.text for c in row.find_elements("css selector", "td")]
+                if cells and cells[0] == str(leaving.id):
+                    return cells
+            return None
+
+        cells = wait_for(driver, "the leaving node's row",
+                         lambda d: (leaving_row(d) or [None] * 6)[5] == "draining" and leaving_row(d))
+        assert cells[1] == leaving.address and cells[2] == "read-only", cells
+        rows = driver.find_elements("css selector", "#storage-nodes tbody tr")
+        assert len(rows) == 4, [r.text for r in rows]
+    finally:
+        session.__exit__(None, None, None)
 
 
 def _unload(broker, topic):

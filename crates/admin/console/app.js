@@ -513,6 +513,96 @@
     return { el, refresh };
   }
 
+  // Storage nodes: each node's state, free disk and drain, the auto-recovery auditor and the
+  // under-replicated ledgers; a node can be decommissioned (drained) or its drain called off.
+  function storageView() {
+    const summary = cards([
+      ['nodes', 'Storage nodes', fmtCount],
+      ['up', 'Up', fmtCount],
+      ['auditor', 'Auditor (node)', String],
+      ['underReplicatedLedgers', 'Under-replicated ledgers', fmtCount],
+      ['draining', 'Draining', fmtCount],
+    ]);
+    const nodes = h('tbody');
+    const ledgers = h('tbody');
+    const el = h('div', { id: 'view-storage' },
+      h('h1', {}, 'Storage nodes'),
+      summary.el,
+      h('table', { id: 'storage-nodes' },
+        h('thead', {}, h('tr', {},
+          h('th', {}, 'Node'), h('th', {}, 'Address'), h('th', {}, 'State'),
+          h('th', { class: 'num' }, 'Free disk'), h('th', {}, 'Rack'), h('th', {}, 'Decommission'),
+          h('th', { class: 'num' }, 'Ledgers left'), h('th', {}, ''))),
+        nodes),
+      h('h2', {}, 'Under-replicated ledgers'),
+      h('table', { id: 'under-replicated' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Ledger'), h('th', {}, 'Copies moving off nodes'))),
+        ledgers));
+
+    const path = (n) => '/admin/v2/bookies/' + enc(String(n.nodeId)) + '/decommission';
+
+    function decommission(n) {
+      confirmDialog({
+        title: 'Decommission storage node',
+        message: 'Drain node ' + n.nodeId + ' (' + n.bookieId + ')? It turns read-only and auto-recovery copies everything it holds to other nodes; once drained, stop it and remove it.',
+        confirm: 'Decommission',
+        danger: true,
+        run: async () => {
+          await api('PUT', path(n));
+          return 'Node ' + n.nodeId + ' is being decommissioned';
+        },
+      });
+    }
+
+    function cancel(n) {
+      confirmDialog({
+        title: 'Call the drain off',
+        message: 'Stop decommissioning node ' + n.nodeId + '? It takes adds again; what moved stays moved.',
+        confirm: 'Call off',
+        run: async () => {
+          await api('DELETE', path(n));
+          return 'Node ' + n.nodeId + ' takes adds again';
+        },
+      });
+    }
+
+    async function refresh() {
+      const view = await api('GET', '/admin/v2/bookies/autorecovery');
+      const all = (view && view.nodes) || [];
+      summary.set({
+        nodes: all.length,
+        up: all.filter((n) => n.state !== 'down').length,
+        auditor: view.auditor === null || view.auditor === undefined ? undefined : view.auditor,
+        underReplicatedLedgers: view.underReplicatedLedgers,
+        draining: all.filter((n) => n.decommission && n.decommission.state === 'draining').length,
+      });
+      syncRows(nodes, all, (n) => String(n.nodeId),
+        (n) => h('tr', {}, h('td', {}), h('td', {}), h('td', { class: 'state' }), h('td', { class: 'num' }),
+          h('td', {}), h('td', { class: 'decommission' }), h('td', { class: 'num' }), h('td', {},
+            h('button', { type: 'button', class: 'drain', onclick: () => decommission(n) }, 'Decommission'),
+            h('button', { type: 'button', class: 'cancel-drain', onclick: () => cancel(n) }, 'Call off'))),
+        (row, n) => {
+          row.cells[0].textContent = String(n.nodeId);
+          row.cells[1].textContent = n.bookieId;
+          row.cells[2].textContent = n.state;
+          setValue(row.cells[3], n.freeBytes, fmtBytes);
+          row.cells[4].textContent = n.rack || '';
+          const d = n.decommission;
+          row.cells[5].textContent = d ? d.state : '';
+          setValue(row.cells[6], d ? d.closedLedgers + d.openLedgers : undefined, fmtCount);
+          row.querySelector('.drain').hidden = Boolean(d);
+          row.querySelector('.cancel-drain').hidden = !d;
+        }, 'No storage node (this broker keeps its ledgers itself)', 8);
+      syncRows(ledgers, view.underReplicated || [], (l) => String(l.ledger),
+        () => h('tr', {}, h('td', {}), h('td', {})),
+        (row, l) => {
+          row.cells[0].textContent = String(l.ledger);
+          row.cells[1].textContent = (l.nodes || []).join(', ');
+        }, 'None: every ledger has its copies', 2);
+    }
+    return { el, refresh };
+  }
+
   // A namespace: its topics (filtered, a page at a time) with their rates and backlog.
   function namespaceView(tenant, namespace) {
     let page = 0;
@@ -872,6 +962,7 @@
   function viewFor(hash) {
     const parts = hash.replace(/^#\/?/, '').split('/').map((p) => decodeURIComponent(p));
     if (parts[0] === '' && parts.length === 1) return overviewView();
+    if (parts[0] === 'storage' && parts.length === 1) return storageView();
     if (parts[0] === 'ns' && parts.length === 3) return namespaceView(parts[1], parts[2]);
     if (parts[0] === 'topic' && parts.length >= 5) {
       const t = parseTopic(parts[1] + '://' + parts[2] + '/' + parts[3] + '/' + parts.slice(4).join('/'));

@@ -66,6 +66,7 @@
 //! | `PUT\|POST /admin/v2/bookies/{bookie}/decommission` (`{bookie}`: address or node id) | 204 (the node turns read-only, its copies move) | 404 unknown node |
 //! | `GET /admin/v2/bookies/{bookie}/decommission` | 200 `{"bookieId","nodeId","state":"draining"\|"drained"\|"removable","registered","requestedAtMs","closedLedgers","openLedgers","markedLedgers"}` | 404 not being decommissioned |
 //! | `DELETE /admin/v2/bookies/{bookie}/decommission` | 204 (called off) | 404 not being decommissioned |
+//! | `GET /admin/v2/bookies/autorecovery` | 200 `{"auditor","nodes":[{"bookieId","nodeId","state":"up"\|"read-only"\|"down","freeBytes","rack","decommission"}],"underReplicatedLedgers","underReplicated":[{"ledger","nodes"}]}` (the console's storage page) | |
 //! | `DELETE /admin/v2/bookies/{bookie}` | 204 (cookie, rack and record removed: listed no more) | 409 ledgers still name it, or it still runs |
 //! | `GET /admin/v2/broker-stats/{topics,bookieops}` / `{metrics,mbeans}` | 200 `{}` / `[]` (stubs) | |
 //! | `GET /metrics` | 200 Prometheus text | |

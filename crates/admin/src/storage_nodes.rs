@@ -4,6 +4,9 @@
 //! it sees its record, and the cluster's auditor moves its copies (ARCHITECTURE.md,
 //! "Auto-recovery").
 //!
+//! [`overview`] is what the console's storage page and `GET /admin/v2/bookies/autorecovery`
+//! show: every node, its state and drain, the auditor and the under-replicated ledgers.
+//!
 //! A node is named by its id or by its address (`host:port`, its "bookie id"), as the cookies
 //! and registrations record them.
 
@@ -218,4 +221,122 @@ async fn all_ledgers(
         }
     }
     Ok(ledgers)
+}
+
+/// How many under-replicated ledgers [`Overview`] names (the count is always whole).
+pub const OVERVIEW_LEDGERS: usize = 100;
+
+/// The storage nodes and auto-recovery at a glance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overview {
+    /// The node holding the auditor key, if any.
+    pub auditor: Option<u64>,
+    pub nodes: Vec<NodeOverview>,
+    /// Under-replicated ledgers: how many, and the first [`OVERVIEW_LEDGERS`] with the nodes
+    /// whose copies move.
+    pub under_replicated: u64,
+    pub marked: Vec<(LedgerId, Vec<u64>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeOverview {
+    pub node: StorageNode,
+    /// Its registration, while it runs.
+    pub registration: Option<StorageNodeRegistration>,
+    /// With a decommission record: how far its drain has come.
+    pub drain: Option<(Drain, DrainState)>,
+}
+
+impl Overview {
+    /// The admin API's JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        let nodes: Vec<serde_json::Value> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let state = match &n.registration {
+                    None => "down",
+                    Some(r) if r.read_only => "read-only",
+                    Some(_) => "up",
+                };
+                serde_json::json!({
+                    "bookieId": n.node.address,
+                    "nodeId": n.node.id,
+                    "state": state,
+                    "freeBytes": n.registration.as_ref().map(|r| r.free_bytes),
+                    "rack": n.registration.as_ref().and_then(|r| r.rack.clone()),
+                    "decommission": n.drain.map(|(drain, state)| serde_json::json!({
+                        "state": state.as_str(),
+                        "closedLedgers": drain.closed_ledgers,
+                        "openLedgers": drain.open_ledgers,
+                    })),
+                })
+            })
+            .collect();
+        let marked: Vec<serde_json::Value> = (self.marked.iter())
+            .map(|(ledger, nodes)| serde_json::json!({ "ledger": ledger, "nodes": nodes }))
+            .collect();
+        serde_json::json!({
+            "auditor": self.auditor,
+            "nodes": nodes,
+            "underReplicatedLedgers": self.under_replicated,
+            "underReplicated": marked,
+        })
+    }
+}
+
+/// Every node with a cookie or a registration, the auditor, and the under-replicated ledgers.
+/// Reads every ledger's metadata only while some node is being decommissioned.
+pub async fn overview(store: &dyn MetadataStore) -> Result<Overview, MetadataError> {
+    let mut ids = std::collections::BTreeSet::new();
+    for root in [keys::STORAGE_NODE_COOKIES_ROOT, keys::STORAGE_NODES_ROOT] {
+        ids.extend(store.list_children(root).await?.iter().filter_map(|c| c.parse::<u64>().ok()));
+    }
+    let ids: Vec<u64> = ids.into_iter().collect();
+    let lookups: Vec<String> = ids
+        .iter()
+        .flat_map(|&id| {
+            [
+                keys::storage_node_cookie(id),
+                keys::storage_node(id),
+                keys::storage_node_decommission(id),
+            ]
+        })
+        .collect();
+    let found = store.get_many(&lookups).await?;
+    let decommissioning = found.chunks(3).any(|three| three[2].is_some());
+    let ledgers = if decommissioning { all_ledgers(store).await? } else { BTreeMap::new() };
+    let mut nodes = Vec::with_capacity(ids.len());
+    for (&id, three) in ids.iter().zip(found.chunks(3)) {
+        let registration = three[1]
+            .as_ref()
+            .and_then(|f| serde_json::from_slice::<StorageNodeRegistration>(&f.value).ok());
+        let cookie_address = three[0]
+            .as_ref()
+            .and_then(|f| serde_json::from_slice::<StorageNodeCookie>(&f.value).ok())
+            .map(|c| c.address);
+        let address = (registration.as_ref().map(|r| r.address.clone()))
+            .or(cookie_address)
+            .unwrap_or_default();
+        let drain = three[2].as_ref().map(|_| {
+            let drain = Drain::of(&ledgers, NodeId(id));
+            (drain, drain.state(registration.is_some()))
+        });
+        nodes.push(NodeOverview { node: StorageNode { id, address }, registration, drain });
+    }
+    let auditor = (store.get(keys::AUTORECOVERY_AUDITOR).await?)
+        .and_then(|f| std::str::from_utf8(&f.value).ok().and_then(|v| v.parse().ok()));
+    let root = keys::AUTORECOVERY_UNDER_REPLICATED_ROOT;
+    let mut children: Vec<LedgerId> =
+        store.list_children(root).await?.iter().filter_map(|c| c.parse().ok()).collect();
+    children.sort_unstable();
+    let under_replicated = children.len() as u64;
+    children.truncate(OVERVIEW_LEDGERS);
+    let marker_keys: Vec<String> = children.iter().map(|id| format!("{root}/{id}")).collect();
+    let mut marked = Vec::with_capacity(children.len());
+    for (id, found) in children.into_iter().zip(store.get_many(&marker_keys).await?) {
+        let nodes = found.and_then(|f| serde_json::from_slice::<Vec<u64>>(&f.value).ok());
+        marked.push((id, nodes.unwrap_or_default()));
+    }
+    Ok(Overview { auditor, nodes, under_replicated, marked })
 }

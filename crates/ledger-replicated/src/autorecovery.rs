@@ -38,7 +38,7 @@ use crate::meta::{read_meta, write_meta};
 use crate::Nodes;
 
 /// Held by the cluster's auditor (ephemeral: it goes with the auditor's session).
-pub const AUDITOR_KEY: &str = "/autorecovery/auditor";
+pub const AUDITOR_KEY: &str = magnetar_model::keys::AUTORECOVERY_AUDITOR;
 /// Under-replicated ledgers, one key each.
 pub const UNDER_REPLICATED_ROOT: &str = magnetar_model::keys::AUTORECOVERY_UNDER_REPLICATED_ROOT;
 /// A worker's lock on a ledger it re-replicates (ephemeral).

@@ -242,6 +242,8 @@ pub const STORAGE_NODE_COOKIES_ROOT: &str = "/storage-node-cookies";
 /// Parent of the storage nodes the operator is decommissioning (persistent keys; children are
 /// node ids, values [`crate::storage_nodes::StorageNodeDecommission`]).
 pub const STORAGE_NODE_DECOMMISSION_ROOT: &str = "/storage-node-decommission";
+/// Held by the cluster's auto-recovery auditor (ephemeral; the value is its node id).
+pub const AUTORECOVERY_AUDITOR: &str = "/autorecovery/auditor";
 /// Auto-recovery's under-replicated ledgers, one key each (children are ledger ids, values the
 /// JSON list of the node ids whose copies move).
 pub const AUTORECOVERY_UNDER_REPLICATED_ROOT: &str = "/autorecovery/under-replicated";

@@ -15,6 +15,8 @@
 //!   come, `{"bookieId", "nodeId", "state": "draining"|"drained"|"removable", "registered",
 //!   "requestedAtMs", "closedLedgers", "openLedgers", "markedLedgers"}` (404 when not being
 //!   decommissioned). `DELETE …/decommission`: call it off, 204.
+//! - `GET /admin/v2/bookies/autorecovery`: every node (state up, read-only or down, free disk,
+//!   its drain), the auditor, the under-replicated ledgers (count, and the first 100).
 //! - `DELETE /admin/v2/bookies/{bookie}`: remove a drained, stopped node (its cookie, rack
 //!   assignment and decommission record): 204; 409 while ledgers name it or it still runs.
 //!   Pulsar's bookies API has no such verbs (BookKeeper's shell has `decommissionbookie`).
@@ -242,4 +244,11 @@ impl From<DecommissionError> for AdminError {
             DecommissionError::Metadata(e) => e.into(),
         }
     }
+}
+
+/// `GET /admin/v2/bookies/autorecovery`.
+pub(crate) async fn autorecovery(
+    State(state): State<AdminState>,
+) -> Result<Json<Value>, AdminError> {
+    Ok(Json(storage_nodes::overview(state.store.as_ref()).await?.to_json()))
 }

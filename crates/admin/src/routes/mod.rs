@@ -71,6 +71,7 @@ pub(crate) fn build(state: AdminState) -> Router {
         .route("/admin/v2/broker-stats/load-report", get(broker_load::load_report))
         .route("/admin/v2/bookies/all", get(bookies::list_all))
         .route("/admin/v2/bookies/racks-info", get(bookies::racks))
+        .route("/admin/v2/bookies/autorecovery", get(bookies::autorecovery))
         .route("/admin/v2/bookies/{bookie}", delete(bookies::remove))
         .route(
             "/admin/v2/bookies/{bookie}/decommission",
