@@ -12,10 +12,11 @@ import signal
 import subprocess
 import urllib.request
 
+import pulsar
 import pytest
 
 import conftest
-from compat_util import free_port
+from compat_util import free_port, http_request, read_n
 from etcd_util import Etcd, scratch_dir
 
 CLUSTER = "replicated"
@@ -217,3 +218,34 @@ def _keep_log(path, name):
     if keep and path and os.path.exists(path):
         os.makedirs(keep, exist_ok=True)
         shutil.copyfile(path, os.path.join(keep, name))
+
+
+def kept_namespace(broker, name):
+    """Creates namespace `public/<name>-<pid>` whose data is kept without a subscription (the
+    retention pass would trim an unread closed ledger otherwise); returns its name."""
+    ns = "public/%s-%d" % (name, os.getpid())
+    status, body = http_request("PUT", broker.web_url + "/admin/v2/namespaces/" + ns)
+    assert status in (200, 204), (status, body)
+    status, body = http_request(
+        "POST", "%s/admin/v2/namespaces/%s/retention" % (broker.web_url, ns),
+        json.dumps({"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}))
+    assert status in (200, 204), (status, body)
+    return ns
+
+
+def unload(broker, topic):
+    """Unloads `topic` through the admin API (its ledgers closed)."""
+    status, body = http_request("PUT", "%s/admin/v2/%s/unload" % (
+        broker.web_url, topic.replace("://", "/")))
+    assert status in (200, 204), (status, body)
+
+
+def read_all(broker, topic, count):
+    """Reads `topic` from the earliest message with the Python client: exactly m-0 .. m-<count-1>."""
+    client = pulsar.Client(broker.service_url, operation_timeout_seconds=30)
+    try:
+        reader = client.create_reader(topic, pulsar.MessageId.earliest)
+        got = [m.data() for m in read_n(reader, count, timeout_ms=COMMAND_TIMEOUT_S * 1000)]
+        assert got == [b"m-%d" % i for i in range(count)]
+    finally:
+        client.close()

@@ -12,17 +12,15 @@ metadata cached (a closed ledger's read that fails on every replica it names re-
 
 Skipped without etcd unless MAGNETAR_REQUIRE_ETCD=1; skipped on an external broker."""
 
-import json
-import os
 import time
 import urllib.request
 
 import pulsar
 import pytest
 
-from compat_util import http_request, read_n
 from replicated_util import (COMMAND_TIMEOUT_S, data_ledger_ensemble, keys_in_etcd,
-                             ledgers_in_etcd, replicated_cluster, skip_unless_own_magnetar)
+                             kept_namespace, ledgers_in_etcd, read_all, replicated_cluster,
+                             skip_unless_own_magnetar, unload)
 
 pytestmark = pytest.mark.restarts_server
 
@@ -39,14 +37,7 @@ def test_a_lost_nodes_copies_are_made_again_and_outlive_the_other_copy(tmp_path)
     skip_unless_own_magnetar()
     with replicated_cluster(tmp_path, nodes=4, node_args=FAST) as (etcd, nodes, start_broker):
         broker = start_broker("b")
-        ns = "public/healing-%d" % os.getpid()
-        status, body = http_request("PUT", broker.web_url + "/admin/v2/namespaces/" + ns)
-        assert status in (200, 204), (status, body)
-        # Kept without a subscription (the retention pass would trim an unread closed ledger).
-        status, body = http_request(
-            "POST", "%s/admin/v2/namespaces/%s/retention" % (broker.web_url, ns),
-            json.dumps({"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}))
-        assert status in (200, 204), (status, body)
+        ns = kept_namespace(broker, "healing")
         topic = "persistent://%s/kept" % ns
         client = pulsar.Client(broker.service_url, operation_timeout_seconds=30)
         try:
@@ -56,9 +47,9 @@ def test_a_lost_nodes_copies_are_made_again_and_outlive_the_other_copy(tmp_path)
             ledger, ensemble = data_ledger_ensemble(etcd)
         finally:
             client.close()
-        _unload(broker, topic)
+        unload(broker, topic)
         assert ledgers_in_etcd(etcd)[ledger]["state"] == "CLOSED"
-        _read_all(broker, topic)  # the broker reads the closed ledger: its metadata cached
+        read_all(broker, topic, MESSAGES)  # the broker reads the closed ledger: its metadata cached
 
         first, second = [next(n for n in nodes if n.id == node) for node in ensemble]
         first.kill()
@@ -93,8 +84,8 @@ def test_a_lost_nodes_copies_are_made_again_and_outlive_the_other_copy(tmp_path)
         # Only the copy auto-recovery made is left of the ledger's entries; the topic unloaded
         # so that the entries are read from storage again, not from the topic's cache.
         second.kill()
-        _unload(broker, topic)
-        _read_all(broker, topic)
+        unload(broker, topic)
+        read_all(broker, topic, MESSAGES)
 
 
 def _metric(node, name):
@@ -103,19 +94,3 @@ def _metric(node, name):
         text = response.read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                if line.split("{", 1)[0].split(" ", 1)[0] == name)
-
-
-def _unload(broker, topic):
-    status, body = http_request("PUT", "%s/admin/v2/%s/unload" % (
-        broker.web_url, topic.replace("://", "/")))
-    assert status in (200, 204), (status, body)
-
-
-def _read_all(broker, topic):
-    client = pulsar.Client(broker.service_url, operation_timeout_seconds=30)
-    try:
-        reader = client.create_reader(topic, pulsar.MessageId.earliest)
-        got = [m.data() for m in read_n(reader, MESSAGES, timeout_ms=COMMAND_TIMEOUT_S * 1000)]
-        assert got == [b"m-%d" % i for i in range(MESSAGES)]
-    finally:
-        client.close()

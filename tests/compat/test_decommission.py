@@ -24,11 +24,11 @@ import subprocess
 import pulsar
 import pytest
 
-from compat_util import eventually, http_request, read_n
+from compat_util import eventually, http_request
 from pulsar_admin import PulsarAdmin, pulsar_admin_available
 from replicated_util import (CLUSTER, COMMAND_TIMEOUT_S, data_ledger_ensemble, keys_in_etcd,
-                             ledgers_in_etcd, replicated_cluster, run_magnetar,
-                             skip_unless_own_magnetar)
+                             kept_namespace, ledgers_in_etcd, read_all, replicated_cluster,
+                             run_magnetar, skip_unless_own_magnetar, unload)
 
 pytestmark = pytest.mark.restarts_server
 
@@ -66,14 +66,7 @@ def test_a_decommissioned_node_is_drained_while_it_runs_then_removed(tmp_path):
     skip_unless_own_magnetar()
     with replicated_cluster(tmp_path, nodes=4, node_args=FAST) as (etcd, nodes, start_broker):
         broker = start_broker("b")
-        ns = "public/drain-%d" % os.getpid()
-        status, body = http_request("PUT", broker.web_url + "/admin/v2/namespaces/" + ns)
-        assert status in (200, 204), (status, body)
-        # Kept without a subscription (the retention pass would trim an unread closed ledger).
-        status, body = http_request(
-            "POST", "%s/admin/v2/namespaces/%s/retention" % (broker.web_url, ns),
-            json.dumps({"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}))
-        assert status in (200, 204), (status, body)
+        ns = kept_namespace(broker, "drain")
         topic = "persistent://%s/drained" % ns
         bookies = broker.web_url + "/admin/v2/bookies/"
 
@@ -123,7 +116,7 @@ def test_a_decommissioned_node_is_drained_while_it_runs_then_removed(tmp_path):
 
         # Closing the ledger lets auto-recovery copy its earlier fragment (an open ledger's
         # fragments are its writer's).
-        _unload(broker, topic)
+        unload(broker, topic)
         done = _storage_nodes(etcd, "decommission", "--node", leaving.address,
                               "--wait-seconds", str(DRAIN_BOUND_S))
         assert done.returncode == 0, done.stdout + done.stderr + "\n".join(
@@ -148,7 +141,7 @@ def test_a_decommissioned_node_is_drained_while_it_runs_then_removed(tmp_path):
         # the drain made (the topic unloaded so that they are read from storage again).
         leaving.kill()
         other.kill()
-        _read_all(broker, topic, 2 * MESSAGES)
+        read_all(broker, topic, 2 * MESSAGES)
 
         # Removable once its registration is gone with its session.
         eventually("the stopped node is removable",
@@ -211,19 +204,3 @@ def _console_shows_the_drain(broker, leaving):
         assert len(rows) == 4, [r.text for r in rows]
     finally:
         session.__exit__(None, None, None)
-
-
-def _unload(broker, topic):
-    status, body = http_request("PUT", "%s/admin/v2/%s/unload" % (
-        broker.web_url, topic.replace("://", "/")))
-    assert status in (200, 204), (status, body)
-
-
-def _read_all(broker, topic, count):
-    client = pulsar.Client(broker.service_url, operation_timeout_seconds=30)
-    try:
-        reader = client.create_reader(topic, pulsar.MessageId.earliest)
-        got = [m.data() for m in read_n(reader, count, timeout_ms=COMMAND_TIMEOUT_S * 1000)]
-        assert got == [b"m-%d" % i for i in range(count)]
-    finally:
-        client.close()
