@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """How soon a policy set through one broker reaches a topic loaded on another (cluster mode).
 
-etcd on loopback (data in /dev/shm), `magnetar metadata init`, two `magnetar broker`s on it
-(A and B, ledgers on their own disks). A producer on broker A publishes to a topic of a
+etcd on loopback (data in /dev/shm), `magnetar metadata init`, two storage nodes and two
+`magnetar broker`s on it (A and B, ledgers on the nodes: brokers that share a cluster cannot
+keep them on their own disks). A producer on broker A publishes to a topic of a
 namespace of its own with explicit sequence ids. Each round flips deduplication through an
 admin API, then probes from A at once and without pause (a sequence id sent twice: the second
 answered -1:-1 means deduplication is on) until A follows; the time from the admin answer to
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import pulsar
@@ -46,12 +48,32 @@ def free_port():
 
 
 def request(method, url, body=None):
+    """One admin call; a 307 to the topic's owner (as Pulsar answers) is followed once, body and
+    method kept, as pulsar-admin does."""
     data = None if body is None else body.encode()
     req = urllib.request.Request(url, data=data, method=method)
     if data is not None:
         req.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(req, timeout=30) as response:
-        return response.status
+    try:
+        with urllib.request.urlopen(req, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as e:
+        if e.code != 307 or not e.headers.get("Location"):
+            raise
+        return request(method, e.headers["Location"], body)
+
+
+def wait_logged(path, text, proc, timeout=60):
+    """Waits until `text` is in the log at `path` (a storage node's "listening on" line)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit("exited during start-up: %s" % proc.args)
+        with open(path, "rb") as f:
+            if text.encode() in f.read():
+                return
+        time.sleep(0.1)  # another process's start-up: nothing to wait on
+    sys.exit("not started: %s" % proc.args)
 
 
 def wait_ready(web, proc, timeout=60):
@@ -105,13 +127,22 @@ def main():
             if time.monotonic() > deadline:
                 sys.exit(done.stderr)
             time.sleep(0.2)  # etcd starting: nothing to wait on
+        for name in ("n1", "n2"):
+            node = start("storage-" + name, [
+                BIN, "storage", "--metadata", etcd_url, "--cluster", CLUSTER,
+                "--listen", "127.0.0.1:0", "--data-dir", os.path.join(work, "data-" + name)])
+            wait_logged(os.path.join(work, "storage-" + name + ".log"), "listening on", node)
+        config = os.path.join(work, "broker.toml")
+        with open(config, "w") as f:
+            f.write('[ledgers]\nstorage = "nodes"\nensemble_size = 2\nwrite_quorum = 2\n'
+                    'ack_quorum = 2\n')
         brokers = {}
         for name in ("a", "b"):
             broker_port, web_port = free_port(), free_port()
             proc = start("broker-" + name, [
                 BIN, "broker", "--metadata", etcd_url, "--cluster", CLUSTER,
                 "--broker-port", str(broker_port), "--web-port", str(web_port),
-                "--data-dir", os.path.join(work, "data-" + name)])
+                "--data-dir", os.path.join(work, "data-" + name), "--config", config])
             web = "http://127.0.0.1:%d" % web_port
             wait_ready(web, proc)
             brokers[name] = {"service": "pulsar://127.0.0.1:%d" % broker_port, "web": web}

@@ -7,8 +7,10 @@ etcd this test starts on loopback (data on /dev/shm), with the official Python c
   are not redelivered and every unacknowledged one is;
 - the admin API lists the topic, the cluster record, and the broker's registration in etcd
   (`GET /admin/v2/brokers/{cluster}`);
-- two brokers on one etcd: a namespace policy and a topic policy set through one broker's
-  admin API reach a topic loaded on the other while its producer stays open (the policy watch);
+- two brokers on one etcd (over storage nodes): a namespace policy and a topic policy set
+  through one broker's admin API reach a topic loaded on the other while its producer stays
+  open (the policy watch);
+- a broker with local ledgers keeps its cluster to itself: a second broker is refused;
 - a broker whose cluster was never initialized, or whose etcd does not answer, exits non-zero
   in bounded time with one clear line and no panic.
 
@@ -29,6 +31,7 @@ import pytest
 import conftest
 from compat_util import assert_nothing_more, http_request, receive_n, unique_topic
 from etcd_util import Etcd
+from replicated_util import replicated_cluster
 
 pytestmark = pytest.mark.restarts_server
 
@@ -166,20 +169,23 @@ def _post_following_redirect(url, body):
     return status, answer
 
 
-def test_policies_set_through_one_broker_reach_a_topic_loaded_on_another(etcd):
+def test_policies_set_through_one_broker_reach_a_topic_loaded_on_another(tmp_path):
     """Deduplication is the probe: a resent sequence id is stored while it is off and answered
     as a duplicate (-1:-1) while it is on, on the producer opened before the change (a new
     producer or consumer would re-read the policies anyway). Enabled for the namespace through
     broker B, then disabled for the topic through B: broker A, which has the topic loaded,
-    follows both, each within the bounded wait."""
-    loader, other = _broker(etcd, CLUSTER), _broker(etcd, CLUSTER)
-    _init(etcd, CLUSTER, "http://127.0.0.1:%d" % loader.web_port, loader.service_url)
+    follows both, each within the bounded wait. Two brokers share a cluster only over storage
+    nodes (ledgers on one broker's disk are its alone)."""
+    _skip_unless_own_magnetar()
+    with replicated_cluster(tmp_path, nodes=2) as (_, _, start_broker):
+        _policies_reach_the_loading_broker(start_broker("a"), start_broker("b"))
+
+
+def _policies_reach_the_loading_broker(loader, other):
     namespace = "public/policy-watch-%d" % os.getpid()
     topic = "persistent://%s/%s" % (namespace, unique_topic("watched").rsplit("/", 1)[-1])
     client = None
     try:
-        loader.start()
-        other.start()
         status, body = http_request("PUT", other.web_url + "/admin/v2/namespaces/" + namespace)
         assert status in (200, 204), (status, body)
         client = loader.client()
@@ -212,9 +218,37 @@ def test_policies_set_through_one_broker_reach_a_topic_loaded_on_another(etcd):
     finally:
         if client is not None:
             client.close()
-        for srv in (loader, other):
-            srv.close()
-            shutil.rmtree(srv._tmp, ignore_errors=True)
+
+
+def test_a_cluster_whose_ledgers_are_on_a_brokers_disk_takes_no_other_broker(etcd, tmp_path):
+    """A broker with local ledgers claims its cluster: a second broker, with local ledgers or
+    on storage nodes, exits with one line naming the first (a topic moved to it could not read
+    the first's ledgers); the first, killed and started again on its data, takes the cluster
+    back."""
+    cluster = "local-claim"
+    owner = _broker(etcd, cluster)
+    _init(etcd, cluster, "http://127.0.0.1:%d" % owner.web_port, owner.service_url)
+    nodes_config = tmp_path / "nodes.toml"
+    nodes_config.write_text('[ledgers]\nstorage = "nodes"\n')
+    try:
+        owner.start()
+        holder = "127.0.0.1:%d" % owner.web_port
+        for extra, says in [([], "already has a broker (%s)" % holder),
+                            (["--config", str(nodes_config)],
+                             "keeps its ledgers on the disk of broker %s" % holder)]:
+            data = tmp_path / ("data-%d" % len(extra))
+            done = _run(["broker", "--metadata", etcd.url, "--cluster", cluster,
+                         "--data-dir", str(data), "--broker-port", "0", "--web-port", "0"]
+                        + extra)
+            assert done.returncode != 0 and says in done.stderr, done.stderr
+            assert done.stderr.strip().count("\n") == 0, "one line: %r" % done.stderr
+            assert "panicked" not in done.stderr, done.stderr
+        owner.restart(graceful=False)  # kill -9, by PID, and a start on the same data
+        status, _ = http_request("GET", owner.web_url + "/admin/v2/brokers/health")
+        assert status == 200
+    finally:
+        owner.close()
+        shutil.rmtree(owner._tmp, ignore_errors=True)
 
 
 def test_broker_refuses_an_uninitialized_cluster(etcd, tmp_path):

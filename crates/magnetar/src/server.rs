@@ -18,7 +18,9 @@ use magnetar_admin::AdminHooks;
 use magnetar_broker::registration::{Readiness, Registration};
 use magnetar_broker::BrokerService;
 use magnetar_ledger::{LedgerStorage, LedgerStore};
-use magnetar_metadata::{EmbeddedStore, EmbeddedStoreConfig, MetadataStore, SessionStore};
+use magnetar_metadata::{
+    EmbeddedStore, EmbeddedStoreConfig, ExpectedVersion, MetadataError, MetadataStore, SessionStore,
+};
 use magnetar_metadata_etcd::EtcdStore;
 use magnetar_model::{keys, BrokerRegistration};
 use thiserror::Error;
@@ -37,6 +39,21 @@ pub enum StartError {
     NotInitialized { cluster: String, endpoints: String, url: String },
     #[error("cannot reach etcd at {endpoints} (cluster {cluster:?}): {cause}")]
     EtcdUnreachable { endpoints: String, cluster: String, cause: String },
+    /// This broker keeps its ledgers on its own disk, and another broker does too, or already
+    /// serves the cluster: topics moved between them would lose their data.
+    #[error(
+        "cluster {cluster:?} already has a broker ({holder}): brokers that share a cluster keep \
+         their ledgers on storage nodes ([ledgers] storage = \"nodes\"); a broker with local \
+         ledgers must be the cluster's only one"
+    )]
+    LocalLedgersShared { cluster: String, holder: String },
+    /// The cluster's ledgers are on another broker's own disk.
+    #[error(
+        "cluster {cluster:?} keeps its ledgers on the disk of broker {holder} \
+         ([ledgers] storage = \"local\"): no other broker can serve its topics (key \
+         {key} in etcd names it)"
+    )]
+    LedgersOnABrokersDisk { cluster: String, holder: String, key: String },
 }
 
 /// Threads for blocking work (disk reads, topic-load replays). Tokio's default is 512: 20,000
@@ -60,6 +77,11 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         let metadata = open_metadata(&settings).await?;
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
+        if !matches!(settings.metadata, MetadataBackend::Embedded) {
+            // Before any ledger is opened (the id names this broker by its configured ports).
+            let configured = keys::broker_id(&config.broker.advertised_address, config.web_port);
+            claim_ledgers(&settings, metadata.as_ref(), &configured).await?;
+        }
         let (storage, store, recovery) = open_ledgers(&settings, &metadata).await?;
 
         // Bind first: the registration carries the ports really bound (port 0 picks one).
@@ -102,6 +124,7 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         let metadata_store: Arc<dyn MetadataStore> = Arc::new(counting);
         // A cluster's brokers share topics by namespace bundle (magnetar-coordination);
         // standalone serves every topic.
+        let broker_id = keys::broker_id(&host, web_port);
         let coordination = match settings.metadata {
             MetadataBackend::Embedded => None,
             _ => {
@@ -194,6 +217,11 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         )
         .await
         .with_context(|| format!("register the broker at {registration_key}"))?;
+        // Written (registered), then read: of a broker with local ledgers claiming the cluster
+        // and this one starting at the same moment, one sees the other.
+        if !matches!(settings.metadata, MetadataBackend::Embedded) {
+            claim_ledgers(&settings, metadata.as_ref(), &broker_id).await?;
+        }
 
         let (stop, stopped) = tokio::sync::watch::channel(false);
         magnetar_broker::limits::spawn_tasks(&service, stopped.clone());
@@ -327,6 +355,95 @@ async fn open_ledgers(
         .context("open ledger store")?;
     let store = Arc::new(store);
     Ok((store.clone(), Some(store), (recovery.ledgers as u64, recovery.entries)))
+}
+
+/// File in a local-ledgers broker's data directory naming its ledger store (drawn at random
+/// once): the identity its claim on the cluster carries, whatever ports it listens on.
+const LEDGERS_INSTANCE_FILE: &str = "local-ledgers-instance";
+
+/// What [`keys::LOCAL_LEDGERS_OWNER`] holds.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct LocalLedgersOwner {
+    instance: String,
+    broker: String,
+}
+
+/// In a cluster, ledgers on one broker's disk are that broker's alone: a broker with
+/// `[ledgers] storage = "local"` claims the cluster (refused if another broker's disk holds it,
+/// or, at its first claim, if another broker is registered), and a broker on storage nodes is
+/// refused while a claim exists.
+async fn claim_ledgers(
+    settings: &Settings,
+    metadata: &dyn SessionStore,
+    broker_id: &str,
+) -> anyhow::Result<()> {
+    let cluster = settings.config.cluster.clone();
+    let key = keys::LOCAL_LEDGERS_OWNER;
+    let held = |found: &magnetar_metadata::Versioned| {
+        serde_json::from_slice::<LocalLedgersOwner>(&found.value).ok()
+    };
+    if settings.config.ledgers.storage == "nodes" {
+        if let Some(found) = metadata.get(key).await? {
+            let holder = held(&found).map_or_else(|| "unknown".to_string(), |o| o.broker);
+            return Err(
+                StartError::LedgersOnABrokersDisk { cluster, holder, key: key.into() }.into()
+            );
+        }
+        return Ok(());
+    }
+    let instance = ledgers_instance(&settings.config.data_dir)?;
+    let mine = LocalLedgersOwner { instance: instance.clone(), broker: broker_id.to_string() };
+    let value = Bytes::from(serde_json::to_vec(&mine)?);
+    match metadata.get(key).await? {
+        Some(found) => match held(&found) {
+            Some(owner) if owner.instance == instance => return Ok(()),
+            owner => {
+                let holder = owner.map_or_else(|| "unknown".to_string(), |o| o.broker);
+                return Err(StartError::LocalLedgersShared { cluster, holder }.into());
+            }
+        },
+        None => match metadata.put(key, value, ExpectedVersion::Absent).await {
+            Ok(_) => {}
+            Err(MetadataError::BadVersion { .. }) => {
+                return Err(StartError::LocalLedgersShared {
+                    cluster,
+                    holder: "another broker starting now".into(),
+                }
+                .into())
+            }
+            Err(e) => return Err(e.into()),
+        },
+    }
+    // The first claim: no other broker may be serving the cluster already.
+    let others: Vec<String> = (metadata.list_children(keys::BROKERS_ROOT).await?.into_iter())
+        .filter(|id| id != broker_id)
+        .collect();
+    if let Some(holder) = others.into_iter().next() {
+        let _ = metadata.delete(key, ExpectedVersion::Any).await;
+        return Err(StartError::LocalLedgersShared { cluster, holder }.into());
+    }
+    tracing::info!(key, instance, "this broker's disk holds the cluster's ledgers");
+    Ok(())
+}
+
+/// The data directory's ledger-store identity, drawn and kept on first use.
+fn ledgers_instance(data_dir: &std::path::Path) -> anyhow::Result<String> {
+    let path = data_dir.join(LEDGERS_INSTANCE_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => Ok(text.trim().to_string()),
+        Ok(_) => anyhow::bail!("{} is empty", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let drawn = format!("{:032x}", rand::random::<u128>());
+            magnetar_journal::storage::write_file_atomic(
+                data_dir,
+                LEDGERS_INSTANCE_FILE,
+                format!("{drawn}\n").as_bytes(),
+            )
+            .with_context(|| format!("write {}", path.display()))?;
+            Ok(drawn)
+        }
+        Err(e) => Err(e).with_context(|| format!("read {}", path.display())),
+    }
 }
 
 /// Binds `host:port` when `wanted` (port 0 picks a free one).

@@ -247,6 +247,10 @@ pub const AUTORECOVERY_AUDITOR: &str = "/autorecovery/auditor";
 /// Auto-recovery's under-replicated ledgers, one key each (children are ledger ids, values the
 /// JSON list of the node ids whose copies move).
 pub const AUTORECOVERY_UNDER_REPLICATED_ROOT: &str = "/autorecovery/under-replicated";
+/// The one broker whose own disk holds a cluster's ledgers (`[ledgers] storage = "local"`,
+/// persistent): while it exists no other broker may join the cluster, since a topic moved to
+/// another broker could not read them.
+pub const LOCAL_LEDGERS_OWNER: &str = "/local-ledgers-owner";
 /// Parent of every replicated ledger's metadata.
 pub const LEDGERS_ROOT: &str = "/ledgers";
 
