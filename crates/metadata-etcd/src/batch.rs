@@ -142,7 +142,6 @@ pub(crate) fn take_writes(pending: &mut VecDeque<Write>) -> Taken<Write> {
     let mut alone = Vec::new();
     let mut keys = BTreeSet::new();
     let mut bytes = 0;
-    let mut left = VecDeque::with_capacity(pending.len());
     while let Some(write) = pending.pop_front() {
         if write.reply.is_closed() {
             continue;
@@ -150,7 +149,7 @@ pub(crate) fn take_writes(pending: &mut VecDeque<Write>) -> Taken<Write> {
         let fits = batch.len() < MAX_BATCH_OPS
             && (batch.is_empty() || bytes + write.value.len() <= MAX_BATCH_VALUE_BYTES);
         if !fits {
-            left.push_back(write);
+            pending.push_front(write); // the next batch's first
             break;
         }
         if !keys.insert(write.full.clone()) {
@@ -160,8 +159,6 @@ pub(crate) fn take_writes(pending: &mut VecDeque<Write>) -> Taken<Write> {
         bytes += write.value.len();
         batch.push(write);
     }
-    left.append(pending);
-    *pending = left;
     Taken { together: batch, alone }
 }
 

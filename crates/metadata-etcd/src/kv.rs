@@ -258,24 +258,8 @@ impl Kv {
         value_len: usize,
         txn: Txn,
     ) -> Result<etcd_client::TxnResponse> {
-        let result = with_retries(Self::deadline(config), false, || {
-            let mut client = self.client.clone();
-            let txn = txn.clone();
-            async move { client.txn(txn).await }
-        })
-        .await;
-        result.map_err(|f| match f {
-            Failure::LeaseNotFound => MetadataError::SessionExpired {
-                reason: "etcd no longer knows the session's lease".into(),
-            },
-            // etcd's --max-request-bytes is below what this store was configured for.
-            Failure::TooLarge => MetadataError::ValueTooLarge {
-                key: key.to_string(),
-                len: value_len,
-                max: config.max_value_len,
-            },
-            f => io_error("writing to etcd (outcome unknown)", &f),
-        })
+        let result = send_txn(&self.client, config, &txn).await;
+        result.map_err(|f| write_error(config, key, value_len, &f))
     }
 
     /// Compare-and-set put; `lease` binds the key to a session (`None` = persistent, which
@@ -555,13 +539,7 @@ impl Batches {
                 .map(|w| TxnOp::txn(cas_txn(&w.full, &w.value, w.compare.clone(), None)))
                 .collect();
             let txn = Txn::new().and_then(nested);
-            let sent = with_retries(Kv::deadline(&self.config), false, || {
-                let mut client = self.client.clone();
-                let txn = txn.clone();
-                async move { client.txn(txn).await }
-            })
-            .await;
-            match sent {
+            match send_txn(&self.client, &self.config, &txn).await {
                 Ok(resp) => {
                     let revision = header_revision(resp.header());
                     let answers = resp.op_responses();
@@ -601,21 +579,45 @@ impl Batches {
     async fn write_alone(&self, write: &Write) -> Result<(u64, i64)> {
         let config = &self.config;
         let txn = cas_txn(&write.full, &write.value, write.compare.clone(), None);
-        let result = with_retries(Kv::deadline(config), false, || {
-            let mut client = self.client.clone();
-            let txn = txn.clone();
-            async move { client.txn(txn).await }
-        })
-        .await;
-        let resp = result.map_err(|f| match f {
-            Failure::TooLarge => MetadataError::ValueTooLarge {
-                key: write.key.clone(),
-                len: write.value.len(),
-                max: config.max_value_len,
-            },
-            f => io_error("writing to etcd (outcome unknown)", &f),
-        })?;
+        let resp = (send_txn(&self.client, config, &txn).await)
+            .map_err(|f| write_error(config, &write.key, write.value.len(), &f))?;
         put_outcome(&write.key, write.expected, &resp, header_revision(resp.header()))
+    }
+}
+
+/// Sends a write transaction, retried within the request timeout (never after an unknown
+/// outcome: `with_retries`' `idempotent` is false).
+async fn send_txn(
+    client: &KvClient,
+    config: &EtcdStoreConfig,
+    txn: &Txn,
+) -> std::result::Result<etcd_client::TxnResponse, Failure> {
+    with_retries(Kv::deadline(config), false, || {
+        let mut client = client.clone();
+        let txn = txn.clone();
+        async move { client.txn(txn).await }
+    })
+    .await
+}
+
+/// A failed write of `key` (a value of `value_len` bytes) as the store's error.
+fn write_error(
+    config: &EtcdStoreConfig,
+    key: &str,
+    value_len: usize,
+    f: &Failure,
+) -> MetadataError {
+    match f {
+        Failure::LeaseNotFound => MetadataError::SessionExpired {
+            reason: "etcd no longer knows the session's lease".into(),
+        },
+        // etcd's --max-request-bytes is below what this store was configured for.
+        Failure::TooLarge => MetadataError::ValueTooLarge {
+            key: key.to_string(),
+            len: value_len,
+            max: config.max_value_len,
+        },
+        f => io_error("writing to etcd (outcome unknown)", f),
     }
 }
 
