@@ -14,12 +14,13 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use magnetar_autorecovery::{Drain, DrainState};
+use magnetar_ledger_replicated::all_ledgers;
 use magnetar_metadata::{ExpectedVersion, MetadataError, MetadataStore};
 use magnetar_model::keys;
 use magnetar_model::storage_nodes::{
     StorageNodeCookie, StorageNodeDecommission, StorageNodeRacks, StorageNodeRegistration,
 };
-use magnetar_replication::{LedgerId, LedgerMeta, NodeId};
+use magnetar_replication::{LedgerId, NodeId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DecommissionError {
@@ -70,35 +71,67 @@ impl DrainStatus {
     }
 }
 
+/// One node's documents: its cookie's address, its registration while it runs, and whether a
+/// decommission record exists.
+#[derive(Debug, Clone)]
+pub struct NodeDocuments {
+    pub node: StorageNode,
+    pub registration: Option<StorageNodeRegistration>,
+    pub decommissioned: bool,
+}
+
+/// Every node with a cookie or a registration (an older version's node runs without a cookie),
+/// its documents read in one request. The address is the registration's, else the cookie's.
+pub async fn known_nodes(store: &dyn MetadataStore) -> Result<Vec<NodeDocuments>, MetadataError> {
+    let mut ids = std::collections::BTreeSet::new();
+    for root in [keys::STORAGE_NODE_COOKIES_ROOT, keys::STORAGE_NODES_ROOT] {
+        ids.extend(store.list_children(root).await?.iter().filter_map(|c| c.parse::<u64>().ok()));
+    }
+    let lookups: Vec<String> = ids
+        .iter()
+        .flat_map(|&id| {
+            [
+                keys::storage_node_cookie(id),
+                keys::storage_node(id),
+                keys::storage_node_decommission(id),
+            ]
+        })
+        .collect();
+    let found = store.get_many(&lookups).await?;
+    let mut nodes = Vec::with_capacity(ids.len());
+    for (id, three) in ids.into_iter().zip(found.chunks(3)) {
+        let parsed = |i: usize| three[i].as_ref().map(|f| f.value.clone());
+        let registration =
+            parsed(1).and_then(|v| serde_json::from_slice::<StorageNodeRegistration>(&v).ok());
+        let cookie = parsed(0).and_then(|v| serde_json::from_slice::<StorageNodeCookie>(&v).ok());
+        if (three[0].is_some() && cookie.is_none())
+            || (three[1].is_some() && registration.is_none())
+        {
+            tracing::warn!(node = id, "unreadable storage node document");
+        }
+        let address = (registration.as_ref().map(|r| r.address.clone()))
+            .or(cookie.map(|c| c.address))
+            .unwrap_or_default();
+        nodes.push(NodeDocuments {
+            node: StorageNode { id, address },
+            registration,
+            decommissioned: three[2].is_some(),
+        });
+    }
+    Ok(nodes)
+}
+
 /// Finds the node `name` (an id, or an address a cookie or registration holds).
 pub async fn resolve(
     store: &dyn MetadataStore,
     name: &str,
 ) -> Result<StorageNode, DecommissionError> {
-    let mut known: BTreeMap<u64, String> = BTreeMap::new();
-    for (root, key) in [
-        (keys::STORAGE_NODE_COOKIES_ROOT, keys::storage_node_cookie as fn(u64) -> String),
-        (keys::STORAGE_NODES_ROOT, keys::storage_node),
-    ] {
-        for child in store.list_children(root).await? {
-            let Ok(id) = child.parse::<u64>() else { continue };
-            let Some(found) = store.get(&key(id)).await? else { continue };
-            let address = serde_json::from_slice::<StorageNodeCookie>(&found.value)
-                .map(|c| c.address)
-                .or_else(|_| {
-                    serde_json::from_slice::<StorageNodeRegistration>(&found.value)
-                        .map(|r| r.address)
-                })
-                .unwrap_or_default();
-            known.entry(id).or_insert(address);
-        }
-    }
-    let by_id = name.parse::<u64>().ok().filter(|id| known.contains_key(id));
-    let found = by_id.or_else(|| known.iter().find(|(_, a)| *a == name).map(|(id, _)| *id));
-    match found {
-        Some(id) => Ok(StorageNode { id, address: known.remove(&id).unwrap_or_default() }),
-        None => Err(DecommissionError::UnknownNode(name.to_string())),
-    }
+    let known = known_nodes(store).await?;
+    let by_id = name.parse::<u64>().ok().and_then(|id| known.iter().find(|n| n.node.id == id));
+    by_id
+        .or_else(|| known.iter().find(|n| n.node.address == name))
+        .map(|n| n.node.clone())
+        .ok_or_else(|| DecommissionError::UnknownNode(name.to_string()))
 }
 
 /// Starts draining `node` (idempotent: a drain already asked for keeps its start time).
@@ -207,22 +240,6 @@ pub async fn remove(
     Ok(())
 }
 
-/// Every replicated ledger's metadata (one unreadable is skipped: it names nothing we know).
-async fn all_ledgers(
-    store: &dyn MetadataStore,
-) -> Result<BTreeMap<LedgerId, LedgerMeta>, MetadataError> {
-    let ids = store.list_children(keys::LEDGERS_ROOT).await?;
-    let ids: Vec<LedgerId> = ids.iter().filter_map(|id| id.parse().ok()).collect();
-    let ledger_keys: Vec<String> = ids.iter().map(|&id| keys::ledger(id)).collect();
-    let mut ledgers = BTreeMap::new();
-    for (id, found) in ids.into_iter().zip(store.get_many(&ledger_keys).await?) {
-        if let Some(meta) = found.and_then(|f| LedgerMeta::from_json(&f.value).ok()) {
-            ledgers.insert(id, meta);
-        }
-    }
-    Ok(ledgers)
-}
-
 /// How many under-replicated ledgers [`Overview`] names (the count is always whole).
 pub const OVERVIEW_LEDGERS: usize = 100;
 
@@ -288,42 +305,19 @@ impl Overview {
 /// Every node with a cookie or a registration, the auditor, and the under-replicated ledgers.
 /// Reads every ledger's metadata only while some node is being decommissioned.
 pub async fn overview(store: &dyn MetadataStore) -> Result<Overview, MetadataError> {
-    let mut ids = std::collections::BTreeSet::new();
-    for root in [keys::STORAGE_NODE_COOKIES_ROOT, keys::STORAGE_NODES_ROOT] {
-        ids.extend(store.list_children(root).await?.iter().filter_map(|c| c.parse::<u64>().ok()));
-    }
-    let ids: Vec<u64> = ids.into_iter().collect();
-    let lookups: Vec<String> = ids
-        .iter()
-        .flat_map(|&id| {
-            [
-                keys::storage_node_cookie(id),
-                keys::storage_node(id),
-                keys::storage_node_decommission(id),
-            ]
+    let known = known_nodes(store).await?;
+    let draining = known.iter().any(|n| n.decommissioned);
+    let ledgers = if draining { all_ledgers(store).await? } else { BTreeMap::new() };
+    let nodes = known
+        .into_iter()
+        .map(|n| {
+            let drain = n.decommissioned.then(|| {
+                let drain = Drain::of(&ledgers, NodeId(n.node.id));
+                (drain, drain.state(n.registration.is_some()))
+            });
+            NodeOverview { node: n.node, registration: n.registration, drain }
         })
         .collect();
-    let found = store.get_many(&lookups).await?;
-    let decommissioning = found.chunks(3).any(|three| three[2].is_some());
-    let ledgers = if decommissioning { all_ledgers(store).await? } else { BTreeMap::new() };
-    let mut nodes = Vec::with_capacity(ids.len());
-    for (&id, three) in ids.iter().zip(found.chunks(3)) {
-        let registration = three[1]
-            .as_ref()
-            .and_then(|f| serde_json::from_slice::<StorageNodeRegistration>(&f.value).ok());
-        let cookie_address = three[0]
-            .as_ref()
-            .and_then(|f| serde_json::from_slice::<StorageNodeCookie>(&f.value).ok())
-            .map(|c| c.address);
-        let address = (registration.as_ref().map(|r| r.address.clone()))
-            .or(cookie_address)
-            .unwrap_or_default();
-        let drain = three[2].as_ref().map(|_| {
-            let drain = Drain::of(&ledgers, NodeId(id));
-            (drain, drain.state(registration.is_some()))
-        });
-        nodes.push(NodeOverview { node: StorageNode { id, address }, registration, drain });
-    }
     let auditor = (store.get(keys::AUTORECOVERY_AUDITOR).await?)
         .and_then(|f| std::str::from_utf8(&f.value).ok().and_then(|v| v.parse().ok()));
     let root = keys::AUTORECOVERY_UNDER_REPLICATED_ROOT;

@@ -20,7 +20,7 @@
 //! it runs (`magnetar_autorecovery::decommission`). Not yet: open ledgers' closed fragments
 //! (left until the ledger closes), wiped-disk detection (a node back with a new instance).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,11 +30,11 @@ use magnetar_autorecovery::audit::{named_nodes, under_replicated};
 use magnetar_autorecovery::{plan, Auditor, CopyAction, FragmentCopy, PlanError};
 use magnetar_metadata::{ExpectedVersion, MetadataError, SessionStore};
 use magnetar_metrics::{Exposition, Labels};
-use magnetar_replication::meta::{LedgerMeta, LedgerState};
+use magnetar_replication::meta::LedgerState;
 use magnetar_replication::{LedgerId, MetaWrite, NodeId, Request, Response};
 use tokio::sync::mpsc;
 
-use crate::meta::{read_meta, write_meta};
+use crate::meta::{all_ledgers, read_meta, write_meta};
 use crate::Nodes;
 
 /// Held by the cluster's auditor (ephemeral: it goes with the auditor's session).
@@ -161,27 +161,6 @@ pub async fn run(
             tracing::warn!(%error, "auto-recovery: re-replication round failed");
         }
     }
-}
-
-/// The ledgers' metadata now (a ledger deleted meanwhile is left out).
-async fn all_ledgers(
-    metadata: &dyn SessionStore,
-) -> Result<BTreeMap<LedgerId, LedgerMeta>, MetadataError> {
-    let ids: Vec<String> = metadata.list_children(magnetar_model::keys::LEDGERS_ROOT).await?;
-    let keys: Vec<String> = ids.iter().map(|id| format!("/ledgers/{id}")).collect();
-    let mut ledgers = BTreeMap::new();
-    for (id, found) in ids.iter().zip(metadata.get_many(&keys).await?) {
-        let (Ok(id), Some(found)) = (id.parse::<LedgerId>(), found) else { continue };
-        match LedgerMeta::from_json(&found.value) {
-            Ok(meta) => {
-                ledgers.insert(id, meta);
-            }
-            Err(error) => {
-                tracing::warn!(ledger = id, %error, "auto-recovery: metadata not understood")
-            }
-        }
-    }
-    Ok(ledgers)
 }
 
 /// One auditor round, if this node is (or becomes) the auditor.

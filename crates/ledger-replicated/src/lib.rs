@@ -43,6 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
+pub use meta::all_ledgers;
 pub use nodes::Nodes;
 use read::{Ask, RangeRead, ReadTimes};
 use stats::ClientStats;

@@ -12,6 +12,27 @@ pub(crate) fn unavailable(e: MetadataError) -> LedgerError {
     LedgerError::Unavailable(format!("metadata store: {e}"))
 }
 
+/// Every ledger's metadata now (a ledger deleted meanwhile is left out, one not understood is
+/// logged and left out).
+pub async fn all_ledgers(
+    metadata: &dyn MetadataStore,
+) -> Result<std::collections::BTreeMap<LedgerId, LedgerMeta>, MetadataError> {
+    let ids: Vec<String> = metadata.list_children(magnetar_model::keys::LEDGERS_ROOT).await?;
+    let ids: Vec<LedgerId> = ids.iter().filter_map(|id| id.parse().ok()).collect();
+    let keys: Vec<String> = ids.iter().map(|&id| magnetar_model::keys::ledger(id)).collect();
+    let mut ledgers = std::collections::BTreeMap::new();
+    for (id, found) in ids.into_iter().zip(metadata.get_many(&keys).await?) {
+        let Some(found) = found else { continue };
+        match LedgerMeta::from_json(&found.value) {
+            Ok(meta) => {
+                ledgers.insert(id, meta);
+            }
+            Err(error) => tracing::warn!(ledger = id, %error, "ledger metadata not understood"),
+        }
+    }
+    Ok(ledgers)
+}
+
 /// The stored metadata and its version; `None` if the ledger does not exist.
 pub(crate) async fn read_meta(
     metadata: &dyn MetadataStore,

@@ -33,9 +33,7 @@ use axum::http::{StatusCode, Uri};
 use axum::Json;
 use magnetar_metadata::ExpectedVersion;
 use magnetar_model::keys;
-use magnetar_model::storage_nodes::{
-    validate_rack, RackInfo, StorageNodeCookie, StorageNodeRacks, StorageNodeRegistration,
-};
+use magnetar_model::storage_nodes::{validate_rack, RackInfo, StorageNodeRacks};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
@@ -46,52 +44,11 @@ use crate::AdminState;
 
 /// `GET /admin/v2/bookies/all`.
 pub(crate) async fn list_all(State(state): State<AdminState>) -> Result<Json<Value>, AdminError> {
-    let mut addresses = BTreeSet::new();
-    let cookies = keys::STORAGE_NODE_COOKIES_ROOT;
-    add_addresses(
-        &state,
-        cookies,
-        keys::storage_node_cookie,
-        |c: StorageNodeCookie| c.address,
-        &mut addresses,
-    )
-    .await?;
-    // Registrations too: a node of an older version runs without a cookie.
-    let registrations = keys::STORAGE_NODES_ROOT;
-    add_addresses(
-        &state,
-        registrations,
-        keys::storage_node,
-        |r: StorageNodeRegistration| r.address,
-        &mut addresses,
-    )
-    .await?;
+    let nodes = storage_nodes::known_nodes(state.store.as_ref()).await?;
+    let addresses: BTreeSet<String> =
+        (nodes.into_iter().map(|n| n.node.address)).filter(|a| !a.is_empty()).collect();
     let bookies: Vec<Value> = addresses.into_iter().map(|a| json!({ "bookieId": a })).collect();
     Ok(Json(json!({ "bookies": bookies })))
-}
-
-/// Adds the address of every node document under `root` (children that are node ids; a
-/// document gone since the listing or unreadable is skipped).
-async fn add_addresses<T: serde::de::DeserializeOwned>(
-    state: &AdminState,
-    root: &str,
-    key: fn(u64) -> String,
-    address: fn(T) -> String,
-    addresses: &mut BTreeSet<String>,
-) -> Result<(), AdminError> {
-    for child in state.store.list_children(root).await? {
-        let Ok(id) = child.parse::<u64>() else { continue };
-        let Some(stored) = state.store.get(&key(id)).await? else { continue };
-        match serde_json::from_slice::<T>(&stored.value) {
-            Ok(document) => {
-                addresses.insert(address(document));
-            }
-            Err(e) => {
-                tracing::warn!(root, node = id, error = %e, "unreadable storage node document")
-            }
-        }
-    }
-    Ok(())
 }
 
 /// `GET /admin/v2/bookies/racks-info`.
