@@ -128,7 +128,6 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
                             plain_clients,
                             free_bytes: 0,
                             read_only: false,
-                            decommissioning: false,
                         },
                         space.clone(),
                         refresh,

@@ -18,9 +18,6 @@ pub struct StorageNodeRegistration {
     /// space is freed, or the drain is called off).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,
-    /// Being decommissioned (`/storage-node-decommission/{id}`): read-only for good.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub decommissioning: bool,
     /// Its listener speaks TLS: clients connect with TLS, or not at all unless
     /// `plain_clients` says otherwise.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -214,7 +211,6 @@ mod tests {
         let old: StorageNodeRegistration =
             serde_json::from_str(r#"{"address":"h:1","freeBytes":5}"#).expect("parses");
         assert!(!old.read_only && !old.tls && !old.plain_clients && old.rack.is_none());
-        assert!(!old.decommissioning);
         let full = StorageNodeRegistration { read_only: true, ..old.clone() };
         let text = serde_json::to_string(&full).expect("serializes");
         assert!(text.contains(r#""readOnly":true"#), "{text}");

@@ -232,7 +232,6 @@ mod tests {
             free_bytes: 5,
             rack: Some("/own/".to_string()),
             read_only: false,
-            decommissioning: false,
             tls: false,
             plain_clients: false,
         };

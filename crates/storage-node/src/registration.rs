@@ -30,7 +30,6 @@ pub async fn register(
             let info = StorageNodeRegistration {
                 free_bytes: space.free(),
                 read_only: space.is_read_only(),
-                decommissioning: space.is_decommissioned(),
                 plain_clients: node_info.tls && node_info.plain_clients,
                 ..node_info.clone()
             };

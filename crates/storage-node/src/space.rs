@@ -71,11 +71,6 @@ impl DiskSpace {
         self.settle();
     }
 
-    /// Whether the operator is decommissioning the node.
-    pub fn is_decommissioned(&self) -> bool {
-        self.decommissioned.load(Ordering::Acquire)
-    }
-
     /// The operator started (`true`) or called off (`false`) the node's decommissioning.
     pub fn set_decommissioned(&self, on: bool) {
         if self.decommissioned.swap(on, Ordering::AcqRel) != on {
@@ -85,7 +80,6 @@ impl DiskSpace {
                 tracing::info!("storage node decommissioning called off");
             }
             self.settle();
-            self.changed.notify_one(); // the registration says `decommissioning` either way
         }
     }
 
@@ -198,13 +192,13 @@ mod tests {
     fn a_decommissioned_node_is_read_only_whatever_its_disk_until_called_off() {
         let space = DiskSpace::new(100, 1_000);
         space.set_decommissioned(true);
-        assert!(space.is_read_only() && space.is_decommissioned());
+        assert!(space.is_read_only());
         space.observe(1_000, false);
         assert!(space.is_read_only(), "free disk does not end a decommissioning");
         space.observe(50, false);
         space.set_decommissioned(false);
         assert!(space.is_read_only(), "still short of disk");
         space.observe(200, false);
-        assert!(!space.is_read_only() && !space.is_decommissioned());
+        assert!(!space.is_read_only());
     }
 }
