@@ -77,10 +77,15 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         let metadata = open_metadata(&settings).await?;
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("create data dir {}", config.data_dir.display()))?;
+        let on_nodes = config.ledgers.storage == "nodes";
         if !matches!(settings.metadata, MetadataBackend::Embedded) {
             // Before any ledger is opened (the id names this broker by its configured ports).
-            let configured = keys::broker_id(&config.broker.advertised_address, config.web_port);
-            claim_ledgers(&settings, metadata.as_ref(), &configured).await?;
+            if on_nodes {
+                refuse_a_claimed_cluster(&settings, metadata.as_ref()).await?;
+            } else {
+                let id = keys::broker_id(&config.broker.advertised_address, config.web_port);
+                claim_ledgers(&settings, metadata.as_ref(), &id).await?;
+            }
         }
         let (storage, store, recovery) = open_ledgers(&settings, &metadata).await?;
 
@@ -124,7 +129,6 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         let metadata_store: Arc<dyn MetadataStore> = Arc::new(counting);
         // A cluster's brokers share topics by namespace bundle (magnetar-coordination);
         // standalone serves every topic.
-        let broker_id = keys::broker_id(&host, web_port);
         let coordination = match settings.metadata {
             MetadataBackend::Embedded => None,
             _ => {
@@ -219,8 +223,8 @@ pub fn run(settings: Settings, name: &'static str) -> anyhow::Result<()> {
         .with_context(|| format!("register the broker at {registration_key}"))?;
         // Written (registered), then read: of a broker with local ledgers claiming the cluster
         // and this one starting at the same moment, one sees the other.
-        if !matches!(settings.metadata, MetadataBackend::Embedded) {
-            claim_ledgers(&settings, metadata.as_ref(), &broker_id).await?;
+        if on_nodes && !matches!(settings.metadata, MetadataBackend::Embedded) {
+            refuse_a_claimed_cluster(&settings, metadata.as_ref()).await?;
         }
 
         let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -368,10 +372,32 @@ struct LocalLedgersOwner {
     broker: String,
 }
 
+/// The broker a claim at [`keys::LOCAL_LEDGERS_OWNER`] names.
+fn claim_holder(found: &magnetar_metadata::Versioned) -> String {
+    serde_json::from_slice::<LocalLedgersOwner>(&found.value)
+        .map_or_else(|_| "unknown".to_string(), |owner| owner.broker)
+}
+
+/// A broker on storage nodes is refused while a broker's own disk holds the cluster's ledgers.
+async fn refuse_a_claimed_cluster(
+    settings: &Settings,
+    metadata: &dyn SessionStore,
+) -> anyhow::Result<()> {
+    let key = keys::LOCAL_LEDGERS_OWNER;
+    match metadata.get(key).await? {
+        Some(found) => Err(StartError::LedgersOnABrokersDisk {
+            cluster: settings.config.cluster.clone(),
+            holder: claim_holder(&found),
+            key: key.into(),
+        }
+        .into()),
+        None => Ok(()),
+    }
+}
+
 /// In a cluster, ledgers on one broker's disk are that broker's alone: a broker with
-/// `[ledgers] storage = "local"` claims the cluster (refused if another broker's disk holds it,
-/// or, at its first claim, if another broker is registered), and a broker on storage nodes is
-/// refused while a claim exists.
+/// `[ledgers] storage = "local"` claims the cluster, refused if another broker's disk holds it
+/// or, at its first claim, if another broker is registered.
 async fn claim_ledgers(
     settings: &Settings,
     metadata: &dyn SessionStore,
@@ -379,40 +405,23 @@ async fn claim_ledgers(
 ) -> anyhow::Result<()> {
     let cluster = settings.config.cluster.clone();
     let key = keys::LOCAL_LEDGERS_OWNER;
-    let held = |found: &magnetar_metadata::Versioned| {
-        serde_json::from_slice::<LocalLedgersOwner>(&found.value).ok()
-    };
-    if settings.config.ledgers.storage == "nodes" {
-        if let Some(found) = metadata.get(key).await? {
-            let holder = held(&found).map_or_else(|| "unknown".to_string(), |o| o.broker);
-            return Err(
-                StartError::LedgersOnABrokersDisk { cluster, holder, key: key.into() }.into()
-            );
-        }
-        return Ok(());
-    }
     let instance = ledgers_instance(&settings.config.data_dir)?;
     let mine = LocalLedgersOwner { instance: instance.clone(), broker: broker_id.to_string() };
     let value = Bytes::from(serde_json::to_vec(&mine)?);
-    match metadata.get(key).await? {
-        Some(found) => match held(&found) {
-            Some(owner) if owner.instance == instance => return Ok(()),
-            owner => {
-                let holder = owner.map_or_else(|| "unknown".to_string(), |o| o.broker);
-                return Err(StartError::LocalLedgersShared { cluster, holder }.into());
-            }
-        },
-        None => match metadata.put(key, value, ExpectedVersion::Absent).await {
-            Ok(_) => {}
-            Err(MetadataError::BadVersion { .. }) => {
-                return Err(StartError::LocalLedgersShared {
-                    cluster,
-                    holder: "another broker starting now".into(),
-                }
-                .into())
-            }
-            Err(e) => return Err(e.into()),
-        },
+    if let Some(found) = metadata.get(key).await? {
+        let owner = serde_json::from_slice::<LocalLedgersOwner>(&found.value).ok();
+        if owner.is_some_and(|owner| owner.instance == instance) {
+            return Ok(()); // this data directory's claim: a restart
+        }
+        return Err(StartError::LocalLedgersShared { cluster, holder: claim_holder(&found) }.into());
+    }
+    match metadata.put(key, value, ExpectedVersion::Absent).await {
+        Ok(_) => {}
+        Err(MetadataError::BadVersion { .. }) => {
+            let holder = "another broker starting now".into();
+            return Err(StartError::LocalLedgersShared { cluster, holder }.into());
+        }
+        Err(e) => return Err(e.into()),
     }
     // The first claim: no other broker may be serving the cluster already.
     let others: Vec<String> = (metadata.list_children(keys::BROKERS_ROOT).await?.into_iter())
