@@ -33,6 +33,21 @@ const DEDUP_REPLAY_BATCH: usize = 256;
 /// promise.
 const PRODUCER_CLOSE_DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Bound on the storage steps of an unload together (cursors' last writes, ledgers' closes).
+const UNLOAD_STORAGE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `step`, or a `ServiceNotReady` error once `deadline` has passed.
+async fn bounded_step<T>(
+    deadline: tokio::time::Instant,
+    step: impl std::future::Future<Output = Result<T, BrokerError>>,
+) -> Result<T, BrokerError> {
+    tokio::time::timeout_at(deadline, step).await.unwrap_or_else(|_| {
+        Err(BrokerError::ServiceNotReady(format!(
+            "unload's storage steps not finished within {UNLOAD_STORAGE_LIMIT:?}"
+        )))
+    })
+}
+
 /// Where a new subscription starts.
 #[derive(Debug, Clone)]
 pub enum StartAt {
@@ -1132,20 +1147,28 @@ impl Topic {
         self.producers.close_all_to(assigned);
         let subscriptions: Vec<Arc<Subscription>> =
             self.subscriptions.lock().drain().map(|(_, s)| s).collect();
-        for subscription in subscriptions {
+        // Every client goes first: nothing below may keep one on a topic being dropped.
+        for subscription in &subscriptions {
             subscription.close_consumers_to(assigned);
-            let persisted = subscription.persist_now().await;
+        }
+        // The storage steps are bounded: one that cannot finish (storage or metadata out of
+        // reach) leaves its ledger open, which the next load recovers, instead of holding the
+        // unload, and every bundle hand-over queued behind it, for good.
+        let deadline = tokio::time::Instant::now() + UNLOAD_STORAGE_LIMIT;
+        for subscription in subscriptions {
+            let persisted = bounded_step(deadline, subscription.persist_now()).await;
             if let Err(error) = &persisted {
                 tracing::warn!(topic = %self.full_name, subscription = %subscription.name, %error, "cursor not persisted on unload");
             }
-            let _ = subscription.close(false).await;
+            let _ = subscription.close(false).await; // stops dispatching: no I/O without a delete
             if persisted.is_ok() {
-                if let Err(error) = subscription.close_cursor_ledger().await {
+                if let Err(error) = bounded_step(deadline, subscription.close_cursor_ledger()).await
+                {
                     tracing::warn!(topic = %self.full_name, subscription = %subscription.name, %error, "cursor ledger not closed on unload: the next load recovers it");
                 }
             }
         }
-        if let Err(error) = self.managed_ledger.close().await {
+        if let Err(error) = bounded_step(deadline, self.managed_ledger.close()).await {
             tracing::warn!(topic = %self.full_name, %error, "ledger not closed on unload: the next load recovers it");
         }
     }

@@ -17,6 +17,10 @@
 //! * `write_metrics` serves the client's own series (`stats`): nodes registered, ensemble
 //!   changes, recoveries, reads asked of another replica, requests left unanswered.
 
+/// How long `close` (and `fence`) of a ledger written here waits for its writer to finish
+/// (the nemesis found a close that waited for good, and the unload behind it).
+const CLOSE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub mod autorecovery;
 mod meta;
 mod nodes;
@@ -216,8 +220,18 @@ impl ReplicatedLedgers {
         if let Some(open) = self.open_ledger(id) {
             let (done, result) = oneshot::channel();
             if open.inputs.send(Input::Close(done)).is_ok() {
-                if let Ok(result) = result.await {
-                    return result;
+                match tokio::time::timeout(CLOSE_LIMIT, result).await {
+                    Ok(Ok(result)) => return result,
+                    Ok(Err(_)) => {} // the writer ended: recover the ledger instead
+                    Err(_) => {
+                        // Its writer could not finish (adds that reach no quorum, metadata
+                        // that cannot be written): the ledger stays open, and whoever loads
+                        // it next recovers it, fencing this writer out.
+                        tracing::warn!(ledger = id, limit = ?CLOSE_LIMIT, "ledger close timed out: left open for recovery");
+                        return Err(LedgerError::Unavailable(format!(
+                            "ledger {id}: close not finished within {CLOSE_LIMIT:?}"
+                        )));
+                    }
                 }
             }
         }

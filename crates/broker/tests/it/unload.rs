@@ -318,3 +318,51 @@ async fn a_backlog_quota_answers_the_sends_it_took_before_closing_their_producer
         "message 0 stored, message 1 not"
     );
 }
+
+/// Closes of ledgers wait for good while `held` is set (storage that never answers a close).
+#[derive(Default)]
+struct HeldCloses {
+    held: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl StorageHooks for HeldCloses {
+    async fn before_close(&self, _ledger: u64) {
+        if self.held.load(std::sync::atomic::Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unload_whose_ledger_close_never_finishes_ends_within_its_bound() {
+    // The nemesis found an unload that waited for good on a close, and every bundle hand-over
+    // queued behind it with it: the storage steps are bounded (30 s), and the ledger left open
+    // is recovered by the next load.
+    let inner =
+        LedgerStore::open_with_storage(LedgerStoreConfig::default(), Arc::new(SimStorage::new(5)))
+            .unwrap()
+            .0;
+    let storage = Hooked::new(Arc::new(inner), HeldCloses::default());
+    let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
+    let service = BrokerService::new(BrokerConfig::default(), storage.clone(), metadata);
+    let topic = TopicName::parse(TOPIC).unwrap();
+    service.topic(&topic, true).await.expect("the topic is created");
+
+    storage.hooks.held.store(true, std::sync::atomic::Ordering::SeqCst);
+    let started = tokio::time::Instant::now();
+    let unloaded = tokio::time::timeout(Duration::from_secs(60), service.unload_topic(&topic))
+        .await
+        .expect("the unload ends within its bound")
+        .expect("the unload succeeds");
+    assert!(unloaded, "the topic was loaded");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(29), "the close was waited for: {took:?}");
+
+    storage.hooks.held.store(false, std::sync::atomic::Ordering::SeqCst);
+    let again = tokio::time::timeout(FRAME_WAIT, service.topic(&topic, false))
+        .await
+        .expect("the topic loads again")
+        .expect("its open ledger recovered");
+    assert!(!again.is_closed());
+}
