@@ -2,7 +2,8 @@
 # The nemesis suite's long run (issue 48; tests/compat/test_nemesis.py, which the suite runs for 2
 # minutes): the cluster under load and random faults for --minutes, then the queue checker.
 #   scripts/nemesis.sh [--minutes 30] [--seed S] [--keep-logs DIR]
-# The seed and the fault schedule are printed first; the same seed replays the same schedule.
+# The seed (drawn when not given) and the fault schedule are printed first; the same seed
+# replays the same schedule.
 # Needs what scripts/test.sh installs (.venv, etcd) and the release binary
 # (cargo build --release -p magnetar).
 set -euo pipefail
@@ -16,6 +17,7 @@ while (( $# )); do
     *) echo "usage: $0 [--minutes M] [--seed S] [--keep-logs DIR]" >&2; exit 2 ;;
   esac
 done
+[ -n "$SEED" ] || SEED=$(python3 -c 'import random; print(random.randrange(1 << 32))')
 TIMEOUT_S=$(python3 -c "print(int(float('$MINUTES') * 60 + 900))")
 cd "$ROOT"
 MAGNETAR_REQUIRE_ETCD=1 MAGNETAR_NEMESIS_MINUTES=$MINUTES MAGNETAR_NEMESIS_SEED=$SEED \

@@ -38,6 +38,7 @@ import threading
 import time
 
 import pulsar
+import pytest
 
 import conftest
 from compat_util import free_port, http_request
@@ -273,6 +274,8 @@ class EtcdCluster:
 class NemesisNode(StorageNode):
     """A storage node on a fixed port of 127.0.0.1, registered at its proxy's address."""
 
+    start_timeout_s = READY_TIMEOUT_S  # a start may wait out an etcd member's fault
+
     def __init__(self, etcd):
         self.port = _free_port_on_both(NODE_PROXY_HOST)
         self.listen = "127.0.0.1:%d" % self.port
@@ -303,8 +306,14 @@ class NemesisNode(StorageNode):
         super().kill()
 
     def close(self):
+        """Kills the node, keeping its directory and proxy (a failed start calls this: its log
+        must outlive it); `dispose` removes them."""
+        self.kill()
+
+    def dispose(self):
+        self.kill()
         self.proxy.close()
-        super().close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Broker(conftest.Server):
@@ -387,8 +396,7 @@ class Cluster:
         for broker in self.brokers:
             broker.close()
         for node in self.nodes:
-            node.kill()
-            node.close()
+            node.dispose()
         self.etcd.close()
 
 
@@ -456,6 +464,50 @@ class Nemesis:
         `setpriv --pdeathsig` is killed when the thread that started it ends."""
         self._stop.set()
 
+    def _start_node(self, node, wiped=False, attempts=3):
+        """Starts `node` again; a start that fails is tried again (at most `attempts` in all),
+        counted in `counts["node_start_failed"]`. A node still exits at start when a request
+        of its session, or auto-recovery's first read, times out on a frozen etcd member
+        (ARCHITECTURE.md, Known gaps): that is counted, not hidden."""
+        for attempt in range(attempts):
+            try:
+                node.start_again(wiped=wiped and attempt == 0)
+                return
+            except (Exception, pytest.fail.Exception) as error:  # noqa: BLE001
+                self.counts["node_start_failed"] += 1
+                self._note("node start failed (attempt %d): %s" % (attempt + 1,
+                                                                   str(error)[-300:]))
+                if attempt + 1 == attempts:
+                    raise
+
+    def heal_all(self):
+        """After the lanes: every path passes, nothing is frozen, and every process runs (one
+        whose restart failed during the run is started again here)."""
+        cluster = self.cluster
+        for member in range(ETCD_MEMBERS):
+            if member in cluster.etcd.frozen:
+                cluster.etcd.thaw(member)
+            if cluster.etcd.procs[member].poll() is not None:
+                cluster.etcd.start(member)
+        for node in cluster.nodes:
+            node.proxy.set("pass")
+            if node.proc.poll() is not None:
+                self._note("node %d was down at the end: started again" % cluster.nodes.index(node))
+                self._start_node(node)
+            elif node.frozen:
+                os.kill(node.proc.pid, signal.SIGCONT)
+                node.frozen = False
+        for broker in cluster.brokers:
+            for proxy in broker.etcd_proxies:
+                proxy.set("pass")
+            if not broker.running():
+                self._note("broker %d was down at the end: started again"
+                           % cluster.brokers.index(broker))
+                broker.start()
+            elif broker.frozen:
+                os.kill(broker.proc.pid, signal.SIGCONT)
+                broker.frozen = False
+
     def _note(self, text):
         line = "%7.1fs %s" % (time.monotonic() - self.t0, text)
         self.log.append(line)
@@ -468,9 +520,11 @@ class Nemesis:
                 return
             try:
                 self._apply(fault)
-            except Exception as error:  # noqa: BLE001: a fault that cannot heal is a finding
-                self.errors.append("%s: %r" % (describe(fault), error))
-                self._note("FAILED %s: %r" % (describe(fault), error))
+            # A fault that cannot heal is a finding (pytest.fail's is no Exception subclass);
+            # the lane goes on, and `heal_all` tries again at the end.
+            except (Exception, pytest.fail.Exception) as error:  # noqa: BLE001
+                self.errors.append("%s: %s" % (describe(fault), str(error)[:2000]))
+                self._note("FAILED %s: %s" % (describe(fault), str(error)[:2000]))
         self.done[lane].set()
         self._stop.wait()  # the processes this thread restarted live as long as it does
 
@@ -489,7 +543,7 @@ class Nemesis:
             if kind in ("node_kill", "node_wipe"):
                 node.kill()
                 time.sleep(hold)  # the fault itself: down this long
-                node.start_again(wiped=kind == "node_wipe")
+                self._start_node(node, wiped=kind == "node_wipe")
             elif kind == "node_stop":
                 os.kill(node.proc.pid, signal.SIGSTOP)
                 node.frozen = True

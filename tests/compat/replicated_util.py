@@ -60,7 +60,8 @@ class StorageNode:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log,
                                          stdin=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"))
         # Its first line, printed once registered and listening: "storage node ID listening on A".
-        ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
+        ready, _, _ = select.select([self.proc.stdout], [], [],
+                                   getattr(self, "start_timeout_s", START_TIMEOUT_S))
         line = self.proc.stdout.readline().decode() if ready else ""
         if not line.startswith("storage node "):
             self.close()

@@ -2,7 +2,7 @@
 beaten with random faults for MAGNETAR_NEMESIS_MINUTES (2 in the suite), then checked: no
 acknowledged message lost, none stored twice (deduplication is on), each producer's order kept,
 every acknowledged message consumed (no subscription stuck), every ledger back at its write
-quorum. The run prints its seed (MAGNETAR_NEMESIS_SEED, else drawn) and fault schedule; the same
+quorum. The run prints its seed (MAGNETAR_NEMESIS_SEED, else 1) and fault schedule; the same
 seed replays the same schedule. `scripts/nemesis.sh --minutes 30 --seed S` is the long run.
 See nemesis.py for the cluster, the faults and the checker, whose verdicts are tested here too.
 
@@ -11,7 +11,6 @@ Skipped without etcd unless MAGNETAR_REQUIRE_ETCD=1; skipped on an external brok
 import http.client
 import json
 import os
-import random
 import shutil
 import time
 import urllib.parse
@@ -161,13 +160,16 @@ def _unload(cluster, topic):
 
 
 MINUTES = float(os.environ.get("MAGNETAR_NEMESIS_MINUTES", "2"))
+NOT_FAULTS = ("skipped", "node_start_failed")  # counted beside the faults
 
 
 @pytest.mark.timeout(int(MINUTES * 60) + 600)  # the run, then bounded settling and checks
 def test_nemesis_loses_nothing_duplicates_nothing_and_heals(tmp_path):
     skip_unless_own_magnetar()
     minutes = MINUTES
-    seed = int(os.environ.get("MAGNETAR_NEMESIS_SEED") or random.randrange(1 << 32))
+    # The suite replays one schedule (seed 1) so that a red run is a regression, not a new
+    # draw; scripts/nemesis.sh draws a fresh seed unless given one.
+    seed = int(os.environ.get("MAGNETAR_NEMESIS_SEED") or 1)
     seconds = minutes * 60
     faults = nemesis.schedule(seed, seconds)
     print("nemesis seed %d, %.1f minutes, %d faults scheduled "
@@ -196,6 +198,9 @@ def test_nemesis_loses_nothing_duplicates_nothing_and_heals(tmp_path):
         beater.run()
         # Each fault is bounded: its hold, then a bounded restart.
         assert beater.wait_done(seconds + 120), "a fault did not finish healing"
+        # Anything a failed heal left down is started again (on this thread, which outlives
+        # the cluster: see Nemesis.stop); the run's errors still fail it below.
+        beater.heal_all()
         faulted_s = time.monotonic() - t0
 
         for load in loads:
@@ -252,12 +257,14 @@ def test_nemesis_loses_nothing_duplicates_nothing_and_heals(tmp_path):
                  ": %s" % blocked[:5] if blocked else ""))
         healed_s = time.monotonic() - t0 - faulted_s - consumed_s
 
-        print("nemesis seed %d: %d faults applied over %.0f s (%s), %d skipped; consumed all "
-              "%.1f s after, ledgers whole %.1f s after that"
-              % (seed, sum(n for k, n in beater.counts.items() if k != "skipped"), faulted_s,
+        print("nemesis seed %d: %d faults applied over %.0f s (%s), %d skipped, %d node starts "
+              "failed and tried again; consumed all %.1f s after, ledgers whole %.1f s after that"
+              % (seed, sum(n for k, n in beater.counts.items() if k not in NOT_FAULTS),
+                 faulted_s,
                  ", ".join("%s %d" % kv for kv in sorted(beater.counts.items())
-                           if kv[0] != "skipped"),
-                 beater.counts["skipped"], consumed_s, healed_s))
+                           if kv[0] not in NOT_FAULTS),
+                 beater.counts["skipped"], beater.counts["node_start_failed"], consumed_s,
+                 healed_s))
         assert not beater.errors, "faults that did not heal: %s" % beater.errors
         assert not findings, "seed %d: %s" % (seed, json.dumps(findings, default=str))
     finally:

@@ -25,6 +25,36 @@ const NODE_ID_FILE: &str = "node-id";
 /// measurement is one `statvfs` on the blocking pool (microseconds).
 const SPACE_CHECK_EVERY: Duration = Duration::from_millis(100);
 
+/// How long a start keeps trying a metadata step whose request timed out or failed in
+/// transit: requests sent to an etcd member that stopped answering (frozen, cut off) time out
+/// until the client's keep-alive (15 s) gives up its connection and the others serve them. The
+/// nemesis found nodes that could not start while one member of three was frozen.
+const START_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// `attempt` until it succeeds, fails with an error `transient` does not pick, or
+/// [`START_RETRY_FOR`] has passed (then its last error). Each step retried this way must be
+/// safe to run again after an unknown outcome (the cookie check and the registration are).
+async fn retry_at_start<T, E, Fut>(
+    step: &str,
+    mut attempt: impl FnMut() -> Fut,
+    transient: impl Fn(&E) -> bool,
+) -> Result<T, E>
+where
+    Fut: std::future::Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    let deadline = tokio::time::Instant::now() + START_RETRY_FOR;
+    loop {
+        match attempt().await {
+            Err(error) if transient(&error) && tokio::time::Instant::now() < deadline => {
+                tracing::warn!(step, %error, "metadata store not answering at start-up; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
 pub fn run(args: StorageArgs) -> anyhow::Result<()> {
     if args.audit_interval_seconds == 0 {
         anyhow::bail!("--audit-interval-seconds must be at least 1");
@@ -85,12 +115,25 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
             None => None,
         };
         if let (Some(etcd), Some(cluster)) = (&metadata, &args.cluster) {
-            let start = magnetar_storage_node::cookie::check_or_create(
-                etcd.as_ref(),
-                &args.data_dir,
-                node,
-                cluster,
-                &address,
+            let start = retry_at_start(
+                "cookie check",
+                || {
+                    magnetar_storage_node::cookie::check_or_create(
+                        etcd.as_ref(),
+                        &args.data_dir,
+                        node,
+                        cluster,
+                        &address,
+                    )
+                },
+                |e| {
+                    matches!(
+                        e,
+                        magnetar_storage_node::cookie::CookieError::Metadata(
+                            magnetar_metadata::MetadataError::Io { .. }
+                        )
+                    )
+                },
             )
             .await?;
             tracing::info!(?start, "storage node cookie checked");
@@ -117,20 +160,27 @@ pub fn run(args: StorageArgs) -> anyhow::Result<()> {
             Some(etcd) => {
                 let session: Arc<dyn SessionStore> = etcd.clone();
                 let refresh = Duration::from_secs(args.refresh_seconds);
+                let registration = StorageNodeRegistration {
+                    address: address.clone(),
+                    rack: args.rack.clone(),
+                    tls: tls.is_some(),
+                    plain_clients,
+                    free_bytes: 0,
+                    read_only: false,
+                };
                 Some(
-                    magnetar_storage_node::register(
-                        session,
-                        node,
-                        StorageNodeRegistration {
-                            address: address.clone(),
-                            rack: args.rack.clone(),
-                            tls: tls.is_some(),
-                            plain_clients,
-                            free_bytes: 0,
-                            read_only: false,
+                    retry_at_start(
+                        "registration",
+                        || {
+                            magnetar_storage_node::register(
+                                session.clone(),
+                                node,
+                                registration.clone(),
+                                space.clone(),
+                                refresh,
+                            )
                         },
-                        space.clone(),
-                        refresh,
+                        |e| matches!(e, magnetar_metadata::MetadataError::Io { .. }),
                     )
                     .await
                     .context("register the storage node")?,
