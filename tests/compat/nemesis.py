@@ -545,11 +545,7 @@ class Nemesis:
                 time.sleep(hold)  # the fault itself: down this long
                 self._start_node(node, wiped=kind == "node_wipe")
             elif kind == "node_stop":
-                os.kill(node.proc.pid, signal.SIGSTOP)
-                node.frozen = True
-                time.sleep(hold)  # the fault itself
-                node.frozen = False
-                os.kill(node.proc.pid, signal.SIGCONT)
+                _freeze_for(node, node.proc.pid, hold)
             else:
                 mode = {"node_cut": "cut", "node_stall": "stall",
                         "node_stall_answers": "stall_answers", "node_slow": "slow"}[kind]
@@ -564,11 +560,7 @@ class Nemesis:
                 time.sleep(hold)  # the fault itself
                 broker.start()
             elif kind == "broker_stop":
-                os.kill(broker.proc.pid, signal.SIGSTOP)
-                broker.frozen = True
-                time.sleep(hold)  # the fault itself
-                broker.frozen = False
-                os.kill(broker.proc.pid, signal.SIGCONT)
+                _freeze_for(broker, broker.proc.pid, hold)
             else:
                 for proxy in broker.etcd_proxies:
                     proxy.set("cut")
@@ -592,6 +584,16 @@ class Nemesis:
                 cluster.etcd.thaw(leader)
         self.counts[kind] += 1
         self._note("healed  %s" % describe(fault))
+
+
+def _freeze_for(process, pid, hold):
+    """SIGSTOPs `pid` for `hold` seconds, with `process.frozen` set meanwhile (a kill on the
+    way out thaws a frozen process first)."""
+    os.kill(pid, signal.SIGSTOP)
+    process.frozen = True
+    time.sleep(hold)  # the fault itself: frozen this long
+    process.frozen = False
+    os.kill(pid, signal.SIGCONT)
 
 
 # ---------------------------------------------------------------------------------- workload
