@@ -741,18 +741,28 @@ def check_ledgers(ledgers, registered):
     every fragment whose ensemble is not WRITE_QUORUM distinct registered nodes, and apart from
     it {"one_run_per_node": [...]}, the fragments no registered node can take: a storage node
     holds one run of a ledger's entries, so a node holding another fragment of that ledger is
-    no replacement (the known gap of issue 48 that the nemesis measures, not a finding)."""
-    below, blocked = [], []
+    no replacement (the known gap of issue 48 that the nemesis measures, not a finding), and
+    {"open": [...]}, those of ledgers still open (auto-recovery copies closed ledgers only)."""
+    below, blocked, still_open = [], [], []
     for ledger, meta in sorted(ledgers.items()):
         holders = {node for fragment in meta["fragments"] for node in fragment["ensemble"]}
-        for index, fragment in enumerate(meta["fragments"]):
-            ensemble = fragment["ensemble"]
-            if len(set(ensemble)) == WRITE_QUORUM and set(ensemble) <= registered:
-                continue
-            replacements = registered - holders
-            (below if replacements else blocked).append((ledger, index, ensemble))
+        short = [(ledger, index, fragment["ensemble"])
+                 for index, fragment in enumerate(meta["fragments"])
+                 if len(set(fragment["ensemble"])) != WRITE_QUORUM
+                 or not set(fragment["ensemble"]) <= registered]
+        if meta.get("state") != "CLOSED":
+            # Its writer's to change: auto-recovery copies closed ledgers only (a ledger whose
+            # close timed out on the unload stays open for its next owner).
+            still_open.extend(short)
+        elif len(short) <= len(registered - holders):
+            below.extend(short)
+        else:
+            # Each fragment short of a node needs a node holding no run of the ledger yet, and
+            # each such node can take one: the plan fails for the whole ledger.
+            blocked.extend(short)
     return {name: found for name, found in (("below_write_quorum", below),
-                                            ("one_run_per_node", blocked)) if found}
+                                            ("one_run_per_node", blocked),
+                                            ("open", still_open)) if found}
 
 
 def ledgers_whole(etcd):
