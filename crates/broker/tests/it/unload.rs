@@ -144,14 +144,19 @@ struct Setup {
     _stop: tokio::sync::watch::Sender<bool>,
 }
 
-async fn broker_with_a_producer() -> Setup {
+/// A broker service on a simulated local store with `hooks` in front of it.
+fn service_on<H: StorageHooks>(hooks: H) -> (Arc<BrokerService>, Arc<Hooked<H>>) {
     let inner =
         LedgerStore::open_with_storage(LedgerStoreConfig::default(), Arc::new(SimStorage::new(5)))
             .unwrap()
             .0;
-    let storage = Hooked::new(Arc::new(inner), Gate::default());
+    let storage = Hooked::new(Arc::new(inner), hooks);
     let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-    let service = BrokerService::new(BrokerConfig::default(), storage.clone(), metadata);
+    (BrokerService::new(BrokerConfig::default(), storage.clone(), metadata), storage)
+}
+
+async fn broker_with_a_producer() -> Setup {
+    let (service, storage) = service_on(Gate::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -339,13 +344,7 @@ async fn an_unload_whose_ledger_close_never_finishes_ends_within_its_bound() {
     // The nemesis found an unload that waited for good on a close, and every bundle hand-over
     // queued behind it with it: the storage steps are bounded (30 s), and the ledger left open
     // is recovered by the next load.
-    let inner =
-        LedgerStore::open_with_storage(LedgerStoreConfig::default(), Arc::new(SimStorage::new(5)))
-            .unwrap()
-            .0;
-    let storage = Hooked::new(Arc::new(inner), HeldCloses::default());
-    let metadata: Arc<dyn MetadataStore> = Arc::new(MemoryStore::new());
-    let service = BrokerService::new(BrokerConfig::default(), storage.clone(), metadata);
+    let (service, storage) = service_on(HeldCloses::default());
     let topic = TopicName::parse(TOPIC).unwrap();
     service.topic(&topic, true).await.expect("the topic is created");
 
